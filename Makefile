@@ -1,0 +1,131 @@
+# ds: one build for the libcommon library, the four tools, the data generators and the tests.
+#   make            build everything into build/ and bin/
+#   make demo       install what is missing, then Fashion-MNIST -> trained, evaluated network
+#   make test       install what is missing, then run the whole suite
+#   make SAN=1      AddressSanitizer + UndefinedBehaviorSanitizer build (objects in build-san/)
+#   make CUDA=0     never look for nvcc
+# Probes are deferred variables, expanded only by the make that compiles, so `make deps`
+# can install the libraries before anything looks for them.
+
+CC       ?= cc
+comma    := ,
+SAN      ?= 0
+BUILD    := $(if $(filter 1,$(SAN)),build-san,build)
+BIN      := $(if $(filter 1,$(SAN)),bin-san,bin)
+VERSION  := 0.1.0
+
+PKGS_C   = hdf5 openblas libturbojpeg libpng
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS_C) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS_C) 2>/dev/null)
+
+# MPI: the tools link it when mpicc is there; without it they are a world of one.
+MPICC    := $(shell command -v mpicc 2>/dev/null)
+MPI      ?= $(if $(MPICC),1,0)
+MPI_CFLAGS = $(if $(filter 1,$(MPI)),$(shell mpicc --showme:compile) -DDS_HAVE_MPI=1)
+MPI_LIBS   = $(if $(filter 1,$(MPI)),$(shell mpicc --showme:link))
+
+# CUDA: auto-detected from nvcc; CUDA=0 forces a CPU-only build.
+NVCC     := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+CUDA     ?= $(if $(NVCC),1,0)
+CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_SRCS := $(if $(filter 1,$(CUDA)),$(wildcard libcommon/*.cu))
+CUDA_CFLAGS = $(if $(CUDA_SRCS),-DDS_HAVE_CUDA=1 -I$(CUDA_HOME)/include)
+CUDA_LIBS   = $(if $(CUDA_SRCS),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lnccl -lcudart)
+CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_86,code=sm_86 \
+              -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=sm_90
+
+SAN_FLAGS := -fsanitize=address -fsanitize=undefined -fno-sanitize-recover=undefined
+OPT      := $(if $(filter 1,$(SAN)),-O1 -fno-omit-frame-pointer $(SAN_FLAGS),-O2 -march=native)
+CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -g -fopenmp $(OPT) \
+            -MMD -MP -Ilibcommon -DDS_VERSION=\"$(VERSION)\" $(PKG_CFLAGS) $(MPI_CFLAGS) $(CUDA_CFLAGS)
+LDFLAGS  += -fopenmp $(if $(filter 1,$(SAN)),$(SAN_FLAGS))
+LDLIBS   += $(PKG_LIBS) $(MPI_LIBS) $(CUDA_LIBS) -lz -lm -lpthread
+NVFLAGS  := -O3 -std=c++17 $(CUDA_ARCHS) -Ilibcommon -DDS_HAVE_CUDA=1 $(if $(MPI_CFLAGS),$(shell mpicc --showme:compile)) -Xcompiler -fPIC$(comma)-Wall
+
+LIB_SRCS  := $(sort $(wildcard libcommon/*.c))
+LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
+LIB       := $(BUILD)/libcommon.a
+TOOL_SRCS := $(sort $(wildcard tools/*/ds*.c))
+TOOLS     := $(foreach s,$(TOOL_SRCS),$(BIN)/$(basename $(notdir $(s))))
+DATA_SRCS := $(sort $(wildcard data/*.c))
+DATA_BINS := $(DATA_SRCS:data/%.c=$(BUILD)/data/%)
+TEST_SRCS := $(sort $(wildcard tests/unit/*.c))
+TEST_BINS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+
+DEPS_DEB := libhdf5-dev hdf5-tools libturbojpeg0-dev libpng-dev libopenblas-dev libopenmpi-dev \
+            openmpi-bin gnuplot-nox libjpeg-turbo-progs dataset-fashion-mnist zlib1g-dev pkg-config \
+            python3-torch python3-torchvision python3-h5py python3-pil python3-numpy
+
+.PHONY: all deps build test test-build demo pipeline plot bench fuzz clean config
+.DEFAULT_GOAL := all
+
+all: config $(LIB) $(TOOLS) $(DATA_BINS) $(TEST_BINS)
+
+config:
+	@echo "ds $(VERSION): MPI=$(MPI)$(if $(filter 1,$(MPI)), ($(MPICC)))  CUDA=$(CUDA)$(if $(filter 1,$(CUDA)), ($(NVCC), $(words $(CUDA_SRCS)) .cu files))  SAN=$(SAN)"
+	@pkg-config --exists $(PKGS_C) || { echo "missing libraries ($(PKGS_C)): run 'make deps'"; exit 1; }
+
+# Installs the Debian packages that are missing; does nothing when all are there.
+deps:
+	@missing=""; for p in $(DEPS_DEB); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/data/%: $(BUILD)/data/%.o $(LIB)
+	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) $(if $(CUDA_SRCS),-lstdc++) -o $@
+
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIB)
+	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) $(if $(CUDA_SRCS),-lstdc++) -o $@
+
+# A tool's object lives under build/tools/<dir>/, so each tool gets its own rule.
+define tool_rule
+$(BIN)/$(basename $(notdir $(1))): $(BUILD)/$(1:.c=.o) $(LIB)
+	@mkdir -p $(BIN)
+	$$(CC) $$(LDFLAGS) $$< $(LIB) $$(LDLIBS) $$(if $$(CUDA_SRCS),-lstdc++) -o $$@
+endef
+$(foreach s,$(TOOL_SRCS),$(eval $(call tool_rule,$(s))))
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@BIN=$(BIN) BUILD=$(BUILD) tests/run.sh
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/demo.sh
+
+pipeline: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/pipeline.sh
+
+plot:
+	@test -n "$(RUN)" || { echo "usage: make plot RUN=RUN_DIR"; exit 2; }
+	@scripts/plot.sh "$(RUN)"
+
+bench: all
+	@bench/run.sh
+
+fuzz:
+	@scripts/fuzz.sh $(FUZZ_SRCS)
+
+clean:
+	rm -rf build build-san bin bin-san
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

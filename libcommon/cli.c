@@ -1,0 +1,223 @@
+#include "cli.h"
+#include "log.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef DS_VERSION
+#define DS_VERSION "dev"
+#endif
+
+int ds_cli_progress;
+
+void ds_usage_error(const ds_cli *cli, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s: %s\n%s: try '%s --help'\n", cli->prog, msg, cli->prog, cli->prog);
+    exit(2);
+}
+
+static void print_value(FILE *f, const ds_option *o)
+{
+    switch (o->type) {
+    case DS_OPT_FLAG: fprintf(f, "%s", *(int *)o->value ? "on" : "off"); break;
+    case DS_OPT_INT: fprintf(f, "%lld", *(long long *)o->value); break;
+    case DS_OPT_DOUBLE: fprintf(f, "%g", *(double *)o->value); break;
+    case DS_OPT_STRING:
+    case DS_OPT_CHOICE: {
+        const char *s = *(const char **)o->value;
+        fprintf(f, "%s", s ? s : "none");
+        break;
+    }
+    }
+}
+
+static void print_help(const ds_cli *cli)
+{
+    printf("usage: %s %s\n%s\n\noptions:\n", cli->prog, cli->args, cli->summary);
+    for (const ds_option *o = cli->opts; o->name; o++) {
+        char head[96];
+        int n = 0;
+        if (o->short_name)
+            n = snprintf(head, sizeof head, "  -%c, --%s", o->short_name, o->name);
+        else
+            n = snprintf(head, sizeof head, "      --%s", o->name);
+        if (o->type == DS_OPT_CHOICE)
+            snprintf(head + n, sizeof head - n, " %s", o->choices);
+        else if (o->type != DS_OPT_FLAG)
+            snprintf(head + n, sizeof head - n, " %s", o->arg ? o->arg : "X");
+        printf("%-34s %s (default: ", head, o->help);
+        print_value(stdout, o);
+        printf(")\n");
+    }
+    printf("%-34s %s\n", "  -q, --quiet", "print only errors and warnings");
+    printf("%-34s %s\n", "  -v, --verbose", "print more detail");
+    printf("%-34s %s\n", "      --progress", "draw the progress bar even when stderr is not a terminal");
+    printf("%-34s %s\n", "  -h, --help", "print this help and exit");
+    printf("%-34s %s\n", "      --version", "print the version and exit");
+    if (cli->epilog) printf("\n%s\n", cli->epilog);
+}
+
+static int choice_ok(const char *choices, const char *v)
+{
+    size_t n = strlen(v);
+    for (const char *c = choices; *c;) {
+        const char *bar = strchr(c, '|');
+        size_t len = bar ? (size_t)(bar - c) : strlen(c);
+        if (len == n && strncmp(c, v, n) == 0) return 1;
+        if (!bar) break;
+        c = bar + 1;
+    }
+    return 0;
+}
+
+static void set_value(ds_cli *cli, const ds_option *o, const char *v)
+{
+    char *end;
+    switch (o->type) {
+    case DS_OPT_FLAG: *(int *)o->value = 1; return;
+    case DS_OPT_INT: {
+        errno = 0;
+        long long x = strtoll(v, &end, 10);
+        if (errno || end == v || *end)
+            ds_usage_error(cli, "--%s wants a whole number, not '%s'", o->name, v);
+        if (o->min < o->max && (x < o->min || x > o->max))
+            ds_usage_error(cli, "--%s %s is out of range [%.0f, %.0f]", o->name, v, o->min, o->max);
+        *(long long *)o->value = x;
+        return;
+    }
+    case DS_OPT_DOUBLE: {
+        errno = 0;
+        double x = strtod(v, &end);
+        if (errno || end == v || *end || !isfinite(x))
+            ds_usage_error(cli, "--%s wants a number, not '%s'", o->name, v);
+        if (o->min < o->max && (x < o->min || x > o->max))
+            ds_usage_error(cli, "--%s %s is out of range [%g, %g]", o->name, v, o->min, o->max);
+        *(double *)o->value = x;
+        return;
+    }
+    case DS_OPT_CHOICE:
+        if (!choice_ok(o->choices, v))
+            ds_usage_error(cli, "--%s must be one of %s, not '%s'", o->name, o->choices, v);
+        /* fallthrough */
+    case DS_OPT_STRING:
+        *(const char **)o->value = v;
+        return;
+    }
+}
+
+int ds_cli_parse(ds_cli *cli, int argc, char **argv, char ***pos)
+{
+    ds_log_init(cli->prog);
+    /* Positional arguments are compacted to the front of argv[1..]. */
+    int npos = 0, only_pos = 0;
+    char **out = argv + 1;
+    for (int i = 1; i < argc; i++) {
+        char *a = argv[i];
+        if (only_pos || a[0] != '-' || a[1] == 0) {
+            out[npos++] = a;
+            continue;
+        }
+        if (strcmp(a, "--") == 0) { only_pos = 1; continue; }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { print_help(cli); exit(0); }
+        if (!strcmp(a, "--version")) { printf("%s (ds) %s\n", cli->prog, DS_VERSION); exit(0); }
+        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) { ds_verbosity = -1; continue; }
+        if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { ds_verbosity = 1; continue; }
+        if (!strcmp(a, "--progress")) { ds_cli_progress = 1; continue; }
+
+        const ds_option *o = NULL;
+        const char *val = NULL;
+        if (a[1] == '-') {
+            const char *name = a + 2, *eq = strchr(name, '=');
+            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            for (const ds_option *p = cli->opts; p->name; p++)
+                if (strlen(p->name) == len && strncmp(p->name, name, len) == 0) { o = p; break; }
+            if (!o) ds_usage_error(cli, "unknown option '--%.*s'", (int)len, name);
+            if (eq) {
+                if (o->type == DS_OPT_FLAG) ds_usage_error(cli, "--%s takes no value", o->name);
+                val = eq + 1;
+            }
+        } else {
+            for (const ds_option *p = cli->opts; p->name; p++)
+                if (p->short_name && p->short_name == a[1]) { o = p; break; }
+            if (!o) ds_usage_error(cli, "unknown option '-%c'", a[1]);
+            if (a[2]) {
+                if (o->type == DS_OPT_FLAG) ds_usage_error(cli, "unknown option '%s'", a);
+                val = a + 2;
+            }
+        }
+        if (o->type != DS_OPT_FLAG && !val) {
+            if (i + 1 >= argc) ds_usage_error(cli, "--%s needs a value", o->name);
+            val = argv[++i];
+        }
+        set_value(cli, o, val);
+        cli->given |= 1ull << (o - cli->opts);
+    }
+    if (npos < cli->min_pos)
+        ds_usage_error(cli, "missing argument: %s", cli->args);
+    if (cli->max_pos >= 0 && npos > cli->max_pos)
+        ds_usage_error(cli, "unexpected argument '%s'", out[cli->max_pos]);
+    *pos = out;
+    return npos;
+}
+
+int ds_cli_given(const ds_cli *cli, const char *name)
+{
+    for (const ds_option *o = cli->opts; o->name; o++)
+        if (!strcmp(o->name, name)) return (cli->given >> (o - cli->opts)) & 1;
+    return 0;
+}
+
+int ds_cli_progress_mode(void) { return ds_cli_progress ? 1 : -1; }
+
+void ds_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\t': fputs("\\t", f); break;
+        case '\r': fputs("\\r", f); break;
+        default:
+            if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+            else fputc(*p, f);
+        }
+    }
+    fputc('"', f);
+}
+
+char *ds_cli_json(const ds_cli *cli)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    fputc('{', f);
+    for (const ds_option *o = cli->opts; o->name; o++) {
+        if (o != cli->opts) fputs(", ", f);
+        ds_json_string(f, o->name);
+        fputs(": ", f);
+        switch (o->type) {
+        case DS_OPT_FLAG: fputs(*(int *)o->value ? "true" : "false", f); break;
+        case DS_OPT_INT: fprintf(f, "%lld", *(long long *)o->value); break;
+        case DS_OPT_DOUBLE: fprintf(f, "%.17g", *(double *)o->value); break;
+        default: {
+            const char *s = *(const char **)o->value;
+            if (s) ds_json_string(f, s);
+            else fputs("null", f);
+        }
+        }
+    }
+    fputc('}', f);
+    fclose(f);
+    return buf;
+}
