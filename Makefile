@@ -51,6 +51,8 @@ DATA_SRCS := $(sort $(wildcard data/*.c))
 DATA_BINS := $(DATA_SRCS:data/%.c=$(BUILD)/data/%)
 TEST_SRCS := $(sort $(wildcard tests/unit/*.c))
 TEST_BINS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+DRV_SRCS  := $(sort $(wildcard tests/drivers/*.c))
+DRV_BINS  := $(DRV_SRCS:tests/drivers/%.c=$(BUILD)/drivers/%)
 FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
 DEPS_DEB := libhdf5-dev hdf5-tools libturbojpeg0-dev libpng-dev libopenblas-dev libopenmpi-dev \
@@ -60,7 +62,7 @@ DEPS_DEB := libhdf5-dev hdf5-tools libturbojpeg0-dev libpng-dev libopenblas-dev 
 .PHONY: all deps build test test-build demo pipeline plot bench fuzz clean config
 .DEFAULT_GOAL := all
 
-all: config $(LIB) $(TOOLS) $(DATA_BINS) $(TEST_BINS)
+all: config $(LIB) $(TOOLS) $(DATA_BINS) $(TEST_BINS) $(DRV_BINS)
 
 config:
 	@echo "ds $(VERSION): MPI=$(MPI)$(if $(filter 1,$(MPI)), ($(MPICC)))  CUDA=$(CUDA)$(if $(filter 1,$(CUDA)), ($(NVCC), $(words $(CUDA_SRCS)) .cu files))  SAN=$(SAN)"
@@ -90,6 +92,11 @@ $(LIB): $(LIB_OBJS)
 	ar rcs $@ $^
 
 $(BUILD)/data/%: $(BUILD)/data/%.o $(LIB)
+	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) $(if $(CUDA_SRCS),-lstdc++) -o $@
+
+# Drivers: helper programs the shell and reference tests call (not tests themselves).
+$(BUILD)/drivers/%: $(BUILD)/tests/drivers/%.o $(LIB)
+	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) $(if $(CUDA_SRCS),-lstdc++) -o $@
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIB)

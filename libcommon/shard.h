@@ -1,0 +1,76 @@
+/* shard: the HDF5 files dspack writes and the loader / dseval read (DESIGN §2).
+ *
+ *   /images   uint8 [N, H, W, 3]  RGB NHWC; contiguous, or chunked per image + deflate
+ *   /labels   int32 [N]
+ *   /paths    vlen UTF-8 string [N]   source path relative to the root
+ *   /classes  vlen UTF-8 string [C]   all class names, the same in every shard
+ *   root attributes: ds_format (int 1), ds_kind ("shard"), height, width, fit ("crop" or
+ *   "squash"), shard_index, shard_count, num_classes
+ *
+ * Files are written with object time tracking off, to NAME.tmp, then fsynced and renamed:
+ * the same input gives byte-identical shards, and a crash never leaves a half shard. */
+#ifndef DS_SHARD_H
+#define DS_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DS_FORMAT_VERSION 1
+
+/* ---- writing (dspack) ---- */
+
+typedef struct {
+    int height, width;
+    const char *fit;             /* "crop" or "squash" */
+    int shard_index, shard_count;
+    char *const *classes;        /* [num_classes] */
+    int num_classes;
+    int compress;                /* 0: contiguous /images; 1-9: chunked per image, deflate */
+} ds_shard_meta;
+
+/* Writes one complete shard atomically (path.tmp, fsync, rename). images: [n, H, W, 3]. */
+int ds_shard_write(const char *path, const ds_shard_meta *meta, const uint8_t *images,
+                   const int32_t *labels, char *const *paths, size_t n);
+
+/* ---- reading (loader, dseval, dspack --resume) ---- */
+
+typedef struct {
+    char *path;
+    int64_t hid;                 /* the open HDF5 file (hid_t), kept open for compressed reads */
+    size_t n;                    /* images in this shard */
+    int height, width;
+    char fit[8];
+    int shard_index, shard_count;
+    int num_classes;
+    char **classes;              /* [num_classes] */
+    int32_t *labels;             /* [n], each checked to lie in [0, num_classes) */
+    char **paths;                /* [n] */
+    int contiguous;              /* 1: /images can be pread at images_offset */
+    int64_t images_offset;       /* byte offset of /images in the file when contiguous */
+} ds_shard;
+
+/* Opens and validates a shard: kind, version, every dataset's type, rank and shape, the
+ * attributes' ranges, labels in range. Errors name the file and the field. */
+int ds_shard_open(ds_shard *s, const char *path);
+/* Reads images [start, start + count) into out ([count, H, W, 3]) through HDF5; thread-safe
+ * only under the caller's lock (HDF5 is built without thread safety). The loader preads
+ * contiguous shards directly instead. */
+int ds_shard_read_images(ds_shard *s, size_t start, size_t count, uint8_t *out);
+void ds_shard_close(ds_shard *s);
+
+/* A directory of shards: shard-00000.h5 ... in order, every one opened and validated,
+ * all with the same size, fit and classes. */
+typedef struct {
+    char *dir;
+    int count;
+    ds_shard *shards;
+    size_t total;                /* images in all shards */
+    size_t *first;               /* [count + 1]: global index of each shard's first image */
+} ds_shardset;
+
+int ds_shardset_open(ds_shardset *set, const char *dir);
+void ds_shardset_close(ds_shardset *set);
+/* Global image index -> (shard, index within it). */
+void ds_shardset_locate(const ds_shardset *set, size_t global, int *shard, size_t *local);
+
+#endif
