@@ -26,6 +26,7 @@ typedef struct {
     char *const *classes;        /* [num_classes] */
     int num_classes;
     int compress;                /* 0: contiguous /images; 1-9: chunked per image, deflate */
+    const char *config;          /* optional: stored as the `config` attribute (JSON); NULL: none */
 } ds_shard_meta;
 
 /* Writes one complete shard atomically (path.tmp, fsync, rename). images: [n, H, W, 3]. */
@@ -36,7 +37,10 @@ int ds_shard_write(const char *path, const ds_shard_meta *meta, const uint8_t *i
 
 typedef struct {
     char *path;
-    int64_t hid;                 /* the open HDF5 file (hid_t), kept open for compressed reads */
+    int64_t hid;                 /* the open HDF5 file (hid_t), kept open for compressed reads;
+                                    -1 for contiguous shards (closed after validation, so
+                                    thousands of shards do not hold thousands of descriptors;
+                                    ds_shard_read_images reopens it when called) */
     size_t n;                    /* images in this shard */
     int height, width;
     char fit[8];
@@ -52,6 +56,8 @@ typedef struct {
 /* Opens and validates a shard: kind, version, every dataset's type, rank and shape, the
  * attributes' ranges, labels in range. Errors name the file and the field. */
 int ds_shard_open(ds_shard *s, const char *path);
+/* A shard may hold 0 images (every image planned for it was rejected); then images_offset
+ * is -1 and there is nothing to read. */
 /* Reads images [start, start + count) into out ([count, H, W, 3]) through HDF5; thread-safe
  * only under the caller's lock (HDF5 is built without thread safety). The loader preads
  * contiguous shards directly instead. */

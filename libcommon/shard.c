@@ -1,0 +1,517 @@
+/* shard: writing and validating the HDF5 shard files of DESIGN §2.
+ *
+ * HDF5 prints its own error stack on failure by default; these functions turn that off
+ * while they run and report one ds_err line naming the file and the object instead. */
+#include "shard.h"
+#include "fsutil.h"
+#include "log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <hdf5.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Silences HDF5's automatic error printing for the duration of one call. */
+typedef struct {
+    H5E_auto2_t func;
+    void *data;
+} quiet_h5;
+
+static void h5_quiet(quiet_h5 *q)
+{
+    H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+static void h5_restore(const quiet_h5 *q) { H5Eset_auto2(H5E_DEFAULT, q->func, q->data); }
+
+/* ---- writing ---- */
+
+static int attr_int(hid_t loc, const char *name, int v)
+{
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = sp < 0 ? -1 : H5Acreate2(loc, name, H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    int rc = a < 0 || H5Awrite(a, H5T_NATIVE_INT, &v) < 0 ? -1 : 0;
+    if (a >= 0) H5Aclose(a);
+    if (sp >= 0) H5Sclose(sp);
+    return rc;
+}
+
+/* Fixed-length UTF-8 string attribute: h5dump shows it as plain text and h5py reads str. */
+static int attr_str(hid_t loc, const char *name, const char *v)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (t < 0) return -1;
+    int rc = -1;
+    hid_t sp = -1, a = -1;
+    if (H5Tset_size(t, strlen(v) ? strlen(v) : 1) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0 ||
+        H5Tset_strpad(t, H5T_STR_NULLPAD) < 0)
+        goto out;
+    if ((sp = H5Screate(H5S_SCALAR)) < 0) goto out;
+    if ((a = H5Acreate2(loc, name, t, sp, H5P_DEFAULT, H5P_DEFAULT)) < 0) goto out;
+    char pad[2] = {0, 0};
+    rc = H5Awrite(a, t, strlen(v) ? v : pad) < 0 ? -1 : 0;
+out:
+    if (a >= 0) H5Aclose(a);
+    if (sp >= 0) H5Sclose(sp);
+    H5Tclose(t);
+    return rc;
+}
+
+static hid_t vlen_utf8(void)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (t < 0) return -1;
+    if (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0) {
+        H5Tclose(t);
+        return -1;
+    }
+    return t;
+}
+
+/* A 1-D dataset of n items of type `t` from `data`, without timestamps. */
+static int write_1d(hid_t f, const char *name, hid_t file_t, hid_t mem_t, const void *data, size_t n)
+{
+    hsize_t dims[1] = {n};
+    hid_t sp = H5Screate_simple(1, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE), d = -1;
+    int rc = -1;
+    if (sp < 0 || dcpl < 0 || H5Pset_obj_track_times(dcpl, 0) < 0) goto out;
+    if ((d = H5Dcreate2(f, name, file_t, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT)) < 0) goto out;
+    rc = n == 0 || H5Dwrite(d, mem_t, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0 ? 0 : -1;
+out:
+    if (d >= 0) H5Dclose(d);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (sp >= 0) H5Sclose(sp);
+    return rc;
+}
+
+static int write_images(hid_t f, const ds_shard_meta *m, const uint8_t *images, size_t n)
+{
+    hsize_t dims[4] = {n, (hsize_t)m->height, (hsize_t)m->width, 3};
+    hid_t sp = H5Screate_simple(4, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE), d = -1;
+    int rc = -1;
+    if (sp < 0 || dcpl < 0 || H5Pset_obj_track_times(dcpl, 0) < 0) goto out;
+    if (m->compress > 0 && n > 0) {
+        /* One chunk per image: the loader's random access touches one image at a time. */
+        hsize_t chunk[4] = {1, dims[1], dims[2], 3};
+        if (H5Pset_chunk(dcpl, 4, chunk) < 0 || H5Pset_shuffle(dcpl) < 0 ||
+            H5Pset_deflate(dcpl, (unsigned)m->compress) < 0)
+            goto out;
+    } else {
+        /* Early allocation pins the data's file offset before the write, so the loader can
+         * pread [offset, offset + n*H*W*3) directly. */
+        if (H5Pset_layout(dcpl, H5D_CONTIGUOUS) < 0 || H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) < 0)
+            goto out;
+    }
+    if ((d = H5Dcreate2(f, "images", H5T_STD_U8LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT)) < 0) goto out;
+    rc = n == 0 || H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, images) >= 0 ? 0 : -1;
+out:
+    if (d >= 0) H5Dclose(d);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (sp >= 0) H5Sclose(sp);
+    return rc;
+}
+
+int ds_shard_write(const char *path, const ds_shard_meta *meta, const uint8_t *images,
+                   const int32_t *labels, char *const *paths, size_t n)
+{
+    if (meta->height <= 0 || meta->width <= 0 || meta->num_classes <= 0 || meta->compress < 0 ||
+        meta->compress > 9 || !meta->fit)
+        return ds_err("%s: bad shard parameters", path);
+    size_t len = strlen(path);
+    char *tmp = ds_xmalloc(len + 5);
+    memcpy(tmp, path, len);
+    memcpy(tmp + len, ".tmp", 5);
+
+    quiet_h5 q;
+    h5_quiet(&q);
+    const char *what = "create";
+    hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), f = -1, str_t = -1;
+    int rc = -1;
+    if (fcpl < 0 || H5Pset_obj_track_times(fcpl, 0) < 0) goto out;
+    if ((f = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, H5P_DEFAULT)) < 0) goto out;
+    what = "attributes";
+    if (attr_int(f, "ds_format", DS_FORMAT_VERSION) || attr_str(f, "ds_kind", "shard") ||
+        attr_int(f, "height", meta->height) || attr_int(f, "width", meta->width) ||
+        attr_str(f, "fit", meta->fit) || attr_int(f, "shard_index", meta->shard_index) ||
+        attr_int(f, "shard_count", meta->shard_count) || attr_int(f, "num_classes", meta->num_classes))
+        goto out;
+    if (meta->config && attr_str(f, "config", meta->config)) goto out;
+    what = "/images";
+    if (write_images(f, meta, images, n)) goto out;
+    what = "/labels";
+    if (write_1d(f, "labels", H5T_STD_I32LE, H5T_NATIVE_INT32, labels, n)) goto out;
+    what = "/paths";
+    if ((str_t = vlen_utf8()) < 0 || write_1d(f, "paths", str_t, str_t, paths, n)) goto out;
+    what = "/classes";
+    if (write_1d(f, "classes", str_t, str_t, meta->classes, (size_t)meta->num_classes)) goto out;
+    what = "close";
+    hid_t ff = f;
+    f = -1;
+    if (H5Fclose(ff) < 0) goto out;
+    rc = 0;
+out:
+    if (str_t >= 0) H5Tclose(str_t);
+    if (f >= 0) H5Fclose(f);
+    if (fcpl >= 0) H5Pclose(fcpl);
+    h5_restore(&q);
+    if (rc) {
+        ds_err("%s: cannot write shard (%s failed in HDF5)", tmp, what);
+        remove(tmp);
+    } else {
+        rc = ds_commit_file(tmp, path);
+    }
+    free(tmp);
+    return rc;
+}
+
+/* ---- reading ---- */
+
+/* Reads an integer scalar attribute; -1 when absent or not an integer. */
+static int read_attr_int(hid_t f, const char *name, int *v)
+{
+    if (H5Aexists(f, name) <= 0) return -1;
+    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
+    int rc = -1;
+    if (t >= 0 && sp >= 0 && H5Tget_class(t) == H5T_INTEGER && H5Sget_simple_extent_npoints(sp) == 1 &&
+        H5Aread(a, H5T_NATIVE_INT, v) >= 0)
+        rc = 0;
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+    H5Aclose(a);
+    return rc;
+}
+
+/* Reads a scalar string attribute (fixed or variable length) into buf. */
+static int read_attr_str(hid_t f, const char *name, char *buf, size_t cap)
+{
+    if (H5Aexists(f, name) <= 0) return -1;
+    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    hid_t t = H5Aget_type(a), sp = H5Aget_space(a), mt = -1;
+    int rc = -1;
+    if (t < 0 || sp < 0 || H5Tget_class(t) != H5T_STRING || H5Sget_simple_extent_npoints(sp) != 1) goto out;
+    if (H5Tis_variable_str(t) > 0) {
+        char *s = NULL;
+        if ((mt = vlen_utf8()) < 0 || H5Aread(a, mt, &s) < 0) goto out;
+        if (s && strlen(s) < cap) {
+            strcpy(buf, s);
+            rc = 0;
+        }
+        H5free_memory(s);
+    } else {
+        size_t sz = H5Tget_size(t);
+        if (sz == 0 || sz >= cap || (mt = H5Tcopy(t)) < 0 || H5Tset_size(mt, sz + 1) < 0 ||
+            H5Tset_strpad(mt, H5T_STR_NULLTERM) < 0)
+            goto out;
+        memset(buf, 0, cap);
+        if (H5Aread(a, mt, buf) >= 0) rc = 0;
+    }
+out:
+    if (mt >= 0) H5Tclose(mt);
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+    H5Aclose(a);
+    return rc;
+}
+
+/* Opens dataset `name`, checks its class and rank, and returns its dims. */
+static hid_t open_dataset(hid_t f, const char *name, H5T_class_t cls, int rank, hsize_t *dims)
+{
+    if (H5Lexists(f, name, H5P_DEFAULT) <= 0) return -1;
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    if (d < 0) return -1;
+    hid_t t = H5Dget_type(d), sp = H5Dget_space(d);
+    int ok = t >= 0 && sp >= 0 && H5Tget_class(t) == cls && H5Sget_simple_extent_ndims(sp) == rank &&
+             H5Sget_simple_extent_dims(sp, dims, NULL) == rank;
+    if (ok && cls == H5T_INTEGER) ok = H5Tget_size(t) <= 4;
+    if (ok && cls == H5T_STRING) ok = H5Tis_variable_str(t) > 0;
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+    if (!ok) {
+        H5Dclose(d);
+        return -1;
+    }
+    return d;
+}
+
+/* Reads n vlen strings into malloc'd copies; NULL entries become "". */
+static char **read_strings(hid_t d, size_t n)
+{
+    hid_t t = vlen_utf8();
+    if (t < 0) return NULL;
+    char **raw = ds_xcalloc(n ? n : 1, sizeof *raw);
+    if (n && H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw) < 0) {
+        free(raw);
+        H5Tclose(t);
+        return NULL;
+    }
+    char **out = ds_xmalloc((n ? n : 1) * sizeof *out);
+    for (size_t i = 0; i < n; i++) {
+        out[i] = ds_xstrdup(raw[i] ? raw[i] : "");
+        H5free_memory(raw[i]);
+    }
+    free(raw);
+    H5Tclose(t);
+    return out;
+}
+
+static void free_strings(char **s, size_t n)
+{
+    if (!s) return;
+    for (size_t i = 0; i < n; i++) free(s[i]);
+    free(s);
+}
+
+void ds_shard_close(ds_shard *s)
+{
+    if (s->hid >= 0) H5Fclose((hid_t)s->hid);
+    free_strings(s->classes, s->classes ? (size_t)s->num_classes : 0);
+    free_strings(s->paths, s->n);
+    free(s->labels);
+    free(s->path);
+    memset(s, 0, sizeof *s);
+    s->hid = -1;
+}
+
+int ds_shard_open(ds_shard *s, const char *path)
+{
+    memset(s, 0, sizeof *s);
+    s->hid = -1;
+    s->path = ds_xstrdup(path);
+    struct stat st;
+    if (stat(path, &st)) {
+        int e = errno;
+        ds_shard_close(s);
+        return ds_err("%s: %s", path, strerror(e));
+    }
+    quiet_h5 q;
+    h5_quiet(&q);
+    const char *bad = NULL;
+    char kind[32];
+    hid_t f = -1, d = -1;
+    hsize_t dims[4];
+    int version;
+    if (H5Fis_hdf5(path) <= 0 || (f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT)) < 0) {
+        bad = "not an HDF5 file";
+        goto out;
+    }
+    s->hid = f;
+    if (read_attr_int(f, "ds_format", &version)) { bad = "no ds_format attribute (not a ds file)"; goto out; }
+    if (version != DS_FORMAT_VERSION) { bad = "unknown ds_format version (expected 1)"; goto out; }
+    if (read_attr_str(f, "ds_kind", kind, sizeof kind) || strcmp(kind, "shard") != 0) {
+        bad = "ds_kind is not 'shard'";
+        goto out;
+    }
+    if (read_attr_int(f, "height", &s->height) || read_attr_int(f, "width", &s->width) ||
+        s->height <= 0 || s->width <= 0 || s->height > 65535 || s->width > 65535) {
+        bad = "height/width attributes missing or out of range";
+        goto out;
+    }
+    if (read_attr_str(f, "fit", s->fit, sizeof s->fit) || (strcmp(s->fit, "crop") && strcmp(s->fit, "squash"))) {
+        bad = "fit attribute missing or not 'crop'/'squash'";
+        goto out;
+    }
+    if (read_attr_int(f, "shard_index", &s->shard_index) || read_attr_int(f, "shard_count", &s->shard_count) ||
+        s->shard_count <= 0 || s->shard_index < 0 || s->shard_index >= s->shard_count) {
+        bad = "shard_index/shard_count attributes missing or out of range";
+        goto out;
+    }
+    if (read_attr_int(f, "num_classes", &s->num_classes) || s->num_classes <= 0) {
+        bad = "num_classes attribute missing or not positive";
+        goto out;
+    }
+
+    if ((d = open_dataset(f, "images", H5T_INTEGER, 4, dims)) < 0) { bad = "/images missing or not a 4-D integer dataset"; goto out; }
+    {
+        hid_t t = H5Dget_type(d);
+        int u8 = t >= 0 && H5Tget_size(t) == 1 && H5Tget_sign(t) == H5T_SGN_NONE;
+        if (t >= 0) H5Tclose(t);
+        if (!u8) { bad = "/images is not uint8"; goto out; }
+    }
+    if (dims[1] != (hsize_t)s->height || dims[2] != (hsize_t)s->width || dims[3] != 3) {
+        bad = "/images shape is not [N, height, width, 3]";
+        goto out;
+    }
+    s->n = dims[0];
+    hid_t dcpl = H5Dget_create_plist(d);
+    H5D_layout_t layout = dcpl >= 0 ? H5Pget_layout(dcpl) : H5D_LAYOUT_ERROR;
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (layout == H5D_LAYOUT_ERROR) { bad = "/images has an unreadable layout"; goto out; }
+    s->contiguous = layout == H5D_CONTIGUOUS;
+    s->images_offset = -1;
+    if (s->contiguous && s->n > 0) {
+        haddr_t off = H5Dget_offset(d);
+        uint64_t bytes = (uint64_t)s->n * s->height * s->width * 3;
+        if (off == HADDR_UNDEF) { bad = "/images has no storage allocated"; goto out; }
+        if ((uint64_t)off + bytes > (uint64_t)st.st_size) { bad = "file is truncated (/images runs past its end)"; goto out; }
+        s->images_offset = (int64_t)off;
+    }
+    H5Dclose(d);
+
+    if ((d = open_dataset(f, "labels", H5T_INTEGER, 1, dims)) < 0 || dims[0] != s->n) {
+        bad = "/labels missing, not integer, or not [N]";
+        goto out;
+    }
+    s->labels = ds_xmalloc((s->n ? s->n : 1) * sizeof *s->labels);
+    if (s->n && H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, s->labels) < 0) {
+        bad = "/labels cannot be read";
+        goto out;
+    }
+    for (size_t i = 0; i < s->n; i++)
+        if (s->labels[i] < 0 || s->labels[i] >= s->num_classes) { bad = "/labels has a label outside [0, num_classes)"; goto out; }
+    H5Dclose(d);
+
+    if ((d = open_dataset(f, "paths", H5T_STRING, 1, dims)) < 0 || dims[0] != s->n) {
+        bad = "/paths missing, not variable-length strings, or not [N]";
+        goto out;
+    }
+    if (!(s->paths = read_strings(d, s->n))) { bad = "/paths cannot be read"; goto out; }
+    H5Dclose(d);
+
+    if ((d = open_dataset(f, "classes", H5T_STRING, 1, dims)) < 0 || dims[0] != (hsize_t)s->num_classes) {
+        bad = "/classes missing, not variable-length strings, or not [num_classes]";
+        goto out;
+    }
+    if (!(s->classes = read_strings(d, (size_t)s->num_classes))) { bad = "/classes cannot be read"; goto out; }
+    H5Dclose(d);
+    d = -1;
+
+    /* A contiguous shard is read by pread: keep no HDF5 handle (and no descriptor) open, so
+     * a set of thousands of shards stays under the process's file limit. */
+    if (s->contiguous) {
+        H5Fclose(f);
+        s->hid = -1;
+    }
+out:
+    if (bad && d >= 0) H5Dclose(d);
+    h5_restore(&q);
+    if (bad) {
+        ds_err("%s: not a valid shard: %s", path, bad);
+        ds_shard_close(s);
+        return -1;
+    }
+    return 0;
+}
+
+int ds_shard_read_images(ds_shard *s, size_t start, size_t count, uint8_t *out)
+{
+    if (start > s->n || count > s->n - start)
+        return ds_err("%s: images [%zu, %zu) out of range (%zu images)", s->path, start, start + count, s->n);
+    if (count == 0) return 0;
+    quiet_h5 q;
+    h5_quiet(&q);
+    int rc = -1;
+    hid_t d = -1, fs = -1, ms = -1;
+    if (s->hid < 0 && (s->hid = H5Fopen(s->path, H5F_ACC_RDONLY, H5P_DEFAULT)) < 0) goto out;
+    if ((d = H5Dopen2((hid_t)s->hid, "images", H5P_DEFAULT)) < 0 || (fs = H5Dget_space(d)) < 0) goto out;
+    hsize_t off[4] = {start, 0, 0, 0}, cnt[4] = {count, (hsize_t)s->height, (hsize_t)s->width, 3};
+    if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, off, NULL, cnt, NULL) < 0) goto out;
+    if ((ms = H5Screate_simple(4, cnt, NULL)) < 0) goto out;
+    rc = H5Dread(d, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, out) < 0 ? -1 : 0;
+out:
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    if (d >= 0) H5Dclose(d);
+    h5_restore(&q);
+    if (rc) ds_err("%s: cannot read images [%zu, %zu) from /images", s->path, start, start + count);
+    return rc;
+}
+
+/* ---- a directory of shards ---- */
+
+static int is_shard_name(const char *name, int *index)
+{
+    /* shard-NNNNN.h5: at least five digits, nothing else. */
+    if (strncmp(name, "shard-", 6) != 0) return 0;
+    const char *p = name + 6;
+    int digits = 0;
+    long v = 0;
+    while (*p >= '0' && *p <= '9' && digits < 9) v = v * 10 + (*p++ - '0'), digits++;
+    if (digits < 5 || strcmp(p, ".h5") != 0) return 0;
+    *index = (int)v;
+    return 1;
+}
+
+void ds_shardset_close(ds_shardset *set)
+{
+    for (int i = 0; i < set->count; i++) ds_shard_close(&set->shards[i]);
+    free(set->shards);
+    free(set->first);
+    free(set->dir);
+    memset(set, 0, sizeof *set);
+}
+
+int ds_shardset_open(ds_shardset *set, const char *dir)
+{
+    memset(set, 0, sizeof *set);
+    DIR *dh = opendir(dir);
+    if (!dh) return ds_err("%s: %s", dir, strerror(errno));
+    int max_index = -1, found = 0;
+    struct dirent *e;
+    while ((e = readdir(dh))) {
+        int idx;
+        if (!is_shard_name(e->d_name, &idx)) continue;
+        found++;
+        if (idx > max_index) max_index = idx;
+    }
+    closedir(dh);
+    if (!found) return ds_err("%s: no shard-NNNNN.h5 files (not a dspack output directory?)", dir);
+    if (found != max_index + 1)
+        return ds_err("%s: shards are not numbered 0..%d without gaps (%d found)", dir, max_index, found);
+
+    set->dir = ds_xstrdup(dir);
+    set->count = found;
+    set->shards = ds_xcalloc((size_t)found, sizeof *set->shards);
+    set->first = ds_xcalloc((size_t)found + 1, sizeof *set->first);
+    for (int i = 0; i < found; i++) set->shards[i].hid = -1;
+    for (int i = 0; i < found; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "shard-%05d.h5", i);
+        char *p = ds_path_join(dir, name);
+        int rc = ds_shard_open(&set->shards[i], p);
+        free(p);
+        if (rc) {
+            set->count = i;
+            ds_shardset_close(set);
+            return -1;
+        }
+        ds_shard *s = &set->shards[i], *s0 = &set->shards[0];
+        const char *bad = NULL;
+        if (s->shard_index != i) bad = "shard_index does not match its file name";
+        else if (s->shard_count != found) bad = "shard_count does not match the number of shard files";
+        else if (s->height != s0->height || s->width != s0->width || strcmp(s->fit, s0->fit))
+            bad = "image size or fit differs from shard-00000.h5";
+        else if (s->num_classes != s0->num_classes) bad = "num_classes differs from shard-00000.h5";
+        else
+            for (int c = 0; c < s->num_classes && !bad; c++)
+                if (strcmp(s->classes[c], s0->classes[c])) bad = "/classes differs from shard-00000.h5";
+        if (bad) {
+            ds_err("%s: %s", s->path, bad);
+            set->count = i + 1;
+            ds_shardset_close(set);
+            return -1;
+        }
+        set->first[i + 1] = set->first[i] + s->n;
+    }
+    set->total = set->first[found];
+    return 0;
+}
+
+void ds_shardset_locate(const ds_shardset *set, size_t global, int *shard, size_t *local)
+{
+    /* The last shard whose first index is <= global; empty shards share their first index
+     * with the next one, and upper-bound search skips them. */
+    int lo = 0, hi = set->count;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (set->first[mid] <= global) lo = mid;
+        else hi = mid;
+    }
+    *shard = lo;
+    *local = global - set->first[lo];
+}

@@ -1,0 +1,188 @@
+/* Shard files: write -> open -> read round trip, byte-identical rewrites, and refusal of
+ * files that are truncated, of another kind, or inconsistent within a set. */
+#include "../check.h"
+#include "fsutil.h"
+#include "shard.h"
+
+#include <hdf5.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static char *classes[] = {"cat", "dog", "emu"};
+
+static ds_shard_meta meta_for(int index, int count, int compress)
+{
+    return (ds_shard_meta){.height = 4, .width = 5, .fit = "crop", .shard_index = index,
+                           .shard_count = count, .classes = classes, .num_classes = 3,
+                           .compress = compress};
+}
+
+static void fill(uint8_t *img, size_t n, int salt)
+{
+    for (size_t i = 0; i < n * 4 * 5 * 3; i++) img[i] = (uint8_t)(i * 7 + salt);
+}
+
+static int files_equal(const char *a, const char *b)
+{
+    size_t la, lb;
+    char *x = ds_read_file(a, &la), *y = ds_read_file(b, &lb);
+    int eq = x && y && la == lb && memcmp(x, y, la) == 0;
+    free(x);
+    free(y);
+    return eq;
+}
+
+static void test_roundtrip(int compress)
+{
+    check_begin(compress ? "shard_roundtrip_compressed" : "shard_roundtrip_contiguous");
+    uint8_t img[3 * 60], back[3 * 60];
+    fill(img, 3, 1);
+    int32_t labels[3] = {2, 0, 1};
+    char *paths[3] = {"emu/a.jpg", "cat/b.JPEG", "dog/ü.png"};
+    char p[300];
+    snprintf(p, sizeof p, "%s/rt%d.h5", dir, compress);
+    ds_shard_meta m = meta_for(1, 2, compress);
+    CHECK(ds_shard_write(p, &m, img, labels, paths, 3) == 0, "write");
+    char tmp[310];
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    CHECK(access(tmp, F_OK) != 0, "tmp file left behind");
+    ds_shard s;
+    CHECK(ds_shard_open(&s, p) == 0, "open");
+    CHECK(s.n == 3 && s.height == 4 && s.width == 5 && !strcmp(s.fit, "crop"), "header n=%zu", s.n);
+    CHECK(s.shard_index == 1 && s.shard_count == 2 && s.num_classes == 3, "indices");
+    CHECK(s.contiguous == !compress, "contiguous %d", s.contiguous);
+    for (int i = 0; i < 3; i++) {
+        CHECK(s.labels[i] == labels[i], "label %d", i);
+        CHECK(!strcmp(s.paths[i], paths[i]), "path %d: %s", i, s.paths[i]);
+        CHECK(!strcmp(s.classes[i], classes[i]), "class %d", i);
+    }
+    memset(back, 0, sizeof back);
+    CHECK(ds_shard_read_images(&s, 1, 2, back) == 0, "read");
+    CHECK(memcmp(back, img + 60, 120) == 0, "pixels through HDF5");
+    if (!compress) {
+        /* The loader's path: pread at images_offset. */
+        FILE *f = fopen(p, "rb");
+        memset(back, 0, sizeof back);
+        CHECK(f && fseek(f, s.images_offset, SEEK_SET) == 0 && fread(back, 1, 180, f) == 180, "pread");
+        CHECK(memcmp(back, img, 180) == 0, "pixels at images_offset");
+        if (f) fclose(f);
+    }
+    CHECK(ds_shard_read_images(&s, 2, 2, back) != 0, "out-of-range read refused");
+    ds_shard_close(&s);
+
+    /* Same input, same bytes: no timestamps anywhere in the file. */
+    char p2[300];
+    snprintf(p2, sizeof p2, "%s/rt%d-again.h5", dir, compress);
+    sleep(1);
+    CHECK(ds_shard_write(p2, &m, img, labels, paths, 3) == 0, "rewrite");
+    CHECK(files_equal(p, p2), "rewrite is not byte-identical");
+    check_end();
+}
+
+static void test_refusals(void)
+{
+    check_begin("shard_refuses_bad_files");
+    uint8_t img[2 * 60];
+    fill(img, 2, 3);
+    int32_t labels[2] = {0, 1};
+    char *paths[2] = {"a", "b"};
+    char p[300], cmd[700];
+    snprintf(p, sizeof p, "%s/good.h5", dir);
+    ds_shard_meta m = meta_for(0, 1, 0);
+    CHECK(ds_shard_write(p, &m, img, labels, paths, 2) == 0, "write");
+    ds_shard s;
+
+    /* Truncated: /images runs past the end of the file. */
+    snprintf(cmd, sizeof cmd, "%s/trunc.h5", dir);
+    size_t len;
+    char *bytes = ds_read_file(p, &len);
+    FILE *f = fopen(cmd, "wb");
+    CHECK(f && bytes && fwrite(bytes, 1, len - 100, f) == len - 100, "write truncated copy");
+    if (f) fclose(f);
+    free(bytes);
+    CHECK(ds_shard_open(&s, cmd) != 0, "truncated shard accepted");
+
+    /* Not HDF5 at all. */
+    snprintf(cmd, sizeof cmd, "%s/text.h5", dir);
+    f = fopen(cmd, "w");
+    if (f) fputs("hello\n", f), fclose(f);
+    CHECK(ds_shard_open(&s, cmd) != 0, "text file accepted");
+    CHECK(ds_shard_open(&s, "/nonexistent/shard.h5") != 0, "missing file accepted");
+
+    /* An HDF5 file of another kind. */
+    snprintf(cmd, sizeof cmd, "%s/other.h5", dir);
+    hid_t h = H5Fcreate(cmd, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    CHECK(h >= 0, "create other");
+    H5Fclose(h);
+    CHECK(ds_shard_open(&s, cmd) != 0, "kind-less HDF5 accepted");
+
+    /* Bad label written by a buggy writer. */
+    int32_t bad_labels[2] = {0, 3};
+    snprintf(cmd, sizeof cmd, "%s/badlabel.h5", dir);
+    CHECK(ds_shard_write(cmd, &m, img, bad_labels, paths, 2) == 0, "write bad labels");
+    CHECK(ds_shard_open(&s, cmd) != 0, "label out of range accepted");
+    check_end();
+}
+
+static void test_set(void)
+{
+    check_begin("shardset_open_locate");
+    char sd[300], p[340];
+    snprintf(sd, sizeof sd, "%s/set", dir);
+    CHECK(ds_mkdirs(sd) == 0, "mkdir");
+    uint8_t img[5 * 60];
+    fill(img, 5, 9);
+    int32_t labels[5] = {0, 1, 2, 0, 1};
+    char *paths[5] = {"a", "b", "c", "d", "e"};
+    size_t sizes[3] = {3, 0, 2};
+    size_t at = 0;
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/shard-%05d.h5", sd, i);
+        ds_shard_meta m = meta_for(i, 3, 0);
+        CHECK(ds_shard_write(p, &m, img + at * 60, labels + at, paths + at, sizes[i]) == 0, "write %d", i);
+        at += sizes[i];
+    }
+    ds_shardset set;
+    CHECK(ds_shardset_open(&set, sd) == 0, "open set");
+    CHECK(set.count == 3 && set.total == 5, "count %d total %zu", set.count, set.total);
+    int want_shard[5] = {0, 0, 0, 2, 2};
+    size_t want_local[5] = {0, 1, 2, 0, 1};
+    for (size_t g = 0; g < 5 && set.count == 3; g++) {
+        int sh;
+        size_t loc;
+        ds_shardset_locate(&set, g, &sh, &loc);
+        CHECK(sh == want_shard[g] && loc == want_local[g], "locate %zu -> %d/%zu", g, sh, loc);
+        CHECK(!strcmp(set.shards[sh].paths[loc], paths[g]), "path at %zu", g);
+    }
+    if (set.count) ds_shardset_close(&set);
+
+    /* A gap in the numbering, and a shard from another set. */
+    snprintf(p, sizeof p, "%s/shard-00001.h5", sd);
+    CHECK(remove(p) == 0, "remove");
+    CHECK(ds_shardset_open(&set, sd) != 0, "gap accepted");
+    ds_shard_meta m = meta_for(1, 3, 0);
+    m.height = 5;
+    uint8_t big[75];
+    memset(big, 0, sizeof big);
+    CHECK(ds_shard_write(p, &m, big, labels, paths, 1) == 0, "write odd shard");
+    CHECK(ds_shardset_open(&set, sd) != 0, "mismatched size accepted");
+    CHECK(ds_shardset_open(&set, dir) != 0, "directory without a full set accepted");
+    check_end();
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "%s/test_shard.XXXXXX", getenv("DS_TEST_TMP") ? getenv("DS_TEST_TMP") : "/tmp");
+    if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
+    test_roundtrip(0);
+    test_roundtrip(5);
+    test_refusals();
+    test_set();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) fprintf(stderr, "cannot remove %s\n", dir);
+    return check_exit();
+}
