@@ -1,0 +1,227 @@
+/* dsplit: a class-folder tree -> classes.txt, train.txt, val.txt (DESIGN §2, §6), and
+ * optionally the DIR/train/<class>/, DIR/val/<class>/ trees. */
+#include "cli.h"
+#include "fsutil.h"
+#include "log.h"
+#include "manifest.h"
+#include "materialize.h"
+#include "split.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *out_dir, *mat_dir, *how_name = "symlink";
+static double val_fraction = 0.2;
+static long long seed = 42;
+static int json;
+
+static ds_option opts[] = {
+    {.name = "out", .short_name = 'o', .type = DS_OPT_STRING, .value = &out_dir, .arg = "DIR",
+     .help = "write classes.txt, train.txt, val.txt here (required)"},
+    {.name = "val", .type = DS_OPT_DOUBLE, .value = &val_fraction, .arg = "FRACTION",
+     .help = "share of each class that goes to val", .min = 0, .max = 1},
+    {.name = "seed", .type = DS_OPT_INT, .value = &seed, .arg = "N", .help = "seed of the per-class shuffle",
+     .min = 0, .max = 9.2e18},
+    {.name = "materialize", .type = DS_OPT_STRING, .value = &mat_dir, .arg = "DIR",
+     .help = "also build DIR/train/<class>/ and DIR/val/<class>/"},
+    {.name = "how", .type = DS_OPT_CHOICE, .value = &how_name, .choices = "symlink|hardlink|copy|move",
+     .help = "how --materialize places files (only move touches ROOT)"},
+    {.name = "json", .type = DS_OPT_FLAG, .value = &json, .help = "print the counts as JSON on stdout"},
+    {0},
+};
+
+static ds_cli cli = {
+    .prog = "dsplit",
+    .args = "[options] ROOT -o DIR",
+    .summary = "Split a class-folder tree (ROOT/<class>/<image>) into train and val manifests.",
+    .epilog =
+        "Per class, the file names are sorted, shuffled with Philox keyed by (seed, class name),\n"
+        "and min(ceil(n x FRACTION), n - 1) go to val: a class's split depends on nothing else.\n"
+        "Images are files named *.jpg, *.jpeg, *.png (any case) directly in a class directory;\n"
+        "other entries are skipped and counted (-v lists them).\n"
+        "With --how move the manifests point at DIR/train and DIR/val, where the images end\n"
+        "up; an interrupted move finishes when rerun with the same options.",
+    .min_pos = 1,
+    .max_pos = 1,
+    .opts = opts,
+};
+
+/* Whether `path` is `dir` or lies below it (both absolute and symlink-free). */
+static int inside(const char *path, const char *dir)
+{
+    size_t l = strlen(dir);
+    return !strncmp(path, dir, l) && (path[l] == 0 || path[l] == '/' || (l == 1 && dir[0] == '/'));
+}
+
+/* Creates dir (if needed) and returns its absolute path; refuses one inside the root,
+ * where the next scan would take it for a class. */
+static char *prepare_dir(const char *dir, const char *root, const char *what)
+{
+    int existed = access(dir, F_OK) == 0;
+    if (ds_mkdirs(dir)) return NULL;
+    char *abs = ds_realpath(dir);
+    if (abs && inside(abs, root)) {
+        ds_err("%s %s is inside ROOT %s, where the next run would take it for a class", what, dir, root);
+        if (!existed) rmdir(abs);
+        free(abs);
+        return NULL;
+    }
+    if (abs && access(abs, W_OK)) {
+        ds_err("cannot write to %s: %s", dir, strerror(errno));
+        free(abs);
+        return NULL;
+    }
+    return abs;
+}
+
+/* The three files appear together: each is written whole under a ".new" name first, and
+ * only when all three exist are they renamed over the old ones. */
+static int write_outputs(const char *out, const ds_split_tree *t, const char *train_root,
+                         const char *val_root, const ds_manifest_entry *train, size_t ntrain,
+                         const ds_manifest_entry *val, size_t nval)
+{
+    static const char *names[3] = {"classes.txt", "train.txt", "val.txt"};
+    char *final[3], *fresh[3];
+    for (int i = 0; i < 3; i++) {
+        final[i] = ds_path_join(out, names[i]);
+        fresh[i] = ds_xmalloc(strlen(final[i]) + 5);
+        sprintf(fresh[i], "%s.new", final[i]);
+    }
+    char **classes = ds_xmalloc(t->nclasses * sizeof *classes);
+    for (int c = 0; c < t->nclasses; c++) classes[c] = t->classes[c].name;
+    int rc = ds_classes_write(fresh[0], classes, t->nclasses);
+    if (rc == 0) rc = ds_manifest_write(fresh[1], train_root, train, ntrain);
+    if (rc == 0) rc = ds_manifest_write(fresh[2], val_root, val, nval);
+    for (int i = 0; i < 3 && rc == 0; i++) rc = ds_commit_file(fresh[i], final[i]);
+    for (int i = 0; i < 3; i++) {
+        if (rc) unlink(fresh[i]);
+        free(final[i]);
+        free(fresh[i]);
+    }
+    free(classes);
+    return rc;
+}
+
+static void print_json(const ds_split_tree *t, size_t ntrain, size_t nval, int empty,
+                       const char *mat_abs, size_t placed, size_t present)
+{
+    static const char *keys[DS_SKIP_KINDS] = {
+        [DS_SKIP_HIDDEN] = "hidden", [DS_SKIP_BAD_NAME] = "bad_name",
+        [DS_SKIP_NOT_IMAGE] = "not_image", [DS_SKIP_DIR] = "nested_dir",
+        [DS_SKIP_ROOT_FILE] = "root_file",
+    };
+    printf("{\"root\": ");
+    ds_json_string(stdout, t->root);
+    printf(", \"classes\": %d, \"images\": %zu, \"train\": %zu, \"val\": %zu, \"empty_classes\": %d, "
+           "\"seed\": %lld, \"val_fraction\": %.15g, \"skipped\": {",
+           t->nclasses, t->nimages, ntrain, nval, empty, seed, val_fraction);
+    for (int k = 0; k < DS_SKIP_KINDS; k++) printf("%s\"%s\": %zu", k ? ", " : "", keys[k], t->skipped[k]);
+    printf("}, \"materialized\": ");
+    if (mat_abs) {
+        printf("{\"dir\": ");
+        ds_json_string(stdout, mat_abs);
+        printf(", \"how\": \"%s\", \"placed\": %zu, \"present\": %zu}", how_name, placed, present);
+    } else {
+        printf("null");
+    }
+    printf("}\n");
+}
+
+int main(int argc, char **argv)
+{
+    char **pos;
+    ds_cli_parse(&cli, argc, argv, &pos);
+    if (!out_dir) ds_usage_error(&cli, "missing -o/--out DIR");
+    if (ds_cli_given(&cli, "how") && !mat_dir) ds_usage_error(&cli, "--how needs --materialize DIR");
+    ds_mat_how how = (ds_mat_how)ds_mat_how_parse(how_name);
+    double t0 = ds_now();
+
+    ds_split_tree t;
+    if (ds_split_scan(&t, pos[0])) return 1;
+    char *out_abs = prepare_dir(out_dir, t.root, "output directory");
+    char *mat_abs = NULL;
+    if (out_abs && mat_dir) mat_abs = prepare_dir(mat_dir, t.root, "--materialize directory");
+    if (!out_abs || (mat_dir && !mat_abs)) {
+        ds_split_tree_free(&t);
+        free(out_abs);
+        return 1;
+    }
+
+    if (mat_abs && how == DS_MAT_MOVE) {
+        /* Files an interrupted move already took out of ROOT still belong to the split. */
+        char **moved;
+        size_t nmoved;
+        if (ds_materialize_moved(out_abs, mat_abs, t.root, &moved, &nmoved)) return 1;
+        if (nmoved) ds_info("%zu images were moved by an earlier run; finishing it", nmoved);
+        ds_split_tree_add(&t, moved, nmoved);
+        for (size_t i = 0; i < nmoved; i++) free(moved[i]);
+        free(moved);
+    }
+
+    for (size_t i = 0; i < t.nskipped; i++)
+        ds_debug("skipped %s/%s (%s)", t.root, t.skipped_paths[i], ds_split_skip_name(t.skipped_kind[i]));
+    int empty = 0;
+    for (int c = 0; c < t.nclasses; c++) {
+        if (t.classes[c].n) continue;
+        empty++;
+        ds_warn("class %s has no images; it keeps label %d", t.classes[c].name, c);
+    }
+
+    ds_manifest_entry *train, *val;
+    size_t ntrain, nval;
+    ds_split_assign(&t, val_fraction, (uint64_t)seed, &train, &ntrain, &val, &nval);
+
+    char *train_root = ds_xstrdup(t.root), *val_root = ds_xstrdup(t.root);
+    if (mat_abs && how == DS_MAT_MOVE) {
+        free(train_root);
+        free(val_root);
+        train_root = ds_path_join(mat_abs, "train");
+        val_root = ds_path_join(mat_abs, "val");
+    }
+    int rc = write_outputs(out_abs, &t, train_root, val_root, train, ntrain, val, nval);
+
+    size_t placed = 0, present = 0;
+    if (rc == 0 && mat_abs) {
+        char **classes = ds_xmalloc(t.nclasses * sizeof *classes);
+        for (int c = 0; c < t.nclasses; c++) classes[c] = t.classes[c].name;
+        ds_progress p;
+        ds_progress_start(&p, how_name, "file", (int64_t)(ntrain + nval), ds_verbosity < 0 ? 0 : ds_cli_progress_mode());
+        rc = ds_materialize(mat_abs, "train", "val", t.root, classes, t.nclasses, train, ntrain, how, &p,
+                            &placed, &present);
+        if (rc == 0)
+            rc = ds_materialize(mat_abs, "val", "train", t.root, classes, t.nclasses, val, nval, how, &p,
+                                &placed, &present);
+        ds_progress_end(&p);
+        free(classes);
+    }
+
+    if (rc == 0) {
+        size_t skipped = 0;
+        char detail[512] = "";
+        int dl = 0;
+        for (int k = 0; k < DS_SKIP_KINDS; k++) {
+            if (!t.skipped[k]) continue;
+            skipped += t.skipped[k];
+            dl += snprintf(detail + dl, sizeof detail - dl, "%s%zu %s", dl ? ", " : "", t.skipped[k],
+                           ds_split_skip_name(k));
+        }
+        ds_info("%d classes, %zu images: %zu train, %zu val (seed %lld, val %g) -> %s  [%.2fs]",
+                t.nclasses, t.nimages, ntrain, nval, seed, val_fraction, out_dir, ds_now() - t0);
+        if (skipped) ds_info("skipped %zu entries: %s%s", skipped, detail, ds_verbosity > 0 ? "" : " (-v lists them)");
+        if (mat_abs)
+            ds_info("%s: %zu files placed by %s, %zu already there", mat_dir, placed, how_name, present);
+        if (json) print_json(&t, ntrain, nval, empty, mat_abs, placed, present);
+    }
+
+    ds_split_entries_free(train, ntrain);
+    ds_split_entries_free(val, nval);
+    free(train_root);
+    free(val_root);
+    free(out_abs);
+    free(mat_abs);
+    ds_split_tree_free(&t);
+    return rc ? 1 : 0;
+}
