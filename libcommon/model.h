@@ -1,0 +1,156 @@
+/* model: ResNets as a flat list of layers over a backend, with memory planned once.
+ *
+ * A model is built from a small table per architecture (torchvision's resnet18/34/50/101,
+ * v1.5 with the stride on the bottleneck's 3x3, and `resnet20`, the CIFAR-style network:
+ * 3x3 stem of 16 channels, no max pool, 3 stages of 3 basic blocks with 16/32/64 channels,
+ * projection shortcuts where the shape changes). Forward walks the list, backward walks it
+ * in reverse; batch norm is fused with the residual add and the ReLU that follow it.
+ *
+ * Memory: five backend allocations, each sized by a planning pass at create time, nothing
+ * allocated afterwards:
+ *   parameters   every learnable tensor, then the BN running mean / var buffers
+ *   reduction    gradients (same order as the learnables), then per BN layer the sums of
+ *                micro-batch mean and unbiased variance: ONE buffer, so data-parallel
+ *                training reduces gradients and BN statistics in a single allreduce
+ *   momentum     SGD momentum buffers (same order as the learnables)
+ *   activations  the input batch, every layer's output (kept for backward), BN batch
+ *                statistics, the gradient ping-pong buffers, logits, labels, losses
+ *   workspace    the largest convolution scratch any layer asks for
+ * An inference-only model (training = 0) has no reduction or momentum buffers and keeps
+ * only the two largest activations alive at a time.
+ *
+ * Tensors are named and shaped as PyTorch's state_dict (conv1.weight [O, I, H, W],
+ * layer1.0.bn1.running_mean, fc.weight [classes, features], bn1.num_batches_tracked int64);
+ * ds_model_tensor_get/set convert between PyTorch's OIHW and the engine's OHWI.
+ *
+ * One training step for world W ranks and A accumulation steps of micro-batch B:
+ *     ds_model_zero_reduction(m);
+ *     for each micro-batch: write the input (ds_model_input), ds_model_forward(m, n, 1),
+ *                           loss += ds_model_backward(m, labels, n, 1.0f / G, smoothing);
+ *     allreduce ds_model_reduction(m, &count) across ranks (sum);
+ *     ds_model_step(m, &sgd, A * W);
+ */
+#ifndef DS_MODEL_H
+#define DS_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+#define DS_BN_EPS 1e-5f
+#define DS_BN_MOMENTUM 0.1f
+
+typedef struct ds_model ds_model;
+
+typedef struct {
+    const char *arch;      /* "resnet18", "resnet34", "resnet50", "resnet101", "resnet20" */
+    int num_classes;
+    int max_batch;         /* largest micro-batch forward/backward will be given */
+    int height, width;     /* input size */
+    int training;          /* 0: inference only (no gradients, momentum or backward) */
+} ds_model_config;
+
+/* Architecture names, ", "-separated, for --help and error messages. */
+const char *ds_arch_names(void);
+/* 1 when name is a known architecture. */
+int ds_arch_known(const char *name);
+
+/* Builds the layer list, plans and allocates memory. Parameters are zero until
+ * ds_model_init or a checkpoint load fills them. Returns NULL with a message on an unknown
+ * architecture, a size too small for the network, or an allocation failure. */
+ds_model *ds_model_create(const ds_backend *be, const ds_model_config *cfg);
+void ds_model_free(ds_model *m);
+
+const ds_backend *ds_model_backend(const ds_model *m);
+const ds_model_config *ds_model_config_of(const ds_model *m);   /* arch points into m */
+
+/* Parameters from the seed, as torchvision initialises a ResNet: convolutions Kaiming
+ * normal (fan_out, ReLU gain), BN weight 1 / bias 0 / running mean 0 / var 1, linear
+ * weight and bias uniform in +-1/sqrt(fan_in). Each tensor draws from its own Philox
+ * stream (DS_RNG_INIT, id = tensor index), so the result does not depend on threads.
+ * Also resets momentum, the optimizer's first-step state and num_batches_tracked. */
+void ds_model_init(ds_model *m, uint64_t seed);
+
+/* ---- sizes ---- */
+size_t ds_model_param_count(const ds_model *m);       /* learnable scalars (resnet50: 25,557,032) */
+/* Bytes of each planned allocation (0 for those an inference model does not have). */
+typedef struct {
+    size_t params, reduction, momentum, activations, workspace;
+} ds_model_memory;
+ds_model_memory ds_model_memory_plan(const ds_model *m);
+
+/* ---- compute ---- */
+
+/* The input batch [max_batch, height, width, 3] float NHWC, normalised, in backend memory:
+ * write it with be->normalize_u8 or be->upload. */
+float *ds_model_input(ds_model *m);
+
+/* Forward pass on the first n (<= max_batch) images of the input. training = 1: BN uses
+ * the batch statistics and adds this micro-batch's mean and unbiased variance to the
+ * reduction buffer's statistics; training = 0: BN uses the running statistics (eval mode).
+ * Returns the logits [n, num_classes] in backend memory (valid until the next forward). */
+const float *ds_model_forward(ds_model *m, int n, int training);
+
+/* Softmax cross-entropy of the last forward's logits against labels (host, [n]).
+ * Returns the sum over the n samples of each sample's loss (not divided by anything). */
+double ds_model_loss(ds_model *m, const int32_t *labels, int n, float smoothing);
+
+/* Loss, then backward through the last forward (which must have been training = 1 with
+ * the same n): parameter gradients of (loss summed over the micro-batch) x scale are ADDED
+ * to the reduction buffer. scale is 1 / global batch (DESIGN §3). Returns the summed loss
+ * as ds_model_loss does. Training models only. */
+double ds_model_backward(ds_model *m, const int32_t *labels, int n, float scale, float smoothing);
+
+/* ---- optimizer ---- */
+
+/* The reduction buffer (backend memory) and its length in floats. */
+float *ds_model_reduction(ds_model *m, size_t *count);
+void ds_model_zero_reduction(ds_model *m);
+
+typedef struct {
+    float lr, momentum, weight_decay;
+    int nesterov;
+} ds_sgd;
+
+/* torch.optim.SGD (dampening 0) on every learnable tensor with the gradients in the
+ * reduction buffer, and the BN running-stat update from its statistics:
+ *     running = (1 - 0.1) running + 0.1 * (sum of micro-batch stats) / micro_batches
+ * (running_var from the unbiased variance, as PyTorch), num_batches_tracked += 1.
+ * The first call after init (or after loading a checkpoint without momentum buffers) uses
+ * SGD's first-step rule buf = g. Does not zero the reduction buffer. */
+void ds_model_step(ds_model *m, const ds_sgd *sgd, int micro_batches);
+
+/* Whether momentum buffers hold state (at least one step was taken since init). The
+ * checkpoint saves momentum only then, and loading momentum sets it. */
+int ds_model_momentum_started(const ds_model *m);
+void ds_model_set_momentum_started(ds_model *m, int started);
+
+/* ---- tensors by state_dict name (checkpoints, tests) ---- */
+
+typedef enum { DS_TENSOR_PARAM, DS_TENSOR_BUFFER, DS_TENSOR_COUNTER } ds_tensor_kind;
+
+typedef struct {
+    char name[64];         /* "layer1.0.downsample.1.running_var" */
+    ds_tensor_kind kind;   /* PARAM: learnable (has gradient and momentum); BUFFER: BN running
+                              mean/var; COUNTER: num_batches_tracked (int64, 0-dim) */
+    int ndim;              /* 0 for COUNTER */
+    int64_t shape[4];      /* PyTorch's shape */
+    size_t count;          /* elements (1 for COUNTER) */
+} ds_tensor_info;
+
+int ds_model_tensor_count(const ds_model *m);
+const ds_tensor_info *ds_model_tensor(const ds_model *m, int i);
+/* Index of the tensor with this name, or -1. */
+int ds_model_tensor_find(const ds_model *m, const char *name);
+/* Copy a tensor to / from host memory in PyTorch's layout: float[count] for PARAM and
+ * BUFFER, int64_t[1] for COUNTER. */
+void ds_model_tensor_get(ds_model *m, int i, void *host);
+void ds_model_tensor_set(ds_model *m, int i, const void *host);
+/* Gradient (from the reduction buffer) and momentum buffer of a PARAM tensor, PyTorch
+ * layout, float[count]. Return -1 with a message for other kinds or inference models. */
+int ds_model_grad_get(ds_model *m, int i, float *host);
+int ds_model_momentum_get(ds_model *m, int i, float *host);
+int ds_model_momentum_set(ds_model *m, int i, const float *host);
+
+#endif
