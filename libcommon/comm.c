@@ -1,0 +1,178 @@
+#include "comm.h"
+#include "log.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef DS_HAVE_MPI
+#include <mpi.h>
+#endif
+
+static int world_rank = 0, world_size = 1, node_rank = 0, node_size = 1;
+static int mpi_live;                          /* MPI_Init done here, MPI_Finalize not yet */
+static size_t chunk_elems = (size_t)1 << 26;  /* elements per MPI call; counts are int */
+
+int ds_comm_rank(void) { return world_rank; }
+int ds_comm_world(void) { return world_size; }
+int ds_comm_local_rank(void) { return node_rank; }
+int ds_comm_local_size(void) { return node_size; }
+int ds_comm_launched(void) { return mpi_live; }
+
+void ds_comm_set_chunk(size_t elems)
+{
+    chunk_elems = elems < 1 ? 1 : elems > INT_MAX ? INT_MAX : elems;
+}
+
+void ds_comm_abort(int status)
+{
+#ifdef DS_HAVE_CUDA
+    /* A rank blocked in an NCCL kernel would never reach MPI again; abort NCCL first so
+     * this rank's GPU work stops, then let MPI_Abort kill the other ranks. */
+    ds_nccl_abort();
+#endif
+#ifdef DS_HAVE_MPI
+    if (mpi_live) MPI_Abort(MPI_COMM_WORLD, status ? status : 1);
+#endif
+    exit(status);
+}
+
+/* ds_die's hook: a fatal error on one rank ends the job. */
+static void abort_hook(int status) { ds_comm_abort(status); }
+
+#ifdef DS_HAVE_MPI
+
+/* Every MPI call goes through this: the communicator has MPI_ERRORS_RETURN, so a failure
+ * comes back here, is printed with where it happened and MPI's own words, and ends the
+ * job (a collective that failed on one rank cannot be continued by the others). */
+#define mpiCheck(call) mpi_check((call), #call, __FILE__, __LINE__)
+static void mpi_check(int rc, const char *what, const char *file, int line)
+{
+    if (rc == MPI_SUCCESS) return;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error %d", rc);
+    ds_err("%s:%d: %s: %s (rank %d of %d)", file, line, what, msg, world_rank, world_size);
+    ds_comm_abort(1);
+}
+
+/* A launcher sets one of these for each process it starts: OpenMPI's mpirun, and the
+ * PMI/PMIx process managers (srun, hydra). Without one, MPI_Init would start a singleton
+ * (and, in OpenMPI, try to spawn its daemon), which a world of one does not need. */
+static int launched_by_mpi(void)
+{
+    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        if (getenv(vars[i])) return 1;
+    return 0;
+}
+
+int ds_comm_init(int *argc, char ***argv)
+{
+    if (!launched_by_mpi()) goto done;
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+        return ds_err("MPI_Init_thread failed");
+    mpi_live = 1;
+    mpiCheck(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    if (provided < MPI_THREAD_SERIALIZED)
+        ds_warn("MPI provides thread level %d, below MPI_THREAD_SERIALIZED", provided);
+    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+    /* The processes that share memory are the ones on this node; their order among
+     * themselves (key = world rank) is the GPU each one drives. */
+    MPI_Comm node;
+    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node));
+    mpiCheck(MPI_Comm_rank(node, &node_rank));
+    mpiCheck(MPI_Comm_size(node, &node_size));
+    mpiCheck(MPI_Comm_free(&node));
+done:
+    ds_set_abort_hook(abort_hook);
+    return 0;
+}
+
+void ds_comm_free(void)
+{
+#ifdef DS_HAVE_CUDA
+    ds_nccl_free();
+#endif
+    if (!mpi_live) return;
+    mpiCheck(MPI_Finalize());
+    mpi_live = 0;
+}
+
+/* Sum on rank 0, then broadcast: the one sum that exists is the one every rank gets. */
+static void reduce_bcast(void *buf, size_t n, size_t elem, MPI_Datatype type)
+{
+    if (!mpi_live || world_size == 1) return;
+    char *p = buf;
+    for (size_t off = 0; off < n; off += chunk_elems) {
+        int count = (int)(n - off < chunk_elems ? n - off : chunk_elems);
+        void *chunk = p + off * elem;
+        if (world_rank == 0)
+            mpiCheck(MPI_Reduce(MPI_IN_PLACE, chunk, count, type, MPI_SUM, 0, MPI_COMM_WORLD));
+        else
+            mpiCheck(MPI_Reduce(chunk, NULL, count, type, MPI_SUM, 0, MPI_COMM_WORLD));
+        mpiCheck(MPI_Bcast(chunk, count, type, 0, MPI_COMM_WORLD));
+    }
+}
+
+void ds_comm_allreduce_sum_f32(float *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_FLOAT); }
+void ds_comm_allreduce_sum_f64(double *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_DOUBLE); }
+
+void ds_comm_allreduce_sum_i64(int64_t *buf, size_t n)
+{
+    if (!mpi_live || world_size == 1) return;
+    for (size_t off = 0; off < n; off += chunk_elems) {
+        int count = (int)(n - off < chunk_elems ? n - off : chunk_elems);
+        mpiCheck(MPI_Allreduce(MPI_IN_PLACE, buf + off, count, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+    }
+}
+
+void ds_comm_bcast(void *buf, size_t bytes, int root)
+{
+    if (!mpi_live || world_size == 1) return;
+    char *p = buf;
+    for (size_t off = 0; off < bytes; off += chunk_elems) {
+        int count = (int)(bytes - off < chunk_elems ? bytes - off : chunk_elems);
+        mpiCheck(MPI_Bcast(p + off, count, MPI_BYTE, root, MPI_COMM_WORLD));
+    }
+}
+
+void ds_comm_barrier(void)
+{
+    if (mpi_live && world_size > 1) mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
+}
+
+int ds_comm_any(int flag)
+{
+    int any = flag != 0;
+    if (mpi_live && world_size > 1)
+        mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD));
+    return any;
+}
+
+#else /* no MPI: always a world of one */
+
+int ds_comm_init(int *argc, char ***argv)
+{
+    ds_set_abort_hook(abort_hook);
+    return 0;
+}
+
+void ds_comm_free(void)
+{
+#ifdef DS_HAVE_CUDA
+    ds_nccl_free();
+#endif
+}
+
+void ds_comm_allreduce_sum_f32(float *buf, size_t n) {}
+void ds_comm_allreduce_sum_f64(double *buf, size_t n) {}
+void ds_comm_allreduce_sum_i64(int64_t *buf, size_t n) {}
+void ds_comm_bcast(void *buf, size_t bytes, int root) {}
+void ds_comm_barrier(void) {}
+int ds_comm_any(int flag) { return flag != 0; }
+
+#endif

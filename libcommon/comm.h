@@ -1,0 +1,85 @@
+/* comm: the processes of one job, one per device, and the reductions between them.
+ *
+ * Run without a launcher, a tool is a world of one: no MPI call is made at all, so no MPI
+ * daemon is started or needed, and every collective below is a no-op (or the identity).
+ * Started by `mpirun` (or srun/PMI), ranks come from MPI_COMM_WORLD and the local rank (the
+ * GPU index on this node) from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). A build without
+ * MPI (DS_HAVE_MPI undefined) is always a world of one.
+ *
+ * Failure model: collectives cannot fail halfway on one rank and go on elsewhere, so a
+ * failing MPI (or NCCL) call prints `prog: error: file:line: call: library message` and
+ * aborts the whole job (MPI_Abort), instead of returning an error that would leave the
+ * other ranks waiting forever. ds_comm_init installs the same abort as ds_die's hook, so a
+ * ds_die on any rank stops every rank. A rank killed from outside is noticed by mpirun,
+ * which then ends the others.
+ *
+ * Threads: MPI is initialised with MPI_THREAD_SERIALIZED; call these from one thread at
+ * a time. */
+#ifndef DS_COMM_H
+#define DS_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Joins the job. Call once, early in main, before other threads start. Returns 0, or -1
+ * with a message when MPI could not be initialised. */
+int ds_comm_init(int *argc, char ***argv);
+/* Leaves the job (MPI_Finalize when it was initialised). Every rank must call it. */
+void ds_comm_free(void);
+
+int ds_comm_rank(void);        /* 0 .. world-1 */
+int ds_comm_world(void);       /* number of ranks */
+int ds_comm_local_rank(void);  /* rank among the processes on this node: the device index */
+int ds_comm_local_size(void);  /* processes on this node */
+/* 1 when the tool was started by a launcher and MPI is live (even for a world of 1). */
+int ds_comm_launched(void);
+
+/* In-place sums over all ranks. Every rank ends with bitwise the same result: the sum is
+ * formed once, on rank 0 (MPI_Reduce), then broadcast, since MPI_Allreduce does not
+ * promise identical floating-point results on every rank. Sizes may exceed INT_MAX
+ * elements (chunked). */
+void ds_comm_allreduce_sum_f32(float *buf, size_t n);
+void ds_comm_allreduce_sum_f64(double *buf, size_t n);
+/* Integer sums are exact; MPI_Allreduce directly. */
+void ds_comm_allreduce_sum_i64(int64_t *buf, size_t n);
+/* Copies `bytes` from root's buf to every other rank's buf. */
+void ds_comm_bcast(void *buf, size_t bytes, int root);
+void ds_comm_barrier(void);
+/* Logical OR of flag over all ranks: 1 when any rank passed non-zero. All ranks get the
+ * same answer, so they agree on stopping (a signal, --max-steps, a NaN loss). */
+int ds_comm_any(int flag);
+/* Largest element count sent in one MPI call (default 2^26). Only tests change it, to
+ * exercise the chunked path with small buffers. */
+void ds_comm_set_chunk(size_t elems);
+
+/* Ends every rank of the job with `status` (NCCL communicator aborted first, then
+ * MPI_Abort). In a world of one without MPI: exit(status). Never returns. */
+void ds_comm_abort(int status) __attribute__((noreturn));
+
+#ifdef DS_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+/* NCCL between the ranks' GPUs. Call after ds_comm_init and after the current CUDA device
+ * has been set (the communicator binds to it); the unique id is made on rank 0 and sent by
+ * MPI_Bcast. Returns 0, or -1 with a message (no NCCL, no device). Collective: every rank
+ * calls it. */
+int ds_nccl_init(void);
+/* In-place sum of a device buffer of n floats (or bf16 values) on `stream`; returns at
+ * once, the result is ready when the stream reaches it. Every rank must enqueue the same
+ * reductions in the same order. NCCL's ring/tree sums give all ranks the same bits. */
+void ds_nccl_allreduce_sum_f32(float *dbuf, size_t n, cudaStream_t stream);
+void ds_nccl_allreduce_sum_bf16(void *dbuf, size_t n, cudaStream_t stream);
+/* Waits for `stream`, polling NCCL for asynchronous errors (a peer that died or a broken
+ * link) instead of blocking in cudaStreamSynchronize forever; such an error aborts the
+ * job. timeout_s <= 0 waits without a limit. */
+void ds_nccl_sync(cudaStream_t stream, double timeout_s);
+/* NCCL's version as major*10000 + minor*100 + patch (e.g. 22809), 0 when unavailable. */
+int ds_nccl_version(void);
+/* Destroys the communicator (collective). */
+void ds_nccl_free(void);
+/* Aborts the communicator without waiting for peers; safe to call at any time, also when
+ * it was never created. Used by ds_comm_abort. */
+void ds_nccl_abort(void);
+#endif
+
+#endif

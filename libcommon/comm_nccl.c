@@ -1,0 +1,123 @@
+/* comm_nccl: the NCCL half of comm (comm.h), for device buffers. Built only with CUDA.
+ *
+ * One communicator per process, bound to the device current at ds_nccl_init. Collectives
+ * are enqueued on the caller's stream and return at once; ds_nccl_sync waits while
+ * watching for asynchronous NCCL errors, so a dead peer ends the job instead of hanging
+ * it. Any failure aborts the communicator and then the MPI job (ds_comm_abort). */
+#ifdef DS_HAVE_CUDA
+
+#include "comm.h"
+#include "log.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <time.h>
+
+static ncclComm_t comm;
+
+#define ncclCheck(call) nccl_check((call), #call, __FILE__, __LINE__)
+static void nccl_check(ncclResult_t rc, const char *what, const char *file, int line)
+{
+    if (rc == ncclSuccess) return;
+    const char *detail = comm ? ncclGetLastError(comm) : NULL;
+    ds_err("%s:%d: %s: %s%s%s (rank %d of %d)", file, line, what, ncclGetErrorString(rc),
+           detail && *detail ? ": " : "", detail ? detail : "", ds_comm_rank(), ds_comm_world());
+    ds_comm_abort(1);
+}
+
+#define cudaCheck(call) cuda_check((call), #call, __FILE__, __LINE__)
+static void cuda_check(cudaError_t rc, const char *what, const char *file, int line)
+{
+    if (rc == cudaSuccess) return;
+    ds_err("%s:%d: %s: %s (rank %d of %d)", file, line, what, cudaGetErrorString(rc),
+           ds_comm_rank(), ds_comm_world());
+    ds_comm_abort(1);
+}
+
+int ds_nccl_version(void)
+{
+    int v = 0;
+    return ncclGetVersion(&v) == ncclSuccess ? v : 0;
+}
+
+int ds_nccl_init(void)
+{
+    if (comm) return 0;
+    int device;
+    cudaError_t ce = cudaGetDevice(&device);
+    if (ce != cudaSuccess) return ds_err("NCCL needs a CUDA device: %s", cudaGetErrorString(ce));
+    ncclUniqueId id;
+    if (ds_comm_rank() == 0) ncclCheck(ncclGetUniqueId(&id));
+    ds_comm_bcast(&id, sizeof id, 0);
+    ncclResult_t rc = ncclCommInitRank(&comm, ds_comm_world(), id, ds_comm_rank());
+    if (rc != ncclSuccess) {
+        /* Two ranks on one GPU are refused before NCCL 2.30 (and from 2.30 without
+         * NCCL_MULTI_RANK_GPU_ENABLE=1); say so, since it is the usual cause on one GPU. */
+        ds_err("ncclCommInitRank (rank %d of %d, device %d): %s%s", ds_comm_rank(), ds_comm_world(),
+               device, ncclGetErrorString(rc),
+               ds_comm_local_size() > 1 ? "; several ranks on one node: each needs its own GPU" : "");
+        comm = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static void allreduce(void *dbuf, size_t n, ncclDataType_t type, cudaStream_t stream)
+{
+    if (!comm) {
+        ds_err("NCCL allreduce before ds_nccl_init");
+        ds_comm_abort(1);
+    }
+    ncclCheck(ncclAllReduce(dbuf, dbuf, n, type, ncclSum, comm, stream));
+}
+
+void ds_nccl_allreduce_sum_f32(float *dbuf, size_t n, cudaStream_t stream)
+{
+    allreduce(dbuf, n, ncclFloat32, stream);
+}
+
+void ds_nccl_allreduce_sum_bf16(void *dbuf, size_t n, cudaStream_t stream)
+{
+    allreduce(dbuf, n, ncclBfloat16, stream);
+}
+
+void ds_nccl_sync(cudaStream_t stream, double timeout_s)
+{
+    double t0 = ds_now();
+    const struct timespec nap = {0, 20000};   /* 20 us: short next to a step, spares a core */
+    for (;;) {
+        cudaError_t ce = cudaStreamQuery(stream);
+        if (ce == cudaSuccess) return;
+        if (ce != cudaErrorNotReady) cudaCheck(ce);
+        if (comm) {
+            ncclResult_t async;
+            ncclCheck(ncclCommGetAsyncError(comm, &async));
+            ncclCheck(async);
+        }
+        if (timeout_s > 0 && ds_now() - t0 > timeout_s) {
+            ds_err("NCCL: stream not done after %.0f s; a peer is probably gone (rank %d of %d)",
+                   timeout_s, ds_comm_rank(), ds_comm_world());
+            ds_comm_abort(1);
+        }
+        nanosleep(&nap, NULL);
+    }
+}
+
+void ds_nccl_free(void)
+{
+    if (!comm) return;
+    ncclComm_t c = comm;
+    ncclCheck(ncclCommFinalize(c));
+    comm = NULL;
+    ncclResult_t rc = ncclCommDestroy(c);
+    if (rc != ncclSuccess) ds_warn("ncclCommDestroy: %s", ncclGetErrorString(rc));
+}
+
+void ds_nccl_abort(void)
+{
+    ncclComm_t c = comm;
+    comm = NULL;   /* before the call: an error inside must not come back here */
+    if (c) ncclCommAbort(c);
+}
+
+#endif
