@@ -1,0 +1,158 @@
+#include "rundir.h"
+
+#include "fsutil.h"
+#include "log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+char *ds_rundir_ckpt_path(const char *dir, int64_t step)
+{
+    char name[64];
+    snprintf(name, sizeof name, "ckpt-%08lld.h5", (long long)step);
+    return ds_path_join(dir, name);
+}
+
+int ds_rundir_link(const char *dir, const char *name, const char *target)
+{
+    char *path = ds_path_join(dir, name);
+    size_t len = strlen(path) + 5;
+    char *tmp = ds_xmalloc(len);
+    snprintf(tmp, len, "%s.tmp", path);
+    unlink(tmp);
+    int rc = 0;
+    if (symlink(target, tmp)) rc = ds_err("%s: cannot create a symlink: %s", tmp, strerror(errno));
+    else if (rename(tmp, path)) rc = ds_err("%s: cannot rename the symlink into place: %s", path, strerror(errno)), unlink(tmp);
+    else rc = ds_fsync_dir_of(path);
+    free(tmp);
+    free(path);
+    return rc;
+}
+
+static int is_ckpt_name(const char *n)
+{
+    size_t len = strlen(n);
+    if (len != 16 || strncmp(n, "ckpt-", 5) || strcmp(n + 13, ".h5")) return 0;
+    for (int i = 5; i < 13; i++)
+        if (n[i] < '0' || n[i] > '9') return 0;
+    return 1;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int ds_rundir_prune(const char *dir, int keep)
+{
+    if (keep <= 0) return 0;
+    DIR *d = opendir(dir);
+    if (!d) return ds_err("%s: %s", dir, strerror(errno));
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!is_ckpt_name(e->d_name)) continue;
+        if (n == cap) names = ds_xrealloc(names, (cap = cap ? 2 * cap : 16) * sizeof *names);
+        names[n++] = ds_xstrdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, cmp_str);  /* 8-digit steps sort by name */
+    char best[PATH_MAX] = "";
+    char *bpath = ds_path_join(dir, "best.h5");
+    ssize_t bl = readlink(bpath, best, sizeof best - 1);
+    best[bl > 0 ? bl : 0] = 0;
+    free(bpath);
+    int rc = 0;
+    for (size_t i = 0; i + (size_t)keep < n; i++) {
+        if (!strcmp(names[i], best)) continue;
+        char *p = ds_path_join(dir, names[i]);
+        if (unlink(p) && errno != ENOENT) rc = ds_err("%s: cannot remove an old checkpoint: %s", p, strerror(errno));
+        free(p);
+    }
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    return rc;
+}
+
+char *ds_rundir_resolve(const char *arg)
+{
+    struct stat st;
+    if (stat(arg, &st)) {
+        ds_err("%s: %s", arg, strerror(errno));
+        return NULL;
+    }
+    if (!S_ISDIR(st.st_mode)) return ds_xstrdup(arg);
+    char *last = ds_path_join(arg, "last.h5");
+    if (stat(last, &st)) {
+        ds_err("%s: no last.h5 in this run directory (%s)", arg, strerror(errno));
+        free(last);
+        return NULL;
+    }
+    char *real = ds_realpath(last);
+    free(last);
+    return real;
+}
+
+int ds_metrics_log_open(ds_metrics_log *m, const char *dir)
+{
+    m->path = ds_path_join(dir, "metrics.jsonl");
+    m->f = fopen(m->path, "a");
+    if (!m->f) {
+        int e = errno;
+        ds_err("%s: %s", m->path, strerror(e));
+        free(m->path);
+        m->path = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+int ds_metrics_log_write(ds_metrics_log *m, const char *json)
+{
+    if (fprintf(m->f, "%s\n", json) < 0 || fflush(m->f) || fsync(fileno(m->f)))
+        return ds_err("%s: %s", m->path, strerror(errno));
+    return 0;
+}
+
+void ds_metrics_log_close(ds_metrics_log *m)
+{
+    if (m->f) fclose(m->f);
+    free(m->path);
+    m->f = NULL;
+    m->path = NULL;
+}
+
+int ds_metrics_log_truncate(const char *dir, int64_t step)
+{
+    char *path = ds_path_join(dir, "metrics.jsonl");
+    if (access(path, F_OK)) {
+        free(path);
+        return 0;
+    }
+    size_t len;
+    char *text = ds_read_file(path, &len);
+    if (!text) {
+        free(path);
+        return -1;
+    }
+    ds_atomic a;
+    if (ds_atomic_open(&a, path)) {
+        free(text);
+        free(path);
+        return -1;
+    }
+    for (char *line = text, *next; line && *line; line = next) {
+        char *nl = strchr(line, '\n');
+        next = nl ? nl + 1 : NULL;
+        if (nl) *nl = 0;
+        const char *s = strstr(line, "\"step\":");
+        long long v = s ? strtoll(s + 7, NULL, 10) : 0;
+        if (!s || v <= step) fprintf(a.f, "%s\n", line);
+    }
+    free(text);
+    free(path);
+    return ds_atomic_commit(&a);
+}

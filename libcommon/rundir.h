@@ -1,0 +1,39 @@
+/* rundir: a training run's directory (DESIGN §2).
+ *
+ *   ckpt-<global step, 8 digits>.h5   checkpoints; the newest --keep are kept (and the one
+ *                                     best.h5 names, whatever its age)
+ *   last.h5 -> the newest checkpoint  relative symlinks, replaced atomically (a new link is
+ *   best.h5 -> the best val top-1     made under a temporary name, then renamed over the old)
+ *   metrics.jsonl                     one JSON object per line, each line fsynced
+ */
+#ifndef DS_RUNDIR_H
+#define DS_RUNDIR_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* "DIR/ckpt-00001234.h5"; caller frees. */
+char *ds_rundir_ckpt_path(const char *dir, int64_t step);
+/* Points DIR/name (last.h5, best.h5) at the file `target` in DIR, atomically. */
+int ds_rundir_link(const char *dir, const char *name, const char *target);
+/* Removes the oldest ckpt-*.h5 beyond the newest `keep`, sparing best.h5's target. */
+int ds_rundir_prune(const char *dir, int keep);
+/* The checkpoint a --resume argument names: a file as it is, a run directory's last.h5
+ * resolved to its target. Caller frees; NULL with a message. */
+char *ds_rundir_resolve(const char *arg);
+
+/* metrics.jsonl: appended, each line flushed and fsynced. */
+typedef struct {
+    FILE *f;
+    char *path;
+} ds_metrics_log;
+
+int ds_metrics_log_open(ds_metrics_log *m, const char *dir);
+/* Appends one line (a complete JSON object without the newline). */
+int ds_metrics_log_write(ds_metrics_log *m, const char *json);
+void ds_metrics_log_close(ds_metrics_log *m);
+/* Drops lines whose "step" is greater than `step` (a resumed run rewrites what came after
+ * its checkpoint, so the file never holds two lines for one step). */
+int ds_metrics_log_truncate(const char *dir, int64_t step);
+
+#endif

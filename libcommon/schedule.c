@@ -1,0 +1,32 @@
+#include "schedule.h"
+
+#include <math.h>
+#include <string.h>
+
+int ds_schedule_parse(const char *name)
+{
+    if (!strcmp(name, "cosine")) return DS_SCHEDULE_COSINE;
+    if (!strcmp(name, "step")) return DS_SCHEDULE_STEP;
+    if (!strcmp(name, "constant")) return DS_SCHEDULE_CONSTANT;
+    return -1;
+}
+
+double ds_schedule_lr(const ds_schedule *s, int64_t step)
+{
+    if (step < 0) step = 0;
+    if (step < s->warmup) return s->base * (double)(step + 1) / (double)s->warmup;
+    int64_t t = step - s->warmup;
+    switch (s->kind) {
+    case DS_SCHEDULE_COSINE: {
+        int64_t span = s->total - s->warmup;
+        if (span <= 0) return s->base;
+        double x = t >= span ? 1.0 : (double)t / (double)span;
+        return s->base * 0.5 * (1.0 + cos(M_PI * x));
+    }
+    case DS_SCHEDULE_STEP:
+        return s->every > 0 ? s->base * pow(s->gamma, (double)(t / s->every)) : s->base;
+    case DS_SCHEDULE_CONSTANT:
+        break;
+    }
+    return s->base;
+}

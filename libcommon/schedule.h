@@ -1,0 +1,30 @@
+/* schedule: the learning rate as a pure function of the global step, so a resumed run (or
+ * any rank) computes the same value without saved state.
+ *
+ *   warmup   steps [0, warmup): lr = base x (step + 1) / warmup   (Goyal et al. 2017)
+ *   cosine   then lr = base x (1 + cos(pi x t)) / 2, t = (step - warmup) / (total - warmup)
+ *            (Loshchilov & Hutter, SGDR, without restarts; reaches 0 at the last step)
+ *   step     then lr = base x gamma^floor((step - warmup) / every)   (He et al. 2016)
+ *   constant then lr = base */
+#ifndef DS_SCHEDULE_H
+#define DS_SCHEDULE_H
+
+#include <stdint.h>
+
+typedef enum { DS_SCHEDULE_COSINE, DS_SCHEDULE_STEP, DS_SCHEDULE_CONSTANT } ds_schedule_kind;
+
+typedef struct {
+    ds_schedule_kind kind;
+    double base;             /* peak learning rate */
+    int64_t warmup;          /* warmup steps */
+    int64_t total;           /* all steps of the run */
+    int64_t every;           /* step schedule: steps between decays */
+    double gamma;            /* step schedule: factor per decay */
+} ds_schedule;
+
+/* "cosine", "step", "constant" -> kind; -1 for anything else. */
+int ds_schedule_parse(const char *name);
+/* The learning rate for the step about to be taken (0-based). */
+double ds_schedule_lr(const ds_schedule *s, int64_t step);
+
+#endif

@@ -1,0 +1,276 @@
+/* Loader and schedule: epoch order, micro-batch slicing (world x accum equivalence),
+ * evaluation exactly once for any world size, thread-count independence, resume from a
+ * step, padding and crops, and learning-rate values. An in-memory source stands in for
+ * shards: image i's bytes are a function of i, so any mix-up of samples shows. */
+#include "../check.h"
+#include "loader.h"
+#include "schedule.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define H 6
+#define W 5
+
+static uint8_t pixel(size_t i, size_t k) { return (uint8_t)(1 + (i * 31 + k * 7) % 250); }
+
+static int fake_read(ds_source *s, int worker, size_t i, uint8_t *out, char *reason, size_t len)
+{
+    for (size_t k = 0; k < (size_t)H * W * 3; k++) out[k] = pixel(i, k);
+    return 0;
+}
+
+static const char *fake_path(const ds_source *s, size_t i) { return "x"; }
+
+static void fake_source(ds_source *s, size_t n)
+{
+    memset(s, 0, sizeof *s);
+    s->n = n;
+    s->height = H;
+    s->width = W;
+    s->num_classes = 10;
+    s->labels = malloc(n * sizeof *s->labels);
+    for (size_t i = 0; i < n; i++) s->labels[i] = (int32_t)(i % 10);
+    s->name = "fake";
+    s->read = fake_read;
+    s->path = fake_path;
+}
+
+static ds_loader_config config(int batch, int world, int rank, int accum, int train, int threads)
+{
+    ds_loader_config c = {.batch = batch, .world = world, .rank = rank, .accum = accum, .crop = 4, .pad = 0,
+                          .augment = 1, .train = train, .seed = 42, .threads = threads};
+    return c;
+}
+
+/* Every batch of one epoch: indices (and optionally y0/x0/flip/pixels) appended in order. */
+typedef struct {
+    size_t *idx;
+    int32_t *y0, *x0;
+    uint8_t *flip;
+    uint8_t *pix;
+    size_t n, img;
+} trace;
+
+static int run_epoch(ds_source *src, const ds_loader_config *c, int64_t epoch, int64_t first, trace *t)
+{
+    ds_loader *L = ds_loader_new(src, c);
+    if (!L) return -1;
+    memset(t, 0, sizeof *t);
+    if (ds_loader_start(L, epoch, first)) return -1;
+    ds_batch *b;
+    int rc;
+    while ((rc = ds_loader_next(L, &b)) == 1) {
+        size_t img = (size_t)b->height * b->width * 3;
+        t->img = img;
+        t->idx = realloc(t->idx, (t->n + b->n) * sizeof *t->idx);
+        t->y0 = realloc(t->y0, (t->n + b->n) * sizeof *t->y0);
+        t->x0 = realloc(t->x0, (t->n + b->n) * sizeof *t->x0);
+        t->flip = realloc(t->flip, t->n + b->n);
+        t->pix = realloc(t->pix, (t->n + b->n) * img);
+        memcpy(t->idx + t->n, b->index, b->n * sizeof *t->idx);
+        memcpy(t->y0 + t->n, b->y0, b->n * sizeof *t->y0);
+        memcpy(t->x0 + t->n, b->x0, b->n * sizeof *t->x0);
+        memcpy(t->flip + t->n, b->flip, b->n);
+        memcpy(t->pix + t->n * img, b->images, b->n * img);
+        for (int i = 0; i < b->n; i++)
+            if (b->labels[i] != src->labels[b->index[i]]) return -1;
+        t->n += b->n;
+        ds_loader_release(L, b);
+    }
+    ds_loader_free(L);
+    return rc;
+}
+
+static void trace_free(trace *t)
+{
+    free(t->idx), free(t->y0), free(t->x0), free(t->flip), free(t->pix);
+}
+
+static void test_permutation(void)
+{
+    check_begin("epoch_order_is_a_seeded_permutation");
+    size_t n = 1000;
+    uint32_t *a = malloc(n * 4), *b = malloc(n * 4), *c = malloc(n * 4);
+    char *seen = calloc(n, 1);
+    ds_loader_epoch_order(a, n, 42, 0);
+    ds_loader_epoch_order(b, n, 42, 0);
+    ds_loader_epoch_order(c, n, 42, 1);
+    int dup = 0, same01 = 0, identity = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (a[i] >= n || seen[a[i]]++) dup++;
+        same01 += a[i] == c[i];
+        identity += a[i] == i;
+    }
+    CHECK(dup == 0, "%d repeated or out-of-range entries", dup);
+    CHECK(memcmp(a, b, n * 4) == 0, "the same (seed, epoch) gave another order");
+    CHECK(same01 < 20, "epochs 0 and 1 agree at %d of %zu positions", same01, n);
+    CHECK(identity < 20, "the order is close to the identity (%d fixed points)", identity);
+    free(a), free(b), free(c), free(seen);
+    check_end();
+}
+
+static void test_world_accum(void)
+{
+    check_begin("world3_accum1_equals_world1_accum3");
+    ds_source src;
+    fake_source(&src, 103);  /* G = 4 x 3 = 12: 8 steps, 7 samples dropped */
+    trace one, ranks[3];
+    ds_loader_config c1 = config(4, 1, 0, 3, 1, 2);
+    CHECK(run_epoch(&src, &c1, 5, 0, &one) == 0, "world 1 epoch failed");
+    CHECK(one.n == 96, "world 1 x accum 3 saw %zu samples, want 96 (8 full steps)", one.n);
+    for (int r = 0; r < 3; r++) {
+        ds_loader_config c = config(4, 3, r, 1, 1, 1 + r);
+        CHECK(run_epoch(&src, &c, 5, 0, &ranks[r]) == 0, "rank %d epoch failed", r);
+        CHECK(ranks[r].n == 32, "rank %d saw %zu samples, want 32", r, ranks[r].n);
+    }
+    /* step s, micro-batch m: world 1 yields it as its (s*3 + m)-th batch; world 3 as rank m's s-th */
+    int bad = 0;
+    for (int s = 0; s < 8; s++)
+        for (int m = 0; m < 3; m++)
+            for (int i = 0; i < 4; i++) {
+                size_t p1 = (size_t)(s * 3 + m) * 4 + i, p3 = (size_t)s * 4 + i;
+                if (one.idx[p1] != ranks[m].idx[p3] || one.y0[p1] != ranks[m].y0[p3] ||
+                    one.x0[p1] != ranks[m].x0[p3] || one.flip[p1] != ranks[m].flip[p3])
+                    bad++;
+            }
+    CHECK(bad == 0, "%d samples differ between the two layouts", bad);
+    /* and it is the epoch permutation, in order */
+    uint32_t perm[103];
+    ds_loader_epoch_order(perm, 103, 42, 5);
+    int off = 0;
+    for (size_t i = 0; i < one.n; i++) off += one.idx[i] != perm[i];
+    CHECK(off == 0, "%d positions are not the epoch permutation's", off);
+    trace_free(&one);
+    for (int r = 0; r < 3; r++) trace_free(&ranks[r]);
+    free(src.labels);
+    check_end();
+}
+
+static void test_eval_once(void)
+{
+    check_begin("eval_sees_every_sample_once_for_world_1_to_3");
+    ds_source src;
+    fake_source(&src, 47);
+    for (int world = 1; world <= 3; world++) {
+        int *seen = calloc(47, sizeof *seen);
+        for (int r = 0; r < world; r++) {
+            ds_loader_config c = config(5, world, r, 1, 0, 2);
+            trace t;
+            CHECK(run_epoch(&src, &c, 0, 0, &t) == 0, "world %d rank %d failed", world, r);
+            for (size_t i = 0; i < t.n; i++) seen[t.idx[i]]++;
+            for (size_t i = 0; i < t.n; i++)
+                CHECK(t.y0[i] == 1 && t.x0[i] == 0 && !t.flip[i], "eval crop not centred / flipped");
+            trace_free(&t);
+        }
+        int wrong = 0;
+        for (int i = 0; i < 47; i++) wrong += seen[i] != 1;
+        CHECK(wrong == 0, "world %d: %d samples not seen exactly once", world, wrong);
+        free(seen);
+    }
+    free(src.labels);
+    check_end();
+}
+
+static void test_threads_and_resume(void)
+{
+    check_begin("batches_independent_of_threads_and_resume_step");
+    ds_source src;
+    fake_source(&src, 64);
+    ds_loader_config c = config(3, 1, 0, 2, 1, 1);
+    c.pad = 2;
+    c.crop = 6;
+    trace t1, t4, tail;
+    CHECK(run_epoch(&src, &c, 2, 0, &t1) == 0, "1 thread failed");
+    c.threads = 4;
+    c.depth = 3;
+    CHECK(run_epoch(&src, &c, 2, 0, &t4) == 0, "4 threads failed");
+    CHECK(t1.n == t4.n && t1.n == 60, "sample counts %zu vs %zu, want 60", t1.n, t4.n);
+    CHECK(memcmp(t1.idx, t4.idx, t1.n * sizeof *t1.idx) == 0, "order differs with the thread count");
+    CHECK(memcmp(t1.pix, t4.pix, t1.n * t1.img) == 0, "pixels differ with the thread count");
+    CHECK(memcmp(t1.y0, t4.y0, t1.n * 4) == 0 && memcmp(t1.flip, t4.flip, t1.n) == 0, "crops differ");
+    CHECK(run_epoch(&src, &c, 2, 4, &tail) == 0, "start at step 4 failed");
+    CHECK(tail.n == 60 - 24, "resumed at step 4 saw %zu samples, want 36", tail.n);
+    CHECK(tail.n <= t1.n && memcmp(tail.idx, t1.idx + 24, tail.n * sizeof *tail.idx) == 0,
+          "starting at step 4 does not give the rest of the epoch");
+    CHECK(tail.n <= t1.n && memcmp(tail.pix, t1.pix + 24 * t1.img, tail.n * t1.img) == 0, "resumed pixels differ");
+    /* padding: a zero border of 2 around the stored image; crops and flips vary */
+    int border = 0, inner = 0, ymax = 0, flips = 0;
+    for (size_t s = 0; s < t1.n; s++) {
+        const uint8_t *p = t1.pix + s * t1.img;
+        for (int y = 0; y < H + 4; y++)
+            for (int x = 0; x < W + 4; x++)
+                for (int ch = 0; ch < 3; ch++) {
+                    uint8_t v = p[((size_t)y * (W + 4) + x) * 3 + ch];
+                    int in = y >= 2 && y < H + 2 && x >= 2 && x < W + 2;
+                    if (!in) border += v != 0;
+                    else inner += v != pixel(t1.idx[s], ((size_t)(y - 2) * W + (x - 2)) * 3 + ch);
+                }
+        if (t1.y0[s] > ymax) ymax = t1.y0[s];
+        CHECK(t1.y0[s] >= 0 && t1.y0[s] <= H + 4 - 6 && t1.x0[s] >= 0 && t1.x0[s] <= W + 4 - 6, "crop out of range");
+        flips += t1.flip[s];
+    }
+    CHECK(border == 0, "%d border bytes are not zero", border);
+    CHECK(inner == 0, "%d interior bytes are not the sample's", inner);
+    CHECK(ymax == 4, "random crops never reach the far edge (max y0 %d)", ymax);
+    CHECK(flips > 10 && flips < 50, "%d of 60 samples flipped", flips);
+    trace_free(&t1), trace_free(&t4), trace_free(&tail);
+    free(src.labels);
+    check_end();
+}
+
+static void test_refusals(void)
+{
+    check_begin("loader_refuses_bad_configurations");
+    ds_source src;
+    fake_source(&src, 10);
+    ds_loader_config c = config(4, 1, 0, 3, 1, 1);
+    CHECK(ds_loader_new(&src, &c) == NULL, "accepted a global batch larger than the set");
+    c = config(4, 1, 0, 1, 0, 1);
+    c.crop = 7;
+    CHECK(ds_loader_new(&src, &c) == NULL, "accepted a crop larger than the images");
+    free(src.labels);
+    check_end();
+}
+
+static void test_center(void)
+{
+    check_begin("center_offset_rounds_like_torchvision");
+    /* torchvision: int(round((size - crop) / 2.0)), Python rounds half to even */
+    int want[][3] = {{256, 224, 16}, {32, 32, 0}, {33, 32, 0}, {35, 32, 2}, {37, 32, 2}, {39, 32, 4}, {6, 4, 1}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        CHECK(ds_center_offset(want[i][0], want[i][1]) == want[i][2], "size %d crop %d: got %d want %d", want[i][0],
+              want[i][1], ds_center_offset(want[i][0], want[i][1]), want[i][2]);
+    check_end();
+}
+
+static void test_schedule(void)
+{
+    check_begin("schedule_values");
+    ds_schedule s = {.kind = DS_SCHEDULE_COSINE, .base = 0.4, .warmup = 4, .total = 104};
+    double got[6] = {ds_schedule_lr(&s, 0), ds_schedule_lr(&s, 3), ds_schedule_lr(&s, 4), ds_schedule_lr(&s, 54),
+                     ds_schedule_lr(&s, 103), ds_schedule_lr(&s, 104)};
+    double want[6] = {0.1, 0.4, 0.4, 0.2, 0.4 * 0.5 * (1 + cos(M_PI * 99 / 100)), 0.0};
+    check_close_d("cosine", got, want, 6, 1e-12, 1e-12);
+    ds_schedule st = {.kind = DS_SCHEDULE_STEP, .base = 1.0, .warmup = 0, .total = 100, .every = 30, .gamma = 0.1};
+    double g2[4] = {ds_schedule_lr(&st, 0), ds_schedule_lr(&st, 29), ds_schedule_lr(&st, 30), ds_schedule_lr(&st, 95)};
+    double w2[4] = {1.0, 1.0, 0.1, 0.001};
+    check_close_d("step", g2, w2, 4, 1e-12, 1e-12);
+    ds_schedule k = {.kind = DS_SCHEDULE_CONSTANT, .base = 0.01, .warmup = 0, .total = 10};
+    CHECK(ds_schedule_lr(&k, 0) == 0.01 && ds_schedule_lr(&k, 9) == 0.01, "constant is not constant");
+    CHECK(ds_schedule_parse("cosine") == DS_SCHEDULE_COSINE && ds_schedule_parse("linear") == -1, "parse");
+    check_end();
+}
+
+int main(void)
+{
+    test_permutation();
+    test_world_accum();
+    test_eval_once();
+    test_threads_and_resume();
+    test_refusals();
+    test_center();
+    test_schedule();
+    return check_exit();
+}
