@@ -111,13 +111,26 @@ static void cmyk_to_rgb(uint8_t *rgb, const uint8_t *cmyk, size_t n, int inverte
     }
 }
 
+/* TurboJPEG 2.x can leave a handle in a broken state after a failed header read (the next,
+ * valid file then fails with the old error), so a handle that failed is replaced. */
+static int jpeg_fail(ds_decoder *d, char *reason, size_t cap, const char *what, const char *msg)
+{
+    fail(reason, cap, "%s: %s", what, msg);
+    tjhandle fresh = tjInitDecompress();
+    if (fresh) {
+        tjDestroy(d->tj);
+        d->tj = fresh;
+    }
+    return -1;
+}
+
 static int decode_jpeg(ds_decoder *d, const uint8_t *data, size_t len, int min_side, uint64_t max_pixels,
                        ds_image *img, char *reason, size_t cap)
 {
     int w, h, subsamp, cs;
     if (len > (size_t)0xFFFFFFFFUL) return fail(reason, cap, "JPEG larger than 4 GiB");
     if (tjDecompressHeader3(d->tj, data, (unsigned long)len, &w, &h, &subsamp, &cs))
-        return fail(reason, cap, "bad JPEG header: %s", tjGetErrorStr2(d->tj));
+        return jpeg_fail(d, reason, cap, "bad JPEG header", tjGetErrorStr2(d->tj));
     if (w <= 0 || h <= 0) return fail(reason, cap, "JPEG with no pixels (%dx%d)", w, h);
     if (too_many_pixels((uint64_t)w, (uint64_t)h, max_pixels, reason, cap)) return -1;
 
@@ -151,8 +164,7 @@ static int decode_jpeg(ds_decoder *d, const uint8_t *data, size_t len, int min_s
         /* Warnings leave a complete image, except the one that says the data ran out: the
          * rest was filled with grey, and Pillow refuses such a file as truncated. */
         if (tjGetErrorCode(d->tj) != TJERR_WARNING || strstr(msg, "Premature end"))
-            return fail(reason, cap, "%s JPEG: %s", strstr(msg, "Premature end") ? "truncated" : "undecodable",
-                        msg);
+            return jpeg_fail(d, reason, cap, strstr(msg, "Premature end") ? "truncated JPEG" : "undecodable JPEG", msg);
     }
     if (cmyk) cmyk_to_rgb(d->pix, d->cmyk, npix, has_adobe_marker(data, len));
     img->pix = d->pix;

@@ -273,6 +273,7 @@ void ds_shard_close(ds_shard *s)
     free_strings(s->classes, s->classes ? (size_t)s->num_classes : 0);
     free_strings(s->paths, s->n);
     free(s->labels);
+    free(s->config);
     free(s->path);
     memset(s, 0, sizeof *s);
     s->hid = -1;
@@ -324,6 +325,12 @@ int ds_shard_open(ds_shard *s, const char *path)
     if (read_attr_int(f, "num_classes", &s->num_classes) || s->num_classes <= 0) {
         bad = "num_classes attribute missing or not positive";
         goto out;
+    }
+
+    char cfg[4096];
+    if (H5Aexists(f, "config") > 0) {
+        if (read_attr_str(f, "config", cfg, sizeof cfg)) { bad = "config attribute unreadable or too long"; goto out; }
+        s->config = ds_xstrdup(cfg);
     }
 
     if ((d = open_dataset(f, "images", H5T_INTEGER, 4, dims)) < 0) { bad = "/images missing or not a 4-D integer dataset"; goto out; }

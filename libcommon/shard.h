@@ -51,6 +51,7 @@ typedef struct {
     char **paths;                /* [n] */
     int contiguous;              /* 1: /images can be pread at images_offset */
     int64_t images_offset;       /* byte offset of /images in the file when contiguous */
+    char *config;                /* the `config` attribute (dspack's options as JSON); NULL if absent */
 } ds_shard;
 
 /* Opens and validates a shard: kind, version, every dataset's type, rank and shape, the

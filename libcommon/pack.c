@@ -1,0 +1,287 @@
+/* pack: plan shards over shuffled manifest positions, decode each shard's images in
+ * parallel into one shard-sized buffer, write the shard, repeat. Memory: one shard of
+ * pixels plus each thread's decoder scratch, whatever the dataset size. */
+#include "pack.h"
+#include "fsutil.h"
+#include "log.h"
+#include "rng.h"
+#include "shard.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define REASON_LEN 200
+
+typedef struct {
+    const ds_pack_options *o;
+    const ds_manifest *m;
+    const uint32_t *order;        /* [n]: shuffled position -> manifest index */
+    char *const *classes;
+    int num_classes, shard_count;
+    char *config;                 /* the options that shape the bytes, as JSON */
+    ds_decoder **dec;             /* [threads] */
+    int threads;
+    uint8_t *pixels;              /* [shard_size, S, S, 3] */
+    int32_t *labels;              /* [shard_size] */
+    char **paths;                 /* [shard_size] */
+    char (*reasons)[REASON_LEN];  /* [shard_size]: "" when packed */
+    FILE *rejected;               /* rejected.txt being written */
+    ds_progress progress;
+    size_t done;
+} packer;
+
+int ds_pack_path_ok(const char *path)
+{
+    if (path[0] == '/' || path[0] == 0) return 0;
+    for (const char *p = path; *p;) {
+        const char *slash = strchr(p, '/');
+        size_t len = slash ? (size_t)(slash - p) : strlen(p);
+        if (len == 2 && p[0] == '.' && p[1] == '.') return 0;
+        if (!slash) break;
+        p = slash + 1;
+    }
+    return 1;
+}
+
+/* Decodes manifest entry `idx` into out; 0 or -1 with reason. */
+static int load_one(packer *pk, ds_decoder *dec, size_t idx, uint8_t *out, char *reason)
+{
+    const ds_manifest_entry *e = &pk->m->items[idx];
+    if (!ds_pack_path_ok(e->path)) {
+        snprintf(reason, REASON_LEN, "path outside the root");
+        return -1;
+    }
+    char *full = ds_path_join(pk->o->root, e->path);
+    int rc = ds_image_load_resized(dec, full, pk->o->size, pk->o->fit, pk->o->max_pixels, out, reason, REASON_LEN);
+    free(full);
+    if (rc && !reason[0]) snprintf(reason, REASON_LEN, "undecodable");
+    return rc;
+}
+
+static size_t image_bytes(const packer *pk) { return (size_t)pk->o->size * pk->o->size * 3; }
+
+static void shard_range(const packer *pk, int k, size_t *first, size_t *count)
+{
+    size_t n = pk->m->n, s = pk->o->shard_size;
+    *first = (size_t)k * s;
+    *count = n - *first < s ? n - *first : s;
+}
+
+static char *shard_path(const packer *pk, int k)
+{
+    char name[32];
+    snprintf(name, sizeof name, "shard-%05d.h5", k);
+    return ds_path_join(pk->o->out, name);
+}
+
+static void note_rejects(packer *pk, size_t first, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        if (pk->reasons[i][0]) fprintf(pk->rejected, "%s\t%s\n", pk->m->items[pk->order[first + i]].path, pk->reasons[i]);
+}
+
+/* --resume: whether shard k on disk is exactly what this run would write. Its images must be
+ * the planned entries that decode, in plan order; the planned entries it lacks are decoded
+ * again (they are few: the rejects) to recover their reasons and to prove they still fail. */
+static int shard_reusable(packer *pk, int k, size_t first, size_t count, size_t *packed)
+{
+    char *path = shard_path(pk, k);
+    if (access(path, F_OK)) {
+        free(path);
+        return 0;
+    }
+    int saved = ds_verbosity, ok = 0;
+    ds_shard s;
+    ds_verbosity = -1;
+    int rc = ds_shard_open(&s, path);
+    ds_verbosity = saved;
+    if (rc) {
+        ds_info("resume: %s is not a valid shard, rewriting it", path);
+        free(path);
+        return 0;
+    }
+    if (s.shard_index != k || s.shard_count != pk->shard_count || s.height != pk->o->size || s.width != pk->o->size ||
+        strcmp(s.fit, ds_fit_name(pk->o->fit)) || s.num_classes != pk->num_classes || s.n > count ||
+        s.contiguous != (pk->o->compress == 0))
+        goto out;
+    for (int c = 0; c < s.num_classes; c++)
+        if (strcmp(s.classes[c], pk->classes[c])) goto out;
+    /* The config attribute holds every option that shapes the bytes (seed, max-pixels, ...). */
+    if (!s.config || strcmp(s.config, pk->config)) goto out;
+    size_t j = 0;
+    uint8_t *scratch = pk->pixels;
+    for (size_t i = 0; i < count; i++) {
+        const ds_manifest_entry *e = &pk->m->items[pk->order[first + i]];
+        pk->reasons[i][0] = 0;
+        if (j < s.n && s.labels[j] == e->label && !strcmp(s.paths[j], e->path)) {
+            j++;
+            continue;
+        }
+        if (load_one(pk, pk->dec[0], pk->order[first + i], scratch, pk->reasons[i]) == 0) goto out;
+    }
+    ok = j == s.n;
+    *packed = s.n;
+out:
+    if (!ok) ds_info("resume: %s does not match this plan, rewriting it", path);
+    ds_shard_close(&s);
+    free(path);
+    return ok;
+}
+
+/* Decodes the planned entries of shard k in parallel (each into its own slot, so the result
+ * does not depend on which thread took which image), compacts out the rejects, writes. */
+static int pack_shard(packer *pk, int k, size_t first, size_t count, size_t *packed)
+{
+    size_t ib = image_bytes(pk);
+    size_t done = pk->done;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(pk->threads)
+    for (size_t i = 0; i < count; i++) {
+        int t = omp_get_thread_num();
+        pk->reasons[i][0] = 0;
+        load_one(pk, pk->dec[t], pk->order[first + i], pk->pixels + i * ib, pk->reasons[i]);
+        size_t now;
+#pragma omp atomic capture
+        now = ++done;
+        /* The bar is not thread-safe: only thread 0 draws it. */
+        if (t == 0) ds_progress_update(&pk->progress, (int64_t)now);
+    }
+    size_t j = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (pk->reasons[i][0]) continue;
+        const ds_manifest_entry *e = &pk->m->items[pk->order[first + i]];
+        if (j != i) memmove(pk->pixels + j * ib, pk->pixels + i * ib, ib);
+        pk->labels[j] = e->label;
+        pk->paths[j] = e->path;
+        j++;
+    }
+    ds_shard_meta meta = {.height = pk->o->size, .width = pk->o->size, .fit = ds_fit_name(pk->o->fit),
+                          .shard_index = k, .shard_count = pk->shard_count, .classes = pk->classes,
+                          .num_classes = pk->num_classes, .compress = pk->o->compress, .config = pk->config};
+    char *path = shard_path(pk, k);
+    int rc = ds_shard_write(path, &meta, pk->pixels, pk->labels, pk->paths, j);
+    free(path);
+    *packed = j;
+    return rc;
+}
+
+/* Removes shard files (and leftover .tmp files) a previous run with another plan left
+ * beyond this plan's last shard, so the directory is one consistent set. */
+static int remove_stale(const char *out, int shard_count)
+{
+    DIR *d = opendir(out);
+    if (!d) return ds_err("%s: %s", out, strerror(errno));
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d))) {
+        const char *name = e->d_name, *p = name + 6;
+        if (strncmp(name, "shard-", 6) || *p < '0' || *p > '9') continue;
+        long idx = strtol(p, (char **)&p, 10);
+        int is_tmp = !strcmp(p, ".h5.tmp");
+        if (!is_tmp && (strcmp(p, ".h5") || idx < shard_count)) continue;
+        char *full = ds_path_join(out, name);
+        if (unlink(full) && errno != ENOENT) rc = ds_err("cannot remove stale %s: %s", full, strerror(errno));
+        free(full);
+    }
+    closedir(d);
+    return rc;
+}
+
+static char *make_config(const ds_pack_options *o)
+{
+    char *s = ds_xmalloc(512);
+    snprintf(s, 512,
+             "{\"size\": %d, \"fit\": \"%s\", \"shard_size\": %zu, \"compress\": %d, \"seed\": %llu, "
+             "\"shuffle\": %s, \"max_pixels\": %llu}",
+             o->size, ds_fit_name(o->fit), o->shard_size, o->compress, (unsigned long long)o->seed,
+             o->shuffle ? "true" : "false", (unsigned long long)o->max_pixels);
+    return s;
+}
+
+int ds_pack_run(const ds_pack_options *o, const ds_manifest *m, char *const *classes, int num_classes,
+                ds_pack_result *r)
+{
+    memset(r, 0, sizeof *r);
+    double t0 = ds_now();
+    packer pk = {.o = o, .m = m, .classes = classes, .num_classes = num_classes};
+    pk.shard_count = (int)((m->n + o->shard_size - 1) / o->shard_size);
+    if (ds_mkdirs(o->out)) return -1;
+    if (remove_stale(o->out, pk.shard_count)) return -1;
+
+    uint32_t *order = ds_xmalloc((m->n ? m->n : 1) * sizeof *order);
+    if (o->shuffle) {
+        ds_rng rng;
+        ds_rng_init(&rng, o->seed, DS_RNG_PACK_ORDER, 0);
+        ds_rng_permutation(&rng, order, m->n);
+    } else {
+        for (size_t i = 0; i < m->n; i++) order[i] = (uint32_t)i;
+    }
+    pk.order = order;
+    pk.config = make_config(o);
+    pk.threads = o->threads > 0 ? o->threads : omp_get_max_threads();
+    pk.dec = ds_xcalloc((size_t)pk.threads, sizeof *pk.dec);
+    int rc = -1;
+    for (int t = 0; t < pk.threads; t++)
+        if (!(pk.dec[t] = ds_decoder_new())) {
+            ds_err("cannot create a JPEG decoder (out of memory)");
+            goto out;
+        }
+    size_t cap = m->n < o->shard_size ? m->n : o->shard_size;
+    if (cap == 0) cap = 1;
+    size_t bytes = cap * image_bytes(&pk);
+    if (!(pk.pixels = malloc(bytes))) {
+        ds_err("cannot allocate %.0f MB for one shard of pixels: lower --shard-size or --size", bytes / 1e6);
+        goto out;
+    }
+    pk.labels = ds_xmalloc(cap * sizeof *pk.labels);
+    pk.paths = ds_xmalloc(cap * sizeof *pk.paths);
+    pk.reasons = ds_xmalloc(cap * sizeof *pk.reasons);
+
+    char *rej_path = ds_path_join(o->out, "rejected.txt");
+    ds_atomic rej;
+    int rej_rc = ds_atomic_open(&rej, rej_path);
+    free(rej_path);
+    if (rej_rc) goto out;
+    pk.rejected = rej.f;
+
+    ds_progress_start(&pk.progress, "pack", "img", (int64_t)m->n, o->progress);
+    for (int k = 0; k < pk.shard_count; k++) {
+        size_t first, count, packed = 0;
+        shard_range(&pk, k, &first, &count);
+        if (o->resume && shard_reusable(&pk, k, first, count, &packed)) {
+            r->shards_kept++;
+        } else if (pack_shard(&pk, k, first, count, &packed)) {
+            ds_atomic_abort(&rej);
+            goto out;
+        }
+        note_rejects(&pk, first, count);
+        r->packed += packed;
+        r->rejected += count - packed;
+        pk.done = first + count;
+        ds_progress_update(&pk.progress, (int64_t)pk.done);
+    }
+    ds_progress_end(&pk.progress);
+    if (ferror(rej.f)) {
+        ds_atomic_abort(&rej);
+        ds_err("%s/rejected.txt: write error", o->out);
+        goto out;
+    }
+    if (ds_atomic_commit(&rej)) goto out;
+    r->shards = pk.shard_count;
+    rc = 0;
+out:
+    r->seconds = ds_now() - t0;
+    for (int t = 0; t < pk.threads; t++) ds_decoder_free(pk.dec[t]);
+    free(pk.dec);
+    free(pk.pixels);
+    free(pk.labels);
+    free(pk.paths);
+    free(pk.reasons);
+    free(pk.config);
+    free(order);
+    return rc;
+}

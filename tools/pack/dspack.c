@@ -1,0 +1,109 @@
+/* dspack: decode, resize and pack a manifest's images into HDF5 shards (DESIGN §2, §6). */
+#include "cli.h"
+#include "fsutil.h"
+#include "image.h"
+#include "log.h"
+#include "manifest.h"
+#include "pack.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int main(int argc, char **argv)
+{
+    const char *out = NULL, *root = NULL, *fit = "crop";
+    long long size = 256, shard_size = 1024, compress = 0, threads = 0, seed = 42, max_reject = 100;
+    long long max_pixels = (long long)DS_DEFAULT_MAX_PIXELS;
+    int no_shuffle = 0, resume = 0, json = 0;
+    ds_option opts[] = {
+        {.name = "out", .short_name = 'o', .type = DS_OPT_STRING, .value = &out, .arg = "DIR",
+         .help = "output directory for shard-NNNNN.h5 and rejected.txt; required"},
+        {.name = "root", .type = DS_OPT_STRING, .value = &root, .arg = "DIR",
+         .help = "image root; none: the root= of the manifest header"},
+        {.name = "size", .type = DS_OPT_INT, .value = &size, .arg = "N", .help = "output images are N x N",
+         .min = 1, .max = 4096},
+        {.name = "fit", .type = DS_OPT_CHOICE, .value = &fit, .choices = "crop|squash",
+         .help = "crop: shorter side to N then centre crop; squash: resize to N x N"},
+        {.name = "shard-size", .type = DS_OPT_INT, .value = &shard_size, .arg = "N",
+         .help = "manifest entries per shard", .min = 1, .max = 1 << 24},
+        {.name = "compress", .type = DS_OPT_INT, .value = &compress, .arg = "LEVEL",
+         .help = "0: contiguous /images; 1-9: chunked per image + deflate", .min = 0, .max = 9},
+        {.name = "threads", .type = DS_OPT_INT, .value = &threads, .arg = "N",
+         .help = "decoding threads (0: OMP_NUM_THREADS or all cores)", .min = 0, .max = 1024},
+        {.name = "seed", .type = DS_OPT_INT, .value = &seed, .arg = "N",
+         .help = "seed of the shuffle of the manifest order", .min = 0, .max = 9.2e18},
+        {.name = "no-shuffle", .type = DS_OPT_FLAG, .value = &no_shuffle, .help = "keep the manifest order"},
+        {.name = "max-reject", .type = DS_OPT_INT, .value = &max_reject, .arg = "N",
+         .help = "exit 1 (after writing everything) when more images are rejected", .min = 0, .max = 9.2e18},
+        {.name = "max-pixels", .type = DS_OPT_INT, .value = &max_pixels, .arg = "N",
+         .help = "reject images with more pixels (read from the header)", .min = 1, .max = 9.2e18},
+        {.name = "resume", .type = DS_OPT_FLAG, .value = &resume,
+         .help = "keep the complete shards of an interrupted run that match this one"},
+        {.name = "json", .type = DS_OPT_FLAG, .value = &json, .help = "print the summary as JSON on stdout"},
+        {NULL},
+    };
+    ds_cli cli = {
+        .prog = "dspack",
+        .args = "[options] MANIFEST",
+        .summary = "Decode, resize and pack the images of a dsplit manifest into HDF5 shards.",
+        .epilog = "Images are recognised by content (JPEG, PNG). Undecodable ones are skipped and listed in\n"
+                  "OUT/rejected.txt with the reason; packed + rejected = manifest entries. The output does not\n"
+                  "depend on --threads, and a --resume'd run equals an uninterrupted one byte for byte.",
+        .min_pos = 1,
+        .max_pos = 1,
+        .opts = opts,
+    };
+    char **pos;
+    ds_cli_parse(&cli, argc, argv, &pos);
+    if (!out) ds_usage_error(&cli, "-o/--out DIR is required");
+    const char *manifest_file = pos[0];
+
+    ds_manifest m;
+    if (ds_manifest_read(&m, manifest_file)) return 1;
+    char *classes_file = ds_classes_path_for(manifest_file);
+    char **classes;
+    int num_classes;
+    if (ds_classes_read(classes_file, &classes, &num_classes)) return 1;
+    if (num_classes <= 0) return ds_err("%s: no classes", classes_file), 1;
+    for (size_t i = 0; i < m.n; i++)
+        if (m.items[i].label >= num_classes)
+            return ds_err("%s:%zu: label %d is out of range for the %d classes of %s", manifest_file, i + 2,
+                          m.items[i].label, num_classes, classes_file), 1;
+    if (!root) root = m.root;
+    struct stat st;
+    if (stat(root, &st) || !S_ISDIR(st.st_mode))
+        return ds_err("image root %s: %s", root, stat(root, &st) ? strerror(errno) : "not a directory"), 1;
+
+    ds_pack_options o = {
+        .root = root, .out = out, .size = (int)size, .fit = (ds_fit)ds_fit_parse(fit),
+        .shard_size = (size_t)shard_size, .compress = (int)compress, .threads = (int)threads,
+        .seed = (uint64_t)seed, .shuffle = !no_shuffle, .max_pixels = (uint64_t)max_pixels, .resume = resume,
+        .progress = ds_cli_progress_mode(),
+    };
+    ds_pack_result r;
+    if (ds_pack_run(&o, &m, classes, num_classes, &r)) return 1;
+
+    double rate = r.seconds > 0 ? r.packed / r.seconds : 0;
+    ds_info("packed %zu, rejected %zu (listed in %s/rejected.txt) into %d shards in %.1f s, %.1f images/s",
+            r.packed, r.rejected, out, r.shards, r.seconds, rate);
+    if (resume) ds_info("resume: kept %d of %d shards", r.shards_kept, r.shards);
+    if (json) {
+        printf("{\"packed\": %zu, \"rejected\": %zu, \"shards\": %d, \"shards_kept\": %d, \"seconds\": %.3f, "
+               "\"images_per_second\": %.1f, \"out\": ",
+               r.packed, r.rejected, r.shards, r.shards_kept, r.seconds, rate);
+        ds_json_string(stdout, out);
+        printf("}\n");
+    }
+    int status = 0;
+    if ((long long)r.rejected > max_reject) {
+        ds_err("%zu images rejected, more than --max-reject %lld (see %s/rejected.txt)", r.rejected, max_reject, out);
+        status = 1;
+    }
+    ds_classes_free(classes, num_classes);
+    free(classes_file);
+    ds_manifest_free(&m);
+    return status;
+}
