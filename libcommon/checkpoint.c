@@ -1,0 +1,631 @@
+/* checkpoint: the HDF5 checkpoint of DESIGN §2, written and read against a model.
+ *
+ * HDF5's automatic error printing is off while these functions run; each failure becomes one
+ * ds_err line naming the file and the object. Loading reads and checks every tensor into
+ * host memory before it touches the model, so a refused file leaves the model as it was. */
+#include "checkpoint.h"
+
+#include <errno.h>
+#include <hdf5.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fsutil.h"
+#include "log.h"
+#include "shard.h"   /* DS_FORMAT_VERSION */
+
+/* ---- meta ---- */
+
+void ds_ckpt_meta_init(ds_ckpt_meta *meta)
+{
+    static const float imagenet_mean[3] = {0.485f, 0.456f, 0.406f}, imagenet_std[3] = {0.229f, 0.224f, 0.225f};
+    memset(meta, 0, sizeof *meta);
+    memcpy(meta->mean, imagenet_mean, sizeof meta->mean);
+    memcpy(meta->std, imagenet_std, sizeof meta->std);
+    meta->world_size = 1;
+}
+
+void ds_ckpt_meta_free(ds_ckpt_meta *meta)
+{
+    free(meta->config);
+    if (meta->classes)
+        for (int i = 0; i < meta->num_classes; i++) free(meta->classes[i]);
+    free(meta->classes);
+    free(meta->metrics);
+    for (int i = 0; i < meta->nextra; i++) free(meta->extra[i].s);
+    free(meta->extra);
+    memset(meta, 0, sizeof *meta);
+}
+
+void ds_ckpt_meta_set_config(ds_ckpt_meta *meta, const char *json)
+{
+    free(meta->config);
+    meta->config = json ? ds_xstrdup(json) : NULL;
+}
+
+void ds_ckpt_meta_set_classes(ds_ckpt_meta *meta, char *const *classes, int n)
+{
+    if (meta->classes)
+        for (int i = 0; i < meta->num_classes; i++) free(meta->classes[i]);
+    free(meta->classes);
+    meta->classes = ds_xcalloc((size_t)(n > 0 ? n : 1), sizeof *meta->classes);
+    for (int i = 0; i < n; i++) meta->classes[i] = ds_xstrdup(classes[i]);
+    meta->num_classes = n;
+}
+
+void ds_ckpt_meta_add_metrics(ds_ckpt_meta *meta, const ds_metrics_row *row)
+{
+    meta->metrics = ds_xrealloc(meta->metrics, (size_t)(meta->nmetrics + 1) * sizeof *meta->metrics);
+    meta->metrics[meta->nmetrics++] = *row;
+}
+
+static ds_ckpt_attr *extra_slot(ds_ckpt_meta *meta, const char *name)
+{
+    for (int i = 0; i < meta->nextra; i++)
+        if (!strcmp(meta->extra[i].name, name)) {
+            free(meta->extra[i].s);
+            meta->extra[i].s = NULL;
+            return &meta->extra[i];
+        }
+    meta->extra = ds_xrealloc(meta->extra, (size_t)(meta->nextra + 1) * sizeof *meta->extra);
+    ds_ckpt_attr *a = &meta->extra[meta->nextra++];
+    memset(a, 0, sizeof *a);
+    snprintf(a->name, sizeof a->name, "%s", name);
+    return a;
+}
+
+void ds_ckpt_meta_set_int(ds_ckpt_meta *meta, const char *name, int64_t v)
+{
+    ds_ckpt_attr *a = extra_slot(meta, name);
+    a->type = DS_ATTR_INT;
+    a->i = v;
+}
+
+void ds_ckpt_meta_set_float(ds_ckpt_meta *meta, const char *name, double v)
+{
+    ds_ckpt_attr *a = extra_slot(meta, name);
+    a->type = DS_ATTR_FLOAT;
+    a->f = v;
+}
+
+void ds_ckpt_meta_set_string(ds_ckpt_meta *meta, const char *name, const char *v)
+{
+    ds_ckpt_attr *a = extra_slot(meta, name);
+    a->type = DS_ATTR_STRING;
+    a->s = ds_xstrdup(v);
+}
+
+const ds_ckpt_attr *ds_ckpt_meta_get(const ds_ckpt_meta *meta, const char *name)
+{
+    for (int i = 0; i < meta->nextra; i++)
+        if (!strcmp(meta->extra[i].name, name)) return &meta->extra[i];
+    return NULL;
+}
+
+/* The root attributes this module owns; every other one is an extra. */
+static const char *const known_attrs[] = {"ds_format", "ds_kind", "arch", "num_classes", "input_size",
+                                          "mean", "std", "epoch", "step", "seed", "world_size",
+                                          "global_batch", "config", NULL};
+
+static int is_known_attr(const char *name)
+{
+    for (int i = 0; known_attrs[i]; i++)
+        if (!strcmp(known_attrs[i], name)) return 1;
+    return 0;
+}
+
+/* ---- HDF5 helpers ---- */
+
+typedef struct {
+    H5E_auto2_t func;
+    void *data;
+} quiet_h5;
+
+static void h5_quiet(quiet_h5 *q)
+{
+    H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+static void h5_restore(const quiet_h5 *q) { H5Eset_auto2(H5E_DEFAULT, q->func, q->data); }
+
+/* A numeric attribute: scalar when n == 0, else [n]. */
+static int attr_write(hid_t loc, const char *name, hid_t file_t, hid_t mem_t, int n, const void *v)
+{
+    hsize_t dims[1] = {(hsize_t)n};
+    hid_t sp = n ? H5Screate_simple(1, dims, NULL) : H5Screate(H5S_SCALAR);
+    hid_t a = sp < 0 ? -1 : H5Acreate2(loc, name, file_t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    int rc = a < 0 || H5Awrite(a, mem_t, v) < 0 ? -1 : 0;
+    if (a >= 0) H5Aclose(a);
+    if (sp >= 0) H5Sclose(sp);
+    return rc;
+}
+
+/* Fixed-length UTF-8 string: h5dump shows plain text, h5py reads str. */
+static int attr_write_str(hid_t loc, const char *name, const char *v)
+{
+    size_t len = strlen(v);
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (t < 0) return -1;
+    int rc = -1;
+    char pad[2] = {0, 0};
+    if (H5Tset_size(t, len ? len : 1) >= 0 && H5Tset_cset(t, H5T_CSET_UTF8) >= 0 &&
+        H5Tset_strpad(t, H5T_STR_NULLPAD) >= 0)
+        rc = attr_write(loc, name, t, t, 0, len ? v : pad);
+    H5Tclose(t);
+    return rc;
+}
+
+static hid_t vlen_utf8(void)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (t < 0) return -1;
+    if (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0) {
+        H5Tclose(t);
+        return -1;
+    }
+    return t;
+}
+
+/* Reads a numeric attribute of class cls with exactly n values (n = 1 for a scalar). */
+static int attr_read(hid_t loc, const char *name, H5T_class_t cls, hid_t mem_t, int n, void *v)
+{
+    if (H5Aexists(loc, name) <= 0) return -1;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
+    int rc = -1;
+    if (t >= 0 && sp >= 0 && H5Tget_class(t) == cls && H5Sget_simple_extent_npoints(sp) == n &&
+        H5Aread(a, mem_t, v) >= 0)
+        rc = 0;
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+    H5Aclose(a);
+    return rc;
+}
+
+/* Reads a scalar string attribute (fixed or variable length); caller frees. */
+static char *attr_read_str(hid_t loc, const char *name)
+{
+    if (H5Aexists(loc, name) <= 0) return NULL;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    if (a < 0) return NULL;
+    hid_t t = H5Aget_type(a), sp = H5Aget_space(a), mt = -1;
+    char *out = NULL;
+    if (t < 0 || sp < 0 || H5Tget_class(t) != H5T_STRING || H5Sget_simple_extent_npoints(sp) != 1) goto done;
+    if (H5Tis_variable_str(t) > 0) {
+        char *s = NULL;
+        if ((mt = vlen_utf8()) >= 0 && H5Aread(a, mt, &s) >= 0) {
+            out = ds_xstrdup(s ? s : "");
+            H5free_memory(s);
+        }
+    } else {
+        size_t sz = H5Tget_size(t);
+        if (sz == 0 || (mt = H5Tcopy(t)) < 0 || H5Tset_size(mt, sz + 1) < 0 ||
+            H5Tset_strpad(mt, H5T_STR_NULLTERM) < 0)
+            goto done;
+        out = ds_xcalloc(sz + 1, 1);
+        if (H5Aread(a, mt, out) < 0) {
+            free(out);
+            out = NULL;
+        }
+    }
+done:
+    if (mt >= 0) H5Tclose(mt);
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+    H5Aclose(a);
+    return out;
+}
+
+/* A dataset without timestamps; rank 0 is a scalar. */
+static int write_dataset(hid_t loc, const char *name, hid_t file_t, hid_t mem_t, int rank,
+                         const hsize_t *dims, const void *data)
+{
+    hid_t sp = rank ? H5Screate_simple(rank, dims, NULL) : H5Screate(H5S_SCALAR);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), d = -1;
+    int rc = -1;
+    size_t n = 1;
+    for (int i = 0; i < rank; i++) n *= dims[i];
+    if (sp < 0 || dcpl < 0 || H5Pset_obj_track_times(dcpl, 0) < 0) goto out;
+    if ((d = H5Dcreate2(loc, name, file_t, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT)) < 0) goto out;
+    rc = n == 0 || H5Dwrite(d, mem_t, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0 ? 0 : -1;
+out:
+    if (d >= 0) H5Dclose(d);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (sp >= 0) H5Sclose(sp);
+    return rc;
+}
+
+static hid_t create_group(hid_t loc, const char *name)
+{
+    hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
+    if (gcpl < 0) return -1;
+    hid_t g = H5Pset_obj_track_times(gcpl, 0) < 0 ? -1 : H5Gcreate2(loc, name, H5P_DEFAULT, gcpl, H5P_DEFAULT);
+    H5Pclose(gcpl);
+    return g;
+}
+
+/* The /metrics row type; fields are matched by name on read, so the file's order may differ. */
+static hid_t metrics_type(void)
+{
+    hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(ds_metrics_row));
+    if (t < 0) return -1;
+    if (H5Tinsert(t, "epoch", offsetof(ds_metrics_row, epoch), H5T_NATIVE_INT64) < 0 ||
+        H5Tinsert(t, "train_loss", offsetof(ds_metrics_row, train_loss), H5T_NATIVE_DOUBLE) < 0 ||
+        H5Tinsert(t, "val_top1", offsetof(ds_metrics_row, val_top1), H5T_NATIVE_DOUBLE) < 0 ||
+        H5Tinsert(t, "val_top5", offsetof(ds_metrics_row, val_top5), H5T_NATIVE_DOUBLE) < 0 ||
+        H5Tinsert(t, "images_per_s", offsetof(ds_metrics_row, images_per_s), H5T_NATIVE_DOUBLE) < 0 ||
+        H5Tinsert(t, "seconds", offsetof(ds_metrics_row, seconds), H5T_NATIVE_DOUBLE) < 0) {
+        H5Tclose(t);
+        return -1;
+    }
+    return t;
+}
+
+/* ---- save ---- */
+
+/* One group of tensors: /model (params, buffers, counters) or /optimizer (momentum). */
+static int write_tensors(hid_t f, const char *group, ds_model *m, int momentum, const char **what)
+{
+    hid_t g = create_group(f, group);
+    if (g < 0) return -1;
+    int rc = 0;
+    size_t cap = 0;
+    float *buf = NULL;
+    for (int i = 0; i < ds_model_tensor_count(m) && !rc; i++) {
+        const ds_tensor_info *t = ds_model_tensor(m, i);
+        if (momentum && t->kind != DS_TENSOR_PARAM) continue;
+        *what = t->name;
+        hsize_t dims[4];
+        for (int d = 0; d < t->ndim; d++) dims[d] = (hsize_t)t->shape[d];
+        if (t->kind == DS_TENSOR_COUNTER) {
+            int64_t v;
+            ds_model_tensor_get(m, i, &v);
+            rc = write_dataset(g, t->name, H5T_STD_I64LE, H5T_NATIVE_INT64, 0, dims, &v);
+            continue;
+        }
+        if (t->count > cap) buf = ds_xrealloc(buf, (cap = t->count) * sizeof *buf);
+        if (momentum) rc = ds_model_momentum_get(m, i, buf);
+        else ds_model_tensor_get(m, i, buf);
+        if (!rc) rc = write_dataset(g, t->name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, t->ndim, dims, buf);
+    }
+    free(buf);
+    if (H5Gclose(g) < 0) rc = -1;
+    return rc;
+}
+
+static int write_meta(hid_t f, ds_model *m, const ds_ckpt_meta *meta, const char **what)
+{
+    const ds_model_config *cfg = ds_model_config_of(m);
+    int version = DS_FORMAT_VERSION, nc = cfg->num_classes;
+    int64_t epoch = meta->epoch, step = meta->step;
+    uint64_t seed = meta->seed;
+    int world = meta->world_size, gb = meta->global_batch, input = meta->input_size;
+    *what = "attributes";
+    if (attr_write(f, "ds_format", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &version) ||
+        attr_write_str(f, "ds_kind", "checkpoint") || attr_write_str(f, "arch", cfg->arch) ||
+        attr_write(f, "num_classes", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &nc) ||
+        attr_write(f, "input_size", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &input) ||
+        attr_write(f, "mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, meta->mean) ||
+        attr_write(f, "std", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, meta->std) ||
+        attr_write(f, "epoch", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, &epoch) ||
+        attr_write(f, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, &step) ||
+        attr_write(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, 0, &seed) ||
+        attr_write(f, "world_size", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &world) ||
+        attr_write(f, "global_batch", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &gb) ||
+        attr_write_str(f, "config", meta->config ? meta->config : "{}"))
+        return -1;
+    for (int i = 0; i < meta->nextra; i++) {
+        const ds_ckpt_attr *a = &meta->extra[i];
+        *what = a->name;
+        if (is_known_attr(a->name)) return -1;
+        int rc = a->type == DS_ATTR_INT     ? attr_write(f, a->name, H5T_STD_I64LE, H5T_NATIVE_INT64, 0, &a->i)
+                 : a->type == DS_ATTR_FLOAT ? attr_write(f, a->name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0, &a->f)
+                                            : attr_write_str(f, a->name, a->s ? a->s : "");
+        if (rc) return -1;
+    }
+
+    *what = "/classes";
+    hid_t st = vlen_utf8();
+    if (st < 0) return -1;
+    char **names = ds_xcalloc((size_t)nc, sizeof *names);
+    char fallback[32];
+    int rc = 0;
+    for (int i = 0; i < nc; i++) {
+        if (meta->classes && i < meta->num_classes) names[i] = meta->classes[i];
+        else {
+            snprintf(fallback, sizeof fallback, "class%d", i);
+            names[i] = ds_xstrdup(fallback);
+        }
+    }
+    hsize_t dims[1] = {(hsize_t)nc};
+    rc = write_dataset(f, "classes", st, st, 1, dims, names);
+    for (int i = 0; i < nc; i++)
+        if (!(meta->classes && i < meta->num_classes)) free(names[i]);
+    free(names);
+    H5Tclose(st);
+    if (rc) return -1;
+
+    *what = "/metrics";
+    hid_t mt = metrics_type();
+    if (mt < 0) return -1;
+    dims[0] = (hsize_t)meta->nmetrics;
+    rc = write_dataset(f, "metrics", mt, mt, 1, dims, meta->metrics);
+    H5Tclose(mt);
+    return rc;
+}
+
+int ds_ckpt_save(const char *path, ds_model *m, const ds_ckpt_meta *meta)
+{
+    if (meta->classes && meta->num_classes != ds_model_config_of(m)->num_classes)
+        return ds_err("%s: %d class names for a model of %d classes", path, meta->num_classes,
+                      ds_model_config_of(m)->num_classes);
+    size_t len = strlen(path);
+    char *tmp = ds_xmalloc(len + 5);
+    memcpy(tmp, path, len);
+    memcpy(tmp + len, ".tmp", 5);
+
+    quiet_h5 q;
+    h5_quiet(&q);
+    const char *what = "create";
+    hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), f = -1;
+    int rc = -1;
+    if (fcpl < 0 || H5Pset_obj_track_times(fcpl, 0) < 0) goto out;
+    if ((f = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, H5P_DEFAULT)) < 0) goto out;
+    if (write_meta(f, m, meta, &what)) goto out;
+    if (write_tensors(f, "model", m, 0, &what)) goto out;
+    if (ds_model_momentum_started(m) && write_tensors(f, "optimizer", m, 1, &what)) goto out;
+    what = "close";
+    hid_t ff = f;
+    f = -1;
+    if (H5Fclose(ff) < 0) goto out;
+    rc = 0;
+out:
+    if (f >= 0) H5Fclose(f);
+    if (fcpl >= 0) H5Pclose(fcpl);
+    h5_restore(&q);
+    if (rc) {
+        ds_err("%s: cannot write checkpoint (%s failed in HDF5)", tmp, what);
+        remove(tmp);
+    } else {
+        rc = ds_commit_file(tmp, path);
+    }
+    free(tmp);
+    return rc;
+}
+
+/* ---- load ---- */
+
+/* Opens path and checks it is a ds checkpoint of a version we know. */
+static hid_t open_checkpoint(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st)) return ds_err("%s: %s", path, strerror(errno));
+    if (H5Fis_hdf5(path) <= 0) return ds_err("%s: not a ds checkpoint (not an HDF5 file)", path);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return ds_err("%s: cannot open the HDF5 file (truncated or damaged)", path);
+    int version;
+    char *kind = NULL;
+    const char *bad = NULL;
+    if (attr_read(f, "ds_format", H5T_INTEGER, H5T_NATIVE_INT, 1, &version))
+        bad = "not a ds checkpoint (no ds_format attribute)";
+    else if (version != DS_FORMAT_VERSION)
+        bad = "unknown ds_format version (this build reads version 1)";
+    else if (!(kind = attr_read_str(f, "ds_kind")) || strcmp(kind, "checkpoint"))
+        bad = "not a ds checkpoint (ds_kind is not 'checkpoint')";
+    free(kind);
+    if (bad) {
+        H5Fclose(f);
+        return ds_err("%s: %s", path, bad);
+    }
+    return f;
+}
+
+static herr_t collect_extra(hid_t loc, const char *name, const H5A_info_t *info, void *data)
+{
+    ds_ckpt_meta *meta = data;
+    if (is_known_attr(name)) return 0;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
+    H5T_class_t cls = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
+    int scalar = sp >= 0 && H5Sget_simple_extent_npoints(sp) == 1;
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+    H5Aclose(a);
+    if (!scalar) return 0;   /* arrays are not extras we know how to hold; skip them */
+    if (cls == H5T_INTEGER) {
+        int64_t v;
+        if (attr_read(loc, name, cls, H5T_NATIVE_INT64, 1, &v)) return -1;
+        ds_ckpt_meta_set_int(meta, name, v);
+    } else if (cls == H5T_FLOAT) {
+        double v;
+        if (attr_read(loc, name, cls, H5T_NATIVE_DOUBLE, 1, &v)) return -1;
+        ds_ckpt_meta_set_float(meta, name, v);
+    } else if (cls == H5T_STRING) {
+        char *s = attr_read_str(loc, name);
+        if (!s) return -1;
+        ds_ckpt_meta_set_string(meta, name, s);
+        free(s);
+    }
+    return 0;
+}
+
+static int read_meta(hid_t f, const char *path, ds_ckpt_meta *meta)
+{
+    ds_ckpt_meta_init(meta);
+    char *arch = attr_read_str(f, "arch");
+    const char *bad = NULL;
+    int nc = 0;
+    if (!arch || strlen(arch) >= sizeof meta->arch) bad = "arch attribute missing";
+    else if (attr_read(f, "num_classes", H5T_INTEGER, H5T_NATIVE_INT, 1, &nc) || nc < 1)
+        bad = "num_classes attribute missing or not positive";
+    if (bad) {
+        free(arch);
+        return ds_err("%s: %s", path, bad);
+    }
+    snprintf(meta->arch, sizeof meta->arch, "%s", arch);
+    free(arch);
+    /* Optional fields keep their defaults when a converted file leaves them out. */
+    attr_read(f, "input_size", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->input_size);
+    attr_read(f, "mean", H5T_FLOAT, H5T_NATIVE_FLOAT, 3, meta->mean);
+    attr_read(f, "std", H5T_FLOAT, H5T_NATIVE_FLOAT, 3, meta->std);
+    attr_read(f, "epoch", H5T_INTEGER, H5T_NATIVE_INT64, 1, &meta->epoch);
+    attr_read(f, "step", H5T_INTEGER, H5T_NATIVE_INT64, 1, &meta->step);
+    attr_read(f, "seed", H5T_INTEGER, H5T_NATIVE_UINT64, 1, &meta->seed);
+    attr_read(f, "world_size", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->world_size);
+    attr_read(f, "global_batch", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->global_batch);
+    meta->config = attr_read_str(f, "config");
+
+    hsize_t idx = 0;
+    if (H5Aiterate2(f, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_extra, meta) < 0)
+        return ds_err("%s: cannot read the root attributes", path);
+
+    /* /classes */
+    hid_t d = H5Lexists(f, "classes", H5P_DEFAULT) > 0 ? H5Dopen2(f, "classes", H5P_DEFAULT) : -1;
+    if (d < 0) return ds_err("%s: /classes missing", path);
+    hid_t sp = H5Dget_space(d), st = vlen_utf8();
+    hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    int rc = -1;
+    if (n == nc && st >= 0) {
+        char **raw = ds_xcalloc((size_t)nc, sizeof *raw);
+        if (H5Dread(d, st, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw) >= 0) {
+            meta->classes = ds_xcalloc((size_t)nc, sizeof *meta->classes);
+            for (int i = 0; i < nc; i++) {
+                meta->classes[i] = ds_xstrdup(raw[i] ? raw[i] : "");
+                H5free_memory(raw[i]);
+            }
+            rc = 0;
+        }
+        free(raw);
+    }
+    meta->num_classes = nc;
+    if (st >= 0) H5Tclose(st);
+    if (sp >= 0) H5Sclose(sp);
+    H5Dclose(d);
+    if (rc) return ds_err("%s: /classes unreadable or not [num_classes] strings", path);
+
+    /* /metrics (optional in converted files) */
+    if (H5Lexists(f, "metrics", H5P_DEFAULT) > 0) {
+        hid_t mt = metrics_type();
+        d = H5Dopen2(f, "metrics", H5P_DEFAULT);
+        sp = d >= 0 ? H5Dget_space(d) : -1;
+        n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+        rc = -1;
+        if (mt >= 0 && n >= 0) {
+            meta->metrics = ds_xcalloc((size_t)(n ? n : 1), sizeof *meta->metrics);
+            meta->nmetrics = (int)n;
+            rc = n == 0 || H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, meta->metrics) >= 0 ? 0 : -1;
+        }
+        if (sp >= 0) H5Sclose(sp);
+        if (d >= 0) H5Dclose(d);
+        if (mt >= 0) H5Tclose(mt);
+        if (rc) return ds_err("%s: /metrics unreadable", path);
+    }
+    return 0;
+}
+
+int ds_ckpt_read_meta(const char *path, ds_ckpt_meta *meta)
+{
+    quiet_h5 q;
+    h5_quiet(&q);
+    ds_ckpt_meta_init(meta);
+    hid_t f = open_checkpoint(path);
+    int rc = f < 0 ? -1 : read_meta(f, path, meta);
+    if (f >= 0) H5Fclose(f);
+    h5_restore(&q);
+    if (rc) ds_ckpt_meta_free(meta);
+    return rc;
+}
+
+/* Reads /group/<name> into host (float[count], or int64 for a counter) after checking it
+ * exists with the tensor's shape and type class. */
+static int read_tensor(hid_t f, const char *path, const char *group, const ds_tensor_info *t, void *host)
+{
+    char obj[160];
+    snprintf(obj, sizeof obj, "%s/%s", group, t->name);
+    if (H5Lexists(f, group, H5P_DEFAULT) <= 0 || H5Lexists(f, obj, H5P_DEFAULT) <= 0)
+        return ds_err("%s: tensor /%s missing", path, obj);
+    hid_t d = H5Dopen2(f, obj, H5P_DEFAULT);
+    if (d < 0) return ds_err("%s: /%s is not a dataset", path, obj);
+    hid_t ty = H5Dget_type(d), sp = H5Dget_space(d);
+    int counter = t->kind == DS_TENSOR_COUNTER;
+    int rank = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
+    hsize_t dims[H5S_MAX_RANK];
+    int ok = ty >= 0 && rank >= 0 && H5Tget_class(ty) == (counter ? H5T_INTEGER : H5T_FLOAT);
+    char want[80] = "", got[80] = "";
+    if (ok) {
+        H5Sget_simple_extent_dims(sp, dims, NULL);
+        if (counter) ok = H5Sget_simple_extent_npoints(sp) == 1;
+        else {
+            ok = rank == t->ndim;
+            for (int i = 0; ok && i < rank; i++) ok = dims[i] == (hsize_t)t->shape[i];
+            for (int i = 0, o = 0; i < t->ndim; i++)
+                o += snprintf(want + o, sizeof want - o, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+            for (int i = 0, o = 0; i < rank && i < 8; i++)
+                o += snprintf(got + o, sizeof got - o, "%s%llu", i ? ", " : "", (unsigned long long)dims[i]);
+        }
+    }
+    if (ok) ok = H5Dread(d, counter ? H5T_NATIVE_INT64 : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, host) >= 0 ? 1 : -1;
+    if (sp >= 0) H5Sclose(sp);
+    if (ty >= 0) H5Tclose(ty);
+    H5Dclose(d);
+    if (ok == -1) return ds_err("%s: cannot read /%s (truncated or damaged file)", path, obj);
+    if (!ok && counter) return ds_err("%s: /%s is not an integer scalar", path, obj);
+    if (!ok) return ds_err("%s: /%s has shape [%s], the model expects float [%s]", path, obj, got, want);
+    return 0;
+}
+
+int ds_ckpt_load(const char *path, ds_model *m, ds_ckpt_meta *meta_out, int flags)
+{
+    quiet_h5 q;
+    h5_quiet(&q);
+    ds_ckpt_meta meta;
+    ds_ckpt_meta_init(&meta);
+    const ds_model_config *cfg = ds_model_config_of(m);
+    int nt = ds_model_tensor_count(m), rc = -1;
+    void **host = ds_xcalloc((size_t)nt, sizeof *host);
+    void **mom = ds_xcalloc((size_t)nt, sizeof *mom);
+    int with_mom = 0;
+    hid_t f = open_checkpoint(path);
+    if (f < 0 || read_meta(f, path, &meta)) goto out;
+    if (strcmp(meta.arch, cfg->arch)) {
+        ds_err("%s: architecture %s, expected %s", path, meta.arch, cfg->arch);
+        goto out;
+    }
+    if (!(flags & DS_CKPT_SKIP_FC) && meta.num_classes != cfg->num_classes) {
+        ds_err("%s: %d classes, the model has %d", path, meta.num_classes, cfg->num_classes);
+        goto out;
+    }
+    with_mom = (flags & DS_CKPT_OPTIMIZER) && H5Lexists(f, "optimizer", H5P_DEFAULT) > 0;
+    if (with_mom && !cfg->training) with_mom = 0;
+    for (int i = 0; i < nt; i++) {
+        const ds_tensor_info *t = ds_model_tensor(m, i);
+        if ((flags & DS_CKPT_SKIP_FC) && !strncmp(t->name, "fc.", 3)) continue;
+        host[i] = ds_xmalloc(t->kind == DS_TENSOR_COUNTER ? sizeof(int64_t) : t->count * sizeof(float));
+        if (read_tensor(f, path, "model", t, host[i])) goto out;
+        if (with_mom && t->kind == DS_TENSOR_PARAM) {
+            mom[i] = ds_xmalloc(t->count * sizeof(float));
+            if (read_tensor(f, path, "optimizer", t, mom[i])) goto out;
+        }
+    }
+    /* Everything is read and checked: now the model changes. */
+    for (int i = 0; i < nt; i++) {
+        if (host[i]) ds_model_tensor_set(m, i, host[i]);
+        if (mom[i]) ds_model_momentum_set(m, i, mom[i]);
+    }
+    if (flags & DS_CKPT_OPTIMIZER) ds_model_set_momentum_started(m, with_mom);
+    rc = 0;
+out:
+    if (f >= 0) H5Fclose(f);
+    h5_restore(&q);
+    for (int i = 0; i < nt; i++) free(host[i]), free(mom[i]);
+    free(host);
+    free(mom);
+    if (rc == 0 && meta_out) *meta_out = meta;
+    else ds_ckpt_meta_free(&meta);
+    return rc;
+}
