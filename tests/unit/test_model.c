@@ -1,0 +1,227 @@
+/* test_model: architectures (parameter counts equal torchvision's), the memory plan, init,
+ * refusals, and that a training step allocates nothing. Numerics against PyTorch are in
+ * tests/ref/test_engine_resnet.py. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../check.h"
+#include "backend.h"
+#include "log.h"
+#include "model.h"
+
+/* Counting allocator: the executable's malloc family overrides libc's for every library,
+ * so the walk's allocations are visible. glibc exports the real ones as __libc_*. */
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+static volatile long alloc_calls;
+void *malloc(size_t n) { alloc_calls++; return __libc_malloc(n); }
+void *calloc(size_t a, size_t b) { alloc_calls++; return __libc_calloc(a, b); }
+void *realloc(void *p, size_t n) { alloc_calls++; return __libc_realloc(p, n); }
+void *aligned_alloc(size_t al, size_t n) { alloc_calls++; return __libc_memalign(al, n); }
+void *memalign(size_t al, size_t n) { alloc_calls++; return __libc_memalign(al, n); }
+int posix_memalign(void **p, size_t al, size_t n)
+{
+    alloc_calls++;
+    *p = __libc_memalign(al, n);
+    return *p ? 0 : 12;
+}
+
+static ds_model *make(const char *arch, int classes, int batch, int hw, int training)
+{
+    ds_model_config cfg = {.arch = arch, .num_classes = classes, .max_batch = batch, .height = hw,
+                           .width = hw, .training = training};
+    return ds_model_create(&ds_backend_cpu, &cfg);
+}
+
+static void test_param_counts(void)
+{
+    /* torchvision's sum(p.numel() for p in m.parameters()) and len(m.state_dict()) with
+     * 1000 classes; resnet20 (10 classes) counted by hand: stem 432 + 32, stage 1 14016,
+     * stage 2 51648, stage 3 205696, fc 650. */
+    static const struct { const char *arch; int classes; size_t params; int tensors; } want[] = {
+        {"resnet18", 1000, 11689512, 122}, {"resnet34", 1000, 21797672, 218},
+        {"resnet50", 1000, 25557032, 320}, {"resnet101", 1000, 44549160, 626},
+        {"resnet20", 10, 272474, 0},
+    };
+    check_begin("param_counts");
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        ds_model *m = make(want[i].arch, want[i].classes, 1, 32, 0);
+        CHECK(m != NULL, "%s: create failed", want[i].arch);
+        if (!m) continue;
+        CHECK(ds_model_param_count(m) == want[i].params, "%s: %zu parameters, want %zu", want[i].arch,
+              ds_model_param_count(m), want[i].params);
+        if (want[i].tensors)
+            CHECK(ds_model_tensor_count(m) == want[i].tensors, "%s: %d state_dict entries, want %d",
+                  want[i].arch, ds_model_tensor_count(m), want[i].tensors);
+        ds_model_free(m);
+    }
+    /* torchvision names and shapes, spot-checked */
+    ds_model *m = make("resnet50", 1000, 1, 32, 0);
+    int i = ds_model_tensor_find(m, "layer1.0.downsample.0.weight");
+    CHECK(i >= 0, "layer1.0.downsample.0.weight missing");
+    if (i >= 0) {
+        const ds_tensor_info *t = ds_model_tensor(m, i);
+        CHECK(t->ndim == 4 && t->shape[0] == 256 && t->shape[1] == 64 && t->shape[2] == 1, "downsample shape");
+    }
+    i = ds_model_tensor_find(m, "layer2.0.conv2.weight");   /* v1.5: the 3x3 of the bottleneck */
+    CHECK(i >= 0 && ds_model_tensor(m, i)->shape[2] == 3 && ds_model_tensor(m, i)->shape[1] == 128, "layer2.0.conv2");
+    CHECK(ds_model_tensor_find(m, "bn1.num_batches_tracked") == 5, "bn1 counter after bn1's 4 tensors");
+    CHECK(!strcmp(ds_model_tensor(m, 0)->name, "conv1.weight"), "first tensor %s", ds_model_tensor(m, 0)->name);
+    CHECK(!strcmp(ds_model_tensor(m, ds_model_tensor_count(m) - 1)->name, "fc.bias"), "last tensor");
+    ds_model_free(m);
+    check_end();
+}
+
+static void test_memory_plan(void)
+{
+    check_begin("memory_plan");
+    ds_model *t = make("resnet20", 10, 8, 32, 1), *e = make("resnet20", 10, 8, 32, 0);
+    CHECK(t && e, "create");
+    if (t && e) {
+        ds_model_memory mt = ds_model_memory_plan(t), me = ds_model_memory_plan(e);
+        size_t np = ds_model_param_count(t);
+        /* BN buffers: running mean + var of 21 BN layers, 7 per width (16, 32, 64): the
+         * stem's or a downsample's, and two per block */
+        size_t nbuf = 2 * (16 * 7 + 32 * 7 + 64 * 7);
+        CHECK(mt.params == (np + nbuf) * 4, "params %zu bytes, want %zu", mt.params, (np + nbuf) * 4);
+        CHECK(mt.reduction == mt.params, "reduction %zu", mt.reduction);
+        CHECK(mt.momentum == np * 4, "momentum %zu", mt.momentum);
+        size_t count;
+        CHECK(ds_model_reduction(t, &count) != NULL && count == np + nbuf, "reduction count %zu", count);
+        CHECK(me.reduction == 0 && me.momentum == 0, "inference model has no optimizer memory");
+        /* Training keeps every activation: 19 conv + 19 BN outputs at 32x32..8x8. The
+         * inference plan reuses a few slots of the largest (8 x 32x32x16 floats). */
+        size_t largest = 8 * 32 * 32 * 16 * 4;
+        CHECK(mt.activations > 20 * largest / 2, "training activations %zu too small", mt.activations);
+        CHECK(me.activations < 6 * largest, "inference activations %zu not reused", me.activations);
+        CHECK(me.activations < mt.activations / 3, "inference %zu vs training %zu", me.activations, mt.activations);
+        CHECK(mt.workspace > 0, "workspace");
+    }
+    ds_model_free(t);
+    ds_model_free(e);
+    check_end();
+}
+
+static void test_refusals(void)
+{
+    check_begin("refusals");
+    ds_log_init("test_model");
+    CHECK(make("resnet19", 10, 1, 32, 0) == NULL, "unknown arch accepted");
+    CHECK(make("resnet20", 0, 1, 32, 0) == NULL, "0 classes accepted");
+    ds_model *m = make("resnet18", 10, 1, 32, 1);
+    CHECK(m != NULL, "create");
+    if (m) {
+        /* batch 1 at 32x32 leaves 1x1 in the last stage: one value per channel */
+        CHECK(ds_model_forward(m, 1, 1) == NULL, "BN training on one value accepted");
+        CHECK(ds_model_forward(m, 2, 0) == NULL, "batch above max accepted");
+        CHECK(ds_model_forward(m, 1, 0) != NULL, "eval forward of one image");
+        int32_t lab = 10;
+        CHECK(isnan(ds_model_loss(m, &lab, 1, 0)), "label out of range accepted");
+    }
+    ds_model_free(m);
+    ds_model *e = make("resnet20", 10, 2, 16, 0);
+    CHECK(e && ds_model_forward(e, 2, 1) == NULL, "training forward on an inference model accepted");
+    ds_model_free(e);
+    check_end();
+}
+
+static void test_init(void)
+{
+    check_begin("init");
+    ds_model *a = make("resnet20", 10, 1, 16, 0), *b = make("resnet20", 10, 1, 16, 0);
+    ds_model_init(a, 7);
+    ds_model_init(b, 7);
+    int same = 1, differ = 0;
+    for (int i = 0; i < ds_model_tensor_count(a); i++) {
+        const ds_tensor_info *t = ds_model_tensor(a, i);
+        if (t->kind == DS_TENSOR_COUNTER) continue;
+        float *x = malloc(t->count * 4), *y = malloc(t->count * 4);
+        ds_model_tensor_get(a, i, x);
+        ds_model_tensor_get(b, i, y);
+        same &= !memcmp(x, y, t->count * 4);
+        const char *leaf = strrchr(t->name, '.') + 1;
+        double s = 0, s2 = 0, mx = 0;
+        for (size_t j = 0; j < t->count; j++) s += x[j], s2 += (double)x[j] * x[j], mx = fmax(mx, fabs(x[j]));
+        if (t->ndim == 4) {
+            /* Kaiming normal, fan_out: std sqrt(2 / (K R S)); 20% slack for the sample size */
+            double want = sqrt(2.0 / (double)(t->shape[0] * t->shape[2] * t->shape[3]));
+            double std = sqrt(s2 / t->count - (s / t->count) * (s / t->count));
+            CHECK(fabs(std / want - 1) < 0.2, "%s: std %g, want %g", t->name, std, want);
+        } else if (!strncmp(t->name, "fc.", 3)) {
+            CHECK(mx <= 0.125 + 1e-7 && mx > 0.05, "%s: max |w| %g, want within 1/sqrt(64)", t->name, mx);
+        } else if (!strcmp(leaf, "weight") || !strcmp(leaf, "running_var")) {
+            CHECK(s == (double)t->count && mx == 1, "%s not all ones", t->name);
+        } else {
+            CHECK(mx == 0, "%s not zero", t->name);
+        }
+        free(x);
+        free(y);
+    }
+    CHECK(same, "same seed, different parameters");
+    ds_model_init(b, 8);
+    float x[16 * 3 * 9], y[16 * 3 * 9];
+    ds_model_tensor_get(a, 0, x);
+    ds_model_tensor_get(b, 0, y);
+    differ = memcmp(x, y, sizeof x) != 0;
+    CHECK(differ, "different seeds, same conv1.weight");
+    ds_model_free(a);
+    ds_model_free(b);
+    check_end();
+}
+
+/* A tiny problem everything below runs on: resnet20, 4 images of 16x16. */
+static void fill_input(ds_model *m, int n, int hw)
+{
+    size_t count = (size_t)n * hw * hw * 3;
+    float *x = malloc(count * 4);
+    for (size_t i = 0; i < count; i++) x[i] = (float)sin(0.37 * (double)i) * 1.5f;
+    ds_backend_cpu.upload(ds_model_input(m), x, count * 4);
+    free(x);
+}
+
+static void test_step_allocates_nothing(void)
+{
+    check_begin("step_allocates_nothing");
+    ds_model *m = make("resnet20", 10, 4, 16, 1);
+    ds_model_init(m, 1);
+    fill_input(m, 4, 16);
+    int32_t labels[4] = {0, 3, 9, 3};
+    ds_sgd sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = 1};
+    double first = 0, last = 0;
+    for (int it = 0; it < 4; it++) {
+        long before = alloc_calls;
+        ds_model_zero_reduction(m);
+        const float *logits = ds_model_forward(m, 4, 1);
+        double loss = ds_model_backward(m, labels, 4, 0.25f, 0.1f);
+        ds_model_step(m, &sgd, 1);
+        long calls = alloc_calls - before;
+        /* the first pass may warm up the thread pool and BLAS buffers */
+        if (it > 0) CHECK(calls == 0, "step %d: %ld allocations", it, calls);
+        CHECK(logits != NULL && isfinite(loss), "step %d: loss %g", it, loss);
+        if (it == 0) first = loss;
+        last = loss;
+    }
+    /* training on a fixed batch lowers its loss */
+    CHECK(last < first, "loss %g -> %g", first, last);
+    int c = ds_model_tensor_find(m, "layer3.2.bn2.num_batches_tracked");
+    int64_t tracked = 0;
+    ds_model_tensor_get(m, c, &tracked);
+    CHECK(tracked == 4, "num_batches_tracked %lld", (long long)tracked);
+    CHECK(ds_model_momentum_started(m), "momentum not started");
+    ds_model_free(m);
+    check_end();
+}
+
+int main(void)
+{
+    ds_log_init("test_model");
+    test_param_counts();
+    test_memory_plan();
+    test_refusals();
+    test_init();
+    test_step_allocates_nothing();
+    return check_exit();
+}
