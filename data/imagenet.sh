@@ -70,12 +70,12 @@ grep -v -e 'Not found in archive' -e 'Exiting with failure status due to previou
 found=$(grep -c 'Not found in archive' "$exclude.err" || true)
 rm -f "$exclude.err"
 nclass=$(ls "$out/.imagenet-done" | wc -l)
-if [ "$status" -ne 0 ] && ! { [ "$found" -gt 0 ] && [ "$nclass" -gt 0 ] && [ "$nclass" -eq "$ndone" ]; }; then
-    echo "$prog: error: extraction of $archive stopped ($nclass classes done); rerun to finish" >&2
+if [ "$nclass" -eq 0 ] && [ "$found" -gt 0 ]; then
+    echo "$prog: error: $archive holds no per-class .tar members" >&2
     exit 1
 fi
-if [ "$nclass" -eq 0 ]; then
-    echo "$prog: error: $archive holds no per-class .tar members" >&2
+if [ "$status" -ne 0 ] && ! { [ "$found" -gt 0 ] && [ "$nclass" -eq "$ndone" ]; }; then
+    echo "$prog: error: extraction of $archive stopped ($nclass classes done); rerun to finish" >&2
     exit 1
 fi
 echo "$prog: $nclass classes in $out" >&2

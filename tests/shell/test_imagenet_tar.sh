@@ -18,6 +18,7 @@ expect_status "no arguments exits 2" 2 "$IMNET"
 expect_status "missing archive exits 1" 1 "$IMNET" "$T/nope.tar" "$T/o0"
 echo junk >"$T/flat.JPEG"; tar -cf "$T/flat.tar" -C "$T" flat.JPEG
 expect_status "archive without class tars exits 1" 1 "$IMNET" "$T/flat.tar" "$T/o1"
+grep -q "no per-class .tar members" "$T/err" && pass "the refusal says why" || fail "the refusal says why"
 
 expect_status "full run" 0 "$IMNET" "$T/outer.tar" "$T/full"
 diff -r -x '.imagenet-done' "$S" "$T/full" >/dev/null && pass "full run: the tree equals the source" \
