@@ -1,0 +1,30 @@
+/* cuda_check: the check macros of the CUDA backend's files. A failing CUDA, cuDNN or
+ * cuBLAS call, or a failed kernel launch, stops the program with the file, line, call and
+ * the library's own message (ds_die, which under MPI aborts every rank). */
+#ifndef DS_CUDA_CHECK_H
+#define DS_CUDA_CHECK_H
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "log.h"
+}
+
+#define cudaCheck(call)                                                                    \
+    do {                                                                                   \
+        cudaError_t e_ = (call);                                                           \
+        if (e_ != cudaSuccess)                                                             \
+            ds_die("%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_));    \
+    } while (0)
+
+/* After every kernel launch: a bad configuration is reported here, at the launch site. */
+#define launchCheck() cudaCheck(cudaGetLastError())
+
+/* Grid-stride launch size for n elements: enough blocks to fill the GPU, no more. */
+static inline unsigned ds_cuda_blocks(size_t n, int threads)
+{
+    size_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
+}
+
+#endif

@@ -1,0 +1,514 @@
+/* kernels_cuda: own kernels of the CUDA backend (see kernels_cuda.h). NHWC everywhere: the
+ * channel is the fastest index, so threads of a warp take neighbouring channels and every
+ * load is coalesced. Reductions run over a fixed split of the rows and add the partial
+ * sums in a fixed order: results are the same from run to run. */
+#include <cuda_bf16.h>
+#include <math.h>
+
+#include "cuda_check.h"
+extern "C" {
+#include "backend_cuda.h"
+#include "kernels_cuda.h"
+}
+
+static double *scratch;   /* DS_CUDA_SCRATCH_BYTES: partial sums, then per-channel coefficients */
+
+void ds_cuda_kernels_init(void *p) { scratch = (double *)p; }
+
+#define THREADS 256
+
+/* ---- batch norm ---- */
+
+/* Per-channel sums are split over BN_GROUPS row groups; block (32 channels, 8 rows). */
+#define BN_CH 32
+#define BN_ROWS 8
+
+static int bn_groups(int m, int c)
+{
+    /* partials [2][G][c] doubles + coefficients [3][c] floats must fit the scratch */
+    size_t fit = (DS_CUDA_SCRATCH_BYTES - 3 * (size_t)c * sizeof(float)) / (2 * (size_t)c * sizeof(double));
+    int g = (m + 4 * BN_ROWS - 1) / (4 * BN_ROWS);   /* at least ~4 rows per thread */
+    if (g > 256) g = 256;
+    if ((size_t)g > fit) g = (int)fit;
+    if (g < 1) ds_die("batch norm: %d channels exceed the CUDA backend's scratch", c);
+    return g;
+}
+
+/* Mode of bn_partial_kernel: what it sums per channel. */
+enum { BN_STATS, BN_GRADS };
+
+/* partial [2][groups][c]: for group g, sums over its rows of
+ *   BN_STATS: a = x - shift, b = (x - shift)^2        (shift = row 0, as the CPU)
+ *   BN_GRADS: a = dy, b = dy * (x - mean), with dy = dout masked by out > 0 when relu,
+ *             written back into dout (the op's contract: dout becomes the pre-ReLU grad). */
+__global__ void bn_partial_kernel(double *partial, float *dout, const float *out, const float *in,
+                                  const float *center, int mode, int relu, int m, int c, int groups)
+{
+    __shared__ double sa[BN_ROWS][BN_CH], sb[BN_ROWS][BN_CH];
+    int ch = blockIdx.x * BN_CH + threadIdx.x, g = blockIdx.y;
+    double a = 0, b = 0;
+    if (ch < c) {
+        double mu = mode == BN_GRADS ? (double)center[ch] : m ? (double)in[ch] : 0;
+        for (long i = (long)g * BN_ROWS + threadIdx.y; i < m; i += (long)groups * BN_ROWS) {
+            long at = i * c + ch;
+            double x = (double)in[at] - mu;
+            if (mode == BN_STATS) {
+                a += x;
+                b += x * x;
+            } else {
+                float dy = dout[at];
+                if (relu && !(out[at] > 0)) dout[at] = dy = 0;
+                a += dy;
+                b += dy * x;
+            }
+        }
+    }
+    sa[threadIdx.y][threadIdx.x] = a;
+    sb[threadIdx.y][threadIdx.x] = b;
+    __syncthreads();
+    if (threadIdx.y == 0 && ch < c) {
+        for (int r = 1; r < BN_ROWS; r++) a += sa[r][threadIdx.x], b += sb[r][threadIdx.x];
+        partial[(long)g * c + ch] = a;
+        partial[((long)groups + g) * c + ch] = b;
+    }
+}
+
+static void bn_partials(double *partial, float *dout, const float *out, const float *in,
+                        const float *center, int mode, int relu, int m, int c, int groups)
+{
+    dim3 grid((c + BN_CH - 1) / BN_CH, groups), block(BN_CH, BN_ROWS);
+    bn_partial_kernel<<<grid, block, 0, ds_cuda_stream()>>>(partial, dout, out, in, center, mode,
+                                                            relu, m, c, groups);
+    launchCheck();
+}
+
+/* One thread per channel: the statistics and out = in * ka + kb (CPU: bn_fwd_train). */
+__global__ void bn_stats_final_kernel(float *mean, float *var, float *invstd, float *ka, float *kb,
+                                      const double *partial, const float *in, const float *gamma,
+                                      const float *beta, int m, int c, int groups, float eps)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= c) return;
+    double s1 = 0, s2 = 0;
+    for (int g = 0; g < groups; g++) s1 += partial[(long)g * c + j], s2 += partial[((long)groups + g) * c + j];
+    double shift = m ? in[j] : 0;
+    double d = m ? s1 / m : 0, v = m ? s2 / m - d * d : 0;
+    if (v < 0) v = 0;
+    double is = 1.0 / sqrt(v + eps);
+    mean[j] = (float)(shift + d);
+    var[j] = (float)v;
+    invstd[j] = (float)is;
+    ka[j] = (float)(gamma[j] * is);
+    kb[j] = (float)(beta[j] - (shift + d) * gamma[j] * is);
+}
+
+/* Inference: the same coefficients from the running statistics. */
+__global__ void bn_infer_coef_kernel(float *ka, float *kb, const float *gamma, const float *beta,
+                                     const float *rmean, const float *rvar, int c, float eps)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= c) return;
+    double is = 1.0 / sqrt((double)rvar[j] + eps);
+    ka[j] = (float)(gamma[j] * is);
+    kb[j] = (float)(beta[j] - rmean[j] * gamma[j] * is);
+}
+
+/* out [m, c] = relu?(in * ka + kb + residual?); rounded like the CPU (no fused multiply-add) */
+__global__ void bn_apply_kernel(float *out, const float *in, const float *ka, const float *kb,
+                                const float *residual, int relu, long total, int c)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        int j = (int)(i % c);
+        float v = __fadd_rn(__fmul_rn(in[i], ka[j]), kb[j]);
+        if (residual) v = __fadd_rn(v, residual[i]);
+        out[i] = relu && v < 0 ? 0 : v;
+    }
+}
+
+static float *bn_coef(int c, int which)   /* coefficient arrays live past the partial sums */
+{
+    return (float *)((char *)scratch + DS_CUDA_SCRATCH_BYTES) - (size_t)(3 - which) * c;
+}
+
+void ds_cuda_bn_fwd_train(float *out, float *mean, float *var, float *invstd, const float *in,
+                          const float *gamma, const float *beta, const float *residual, int relu,
+                          int m, int c, float eps)
+{
+    int groups = bn_groups(m, c);
+    float *ka = bn_coef(c, 0), *kb = bn_coef(c, 1);
+    bn_partials(scratch, NULL, NULL, in, NULL, BN_STATS, 0, m, c, groups);
+    bn_stats_final_kernel<<<(c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream()>>>(
+        mean, var, invstd, ka, kb, scratch, in, gamma, beta, m, c, groups, eps);
+    launchCheck();
+    long total = (long)m * c;
+    bn_apply_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(out, in, ka, kb, residual, relu, total, c);
+    launchCheck();
+}
+
+void ds_cuda_bn_fwd_infer(float *out, const float *in, const float *gamma, const float *beta,
+                          const float *running_mean, const float *running_var, const float *residual,
+                          int relu, int m, int c, float eps)
+{
+    float *ka = bn_coef(c, 0), *kb = bn_coef(c, 1);
+    bn_infer_coef_kernel<<<(c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream()>>>(
+        ka, kb, gamma, beta, running_mean, running_var, c, eps);
+    launchCheck();
+    long total = (long)m * c;
+    bn_apply_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(out, in, ka, kb, residual, relu, total, c);
+    launchCheck();
+}
+
+/* dgamma, dbeta += ; din = dy * ka + x * kb + kc (CPU: bn_bwd) */
+__global__ void bn_grad_final_kernel(float *dgamma, float *dbeta, float *ka, float *kb, float *kc,
+                                     const double *partial, const float *gamma, const float *mean,
+                                     const float *invstd, int m, int c, int groups)
+{
+    int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= c) return;
+    double sdy = 0, sdyx = 0;
+    for (int g = 0; g < groups; g++) sdy += partial[(long)g * c + k], sdyx += partial[((long)groups + g) * c + k];
+    double is = invstd[k], gi = gamma[k] * is;
+    dgamma[k] += (float)(sdyx * is);
+    dbeta[k] += (float)sdy;
+    double mdy = m ? sdy / m : 0, mdyx = m ? sdyx * is * is / m : 0;
+    ka[k] = (float)gi;
+    kb[k] = (float)(-gi * mdyx);
+    kc[k] = (float)(gi * (mdyx * mean[k] - mdy));
+}
+
+__global__ void bn_dx_kernel(float *din, const float *dy, const float *in, const float *ka,
+                             const float *kb, const float *kc, long total, int c)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        int j = (int)(i % c);
+        din[i] = __fadd_rn(__fadd_rn(__fmul_rn(dy[i], ka[j]), __fmul_rn(in[i], kb[j])), kc[j]);
+    }
+}
+
+void ds_cuda_bn_bwd(float *din, float *dresidual, float *dgamma, float *dbeta, float *dout,
+                    const float *out, const float *in, const float *gamma, const float *mean,
+                    const float *invstd, int relu, int m, int c)
+{
+    int groups = bn_groups(m, c);
+    float *ka = bn_coef(c, 0), *kb = bn_coef(c, 1), *kc = bn_coef(c, 2);
+    long total = (long)m * c;
+    bn_partials(scratch, dout, out, in, mean, BN_GRADS, relu, m, c, groups);
+    if (dresidual && dresidual != dout)
+        cudaCheck(cudaMemcpyAsync(dresidual, dout, total * sizeof(float), cudaMemcpyDeviceToDevice, ds_cuda_stream()));
+    bn_grad_final_kernel<<<(c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream()>>>(
+        dgamma, dbeta, ka, kb, kc, scratch, gamma, mean, invstd, m, c, groups);
+    launchCheck();
+    bn_dx_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(din, dout, in, ka, kb, kc, total, c);
+    launchCheck();
+}
+
+/* ---- pooling ---- */
+
+/* out [n, p, q, c] = max over the window of in [n, h, w, c]; padding never wins */
+__global__ void maxpool_fwd_kernel(float *out, const float *in, ds_pool_desc d)
+{
+    long total = (long)d.n * d.p * d.q * d.c;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        int j = (int)(i % d.c);
+        long t = i / d.c;
+        int q = (int)(t % d.q), p = (int)(t / d.q % d.p), n = (int)(t / ((long)d.q * d.p));
+        float y = -INFINITY;
+        for (int r = 0; r < d.k; r++) {
+            int ih = p * d.stride - d.pad + r;
+            if (ih < 0 || ih >= d.h) continue;
+            for (int s = 0; s < d.k; s++) {
+                int iw = q * d.stride - d.pad + s;
+                if (iw < 0 || iw >= d.w) continue;
+                float x = in[(((long)n * d.h + ih) * d.w + iw) * d.c + j];
+                y = x > y ? x : y;
+            }
+        }
+        out[i] = y;
+    }
+}
+
+/* Gather form of the CPU's scatter: each input element sums dout over the windows whose
+ * first maximum it is, visiting windows in the CPU's (p, q) order, so the sums match
+ * bitwise and need no atomics. */
+__global__ void maxpool_bwd_kernel(float *din, const float *dout, const float *in, ds_pool_desc d)
+{
+    long total = (long)d.n * d.h * d.w * d.c;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        int j = (int)(i % d.c);
+        long t = i / d.c;
+        int iw0 = (int)(t % d.w), ih0 = (int)(t / d.w % d.h), n = (int)(t / ((long)d.w * d.h));
+        const float *img = in + (long)n * d.h * d.w * d.c;
+        /* windows p with p*stride - pad <= ih0 <= p*stride - pad + k - 1 */
+        int p0 = ih0 + d.pad - d.k + 1, q0 = iw0 + d.pad - d.k + 1;
+        p0 = p0 <= 0 ? 0 : (p0 + d.stride - 1) / d.stride;
+        q0 = q0 <= 0 ? 0 : (q0 + d.stride - 1) / d.stride;
+        int p1 = min((ih0 + d.pad) / d.stride, d.p - 1), q1 = min((iw0 + d.pad) / d.stride, d.q - 1);
+        float g = 0;
+        for (int p = p0; p <= p1; p++)
+            for (int q = q0; q <= q1; q++) {
+                float best = -INFINITY;
+                int at_h = -1, at_w = -1;
+                for (int r = 0; r < d.k; r++) {
+                    int ih = p * d.stride - d.pad + r;
+                    if (ih < 0 || ih >= d.h) continue;
+                    for (int s = 0; s < d.k; s++) {
+                        int iw = q * d.stride - d.pad + s;
+                        if (iw < 0 || iw >= d.w) continue;
+                        float x = img[((long)ih * d.w + iw) * d.c + j];
+                        if (at_h < 0 || x > best) best = x, at_h = ih, at_w = iw;
+                    }
+                }
+                if (at_h == ih0 && at_w == iw0) g += dout[(((long)n * d.p + p) * d.q + q) * d.c + j];
+            }
+        din[i] = g;
+    }
+}
+
+void ds_cuda_maxpool_fwd(float *out, const float *in, const ds_pool_desc *d)
+{
+    long total = (long)d->n * d->p * d->q * d->c;
+    maxpool_fwd_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(out, in, *d);
+    launchCheck();
+}
+
+void ds_cuda_maxpool_bwd(float *din, const float *dout, const float *in, const float *out,
+                         const ds_pool_desc *d)
+{
+    long total = (long)d->n * d->h * d->w * d->c;
+    maxpool_bwd_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(din, dout, in, *d);
+    launchCheck();
+}
+
+/* out [n, c] = sum over hw of in [n, hw, c], then / hw (CPU order) */
+__global__ void avgpool_fwd_kernel(float *out, const float *in, int n, int hw, int c)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= (long)n * c) return;
+    long b = i / c;
+    int j = (int)(i % c);
+    float y = 0;
+    for (int k = 0; k < hw; k++) y += in[(b * hw + k) * c + j];
+    out[i] = y / (float)hw;
+}
+
+__global__ void avgpool_bwd_kernel(float *din, const float *dout, int n, int hw, int c)
+{
+    long total = (long)n * hw * c;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x)
+        din[i] = dout[i / ((long)hw * c) * c + i % c] / (float)hw;
+}
+
+void ds_cuda_avgpool_fwd(float *out, const float *in, int n, int hw, int c)
+{
+    avgpool_fwd_kernel<<<((long)n * c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream()>>>(out, in, n, hw, c);
+    launchCheck();
+}
+
+void ds_cuda_avgpool_bwd(float *din, const float *dout, int n, int hw, int c)
+{
+    avgpool_bwd_kernel<<<ds_cuda_blocks((long)n * hw * c, THREADS), THREADS, 0, ds_cuda_stream()>>>(din, dout, n, hw, c);
+    launchCheck();
+}
+
+/* ---- linear bias ---- */
+
+__global__ void bias_fwd_kernel(float *out, const float *b, int n, int o)
+{
+    long total = (long)n * o;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x)
+        out[i] += b[i % o];
+}
+
+__global__ void bias_bwd_kernel(float *db, const float *dout, int n, int o)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= o) return;
+    float s = 0;
+    for (int r = 0; r < n; r++) s += dout[(long)r * o + j];
+    db[j] += s;
+}
+
+void ds_cuda_bias_fwd(float *out, const float *b, int n, int o)
+{
+    bias_fwd_kernel<<<ds_cuda_blocks((long)n * o, THREADS), THREADS, 0, ds_cuda_stream()>>>(out, b, n, o);
+    launchCheck();
+}
+
+void ds_cuda_bias_bwd(float *db, const float *dout, int n, int o)
+{
+    bias_bwd_kernel<<<(o + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream()>>>(db, dout, n, o);
+    launchCheck();
+}
+
+/* ---- loss ---- */
+
+/* Sum of v over the block (THREADS threads), in a fixed tree order; every thread gets it. */
+template <typename T, typename Op>
+__device__ T block_reduce(T v, Op op)
+{
+    __shared__ T buf[THREADS];
+    buf[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = THREADS / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) buf[threadIdx.x] = op(buf[threadIdx.x], buf[threadIdx.x + s]);
+        __syncthreads();
+    }
+    T r = buf[0];
+    __syncthreads();
+    return r;
+}
+
+struct max_op { __device__ float operator()(float a, float b) const { return b > a ? b : a; } };
+struct add_op { __device__ double operator()(double a, double b) const { return a + b; } };
+
+/* One block per sample: loss [n], dlogits [n, c] from logits [n, c] (CPU: softmax_xent). */
+__global__ void softmax_xent_kernel(float *loss, float *dlogits, const float *logits,
+                                    const int32_t *labels, int c, float smoothing, float scale)
+{
+    int i = blockIdx.x, y = labels[i];
+    const float *z = logits + (long)i * c;
+    float *dz = dlogits ? dlogits + (long)i * c : NULL;
+    if (y < 0 || y >= c) {   /* a padding sample: no loss, no gradient */
+        if (loss && threadIdx.x == 0) loss[i] = 0;
+        if (dz)
+            for (int j = threadIdx.x; j < c; j += blockDim.x) dz[j] = 0;
+        return;
+    }
+    float zmax = -INFINITY;
+    for (int j = threadIdx.x; j < c; j += blockDim.x) zmax = z[j] > zmax ? z[j] : zmax;
+    zmax = block_reduce(zmax, max_op());
+    double se = 0, sz = 0;
+    for (int j = threadIdx.x; j < c; j += blockDim.x) se += exp((double)z[j] - zmax), sz += (double)z[j] - zmax;
+    se = block_reduce(se, add_op());
+    sz = block_reduce(sz, add_op());
+    double lse = log(se), zy = (double)z[y] - zmax;
+    if (loss && threadIdx.x == 0)
+        loss[i] = (float)((1.0 - smoothing) * (lse - zy) + smoothing * (lse - sz / c));
+    if (dz) {
+        double off = (double)smoothing / c;
+        for (int j = threadIdx.x; j < c; j += blockDim.x) {
+            double t = off + (j == y ? 1.0 - smoothing : 0.0);
+            dz[j] = (float)((exp((double)z[j] - zmax - lse) - t) * scale);
+        }
+    }
+}
+
+void ds_cuda_softmax_xent(float *loss, float *dlogits, const float *logits, const int32_t *labels,
+                          int n, int c, float smoothing, float scale)
+{
+    if (n <= 0) return;
+    softmax_xent_kernel<<<n, THREADS, 0, ds_cuda_stream()>>>(loss, dlogits, logits, labels, c, smoothing, scale);
+    launchCheck();
+}
+
+/* ---- optimizer and elementwise ---- */
+
+/* torch.optim.SGD, rounded as backend_cpu.c: fmaf where torch fuses, mul then add where not */
+__global__ void sgd_kernel(float *w, float *buf, const float *grad, size_t n, float lr,
+                           float momentum, float wd, int nesterov, int first)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float g = wd != 0 ? fmaf(wd, w[i], grad[i]) : grad[i];
+        if (momentum != 0) {
+            float b = first ? g : __fadd_rn(__fmul_rn(buf[i], momentum), g);
+            buf[i] = b;
+            g = nesterov ? fmaf(momentum, b, g) : b;
+        }
+        w[i] = fmaf(-lr, g, w[i]);
+    }
+}
+
+void ds_cuda_sgd_step(float *w, float *buf, const float *grad, size_t n, float lr, float momentum,
+                      float wd, int nesterov, int first)
+{
+    if (!n) return;
+    sgd_kernel<<<ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream()>>>(w, buf, grad, n, lr, momentum, wd, nesterov, first);
+    launchCheck();
+}
+
+__global__ void scale_kernel(float *x, float alpha, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] *= alpha;
+}
+
+__global__ void axpy_kernel(float *y, float alpha, const float *x, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __fadd_rn(y[i], __fmul_rn(alpha, x[i]));
+}
+
+void ds_cuda_scale(float *x, float alpha, size_t n)
+{
+    if (!n) return;
+    scale_kernel<<<ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream()>>>(x, alpha, n);
+    launchCheck();
+}
+
+void ds_cuda_axpy(float *y, float alpha, const float *x, size_t n)
+{
+    if (!n) return;
+    axpy_kernel<<<ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream()>>>(y, alpha, x, n);
+    launchCheck();
+}
+
+/* ---- input batch ---- */
+
+struct norm_consts { float mean[3], std[3]; };
+
+/* out [n, ch, cw, 3] = (crop/flip of in [n, H, W, 3]) / 255 - mean) / std, as torchvision's
+ * ToTensor + Normalize. Only the uint8 batch crossed PCIe. */
+__global__ void normalize_u8_kernel(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
+                                    const int32_t *y0, const int32_t *x0, const uint8_t *flip,
+                                    norm_consts k)
+{
+    long total = (long)n * ch * cw * 3;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        int col = (int)(i % 3);
+        long t = i / 3;
+        int x = (int)(t % cw), y = (int)(t / cw % ch), b = (int)(t / ((long)cw * ch));
+        int sx = flip && flip[b] ? cw - 1 - x : x;
+        uint8_t px = in[(((long)b * H + y0[b] + y) * W + x0[b] + sx) * 3 + col];
+        out[i] = __fdiv_rn(__fsub_rn(__fdiv_rn((float)px, 255.0f), k.mean[col]), k.std[col]);
+    }
+}
+
+void ds_cuda_normalize_u8(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
+                          const int32_t *y0, const int32_t *x0, const uint8_t *flip,
+                          const float mean[3], const float std[3])
+{
+    norm_consts k;
+    for (int j = 0; j < 3; j++) k.mean[j] = mean[j], k.std[j] = std[j];
+    long total = (long)n * ch * cw * 3;
+    if (total <= 0) return;
+    normalize_u8_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(out, in, n, H, W, ch, cw, y0, x0, flip, k);
+    launchCheck();
+}
+
+/* ---- bf16 casts (round to nearest even) ---- */
+
+__global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+__global__ void from_bf16_kernel(float *dst, const __nv_bfloat16 *src, size_t n, int accumulate)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = accumulate ? dst[i] + __bfloat162float(src[i]) : __bfloat162float(src[i]);
+}
+
+void ds_cuda_to_bf16(void *dst, const float *src, size_t n)
+{
+    if (!n) return;
+    to_bf16_kernel<<<ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream()>>>((__nv_bfloat16 *)dst, src, n);
+    launchCheck();
+}
+
+void ds_cuda_from_bf16(float *dst, const void *src, size_t n, int accumulate)
+{
+    if (!n) return;
+    from_bf16_kernel<<<ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream()>>>(dst, (const __nv_bfloat16 *)src, n, accumulate);
+    launchCheck();
+}

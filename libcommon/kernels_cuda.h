@@ -1,0 +1,49 @@
+/* kernels_cuda: the CUDA backend's own kernels, for the ops no library call fits. Each
+ * function has the signature and the semantics of its ds_backend entry (backend.h) and
+ * mirrors backend_cpu.c's arithmetic: the same formulas in the same precision (double
+ * sums for batch-norm statistics, unfused multiply-add where the CPU rounds twice), so
+ * the two backends agree far inside the tests' 1e-4. */
+#ifndef DS_KERNELS_CUDA_H
+#define DS_KERNELS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+/* Scratch for reductions (partial sums of batch norm); allocated once by the backend at
+ * start-up, independent of shapes. */
+#define DS_CUDA_SCRATCH_BYTES ((size_t)16 << 20)
+void ds_cuda_kernels_init(void *scratch);
+
+void ds_cuda_bn_fwd_train(float *out, float *mean, float *var, float *invstd, const float *in,
+                          const float *gamma, const float *beta, const float *residual, int relu,
+                          int m, int c, float eps);
+void ds_cuda_bn_fwd_infer(float *out, const float *in, const float *gamma, const float *beta,
+                          const float *running_mean, const float *running_var, const float *residual,
+                          int relu, int m, int c, float eps);
+void ds_cuda_bn_bwd(float *din, float *dresidual, float *dgamma, float *dbeta, float *dout,
+                    const float *out, const float *in, const float *gamma, const float *mean,
+                    const float *invstd, int relu, int m, int c);
+void ds_cuda_maxpool_fwd(float *out, const float *in, const ds_pool_desc *d);
+void ds_cuda_maxpool_bwd(float *din, const float *dout, const float *in, const float *out,
+                         const ds_pool_desc *d);
+void ds_cuda_avgpool_fwd(float *out, const float *in, int n, int hw, int c);
+void ds_cuda_avgpool_bwd(float *din, const float *dout, int n, int hw, int c);
+/* out [n, o] += b [o];  db [o] += sum over n of dout [n, o] */
+void ds_cuda_bias_fwd(float *out, const float *b, int n, int o);
+void ds_cuda_bias_bwd(float *db, const float *dout, int n, int o);
+void ds_cuda_softmax_xent(float *loss, float *dlogits, const float *logits, const int32_t *labels,
+                          int n, int c, float smoothing, float scale);
+void ds_cuda_sgd_step(float *w, float *buf, const float *grad, size_t n, float lr, float momentum,
+                      float wd, int nesterov, int first);
+void ds_cuda_scale(float *x, float alpha, size_t n);
+void ds_cuda_axpy(float *y, float alpha, const float *x, size_t n);
+void ds_cuda_normalize_u8(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
+                          const int32_t *y0, const int32_t *x0, const uint8_t *flip,
+                          const float mean[3], const float std[3]);
+/* bf16 casts for the bf16 convolutions: dst = bf16(src); dst = src or dst += src. */
+void ds_cuda_to_bf16(void *dst, const float *src, size_t n);
+void ds_cuda_from_bf16(float *dst, const void *src, size_t n, int accumulate);
+
+#endif

@@ -1,0 +1,310 @@
+/* Every op of the CUDA backend against the CPU backend (the reference), fp32 with
+ * deterministic cuDNN algorithms. Where no GPU is visible (or the build has no CUDA) the
+ * test prints one skip line and passes.
+ *
+ * Tolerance: |gpu - cpu| <= 1e-4 |cpu| + 1e-4 max|cpu|. Both compute in fp32 but sum in
+ * different orders; a sum of K products then differs by ~K * 2^-24 of its largest terms,
+ * which for the K <= 600 here stays below 1e-4 of the tensor's scale. */
+#include "../check.h"
+#include "backend.h"
+
+#include <stdio.h>
+
+#ifndef DS_HAVE_CUDA
+int main(void)
+{
+    printf("PASS cuda ops (skipped: no GPU)\n");
+    return 0;
+}
+#else
+
+#include "backend_cuda.h"
+#include "log.h"
+#include "rng.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const ds_backend *C = &ds_backend_cpu, *G = &ds_backend_cuda;
+static uint64_t next_id = 1;
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) ds_die("out of memory");
+    return p;
+}
+
+/* n uniform values in [lo, hi) on the host (a fresh stream per call). */
+static float *host_rand(size_t n, float lo, float hi)
+{
+    float *x = xmalloc(n * sizeof *x);
+    ds_rng r;
+    ds_rng_init(&r, 7, DS_RNG_DATA, next_id++);
+    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * ds_rng_float(&r);
+    return x;
+}
+
+static void *to_dev(const void *h, size_t bytes)
+{
+    void *d = G->alloc(bytes);
+    if (!d) ds_die("GPU allocation of %zu bytes failed", bytes);
+    G->upload(d, h, bytes);
+    return d;
+}
+
+/* Downloads n floats from the GPU and compares them with the CPU's. */
+static void cmp(const char *what, const float *dev, const float *ref, size_t n)
+{
+    float *got = xmalloc(n * sizeof *got);
+    G->download(got, dev, n * sizeof *got);
+    double scale = 0;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(ref[i]));
+    check_close(what, got, ref, n, 1e-4 * scale, 1e-4);
+    free(got);
+}
+
+static float *dup(const float *x, size_t n)
+{
+    float *y = xmalloc(n * sizeof *y);
+    memcpy(y, x, n * sizeof *y);
+    return y;
+}
+
+static void test_conv(int n, int h, int w, int c, int k, int r, int stride, int pad)
+{
+    ds_conv_desc d = {n, h, w, c, k, r, r, stride, pad, 0, 0};
+    d.p = (h + 2 * pad - r) / stride + 1;
+    d.q = (w + 2 * pad - r) / stride + 1;
+    char name[128];
+    snprintf(name, sizeof name, "cuda conv %dx%dx%dx%d k%d %dx%d/%d pad %d", n, h, w, c, k, r, r, stride, pad);
+    check_begin(name);
+    size_t ni = (size_t)n * h * w * c, nw = (size_t)k * r * r * c, no = (size_t)n * d.p * d.q * k;
+    float *in = host_rand(ni, -1, 1), *wt = host_rand(nw, -0.5f, 0.5f), *dout = host_rand(no, -1, 1);
+    float *dw0 = host_rand(nw, -0.1f, 0.1f);   /* bwd_weight must add to what is there */
+    size_t cws = C->conv_workspace(&d), gws = G->conv_workspace(&d);
+    void *cw = xmalloc(cws), *gw = G->alloc(gws ? gws : 1);
+    float *out = xmalloc(no * sizeof *out), *din = xmalloc(ni * sizeof *din), *dw = dup(dw0, nw);
+    C->conv_fwd(out, in, wt, &d, cw);
+    C->conv_bwd_data(din, dout, wt, &d, cw);
+    C->conv_bwd_weight(dw, dout, in, &d, cw);
+    float *g_in = to_dev(in, ni * 4), *g_w = to_dev(wt, nw * 4), *g_dout = to_dev(dout, no * 4);
+    float *g_out = G->alloc(no * 4), *g_din = G->alloc(ni * 4), *g_dw = to_dev(dw0, nw * 4);
+    G->conv_fwd(g_out, g_in, g_w, &d, gw);
+    G->conv_bwd_data(g_din, g_dout, g_w, &d, gw);
+    G->conv_bwd_weight(g_dw, g_dout, g_in, &d, gw);
+    cmp("conv_fwd", g_out, out, no);
+    cmp("conv_bwd_data", g_din, din, ni);
+    cmp("conv_bwd_weight (accumulated)", g_dw, dw, nw);
+    check_end();
+    G->free(g_in), G->free(g_w), G->free(g_dout), G->free(g_out), G->free(g_din), G->free(g_dw), G->free(gw);
+    free(in), free(wt), free(dout), free(dw0), free(cw), free(out), free(din), free(dw);
+}
+
+static void test_bn(int m, int c, int relu, int residual)
+{
+    char name[96];
+    snprintf(name, sizeof name, "cuda batch norm m=%d c=%d%s%s", m, c, relu ? " relu" : "", residual ? " +residual" : "");
+    check_begin(name);
+    size_t mc = (size_t)m * c;
+    /* a mean far from zero checks the shifted variance sums */
+    float *in = host_rand(mc, 2, 5), *res = host_rand(mc, -1, 1), *gam = host_rand(c, 0.5f, 1.5f),
+          *bet = host_rand(c, -0.5f, 0.5f), *dout = host_rand(mc, -1, 1), *rm = host_rand(c, 2, 5),
+          *rv = host_rand(c, 0.5f, 2), *dg0 = host_rand(c, -1, 1), *db0 = host_rand(c, -1, 1);
+    float *out = xmalloc(mc * 4), *mean = xmalloc(c * 4), *var = xmalloc(c * 4), *is = xmalloc(c * 4);
+    float *inf = xmalloc(mc * 4), *din = xmalloc(mc * 4), *dres = xmalloc(mc * 4), *dy = dup(dout, mc);
+    float *dg = dup(dg0, c), *db = dup(db0, c);
+    const float *r = residual ? res : NULL;
+    C->bn_fwd_train(out, mean, var, is, in, gam, bet, r, relu, m, c, 1e-5f);
+    C->bn_fwd_infer(inf, in, gam, bet, rm, rv, r, relu, m, c, 1e-5f);
+    C->bn_bwd(din, residual ? dres : NULL, dg, db, dy, out, in, gam, mean, is, relu, m, c);
+
+    float *g_in = to_dev(in, mc * 4), *g_res = to_dev(res, mc * 4), *g_gam = to_dev(gam, c * 4),
+          *g_bet = to_dev(bet, c * 4), *g_dy = to_dev(dout, mc * 4), *g_rm = to_dev(rm, c * 4),
+          *g_rv = to_dev(rv, c * 4), *g_dg = to_dev(dg0, c * 4), *g_db = to_dev(db0, c * 4);
+    float *g_out = G->alloc(mc * 4), *g_mean = G->alloc(c * 4), *g_var = G->alloc(c * 4),
+          *g_is = G->alloc(c * 4), *g_inf = G->alloc(mc * 4), *g_din = G->alloc(mc * 4),
+          *g_dres = G->alloc(mc * 4);
+    const float *gr = residual ? g_res : NULL;
+    G->bn_fwd_train(g_out, g_mean, g_var, g_is, g_in, g_gam, g_bet, gr, relu, m, c, 1e-5f);
+    G->bn_fwd_infer(g_inf, g_in, g_gam, g_bet, g_rm, g_rv, gr, relu, m, c, 1e-5f);
+    G->bn_bwd(g_din, residual ? g_dres : NULL, g_dg, g_db, g_dy, g_out, g_in, g_gam, g_mean, g_is, relu, m, c);
+    cmp("bn_fwd_train out", g_out, out, mc);
+    cmp("bn mean", g_mean, mean, c);
+    cmp("bn var (biased)", g_var, var, c);
+    cmp("bn invstd", g_is, is, c);
+    cmp("bn_fwd_infer out", g_inf, inf, mc);
+    cmp("bn_bwd din", g_din, din, mc);
+    cmp("bn_bwd dout after the ReLU mask", g_dy, dy, mc);
+    if (residual) cmp("bn_bwd dresidual", g_dres, dres, mc);
+    cmp("bn_bwd dgamma (accumulated)", g_dg, dg, c);
+    cmp("bn_bwd dbeta (accumulated)", g_db, db, c);
+    check_end();
+    float *gs[] = {g_in, g_res, g_gam, g_bet, g_dy, g_rm, g_rv, g_dg, g_db, g_out, g_mean, g_var, g_is, g_inf, g_din, g_dres};
+    for (size_t i = 0; i < sizeof gs / sizeof *gs; i++) G->free(gs[i]);
+    float *hs[] = {in, res, gam, bet, dout, rm, rv, dg0, db0, out, mean, var, is, inf, din, dres, dy, dg, db};
+    for (size_t i = 0; i < sizeof hs / sizeof *hs; i++) free(hs[i]);
+}
+
+static void test_pool(void)
+{
+    check_begin("cuda max pool 3x3/2 pad 1 and global average pool");
+    ds_pool_desc d = {3, 13, 11, 8, 3, 2, 1, 7, 6};
+    size_t ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.c;
+    float *in = host_rand(ni, -1, 1), *dout = host_rand(no, -1, 1);
+    for (size_t i = 0; i < ni; i += 5) in[i] = 0.25f;   /* ties: the first maximum must win */
+    float *out = xmalloc(no * 4), *din = xmalloc(ni * 4);
+    C->maxpool_fwd(out, in, &d);
+    C->maxpool_bwd(din, dout, in, out, &d);
+    float *g_in = to_dev(in, ni * 4), *g_dout = to_dev(dout, no * 4), *g_out = G->alloc(no * 4),
+          *g_din = to_dev(in, ni * 4);   /* garbage first: maxpool_bwd must overwrite */
+    G->maxpool_fwd(g_out, g_in, &d);
+    G->maxpool_bwd(g_din, g_dout, g_in, g_out, &d);
+    cmp("maxpool_fwd", g_out, out, no);
+    cmp("maxpool_bwd", g_din, din, ni);
+
+    int n = 4, hw = 49, c = 40;
+    float *x = host_rand((size_t)n * hw * c, -1, 1), *dy = host_rand((size_t)n * c, -1, 1);
+    float *y = xmalloc((size_t)n * c * 4), *dx = xmalloc((size_t)n * hw * c * 4);
+    C->avgpool_fwd(y, x, n, hw, c);
+    C->avgpool_bwd(dx, dy, n, hw, c);
+    float *g_x = to_dev(x, (size_t)n * hw * c * 4), *g_dy = to_dev(dy, (size_t)n * c * 4),
+          *g_y = G->alloc((size_t)n * c * 4), *g_dx = G->alloc((size_t)n * hw * c * 4);
+    G->avgpool_fwd(g_y, g_x, n, hw, c);
+    G->avgpool_bwd(g_dx, g_dy, n, hw, c);
+    cmp("avgpool_fwd", g_y, y, (size_t)n * c);
+    cmp("avgpool_bwd", g_dx, dx, (size_t)n * hw * c);
+    check_end();
+    G->free(g_in), G->free(g_dout), G->free(g_out), G->free(g_din), G->free(g_x), G->free(g_dy), G->free(g_y), G->free(g_dx);
+    free(in), free(dout), free(out), free(din), free(x), free(dy), free(y), free(dx);
+}
+
+static void test_linear(int with_din)
+{
+    check_begin(with_din ? "cuda linear with bias" : "cuda linear without din");
+    int n = 5, i = 70, o = 33;
+    float *x = host_rand((size_t)n * i, -1, 1), *w = host_rand((size_t)o * i, -0.3f, 0.3f),
+          *b = host_rand(o, -1, 1), *dy = host_rand((size_t)n * o, -1, 1),
+          *dw0 = host_rand((size_t)o * i, -1, 1), *db0 = host_rand(o, -1, 1);
+    float *y = xmalloc((size_t)n * o * 4), *dx = xmalloc((size_t)n * i * 4), *dw = dup(dw0, (size_t)o * i), *db = dup(db0, o);
+    C->linear_fwd(y, x, w, b, n, i, o);
+    C->linear_bwd(with_din ? dx : NULL, dw, db, dy, x, w, n, i, o);
+    float *g_x = to_dev(x, (size_t)n * i * 4), *g_w = to_dev(w, (size_t)o * i * 4), *g_b = to_dev(b, o * 4),
+          *g_dy = to_dev(dy, (size_t)n * o * 4), *g_dw = to_dev(dw0, (size_t)o * i * 4), *g_db = to_dev(db0, o * 4),
+          *g_y = G->alloc((size_t)n * o * 4), *g_dx = G->alloc((size_t)n * i * 4);
+    G->linear_fwd(g_y, g_x, g_w, g_b, n, i, o);
+    G->linear_bwd(with_din ? g_dx : NULL, g_dw, g_db, g_dy, g_x, g_w, n, i, o);
+    cmp("linear_fwd", g_y, y, (size_t)n * o);
+    if (with_din) cmp("linear_bwd din", g_dx, dx, (size_t)n * i);
+    cmp("linear_bwd dw (accumulated)", g_dw, dw, (size_t)o * i);
+    cmp("linear_bwd db (accumulated)", g_db, db, o);
+    check_end();
+    G->free(g_x), G->free(g_w), G->free(g_b), G->free(g_dy), G->free(g_dw), G->free(g_db), G->free(g_y), G->free(g_dx);
+    free(x), free(w), free(b), free(dy), free(dw0), free(db0), free(y), free(dx), free(dw), free(db);
+}
+
+static void test_loss(float smoothing)
+{
+    char name[64];
+    snprintf(name, sizeof name, "cuda softmax cross-entropy, smoothing %.1f", smoothing);
+    check_begin(name);
+    int n = 6, c = 1000;
+    float *z = host_rand((size_t)n * c, -8, 8);
+    int32_t lab[6] = {0, 999, 17, -1, 500, 3};   /* -1: a padding sample, no loss or gradient */
+    float *loss = xmalloc(n * 4), *dz = xmalloc((size_t)n * c * 4);
+    C->softmax_xent(loss, dz, z, lab, n, c, smoothing, 1.0f / 24);
+    float *g_z = to_dev(z, (size_t)n * c * 4), *g_loss = G->alloc(n * 4), *g_dz = G->alloc((size_t)n * c * 4);
+    int32_t *g_lab = to_dev(lab, sizeof lab);
+    G->softmax_xent(g_loss, g_dz, g_z, g_lab, n, c, smoothing, 1.0f / 24);
+    cmp("loss", g_loss, loss, n);
+    cmp("dlogits", g_dz, dz, (size_t)n * c);
+    check_end();
+    G->free(g_z), G->free(g_loss), G->free(g_dz), G->free(g_lab);
+    free(z), free(loss), free(dz);
+}
+
+static void test_sgd_elementwise(void)
+{
+    check_begin("cuda sgd, scale, axpy");
+    size_t n = 100003;
+    float *w = host_rand(n, -1, 1), *buf = host_rand(n, -1, 1), *grad = host_rand(n, -1, 1), *x = host_rand(n, -1, 1);
+    float *g_w = to_dev(w, n * 4), *g_buf = to_dev(buf, n * 4), *g_grad = to_dev(grad, n * 4), *g_x = to_dev(x, n * 4);
+    /* every rule: first step, nesterov with weight decay, plain momentum, no momentum */
+    const struct { float lr, mom, wd; int nest, first; } steps[] = {
+        {0.1f, 0.9f, 1e-4f, 0, 1}, {0.1f, 0.9f, 5e-4f, 1, 0}, {0.05f, 0.9f, 0, 0, 0}, {0.01f, 0, 1e-4f, 0, 0}};
+    for (size_t s = 0; s < sizeof steps / sizeof *steps; s++) {
+        C->sgd_step(w, buf, grad, n, steps[s].lr, steps[s].mom, steps[s].wd, steps[s].nest, steps[s].first);
+        G->sgd_step(g_w, g_buf, g_grad, n, steps[s].lr, steps[s].mom, steps[s].wd, steps[s].nest, steps[s].first);
+    }
+    cmp("sgd weights", g_w, w, n);
+    cmp("sgd momentum", g_buf, buf, n);
+    C->scale(x, 0.37f, n);
+    G->scale(g_x, 0.37f, n);
+    cmp("scale", g_x, x, n);
+    C->axpy(x, -1.5f, grad, n);
+    G->axpy(g_x, -1.5f, g_grad, n);
+    cmp("axpy", g_x, x, n);
+    /* memory ops: zero, copy, and alloc hands out zeroed memory */
+    float *g_z = G->alloc(n * 4);
+    cmp("alloc is zeroed", g_z, memset(x, 0, n * 4), n);
+    G->copy(g_z, g_grad, n * 4);
+    cmp("copy", g_z, grad, n);
+    G->zero(g_z, n * 4);
+    cmp("zero", g_z, x, n);
+    check_end();
+    G->free(g_w), G->free(g_buf), G->free(g_grad), G->free(g_x), G->free(g_z);
+    free(w), free(buf), free(grad), free(x);
+}
+
+static void test_normalize(void)
+{
+    check_begin("cuda normalize_u8 with crop and flip");
+    int n = 4, H = 20, W = 17, ch = 12, cw = 9;
+    size_t nin = (size_t)n * H * W * 3, nout = (size_t)n * ch * cw * 3;
+    uint8_t *in = xmalloc(nin);
+    for (size_t i = 0; i < nin; i++) in[i] = (uint8_t)(i * 131 + i / 7);
+    int32_t y0[4] = {0, 8, 3, 5}, x0[4] = {0, 8, 2, 1};
+    uint8_t flip[4] = {0, 1, 1, 0};
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    float *out = xmalloc(nout * 4);
+    C->normalize_u8(out, in, n, H, W, ch, cw, y0, x0, flip, mean, std);
+    uint8_t *g_in = to_dev(in, nin), *g_flip = to_dev(flip, sizeof flip);
+    int32_t *g_y0 = to_dev(y0, sizeof y0), *g_x0 = to_dev(x0, sizeof x0);
+    float *g_out = G->alloc(nout * 4);
+    G->normalize_u8(g_out, g_in, n, H, W, ch, cw, g_y0, g_x0, g_flip, mean, std);
+    cmp("normalize_u8", g_out, out, nout);
+    C->normalize_u8(out, in, n, H, W, ch, cw, y0, x0, NULL, mean, std);
+    G->normalize_u8(g_out, g_in, n, H, W, ch, cw, g_y0, g_x0, NULL, mean, std);
+    cmp("normalize_u8 without flips", g_out, out, nout);
+    check_end();
+    G->free(g_in), G->free(g_flip), G->free(g_y0), G->free(g_x0), G->free(g_out);
+    free(in), free(out);
+}
+
+int main(void)
+{
+    ds_log_init("test_cuda_ops");
+    if (ds_cuda_device_count() == 0) {
+        printf("PASS cuda ops (skipped: no GPU)\n");
+        return 0;
+    }
+    if (ds_cuda_set_precision("fp32") != 0) return 1;
+    ds_cuda_set_deterministic(1);
+    test_conv(2, 9, 7, 16, 24, 3, 1, 1);
+    test_conv(3, 8, 8, 32, 16, 1, 2, 0);
+    test_conv(2, 15, 15, 3, 8, 7, 2, 3);
+    test_conv(1, 6, 5, 64, 64, 3, 2, 1);
+    test_bn(300, 48, 1, 1);
+    test_bn(1000, 70, 0, 0);
+    test_bn(97, 8, 1, 0);
+    test_pool();
+    test_linear(1);
+    test_linear(0);
+    test_loss(0);
+    test_loss(0.1f);
+    test_sgd_elementwise();
+    test_normalize();
+    return check_exit();
+}
+#endif
