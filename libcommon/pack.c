@@ -95,13 +95,11 @@ static int shard_reusable(packer *pk, int k, size_t first, size_t count, size_t 
         free(path);
         return 0;
     }
-    int saved = ds_verbosity, ok = 0;
+    int ok = 0;
     ds_shard s;
-    ds_verbosity = -1;
-    int rc = ds_shard_open(&s, path);
-    ds_verbosity = saved;
-    if (rc) {
-        ds_info("resume: %s is not a valid shard, rewriting it", path);
+    char why[256];
+    if (ds_shard_open_quiet(&s, path, why, sizeof why)) {
+        ds_info("resume: rewriting %s", why);
         free(path);
         return 0;
     }

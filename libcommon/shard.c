@@ -281,6 +281,13 @@ void ds_shard_close(ds_shard *s)
 
 int ds_shard_open(ds_shard *s, const char *path)
 {
+    char why[256];
+    if (ds_shard_open_quiet(s, path, why, sizeof why) == 0) return 0;
+    return ds_err("%s", why);
+}
+
+int ds_shard_open_quiet(ds_shard *s, const char *path, char *why, size_t why_len)
+{
     memset(s, 0, sizeof *s);
     s->hid = -1;
     s->path = ds_xstrdup(path);
@@ -288,7 +295,8 @@ int ds_shard_open(ds_shard *s, const char *path)
     if (stat(path, &st)) {
         int e = errno;
         ds_shard_close(s);
-        return ds_err("%s: %s", path, strerror(e));
+        snprintf(why, why_len, "%s: %s", path, strerror(e));
+        return -1;
     }
     quiet_h5 q;
     h5_quiet(&q);
@@ -398,7 +406,7 @@ out:
     if (bad && d >= 0) H5Dclose(d);
     h5_restore(&q);
     if (bad) {
-        ds_err("%s: not a valid shard: %s", path, bad);
+        snprintf(why, why_len, "%s: not a valid shard: %s", path, bad);
         ds_shard_close(s);
         return -1;
     }

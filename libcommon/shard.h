@@ -57,6 +57,9 @@ typedef struct {
 /* Opens and validates a shard: kind, version, every dataset's type, rank and shape, the
  * attributes' ranges, labels in range. Errors name the file and the field. */
 int ds_shard_open(ds_shard *s, const char *path);
+/* The same without printing: on failure `why` gets the message ds_shard_open would print
+ * (dspack --resume uses it to decide, quietly, whether a shard can be kept). */
+int ds_shard_open_quiet(ds_shard *s, const char *path, char *why, size_t why_len);
 /* A shard may hold 0 images (every image planned for it was rejected); then images_offset
  * is -1 and there is nothing to read. */
 /* Reads images [start, start + count) into out ([count, H, W, 3]) through HDF5; thread-safe
