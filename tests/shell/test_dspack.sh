@@ -168,6 +168,12 @@ if [ $same = 1 ]; then pass "resume_after_kill9_identical ($partial shards befor
 
 # --- --compress: chunked + deflate, same pixels ---
 expect_status compress_runs 0 dspack -q -o "$T/c" --size 32 --shard-size 5 --compress 6 "$M"
+# Only the deflate level differs: same images, labels and paths, other bytes. Not kept.
+dspack -q -o "$T/c1" --size 32 --shard-size 5 --compress 1 "$M"
+dspack -q -o "$T/c1" --size 32 --shard-size 5 --compress 6 --resume "$M"
+same=1
+for s in "$T"/c/shard-*.h5; do cmp -s "$s" "$T/c1/$(basename "$s")" || same=0; done
+if [ $same = 1 ]; then pass resume_other_level_rewrites; else fail resume_other_level_rewrites; fi
 h5dump -p -H -d images "$T/c/shard-00000.h5" >"$T/hc"
 if grep -q CHUNKED "$T/hc" && grep -q DEFLATE "$T/hc"; then pass compress_layout; else fail compress_layout; fi
 h5dump -d images -y "$T/a/shard-00000.h5" | sed -n '/DATA/,$p' >"$T/pa"
