@@ -1,0 +1,27 @@
+/* feed: moves a loader batch into a model's input on the computing device.
+ *
+ * The batch's uint8 images and crop corners / flips go to the backend (a no-op on the CPU,
+ * whose memory is the host's), then backend->normalize_u8 crops, flips and normalises by the
+ * mean/std into ds_model_input: only bytes cross to an accelerator, never floats. */
+#ifndef DS_FEED_H
+#define DS_FEED_H
+
+#include "loader.h"
+#include "model.h"
+
+typedef struct {
+    const ds_backend *be;
+    int host;                /* the backend computes in host memory: pass pointers through */
+    int batch, height, width;
+    uint8_t *images;         /* backend memory [batch, height, width, 3] (not host) */
+    int32_t *y0, *x0;        /* [batch] */
+    uint8_t *flip;           /* [batch] */
+} ds_feed;
+
+/* For batches of up to `batch` images of height x width (the loader's batch size). */
+int ds_feed_init(ds_feed *f, const ds_backend *be, int batch, int height, int width);
+void ds_feed_free(ds_feed *f);
+/* Writes batch b, cropped to crop x crop (the model's input size), into the model's input. */
+int ds_feed_batch(ds_feed *f, ds_model *m, const ds_batch *b, int crop, const float mean[3], const float std[3]);
+
+#endif

@@ -1,0 +1,296 @@
+#include "train.h"
+
+#include "comm.h"
+#include "evaluate.h"
+#include "feed.h"
+#include "fsutil.h"
+#include "loader.h"
+#include "log.h"
+#include "rundir.h"
+#include "signals.h"
+#include "topk.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+typedef struct {
+    const ds_train_plan *p;
+    ds_model *m;
+    const ds_backend *be;
+    ds_loader *tl, *vl;
+    ds_feed tf, vf;
+    ds_metrics_log log;
+    int64_t S;               /* steps per epoch */
+    int64_t total;           /* steps of the whole run */
+    int64_t G;               /* global batch */
+    double best_top1;        /* best val top-1 of any finished epoch, -1 before the first */
+    double epoch_loss_sum;   /* sum of step losses in the running epoch (saved, for resume) */
+    double epoch_seconds;    /* training seconds in the running epoch (saved) */
+    int64_t saved_step;      /* global step of the newest checkpoint, -1: none this run */
+    char last_path[4096];    /* newest checkpoint written (or resumed from), for messages */
+} run;
+
+/* Sums the reduction buffer (gradients + BN statistics) and the loss over all ranks. */
+static void reduce_step(run *r, double *loss)
+{
+    ds_comm_allreduce_sum_f64(loss, 1);
+    if (r->p->world == 1) return;
+    size_t count;
+    float *red = ds_model_reduction(r->m, &count);
+    if (r->tf.host) {
+        ds_comm_allreduce_sum_f32(red, count);
+        return;
+    }
+#ifdef DS_HAVE_CUDA
+    r->be->sync();
+    ds_nccl_allreduce_sum_f32(red, count, 0);
+    ds_nccl_sync(0, 0);
+#endif
+}
+
+/* Writes the checkpoint for global step g (rank 0), moves last.h5 (and best.h5 when
+ * `best`), prunes old ones. Every rank returns the same status. */
+static int save(run *r, int64_t g, int best)
+{
+    const ds_train_plan *p = r->p;
+    int rc = 0;
+    if (p->rank == 0) {
+        ds_ckpt_meta *meta = p->meta;
+        meta->epoch = g / r->S;
+        meta->step = g;
+        ds_ckpt_meta_set_float(meta, "epoch_loss_sum", r->epoch_loss_sum);
+        ds_ckpt_meta_set_float(meta, "epoch_seconds", r->epoch_seconds);
+        char *path = ds_rundir_ckpt_path(p->out, g);
+        const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        rc = ds_ckpt_save(path, r->m, meta);
+        if (!rc) rc = ds_rundir_link(p->out, "last.h5", name);
+        if (!rc && best) rc = ds_rundir_link(p->out, "best.h5", name);
+        if (!rc) rc = ds_rundir_prune(p->out, p->keep);
+        if (!rc) snprintf(r->last_path, sizeof r->last_path, "%s", path);
+        free(path);
+    }
+    if (ds_comm_any(rc != 0)) return -1;
+    r->saved_step = g;
+    return 0;
+}
+
+static void log_json(run *r, const char *json)
+{
+    if (r->p->rank == 0 && r->log.f && ds_metrics_log_write(&r->log, json))
+        ds_warn("metrics.jsonl could not be written; training goes on");
+}
+
+static int validate(run *r, ds_topk *t)
+{
+    const ds_train_plan *p = r->p;
+    ds_eval_options o = {.crop = p->crop, .progress = 0};
+    memcpy(o.mean, p->meta->mean, sizeof o.mean);
+    memcpy(o.std, p->meta->std, sizeof o.std);
+    double secs;
+    int rc = ds_evaluate(r->m, r->vl, &r->vf, &o, t, &secs);
+    if (ds_comm_any(rc != 0)) return -1;
+    ds_topk_reduce(t);
+    return 0;
+}
+
+/* End of epoch e (0-based; the global step is g): validation, the epoch's lines, the
+ * metrics row and the checkpoint. */
+static int end_epoch(run *r, int64_t e, int64_t g, double lr)
+{
+    const ds_train_plan *p = r->p;
+    ds_topk t;
+    ds_topk_init(&t, ds_model_config_of(r->m)->num_classes);
+    int have_val = p->val != NULL;
+    if (have_val && validate(r, &t)) {
+        ds_topk_free(&t);
+        return -1;
+    }
+    double loss = r->epoch_loss_sum / (double)r->S;
+    double ips = r->epoch_seconds > 0 ? (double)(r->S * r->G) / r->epoch_seconds : 0;
+    ds_metrics_row row = {.epoch = e + 1, .train_loss = loss, .val_top1 = have_val ? ds_topk_top1(&t) : NAN,
+                          .val_top5 = have_val ? ds_topk_top5(&t) : NAN, .images_per_s = ips,
+                          .seconds = r->epoch_seconds};
+    ds_ckpt_meta_add_metrics(p->meta, &row);
+    char json[512];
+    if (have_val) {
+        ds_info("epoch %lld/%lld  train loss %.4f  val top-1 %.2f%%  top-5 %.2f%%  loss %.4f  (%lld images, "
+                "%.0f img/s, %.0f s)",
+                (long long)(e + 1), (long long)p->epochs, loss, 100 * row.val_top1, 100 * row.val_top5,
+                ds_topk_loss(&t), (long long)t.count, ips, r->epoch_seconds);
+        snprintf(json, sizeof json,
+                 "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f,\"val_top1\":%.6f,"
+                 "\"val_top5\":%.6f,\"val_loss\":%.6g,\"seconds\":%.2f}",
+                 (long long)g, (long long)(e + 1), loss, lr, ips, row.val_top1, row.val_top5, ds_topk_loss(&t),
+                 r->epoch_seconds);
+    } else {
+        ds_info("epoch %lld/%lld  train loss %.4f  (%.0f img/s, %.0f s)", (long long)(e + 1), (long long)p->epochs,
+                loss, ips, r->epoch_seconds);
+        snprintf(json, sizeof json,
+                 "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f,\"seconds\":%.2f}",
+                 (long long)g, (long long)(e + 1), loss, lr, ips, r->epoch_seconds);
+    }
+    log_json(r, json);
+    int best = have_val && row.val_top1 > r->best_top1;
+    if (best) r->best_top1 = row.val_top1;
+    ds_topk_free(&t);
+    r->epoch_loss_sum = r->epoch_seconds = 0;
+    return save(r, g, best);
+}
+
+static int setup(run *r, ds_model *m, const ds_train_plan *p)
+{
+    memset(r, 0, sizeof *r);
+    r->p = p;
+    r->m = m;
+    r->be = ds_model_backend(m);
+    r->saved_step = -1;
+    r->best_top1 = -1;
+    for (int i = 0; i < p->meta->nmetrics; i++)
+        if (p->meta->metrics[i].val_top1 > r->best_top1) r->best_top1 = p->meta->metrics[i].val_top1;
+    ds_loader_config tc = {.batch = p->batch, .world = p->world, .rank = p->rank, .accum = p->accum,
+                           .crop = p->crop, .pad = p->pad, .augment = p->augment, .train = 1, .seed = p->seed,
+                           .threads = p->loader_threads};
+    if (!(r->tl = ds_loader_new(p->train, &tc))) return -1;
+    ds_loader_config vc = tc;
+    vc.train = 0;
+    vc.accum = 1;
+    vc.augment = 0;
+    vc.pad = 0;
+    if (p->val && !(r->vl = ds_loader_new(p->val, &vc))) return -1;
+    r->S = ds_loader_steps_per_epoch(r->tl);
+    r->G = (int64_t)p->batch * p->world * p->accum;
+    r->total = r->S * p->epochs;
+    int pad = p->augment ? p->pad : 0;
+    if (ds_feed_init(&r->tf, r->be, p->batch, p->train->height + 2 * pad, p->train->width + 2 * pad)) return -1;
+    if (p->val && ds_feed_init(&r->vf, r->be, p->batch, p->val->height, p->val->width)) return -1;
+    const ds_ckpt_attr *a = ds_ckpt_meta_get(p->meta, "epoch_loss_sum");
+    r->epoch_loss_sum = a && p->start_step % r->S ? a->f : 0;
+    a = ds_ckpt_meta_get(p->meta, "epoch_seconds");
+    r->epoch_seconds = a && p->start_step % r->S ? a->f : 0;
+    if (p->rank == 0) {
+        if (ds_mkdirs(p->out)) return ds_err("%s: cannot create the run directory", p->out);
+        if (ds_metrics_log_truncate(p->out, p->start_step) || ds_metrics_log_open(&r->log, p->out)) return -1;
+    }
+    return 0;
+}
+
+static void teardown(run *r)
+{
+    ds_loader_free(r->tl);
+    ds_loader_free(r->vl);
+    ds_feed_free(&r->tf);
+    ds_feed_free(&r->vf);
+    ds_metrics_log_close(&r->log);
+}
+
+static int train_loop(run *r)
+{
+    const ds_train_plan *p = r->p;
+    ds_model *m = r->m;
+    ds_schedule sched = p->schedule;
+    sched.total = r->total;
+    sched.warmup = (int64_t)llround(p->warmup_epochs * (double)r->S);
+    sched.every = (int64_t)llround(p->step_epochs * (double)r->S);
+    int64_t g = p->start_step;
+    if (g >= r->total) {
+        ds_info("the run has already finished its %lld steps (%lld epochs)", (long long)r->total, (long long)p->epochs);
+        return 0;
+    }
+    ds_info("training: %lld epochs of %lld steps, global batch %lld (batch %d x world %d x accum %d), from step %lld",
+            (long long)p->epochs, (long long)r->S, (long long)r->G, p->batch, p->world, p->accum, (long long)g);
+    double t_run = ds_now(), t_log = t_run, win_loss = 0, lr = 0;
+    int64_t g_run = g, win_steps = 0;
+    for (int64_t e = g / r->S; e < p->epochs; e++) {
+        if (ds_loader_start(r->tl, e, g % r->S)) return -1;
+        ds_batch *b;
+        int rc;
+        double loss = 0, t_step = ds_now();
+        while ((rc = ds_loader_next(r->tl, &b)) == 1) {
+            if (b->micro == 0) {
+                ds_model_zero_reduction(m);
+                loss = 0;
+                t_step = ds_now();
+            }
+            if (ds_feed_batch(&r->tf, m, b, p->crop, p->meta->mean, p->meta->std)) {
+                ds_loader_release(r->tl, b);
+                return -1;
+            }
+            ds_model_forward(m, b->n, 1);
+            loss += ds_model_backward(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing);
+            int last_micro = b->micro == p->accum - 1;
+            ds_loader_release(r->tl, b);
+            if (!last_micro) continue;
+
+            reduce_step(r, &loss);
+            double step_loss = loss / (double)r->G;
+            if (!isfinite(step_loss)) {
+                ds_loader_stop(r->tl);
+                return ds_err("step %lld (epoch %lld): the loss is %g; stopping. %s%s", (long long)(g + 1),
+                              (long long)(e + 1), step_loss,
+                              r->last_path[0] ? "The last good checkpoint is kept: " : "No checkpoint was written yet",
+                              r->last_path);
+            }
+            lr = ds_schedule_lr(&sched, g);
+            ds_sgd sgd = p->sgd;
+            sgd.lr = (float)lr;
+            ds_model_step(m, &sgd, p->accum * p->world);
+            g++;
+            r->be->sync();
+            double now = ds_now();
+            r->epoch_seconds += now - t_step;
+            r->epoch_loss_sum += step_loss;
+            win_loss += step_loss;
+            win_steps++;
+
+            if (p->log_every > 0 && g % p->log_every == 0) {
+                double ips = (double)(win_steps * r->G) / (now - t_log);
+                double per_step = (now - t_run) / (double)(g - g_run);
+                int64_t end = p->max_steps > 0 && p->max_steps < r->total ? p->max_steps : r->total;
+                char eta[32];
+                ds_format_duration(eta, sizeof eta, per_step * (double)(end - g));
+                ds_info("epoch %lld/%lld  step %lld/%lld  loss %.4f  lr %.5f  %.0f img/s  ETA %s", (long long)(e + 1),
+                        (long long)p->epochs, (long long)(g - e * r->S), (long long)r->S, win_loss / win_steps, lr,
+                        ips, eta);
+                char json[256];
+                snprintf(json, sizeof json,
+                         "{\"step\":%lld,\"epoch\":%.4f,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f}",
+                         (long long)g, (double)g / (double)r->S, win_loss / win_steps, lr, ips);
+                log_json(r, json);
+                win_loss = 0;
+                win_steps = 0;
+                t_log = now;
+            }
+            if (g % r->S == 0) continue;  /* the epoch's end follows: validation, checkpoint */
+            int stop = ds_comm_any(ds_signals_pending() || (p->max_steps > 0 && g >= p->max_steps));
+            if (stop || (p->ckpt_steps > 0 && g % p->ckpt_steps == 0)) {
+                if (stop) ds_loader_stop(r->tl);
+                if (save(r, g, 0)) return -1;
+            }
+            if (stop) {
+                ds_loader_stop(r->tl);
+                return 1;
+            }
+        }
+        if (rc < 0) return -1;
+        if (end_epoch(r, e, g, lr)) return -1;
+        if (ds_comm_any(ds_signals_pending() || (p->max_steps > 0 && g >= p->max_steps))) return 1;
+    }
+    return 0;
+}
+
+int ds_train(ds_model *m, const ds_train_plan *p)
+{
+    run r;
+    int rc = setup(&r, m, p);
+    if (!rc) rc = train_loop(&r);
+    if (rc == 1) {
+        int sig = ds_signals_pending();
+        ds_info("stopped at step %lld %s; checkpoint %s (continue with --resume %s)", (long long)r.saved_step,
+                sig ? (sig == SIGINT ? "on SIGINT" : "on SIGTERM") : "(--max-steps)", r.last_path, p->out);
+    }
+    teardown(&r);
+    return rc;
+}

@@ -1,0 +1,53 @@
+/* train: the training loop of dstrain (DESIGN §3) — steps, per-epoch validation, logging,
+ * checkpoints and stopping.
+ *
+ * One step: for each of the rank's `accum` micro-batches, feed, forward, and backward with
+ * the loss scaled by 1 / G; then ONE allreduce of the model's reduction buffer (gradients
+ * and BN statistics) and of the summed loss; then SGD at the schedule's learning rate for
+ * this global step. Every rank takes the same decisions (stop, NaN) through ds_comm_any,
+ * and only rank 0 writes files.
+ *
+ * Position: a run is at global step g; with S full steps per epoch it is in epoch g / S at
+ * step g % S. A checkpoint stores g (and the model, momentum and BN buffers), so resuming
+ * from it continues bitwise exactly on the CPU: the epoch order, augmentation and learning
+ * rate are pure functions of (seed, epoch, sample, g). */
+#ifndef DS_TRAIN_H
+#define DS_TRAIN_H
+
+#include <stdint.h>
+
+#include "checkpoint.h"
+#include "model.h"
+#include "schedule.h"
+#include "source.h"
+
+typedef struct {
+    ds_source *train;
+    ds_source *val;          /* NULL: no validation */
+    const char *out;         /* run directory (rank 0 writes into it) */
+    int64_t epochs;
+    int batch, accum;
+    int world, rank;
+    int crop, pad, augment;
+    uint64_t seed;
+    int loader_threads;
+    double warmup_epochs;
+    ds_schedule schedule;    /* kind, base, gamma and step-every in epochs (converted to steps) */
+    double step_epochs;      /* step schedule: epochs between decays */
+    ds_sgd sgd;              /* momentum, weight decay, nesterov (lr from the schedule) */
+    float smoothing;
+    int log_every;           /* steps between log lines (0: only epoch lines) */
+    int64_t ckpt_steps;      /* 0: checkpoints at epoch ends only */
+    int64_t max_steps;       /* 0: no limit; else stop after global step max_steps */
+    int keep;                /* newest checkpoints kept */
+    int64_t start_step;      /* global step to start from (0, or the resumed checkpoint's) */
+    ds_ckpt_meta *meta;      /* everything a checkpoint records besides the tensors: config,
+                                classes, data size and fit, metrics rows so far; updated */
+} ds_train_plan;
+
+/* Runs until the last epoch, --max-steps, or a signal. Returns 0 when the epochs are done,
+ * 1 when stopped early (with a checkpoint written), -1 on an error (NaN loss, I/O), with a
+ * message. */
+int ds_train(ds_model *m, const ds_train_plan *p);
+
+#endif

@@ -1,0 +1,149 @@
+/* dseval: top-1 / top-5 / loss of a checkpoint on a shard directory or a manifest. This file
+ * holds the options and the order of calls; the pass itself is libcommon/evaluate.c. */
+#include "backend.h"
+#include "checkpoint.h"
+#include "cli.h"
+#include "comm.h"
+#include "evaluate.h"
+#include "feed.h"
+#include "fsutil.h"
+#include "loader.h"
+#include "log.h"
+#include "logits.h"
+#include "model.h"
+#include "source.h"
+#include "topk.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *device = "auto", *per_class, *logits_file, *fit;
+static long long batch = 64, threads = 0, loader_threads = 0, size = 0;
+static int json;
+
+static ds_option options[] = {
+    {.name = "batch", .type = DS_OPT_INT, .value = &batch, .arg = "N", .help = "images per forward pass (per rank)",
+     .min = 1, .max = 1e6},
+    {.name = "device", .type = DS_OPT_CHOICE, .value = &device, .choices = "auto|cpu|cuda",
+     .help = "where to compute (auto: cuda when a GPU is visible)"},
+    {.name = "threads", .type = DS_OPT_INT, .value = &threads, .arg = "N", .help = "compute threads (0: every core)",
+     .min = 0, .max = 4096},
+    {.name = "loader-threads", .type = DS_OPT_INT, .value = &loader_threads, .arg = "N",
+     .help = "reading / decoding threads (0: 2, or every core for a manifest)", .min = 0, .max = 256},
+    {.name = "json", .type = DS_OPT_FLAG, .value = &json,
+     .help = "print one JSON object (top1, top5, loss, count, images_per_sec) on stdout"},
+    {.name = "per-class", .type = DS_OPT_STRING, .value = &per_class, .arg = "FILE.csv",
+     .help = "write per-class counts and accuracies"},
+    {.name = "logits", .type = DS_OPT_STRING, .value = &logits_file, .arg = "FILE.h5",
+     .help = "write /logits [N, C], /labels, /paths in data order"},
+    {.name = "size", .type = DS_OPT_INT, .value = &size, .arg = "N",
+     .help = "manifest decoding size (0: the checkpoint's data size, else input size x 8/7)", .min = 0, .max = 65535},
+    {.name = "fit", .type = DS_OPT_CHOICE, .value = &fit, .choices = "crop|squash",
+     .help = "manifest decoding fit (none: the checkpoint's, else crop)"},
+    {0},
+};
+
+static ds_cli cli = {
+    .prog = "dseval",
+    .args = "[options] CHECKPOINT DATA",
+    .summary = "Evaluate a checkpoint on DATA: a shard directory, or a manifest decoded on the fly.",
+    .epilog = "A manifest is decoded exactly as dspack would store it, at the size and fit recorded in the\n"
+              "checkpoint (dstrain records its training shards'), then centre-cropped to the network's input.\n"
+              "Accuracies are fractions in [0, 1]; the loss is the mean cross-entropy without smoothing.\n"
+              "Undecodable images of a manifest are skipped with a warning and not counted.",
+    .min_pos = 2,
+    .max_pos = 2,
+    .opts = options,
+};
+
+int main(int argc, char **argv)
+{
+    if (ds_comm_init(&argc, &argv)) return 1;
+    char **pos;
+    ds_cli_parse(&cli, argc, argv, &pos);
+    const char *ckpt = pos[0], *data = pos[1];
+    int world = ds_comm_world(), rank = ds_comm_rank();
+    if (rank != 0) ds_verbosity = -1;
+    if (logits_file && world > 1) ds_usage_error(&cli, "--logits needs a single process (run without mpirun)");
+    if (threads > 0) omp_set_num_threads((int)threads);
+
+    ds_ckpt_meta meta;
+    ds_ckpt_meta_init(&meta);
+    if (ds_ckpt_read_meta(ckpt, &meta)) ds_die("cannot evaluate %s", ckpt);
+    const ds_ckpt_attr *ah = ds_ckpt_meta_get(&meta, "data_height"), *af = ds_ckpt_meta_get(&meta, "data_fit");
+    int dsize = size ? (int)size : ah ? (int)ah->i : (meta.input_size * 8 + 6) / 7;
+    const char *dfit = fit ? fit : af && af->s ? af->s : "crop";
+
+    ds_source src;
+    if (ds_source_open(&src, data, dsize, dfit)) ds_die("cannot evaluate on %s", data);
+    if (meta.num_classes != src.num_classes || (meta.classes && ds_classes_match(meta.classes, meta.num_classes, ckpt,
+                                                                                src.classes, src.num_classes, data)))
+        ds_die("%s has %d classes, %s %d: the checkpoint must have been trained on these classes", ckpt,
+               meta.num_classes, data, src.num_classes);
+    if (loader_threads == 0) loader_threads = 2;
+
+    const ds_backend *be = ds_backend_select(device);
+    if (!be) ds_die("no usable --device %s", device);
+    ds_model_config mc = {.arch = meta.arch, .num_classes = meta.num_classes, .max_batch = (int)batch,
+                          .height = meta.input_size, .width = meta.input_size, .training = 0};
+    ds_model *m = ds_model_create(be, &mc);
+    if (!m) ds_die("cannot build the %s model of %s", meta.arch, ckpt);
+    if (ds_ckpt_load(ckpt, m, NULL, 0)) ds_die("cannot evaluate %s", ckpt);
+
+    ds_loader_config lc = {.batch = (int)batch, .world = world, .rank = rank, .accum = 1, .crop = meta.input_size,
+                           .train = 0, .seed = meta.seed, .threads = (int)loader_threads};
+    ds_loader *L = ds_loader_new(&src, &lc);
+    if (!L) ds_die("cannot evaluate %s on %s", ckpt, data);
+    ds_feed feed;
+    if (ds_feed_init(&feed, be, (int)batch, src.height, src.width)) ds_die("cannot evaluate");
+    size_t count = ds_loader_eval_count(L);
+    ds_eval_options eo = {.crop = meta.input_size, .progress = ds_cli_progress_mode()};
+    memcpy(eo.mean, meta.mean, sizeof eo.mean);
+    memcpy(eo.std, meta.std, sizeof eo.std);
+    if (logits_file) {
+        eo.logits = ds_xmalloc(count * (size_t)meta.num_classes * sizeof *eo.logits);
+        eo.valid = ds_xmalloc(count);
+    }
+    ds_topk t;
+    ds_topk_init(&t, meta.num_classes);
+    double secs;
+    int rc = ds_evaluate(m, L, &feed, &eo, &t, &secs);
+    if (ds_comm_any(rc != 0)) ds_die("evaluation of %s on %s failed", ckpt, data);
+    int64_t local = (int64_t)count;
+    ds_comm_allreduce_sum_i64(&local, 1);
+    ds_topk_reduce(&t);
+    int64_t skipped = local - t.count;
+    double ips = secs > 0 ? (double)local / secs : 0;
+
+    if (rank == 0) {
+        if (per_class && ds_topk_write_csv(&t, per_class, src.classes)) ds_die("cannot write --per-class");
+        if (logits_file) {
+            const char **paths = ds_xmalloc(count * sizeof *paths);
+            for (size_t i = 0; i < count; i++) paths[i] = src.path(&src, i);
+            if (ds_logits_write(logits_file, eo.logits, src.labels, paths, count, src.classes, src.num_classes))
+                ds_die("cannot write --logits");
+            free(paths);
+        }
+        if (skipped) ds_warn("%lld undecodable images skipped (not counted)", (long long)skipped);
+        if (json)
+            printf("{\"top1\": %.6f, \"top5\": %.6f, \"loss\": %.6f, \"count\": %lld, \"images_per_sec\": %.1f, "
+                   "\"skipped\": %lld}\n",
+                   ds_topk_top1(&t), ds_topk_top5(&t), ds_topk_loss(&t), (long long)t.count, ips, (long long)skipped);
+        else
+            printf("top-1 %.2f%%  top-5 %.2f%%  loss %.4f  count %lld  %.0f images/s\n", 100 * ds_topk_top1(&t),
+                   100 * ds_topk_top5(&t), ds_topk_loss(&t), (long long)t.count, ips);
+        if (fflush(stdout)) ds_die("cannot write the result");
+    }
+    ds_topk_free(&t);
+    free(eo.logits);
+    free(eo.valid);
+    ds_feed_free(&feed);
+    ds_loader_free(L);
+    ds_model_free(m);
+    ds_source_close(&src);
+    ds_ckpt_meta_free(&meta);
+    ds_comm_free();
+    return 0;
+}

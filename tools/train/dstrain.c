@@ -1,0 +1,225 @@
+/* dstrain: trains a ResNet on shards (DESIGN §3, §6). This file holds the options and the
+ * order of calls; the loop lives in libcommon/train.c. */
+#include "backend.h"
+#include "checkpoint.h"
+#include "cli.h"
+#include "comm.h"
+#include "fsutil.h"
+#include "log.h"
+#include "model.h"
+#include "rundir.h"
+#include "schedule.h"
+#include "signals.h"
+#include "source.h"
+#include "train.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *train_dir, *val_dir, *out_dir, *arch = "resnet50", *schedule = "cosine",
+                  *augment = "standard", *resume, *init, *device = "auto", *precision = "bf16",
+                  *lr_scaling = "linear";
+static long long epochs = 90, batch = 64, accum = 1, crop = 224, pad = 0, seed = 42, threads = 0,
+                 loader_threads = 0, log_every = 100, ckpt_steps = 0, max_steps = 0, keep = 3;
+static double lr = 0.1, momentum = 0.9, wd = 1e-4, warmup_epochs = 5, step_epochs = 30, step_gamma = 0.1,
+              label_smoothing = 0.1;
+static int nesterov = 1, no_nesterov = 0;
+
+#define OPT(n, t, v, a, h) {.name = n, .type = t, .value = v, .arg = a, .help = h}
+#define NUM(n, t, v, a, h, lo, hi) {.name = n, .type = t, .value = v, .arg = a, .help = h, .min = lo, .max = hi}
+#define CHOICE(n, v, c, h) {.name = n, .type = DS_OPT_CHOICE, .value = v, .choices = c, .help = h}
+static ds_option options[] = {
+    OPT("train", DS_OPT_STRING, &train_dir, "DIR", "training shards (dspack's output directory); required"),
+    OPT("val", DS_OPT_STRING, &val_dir, "DIR", "validation shards, evaluated after every epoch"),
+    {.name = "out", .short_name = 'o', .type = DS_OPT_STRING, .value = &out_dir, .arg = "RUN_DIR",
+     .help = "run directory: checkpoints, last.h5, best.h5, metrics.jsonl (default with --resume: its directory)"},
+    OPT("arch", DS_OPT_STRING, &arch, "NAME", "network: resnet18, resnet34, resnet50, resnet101, resnet20 (CIFAR-style)"),
+    NUM("epochs", DS_OPT_INT, &epochs, "N", "passes over the training set (90: the ImageNet reference length)", 1, 1e6),
+    NUM("batch", DS_OPT_INT, &batch, "N", "micro-batch per rank; global batch G = batch x ranks x accum", 1, 1e6),
+    NUM("accum", DS_OPT_INT, &accum, "N", "micro-batches accumulated per step", 1, 1e5),
+    NUM("lr", DS_OPT_DOUBLE, &lr, "X", "peak learning rate; with --lr-scaling linear it is the rate for G = 256 "
+        "and the run uses lr x G / 256 (Goyal et al. 2017)", 0, 1e3),
+    CHOICE("lr-scaling", &lr_scaling, "linear|none", "linear: scale --lr by G / 256; none: use --lr as given"),
+    NUM("momentum", DS_OPT_DOUBLE, &momentum, "X", "SGD momentum", 0, 1),
+    OPT("nesterov", DS_OPT_FLAG, &nesterov, NULL, "Nesterov momentum"),
+    OPT("no-nesterov", DS_OPT_FLAG, &no_nesterov, NULL, "plain (heavy-ball) momentum instead of Nesterov"),
+    NUM("wd", DS_OPT_DOUBLE, &wd, "X", "weight decay (L2 on every parameter, as torch.optim.SGD)", 0, 1),
+    CHOICE("schedule", &schedule, "cosine|step|constant", "learning rate after warmup"),
+    NUM("warmup-epochs", DS_OPT_DOUBLE, &warmup_epochs, "X", "linear warmup to the peak lr over X epochs", 0, 1e6),
+    NUM("step-epochs", DS_OPT_DOUBLE, &step_epochs, "X", "step schedule: epochs between decays", 0, 1e6),
+    NUM("step-gamma", DS_OPT_DOUBLE, &step_gamma, "X", "step schedule: factor per decay", 0, 1),
+    NUM("label-smoothing", DS_OPT_DOUBLE, &label_smoothing, "X", "label smoothing of the cross-entropy", 0, 1),
+    NUM("crop", DS_OPT_INT, &crop, "N", "network input: N x N crops of the stored images", 1, 65535),
+    NUM("pad", DS_OPT_INT, &pad, "N", "zero padding around the stored image before random crops (4: CIFAR-style)",
+        0, 1024),
+    CHOICE("augment", &augment, "standard|none", "standard: random crop + horizontal flip; none: centre crop"),
+    NUM("seed", DS_OPT_INT, &seed, "N", "seed of initialisation, epoch order and augmentation", 0, 9.2e18),
+    OPT("resume", DS_OPT_STRING, &resume, "RUN_DIR|FILE",
+        "continue exactly from a checkpoint (a run directory: its last.h5), with the same options"),
+    OPT("init", DS_OPT_STRING, &init, "FILE",
+        "start from a checkpoint's weights only (fc re-initialised when its class count differs)"),
+    CHOICE("device", &device, "auto|cpu|cuda", "where to compute (auto: cuda when a GPU is visible)"),
+    CHOICE("precision", &precision, "fp32|tf32|bf16", "GPU arithmetic; the CPU always computes fp32"),
+    NUM("threads", DS_OPT_INT, &threads, "N", "compute threads (0: every core)", 0, 4096),
+    NUM("loader-threads", DS_OPT_INT, &loader_threads, "N",
+        "background reader threads (0: 2, or threads / 4 past 8 threads)", 0, 256),
+    NUM("log-every", DS_OPT_INT, &log_every, "N", "a log line (and metrics.jsonl line) every N steps; 0: per epoch only",
+        0, 1e9),
+    NUM("ckpt-steps", DS_OPT_INT, &ckpt_steps, "N", "also checkpoint every N steps (0: at epoch ends only)", 0, 1e12),
+    NUM("max-steps", DS_OPT_INT, &max_steps, "N", "stop after global step N, with a checkpoint (0: no limit)", 0, 1e15),
+    NUM("keep", DS_OPT_INT, &keep, "N", "newest checkpoints kept (and best.h5's)", 1, 1e6),
+    {0},
+};
+
+static ds_cli cli = {
+    .prog = "dstrain",
+    .args = "[options] --train DIR -o RUN_DIR",
+    .summary = "Train a ResNet on dspack shards; checkpoints and metrics go to RUN_DIR.",
+    .epilog = "Defaults are the ImageNet ResNet-50 recipe of Goyal et al. (2017) and He et al., \"Bag of Tricks\"\n"
+              "(2019): SGD with Nesterov momentum 0.9, lr 0.1 per 256 images scaled linearly with the global\n"
+              "batch, 5 warmup epochs, cosine decay, weight decay 1e-4, label smoothing 0.1, 90 epochs, random\n"
+              "224 crops + flips from 256-pixel shards (dspack --size 256 --fit crop).\n"
+              "The recipe of a plain PyTorch script (batch 64, lr 0.01 x ranks, momentum 0.9, no weight decay,\n"
+              "10 epochs, Resize((224, 224)), no augmentation): dspack --size 224 --fit squash, then\n"
+              "  dstrain --batch 64 --lr 0.04 --no-nesterov --wd 0 --epochs 10 --warmup-epochs 0\n"
+              "          --schedule constant --label-smoothing 0 --augment none --crop 224\n"
+              "Under mpirun each rank takes one device; only rank 0 writes files.",
+    .min_pos = 0,
+    .max_pos = 0,
+    .opts = options,
+};
+
+/* The checkpoint a run starts from decides the architecture when --arch is not given. */
+static int check_resume(const char *path, ds_ckpt_meta *rm, const ds_source *tr, int G)
+{
+    if (ds_ckpt_read_meta(path, rm)) return -1;
+    if (ds_cli_given(&cli, "arch") && strcmp(arch, rm->arch))
+        return ds_err("%s: a %s checkpoint cannot resume an --arch %s run", path, rm->arch, arch);
+    arch = rm->arch;
+    if (rm->global_batch != G)
+        return ds_err("%s: saved with global batch %d, but these options make %d (batch x ranks x accum must match "
+                      "to resume)", path, rm->global_batch, G);
+    if (rm->seed != (uint64_t)seed)
+        return ds_err("%s: saved with --seed %llu, not %lld: an exact resume needs the same seed", path,
+                      (unsigned long long)rm->seed, seed);
+    return ds_classes_match(tr->classes, tr->num_classes, tr->name, rm->classes, rm->num_classes, path);
+}
+
+int main(int argc, char **argv)
+{
+    if (ds_comm_init(&argc, &argv)) return 1;
+    char **pos;
+    ds_cli_parse(&cli, argc, argv, &pos);
+    int world = ds_comm_world(), rank = ds_comm_rank();
+    if (rank != 0) ds_verbosity = -1;
+    if (!train_dir) ds_usage_error(&cli, "--train DIR is required");
+    if (resume && init) ds_usage_error(&cli, "--resume and --init exclude each other");
+    if (!out_dir && !resume) ds_usage_error(&cli, "-o/--out RUN_DIR is required");
+    if (!ds_arch_known(arch)) ds_usage_error(&cli, "unknown --arch '%s' (known: %s)", arch, ds_arch_names());
+    if (no_nesterov) nesterov = 0;
+    if (nesterov && momentum == 0) ds_usage_error(&cli, "--nesterov needs a non-zero --momentum");
+    if (threads > 0) omp_set_num_threads((int)threads);
+    int nthreads = omp_get_max_threads();
+    if (loader_threads == 0) loader_threads = nthreads > 8 ? nthreads / 4 : 2;
+
+    ds_source tr, va;
+    int have_val = val_dir != NULL;
+    if (ds_source_open_shards(&tr, train_dir)) ds_die("cannot use --train %s", train_dir);
+    if (have_val && ds_source_open_shards(&va, val_dir)) ds_die("cannot use --val %s", val_dir);
+    if (have_val && ds_classes_match(tr.classes, tr.num_classes, train_dir, va.classes, va.num_classes, val_dir))
+        ds_die("--train and --val must hold the same classes");
+    int G = (int)(batch * world * accum);
+
+    char *resume_path = NULL;
+    ds_ckpt_meta meta;
+    ds_ckpt_meta_init(&meta);
+    if (resume) {
+        if (!(resume_path = ds_rundir_resolve(resume))) ds_die("cannot resume");
+        if (check_resume(resume_path, &meta, &tr, G)) ds_die("cannot resume from %s", resume_path);
+        if (!out_dir) {
+            char *dir = ds_xstrdup(resume_path), *slash = strrchr(dir, '/');
+            if (slash) *slash = 0;
+            else strcpy(dir, ".");
+            out_dir = dir;
+        }
+    }
+
+    const ds_backend *be = ds_backend_select(device);
+    if (!be) ds_die("no usable --device %s", device);
+    if (!strcmp(be->name, "cpu") && strcmp(precision, "fp32"))
+        ds_info("device cpu: computing in fp32 (--precision %s applies on a GPU)", precision);
+#ifdef DS_HAVE_CUDA
+    if (strcmp(be->name, "cpu") && world > 1 && ds_nccl_init()) ds_die("cannot set up NCCL between the ranks");
+#endif
+    ds_model_config mc = {.arch = arch, .num_classes = tr.num_classes, .max_batch = (int)batch,
+                          .height = (int)crop, .width = (int)crop, .training = 1};
+    ds_model *m = ds_model_create(be, &mc);
+    if (!m) ds_die("cannot build the %s model", arch);
+    ds_model_init(m, (uint64_t)seed);
+    int64_t start_step = 0;
+    if (resume) {
+        ds_ckpt_meta_free(&meta);
+        if (ds_ckpt_load(resume_path, m, &meta, DS_CKPT_OPTIMIZER)) ds_die("cannot resume from %s", resume_path);
+        start_step = meta.step;
+        ds_info("resuming from %s: step %lld, %lld epochs done", resume_path, (long long)meta.step,
+                (long long)meta.epoch);
+    } else if (init) {
+        ds_ckpt_meta im;
+        ds_ckpt_meta_init(&im);
+        if (ds_ckpt_read_meta(init, &im)) ds_die("cannot use --init %s", init);
+        int same = im.num_classes == tr.num_classes;
+        if (ds_ckpt_load(init, m, NULL, same ? 0 : DS_CKPT_SKIP_FC)) ds_die("cannot use --init %s", init);
+        if (same && im.classes &&
+            ds_classes_match(tr.classes, tr.num_classes, train_dir, im.classes, im.num_classes, init) == 0)
+            ds_info("initialised from %s", init);
+        else if (same)
+            ds_info("initialised from %s (same class count; its class names differ, the fc layer is kept)", init);
+        else
+            ds_info("initialised from %s; fc re-initialised: %d classes there, %d here", init, im.num_classes,
+                    tr.num_classes);
+        ds_ckpt_meta_free(&im);
+    }
+
+    double base_lr = !strcmp(lr_scaling, "linear") ? lr * G / 256.0 : lr;
+    char *config = ds_cli_json(&cli);
+    ds_ckpt_meta_set_config(&meta, config);
+    ds_ckpt_meta_set_classes(&meta, tr.classes, tr.num_classes);
+    meta.input_size = (int)crop;
+    meta.seed = (uint64_t)seed;
+    meta.world_size = world;
+    meta.global_batch = G;
+    ds_ckpt_meta_set_int(&meta, "data_height", tr.height);
+    ds_ckpt_meta_set_int(&meta, "data_width", tr.width);
+    ds_ckpt_meta_set_string(&meta, "data_fit", tr.fit);
+    ds_ckpt_meta_set_float(&meta, "lr_effective", base_lr);
+    ds_ckpt_meta_set_string(&meta, "device", be->name);
+    ds_ckpt_meta_set_string(&meta, "precision", strcmp(be->name, "cpu") ? precision : "fp32");
+    free(config);
+
+    ds_train_plan plan = {
+        .train = &tr, .val = have_val ? &va : NULL, .out = out_dir, .epochs = epochs, .batch = (int)batch,
+        .accum = (int)accum, .world = world, .rank = rank, .crop = (int)crop, .pad = (int)pad,
+        .augment = !strcmp(augment, "standard"), .seed = (uint64_t)seed, .loader_threads = (int)loader_threads,
+        .warmup_epochs = warmup_epochs, .step_epochs = step_epochs,
+        .schedule = {.kind = ds_schedule_parse(schedule), .base = base_lr, .gamma = step_gamma},
+        .sgd = {.momentum = (float)momentum, .weight_decay = (float)wd, .nesterov = nesterov},
+        .smoothing = (float)label_smoothing, .log_every = (int)log_every, .ckpt_steps = ckpt_steps,
+        .max_steps = max_steps, .keep = (int)keep, .start_step = start_step, .meta = &meta,
+    };
+    ds_info("%s on %s (%d threads), %d rank%s; %zu training images of %dx%d, %d classes; lr %g", arch, be->name,
+            nthreads, world, world > 1 ? "s" : "", tr.n, tr.height, tr.width, tr.num_classes, base_lr);
+    if (ds_signals_install()) ds_die("cannot handle signals");
+    int rc = ds_train(m, &plan);
+    int sig = ds_signals_pending();
+
+    ds_model_free(m);
+    ds_ckpt_meta_free(&meta);
+    ds_source_close(&tr);
+    if (have_val) ds_source_close(&va);
+    free(resume_path);
+    if (rc < 0) ds_comm_abort(1);
+    ds_comm_free();
+    return rc == 1 && sig ? 128 + sig : 0;
+}
