@@ -16,6 +16,9 @@
  *     gradients of activations are overwritten (=) unless the op says otherwise.
  *   - No op allocates: scratch comes from the workspace the model planned with
  *     conv_workspace.
+ *   - Determinism: every CPU op gives bitwise the same result for any OpenMP thread count
+ *     (reductions run over fixed chunks summed in a fixed order), so resumed runs and
+ *     different rank layouts can be compared bitwise.
  */
 #ifndef DS_BACKEND_H
 #define DS_BACKEND_H
@@ -93,7 +96,8 @@ typedef struct ds_backend {
 
     /* ---- loss: softmax cross-entropy with label smoothing eps:
      * target = (1 - eps) * onehot + eps / c. Writes per-sample losses loss[n] and
-     * dlogits[n, c] = (softmax - target) * scale (scale = 1 / global batch). ---- */
+     * dlogits[n, c] = (softmax - target) * scale (scale = 1 / global batch). A label outside
+     * [0, c) marks a padding sample: loss 0, dlogits 0. ---- */
     void (*softmax_xent)(float *loss, float *dlogits, const float *logits, const int32_t *labels,
                          int n, int c, float smoothing, float scale);
 

@@ -1,0 +1,401 @@
+/* backend_cpu: the reference backend, host memory, OpenMP inside every op.
+ *
+ * Reductions (batch-norm statistics and gradients, bias gradients) run over a fixed
+ * chunking of the rows that does not depend on the thread count, and the partial sums are
+ * added in chunk order, so every op here gives bitwise the same result for any number of
+ * threads. The convolutions live in conv_cpu.c. */
+#include "backend.h"
+#include "conv_cpu.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- memory: plain host memory, 64-byte aligned for AVX-512 loads ---- */
+
+static void *cpu_alloc(size_t bytes)
+{
+    size_t n = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, n ? n : 64);
+    if (p) memset(p, 0, n ? n : 64);
+    return p;
+}
+
+static void cpu_free(void *p) { free(p); }
+static void cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
+static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+static void cpu_sync(void) {}
+
+/* ---- batch norm ---- */
+
+/* Row chunks of every channel reduction: fixed, so sums do not depend on thread count. */
+#define BN_CHUNKS 16
+/* Channels reduced at a time: bounds the partial sums kept on the stack. */
+#define BN_CBLOCK 64
+
+/* Per-channel sums of a function of row i over m rows, in double, for channels
+ * [c0, c0+cb): the body is a statement that adds to a[j] and b[j] for channel c0+j. */
+#define BN_REDUCE(m, c0, cb, a_out, b_out, body)                                          \
+    do {                                                                                 \
+        double pa_[BN_CHUNKS][BN_CBLOCK], pb_[BN_CHUNKS][BN_CBLOCK];                     \
+        _Pragma("omp parallel for schedule(static)")                                      \
+        for (int t_ = 0; t_ < BN_CHUNKS; t_++) {                                         \
+            double *a = pa_[t_], *b = pb_[t_];                                           \
+            for (int j = 0; j < (cb); j++) a[j] = b[j] = 0;                              \
+            long r0_ = (long)t_ * (m) / BN_CHUNKS, r1_ = (long)(t_ + 1) * (m) / BN_CHUNKS; \
+            for (long i = r0_; i < r1_; i++) {                                           \
+                _Pragma("omp simd")                                                       \
+                for (int j = 0; j < (cb); j++) { body; }                                 \
+            }                                                                            \
+        }                                                                                \
+        for (int j = 0; j < (cb); j++) {                                                 \
+            double sa = 0, sb = 0;                                                       \
+            for (int t_ = 0; t_ < BN_CHUNKS; t_++) sa += pa_[t_][j], sb += pb_[t_][j];   \
+            (a_out)[j] = sa, (b_out)[j] = sb;                                            \
+        }                                                                                \
+    } while (0)
+
+/* out = relu?((in - mean) * a + beta + residual?) with a = gamma * invstd. Subtracting the
+ * mean first (rather than folding it into one constant, in * a + (beta - mean * a)) keeps
+ * the precision when |mean| >> std. */
+static void bn_apply(float *out, const float *in, const float *mean, const float *a,
+                     const float *beta, const float *residual, int relu, int m, int c)
+{
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < m; i++) {
+        const float *x = in + i * c, *res = residual ? residual + i * c : NULL;
+        float *y = out + i * c;
+#pragma omp simd
+        for (int j = 0; j < c; j++) {
+            float v = (x[j] - mean[j]) * a[j] + beta[j];
+            if (res) v += res[j];
+            y[j] = relu && v < 0 ? 0 : v;
+        }
+    }
+}
+
+static void cpu_bn_fwd_train(float *out, float *mean, float *var, float *invstd, const float *in,
+                             const float *gamma, const float *beta, const float *residual, int relu,
+                             int m, int c, float eps)
+{
+    float sa[c];
+    for (int c0 = 0; c0 < c; c0 += BN_CBLOCK) {
+        int cb = c - c0 < BN_CBLOCK ? c - c0 : BN_CBLOCK;
+        double s1[BN_CBLOCK], s2[BN_CBLOCK], shift[BN_CBLOCK];
+        // Sums of (x - x0) for a per-channel shift x0 (the first row): E[x^2] - E[x]^2 in
+        // double then loses nothing that matters even when |mean| >> std.
+        for (int j = 0; j < cb; j++) shift[j] = m ? in[c0 + j] : 0;
+        BN_REDUCE(m, c0, cb, s1, s2, {
+            double v = (double)in[i * c + c0 + j] - shift[j];
+            a[j] += v;
+            b[j] += v * v;
+        });
+        for (int j = 0; j < cb; j++) {
+            double d = m ? s1[j] / m : 0, v = m ? s2[j] / m - d * d : 0;
+            if (v < 0) v = 0;
+            double is = 1.0 / sqrt(v + eps);
+            mean[c0 + j] = (float)(shift[j] + d);
+            var[c0 + j] = (float)v;
+            invstd[c0 + j] = (float)is;
+            sa[c0 + j] = (float)(gamma[c0 + j] * is);
+        }
+    }
+    bn_apply(out, in, mean, sa, beta, residual, relu, m, c);
+}
+
+static void cpu_bn_fwd_infer(float *out, const float *in, const float *gamma, const float *beta,
+                             const float *running_mean, const float *running_var,
+                             const float *residual, int relu, int m, int c, float eps)
+{
+    float sa[c];
+    for (int j = 0; j < c; j++) sa[j] = (float)(gamma[j] / sqrt((double)running_var[j] + eps));
+    bn_apply(out, in, running_mean, sa, beta, residual, relu, m, c);
+}
+
+static void cpu_bn_bwd(float *din, float *dresidual, float *dgamma, float *dbeta, float *dout,
+                       const float *out, const float *in, const float *gamma, const float *mean,
+                       const float *invstd, int relu, int m, int c)
+{
+    if (relu) {
+#pragma omp parallel for schedule(static)
+        for (long i = 0; i < m; i++)
+#pragma omp simd
+            for (int j = 0; j < c; j++)
+                if (!(out[i * c + j] > 0)) dout[i * c + j] = 0;
+    }
+    if (dresidual && dresidual != dout) memcpy(dresidual, dout, (size_t)m * c * sizeof(float));
+
+    // dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)), xhat = (x - mean) * invstd
+    float ka[c], kb[c], kc[c];
+    for (int c0 = 0; c0 < c; c0 += BN_CBLOCK) {
+        int cb = c - c0 < BN_CBLOCK ? c - c0 : BN_CBLOCK;
+        double sdy[BN_CBLOCK], sdyx[BN_CBLOCK], mu[BN_CBLOCK];
+        for (int j = 0; j < cb; j++) mu[j] = mean[c0 + j];
+        BN_REDUCE(m, c0, cb, sdy, sdyx, {
+            double g = dout[i * c + c0 + j];
+            a[j] += g;
+            b[j] += g * ((double)in[i * c + c0 + j] - mu[j]);
+        });
+        for (int j = 0; j < cb; j++) {
+            int k = c0 + j;
+            double is = invstd[k], g = gamma[k] * is;
+            dgamma[k] += (float)(sdyx[j] * is);
+            dbeta[k] += (float)sdy[j];
+            // dx = dy * ka + (x - mean) * kb + kc
+            double mdy = m ? sdy[j] / m : 0, mdyx = m ? sdyx[j] * is * is / m : 0;
+            ka[k] = (float)g;
+            kb[k] = (float)(-g * mdyx);
+            kc[k] = (float)(-g * mdy);
+        }
+    }
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < m; i++)
+#pragma omp simd
+        for (int j = 0; j < c; j++)
+            din[i * c + j] = dout[i * c + j] * ka[j] + (in[i * c + j] - mean[j]) * kb[j] + kc[j];
+}
+
+/* ---- pooling ---- */
+
+static void cpu_maxpool_fwd(float *out, const float *in, const ds_pool_desc *d)
+{
+    const int C = d->c;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int n = 0; n < d->n; n++)
+        for (int p = 0; p < d->p; p++)
+            for (int q = 0; q < d->q; q++) {
+                float *y = out + (((long)n * d->p + p) * d->q + q) * C;
+                for (int j = 0; j < C; j++) y[j] = -INFINITY;
+                for (int r = 0; r < d->k; r++) {
+                    int ih = p * d->stride - d->pad + r;
+                    if (ih < 0 || ih >= d->h) continue;
+                    for (int s = 0; s < d->k; s++) {
+                        int iw = q * d->stride - d->pad + s;
+                        if (iw < 0 || iw >= d->w) continue;
+                        const float *x = in + (((long)n * d->h + ih) * d->w + iw) * C;
+#pragma omp simd
+                        for (int j = 0; j < C; j++) y[j] = x[j] > y[j] ? x[j] : y[j];
+                    }
+                }
+            }
+}
+
+static void cpu_maxpool_bwd(float *din, const float *dout, const float *in, const float *out,
+                            const ds_pool_desc *d)
+{
+    const int C = d->c;
+    const long hwc = (long)d->h * d->w * C;
+    // One image per task: windows overlap, so scatters stay within one thread.
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < d->n; n++) {
+        float *dimg = din + n * hwc;
+        const float *img = in + n * hwc;
+        memset(dimg, 0, hwc * sizeof(float));
+        for (int p = 0; p < d->p; p++)
+            for (int q = 0; q < d->q; q++) {
+                long o = (((long)n * d->p + p) * d->q + q) * C;
+                for (int j = 0; j < C; j++) {
+                    float best = -INFINITY;
+                    long at = -1;
+                    for (int r = 0; r < d->k; r++) {
+                        int ih = p * d->stride - d->pad + r;
+                        if (ih < 0 || ih >= d->h) continue;
+                        for (int s = 0; s < d->k; s++) {
+                            int iw = q * d->stride - d->pad + s;
+                            if (iw < 0 || iw >= d->w) continue;
+                            long idx = ((long)ih * d->w + iw) * C + j;
+                            if (at < 0 || img[idx] > best) best = img[idx], at = idx;
+                        }
+                    }
+                    if (at >= 0) dimg[at] += dout[o + j];
+                }
+            }
+    }
+}
+
+static void cpu_avgpool_fwd(float *out, const float *in, int n, int hw, int c)
+{
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        float *y = out + (long)i * c;
+        for (int j = 0; j < c; j++) y[j] = 0;
+        for (int k = 0; k < hw; k++) {
+            const float *x = in + ((long)i * hw + k) * c;
+#pragma omp simd
+            for (int j = 0; j < c; j++) y[j] += x[j];
+        }
+        for (int j = 0; j < c; j++) y[j] /= (float)hw;
+    }
+}
+
+static void cpu_avgpool_bwd(float *din, const float *dout, int n, int hw, int c)
+{
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < hw; k++)
+            for (int j = 0; j < c; j++)
+                din[((long)i * hw + k) * c + j] = dout[(long)i * c + j] / (float)hw;
+}
+
+/* ---- fully connected: split over output columns, one sgemm per block ---- */
+
+#define LIN_BLOCK 128
+
+static void cpu_linear_fwd(float *out, const float *in, const float *w, const float *b, int n,
+                           int i, int o)
+{
+    ds_cpu_blas_init();
+#pragma omp parallel for schedule(static)
+    for (int o0 = 0; o0 < o; o0 += LIN_BLOCK) {
+        int ob = o - o0 < LIN_BLOCK ? o - o0 : LIN_BLOCK;
+        // out[:, o0:o0+ob] (n, ob) = in (n, i) * w[o0:o0+ob]^T (i, ob)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, ob, i, 1.0f, in, i,
+                    w + (long)o0 * i, i, 0.0f, out + o0, o);
+        if (b)
+            for (int r = 0; r < n; r++)
+                for (int j = 0; j < ob; j++) out[(long)r * o + o0 + j] += b[o0 + j];
+    }
+}
+
+static void cpu_linear_bwd(float *din, float *dw, float *db, const float *dout, const float *in,
+                           const float *w, int n, int i, int o)
+{
+    ds_cpu_blas_init();
+    if (din) {
+#pragma omp parallel for schedule(static)
+        for (int i0 = 0; i0 < i; i0 += LIN_BLOCK) {
+            int ib = i - i0 < LIN_BLOCK ? i - i0 : LIN_BLOCK;
+            // din[:, i0:i0+ib] (n, ib) = dout (n, o) * w[:, i0:i0+ib] (o, ib)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, ib, o, 1.0f, dout, o,
+                        w + i0, i, 0.0f, din + i0, i);
+        }
+    }
+#pragma omp parallel for schedule(static)
+    for (int o0 = 0; o0 < o; o0 += LIN_BLOCK) {
+        int ob = o - o0 < LIN_BLOCK ? o - o0 : LIN_BLOCK;
+        // dw[o0:o0+ob] (ob, i) += dout[:, o0:o0+ob]^T (ob, n) * in (n, i)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ob, i, n, 1.0f, dout + o0, o, in, i,
+                    1.0f, dw + (long)o0 * i, i);
+        if (db)
+            for (int j = o0; j < o0 + ob; j++) {
+                float s = 0;
+                for (int r = 0; r < n; r++) s += dout[(long)r * o + j];
+                db[j] += s;
+            }
+    }
+}
+
+/* ---- loss ---- */
+
+static void cpu_softmax_xent(float *loss, float *dlogits, const float *logits,
+                             const int32_t *labels, int n, int c, float smoothing, float scale)
+{
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        const float *z = logits + (long)i * c;
+        float *dz = dlogits ? dlogits + (long)i * c : NULL;
+        int y = labels[i];
+        if (y < 0 || y >= c) {  // a padding sample: no loss, no gradient
+            if (loss) loss[i] = 0;
+            if (dz) memset(dz, 0, (size_t)c * sizeof(float));
+            continue;
+        }
+        float zmax = z[0];
+        for (int j = 1; j < c; j++) zmax = z[j] > zmax ? z[j] : zmax;
+        double se = 0, sz = 0;
+        for (int j = 0; j < c; j++) se += exp((double)z[j] - zmax), sz += (double)z[j] - zmax;
+        double lse = log(se);  // log sum exp (z - zmax)
+        // -sum target * logsoftmax, target = (1 - eps) onehot + eps / c
+        double zy = (double)z[y] - zmax;
+        if (loss) loss[i] = (float)((1.0 - smoothing) * (lse - zy) + smoothing * (lse - sz / c));
+        if (dz) {
+            double off = (double)smoothing / c;
+            for (int j = 0; j < c; j++) {
+                double t = off + (j == y ? 1.0 - smoothing : 0.0);
+                dz[j] = (float)((exp((double)z[j] - zmax - lse) - t) * scale);
+            }
+        }
+    }
+}
+
+/* ---- optimizer ---- */
+
+/* Rounds like torch's vectorised CPU kernels: `add(x, alpha=a)` is one fused multiply-add,
+ * `buf.mul_(momentum).add_(g)` is a multiply then an add. */
+static void cpu_sgd_step(float *w, float *buf, const float *grad, size_t n, float lr,
+                         float momentum, float wd, int nesterov, int first)
+{
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = wd != 0 ? fmaf(wd, w[i], grad[i]) : grad[i];
+        if (momentum != 0) {
+            float b = first ? g : buf[i] * momentum + g;
+            buf[i] = b;
+            g = nesterov ? fmaf(momentum, b, g) : b;
+        }
+        w[i] = fmaf(-lr, g, w[i]);
+    }
+}
+
+/* ---- elementwise ---- */
+
+static void cpu_scale(float *x, float alpha, size_t n)
+{
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= alpha;
+}
+
+static void cpu_axpy(float *y, float alpha, const float *x, size_t n)
+{
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
+}
+
+/* As torchvision: ToTensor (x / 255) then Normalize ((x - mean) / std). */
+static void cpu_normalize_u8(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
+                             const int32_t *y0, const int32_t *x0, const uint8_t *flip,
+                             const float mean[3], const float std[3])
+{
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int i = 0; i < n; i++)
+        for (int y = 0; y < ch; y++) {
+            const uint8_t *row = in + (((long)i * H + y0[i] + y) * W + x0[i]) * 3;
+            float *dst = out + (((long)i * ch + y) * cw) * 3;
+            int fl = flip && flip[i];
+            for (int x = 0; x < cw; x++) {
+                const uint8_t *px = row + (long)(fl ? cw - 1 - x : x) * 3;
+                for (int k = 0; k < 3; k++) dst[x * 3 + k] = (px[k] / 255.0f - mean[k]) / std[k];
+            }
+        }
+}
+
+const ds_backend ds_backend_cpu = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .zero = cpu_zero,
+    .copy = cpu_copy,
+    .sync = cpu_sync,
+    .conv_workspace = ds_cpu_conv_workspace,
+    .conv_fwd = ds_cpu_conv_fwd,
+    .conv_bwd_data = ds_cpu_conv_bwd_data,
+    .conv_bwd_weight = ds_cpu_conv_bwd_weight,
+    .bn_fwd_train = cpu_bn_fwd_train,
+    .bn_fwd_infer = cpu_bn_fwd_infer,
+    .bn_bwd = cpu_bn_bwd,
+    .maxpool_fwd = cpu_maxpool_fwd,
+    .maxpool_bwd = cpu_maxpool_bwd,
+    .avgpool_fwd = cpu_avgpool_fwd,
+    .avgpool_bwd = cpu_avgpool_bwd,
+    .linear_fwd = cpu_linear_fwd,
+    .linear_bwd = cpu_linear_bwd,
+    .softmax_xent = cpu_softmax_xent,
+    .sgd_step = cpu_sgd_step,
+    .scale = cpu_scale,
+    .axpy = cpu_axpy,
+    .normalize_u8 = cpu_normalize_u8,
+};

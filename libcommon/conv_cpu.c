@@ -1,0 +1,262 @@
+/* conv_cpu: convolutions on NHWC activations with [K, R, S, C] weights, as sgemm calls on
+ * chunks of output pixels.
+ *
+ * With M = n*p*q output pixels and RSC = r*s*c, a convolution is the GEMM
+ *     out (M, K) = col (M, RSC) * w^T (RSC, K)
+ * where row m of col is the receptive field of pixel m (im2col). A 1x1 stride-1 unpadded
+ * convolution needs no col: the NHWC input already is (M, C). Rather than one giant col, the
+ * M rows are cut into chunks small enough to stay in L2; each OpenMP thread builds one
+ * chunk in its own workspace slot and calls single-threaded sgemm on it.
+ *
+ * Determinism: the chunking depends only on the shape, and every output element is
+ * produced by one sgemm call (forward, backward-data) or by per-group partial sums added in
+ * group order (backward-weight), so the results are bitwise the same for any thread count.
+ */
+#include "conv_cpu.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <pthread.h>
+#include <string.h>
+
+#define CONV_SLOTS 16   /* most threads a convolution uses: one scratch slot each */
+#define CONV_GROUPS 16  /* most partial weight gradients summed in backward-weight */
+/* Cap on the partial weight gradients' memory (floats); big layers use fewer groups. */
+#define CONV_GROUP_FLOATS (16L << 20)
+
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_single_thread(void) { openblas_set_num_threads(1); }
+
+void ds_cpu_blas_init(void) { pthread_once(&blas_once, blas_single_thread); }
+
+static int conv_threads(void)
+{
+    int t = omp_get_max_threads();
+    return t < CONV_SLOTS ? t : CONV_SLOTS;
+}
+
+static long round16(long x) { return (x + 15) / 16 * 16; }
+
+static int is_pointwise(const ds_conv_desc *d)
+{
+    return d->r == 1 && d->s == 1 && d->stride == 1 && d->pad == 0;
+}
+
+/* Backward-data of a stride-1 convolution is a forward convolution of dout with the
+ * weights flipped in space and transposed in channels, padded r-1-pad. */
+static int bwd_data_as_fwd(const ds_conv_desc *d, ds_conv_desc *t)
+{
+    if (d->stride != 1 || d->r != d->s || d->pad > d->r - 1 || is_pointwise(d)) return 0;
+    *t = (ds_conv_desc){.n = d->n, .h = d->p, .w = d->q, .c = d->k, .k = d->c, .r = d->r, .s = d->s,
+                        .stride = 1, .pad = d->r - 1 - d->pad, .p = d->h, .q = d->w};
+    return 1;
+}
+
+/* Output pixels per chunk: about 384 KiB of col, so a chunk is still in L2 when sgemm
+ * reads it, but at least 64 rows, below which sgemm's packing costs dominate. */
+static long chunk_rows(const ds_conv_desc *d)
+{
+    long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c;
+    long rows = round16(98304 / rsc > 64 ? 98304 / rsc : 64);
+    return rows < m ? rows : m > 0 ? m : 1;
+}
+
+static long chunk_count(const ds_conv_desc *d)
+{
+    long m = (long)d->n * d->p * d->q, rows = chunk_rows(d);
+    return (m + rows - 1) / rows;
+}
+
+static long slot_floats(const ds_conv_desc *d)
+{
+    ds_conv_desc t;
+    long a = round16(chunk_rows(d) * d->r * d->s * d->c);
+    if (bwd_data_as_fwd(d, &t)) {
+        long b = round16(chunk_rows(&t) * t.r * t.s * t.c);
+        if (b > a) a = b;
+    }
+    return a;
+}
+
+static int weight_groups(const ds_conv_desc *d)
+{
+    long krsc = round16((long)d->k * d->r * d->s * d->c), chunks = chunk_count(d);
+    long g = chunks < CONV_GROUPS ? chunks : CONV_GROUPS;
+    while (g > 1 && g * krsc > CONV_GROUP_FLOATS) g /= 2;
+    return (int)g;
+}
+
+/* Workspace layout: [weights area: partial weight gradients or flipped weights]
+ *                   [CONV_SLOTS slots of im2col scratch]. */
+static long weights_area(const ds_conv_desc *d)
+{
+    return weight_groups(d) * round16((long)d->k * d->r * d->s * d->c);
+}
+
+size_t ds_cpu_conv_workspace(const ds_conv_desc *d)
+{
+    return (size_t)(weights_area(d) + CONV_SLOTS * slot_floats(d)) * sizeof(float);
+}
+
+/* col (rows, r*s*c) = the receptive fields of output pixels m0 .. m0+rows-1; zero where
+ * the window hangs over the padding. */
+static void im2col(float *col, const float *in, const ds_conv_desc *d, long m0, long rows)
+{
+    const long pq = (long)d->p * d->q, sc = (long)d->s * d->c;
+    for (long i = 0; i < rows; i++) {
+        long m = m0 + i, n = m / pq, rem = m % pq;
+        int p = (int)(rem / d->q), q = (int)(rem % d->q);
+        float *dst = col + i * d->r * sc;
+        const float *img = in + n * d->h * d->w * d->c;
+        int x0 = q * d->stride - d->pad;
+        int s_lo = x0 < 0 ? -x0 : 0, s_hi = d->w - x0 < d->s ? d->w - x0 : d->s;
+        for (int r = 0; r < d->r; r++, dst += sc) {
+            int y = p * d->stride - d->pad + r;
+            if (y < 0 || y >= d->h || s_lo >= s_hi) {
+                memset(dst, 0, sc * sizeof(float));
+                continue;
+            }
+            memset(dst, 0, (size_t)s_lo * d->c * sizeof(float));
+            memcpy(dst + s_lo * d->c, img + ((long)y * d->w + x0 + s_lo) * d->c,
+                   (size_t)(s_hi - s_lo) * d->c * sizeof(float));
+            memset(dst + s_hi * d->c, 0, (size_t)(d->s - s_hi) * d->c * sizeof(float));
+        }
+    }
+}
+
+/* The adjoint of im2col: din += col scattered back to where im2col gathered it from. */
+static void col2im_add(float *din, const float *col, const ds_conv_desc *d, long m0, long rows)
+{
+    const long pq = (long)d->p * d->q, sc = (long)d->s * d->c;
+    for (long i = 0; i < rows; i++) {
+        long m = m0 + i, n = m / pq, rem = m % pq;
+        int p = (int)(rem / d->q), q = (int)(rem % d->q);
+        const float *src = col + i * d->r * sc;
+        float *img = din + n * d->h * d->w * d->c;
+        int x0 = q * d->stride - d->pad;
+        int s_lo = x0 < 0 ? -x0 : 0, s_hi = d->w - x0 < d->s ? d->w - x0 : d->s;
+        for (int r = 0; r < d->r; r++, src += sc) {
+            int y = p * d->stride - d->pad + r;
+            if (y < 0 || y >= d->h) continue;
+            float *dst = img + ((long)y * d->w + x0) * d->c;
+            for (long j = (long)s_lo * d->c; j < (long)s_hi * d->c; j++) dst[j] += src[j];
+        }
+    }
+}
+
+static void conv_fwd_slots(float *out, const float *in, const float *w, const ds_conv_desc *d,
+                           float *slots, long slot)
+{
+    const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c;
+    const long rows = chunk_rows(d), chunks = chunk_count(d);
+    const int pointwise = is_pointwise(d);
+#pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
+    for (long ch = 0; ch < chunks; ch++) {
+        long m0 = ch * rows, mr = m - m0 < rows ? m - m0 : rows;
+        const float *col = in + m0 * d->c;
+        if (!pointwise) {
+            float *buf = slots + omp_get_thread_num() * slot;
+            im2col(buf, in, d, m0, mr);
+            col = buf;
+        }
+        // out (mr, k) = col (mr, rsc) * w^T (rsc, k)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)mr, d->k, (int)rsc, 1.0f, col,
+                    (int)rsc, w, (int)rsc, 0.0f, out + m0 * d->k, d->k);
+    }
+}
+
+void ds_cpu_conv_fwd(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws)
+{
+    ds_cpu_blas_init();
+    float *slots = (float *)ws + weights_area(d);
+    conv_fwd_slots(out, in, w, d, slots, slot_floats(d));
+}
+
+void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const ds_conv_desc *d, void *ws)
+{
+    ds_cpu_blas_init();
+    const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c;
+    const long rows = chunk_rows(d), slot = slot_floats(d);
+    float *slots = (float *)ws + weights_area(d);
+    ds_conv_desc t;
+
+    if (is_pointwise(d)) {
+        const long chunks = chunk_count(d);
+#pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
+        for (long ch = 0; ch < chunks; ch++) {
+            long m0 = ch * rows, mr = m - m0 < rows ? m - m0 : rows;
+            // din (mr, c) = dout (mr, k) * w (k, c)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mr, d->c, d->k, 1.0f,
+                        dout + m0 * d->k, d->k, w, d->c, 0.0f, din + m0 * d->c, d->c);
+        }
+        return;
+    }
+
+    if (bwd_data_as_fwd(d, &t)) {
+        // wt [c, r, s, k] = w [k, r-1-r', s-1-s', c]
+        float *wt = ws;
+        const int R = d->r, S = d->s, C = d->c, K = d->k;
+#pragma omp parallel for num_threads(conv_threads())
+        for (int c = 0; c < C; c++)
+            for (int r = 0; r < R; r++)
+                for (int s = 0; s < S; s++)
+                    for (int k = 0; k < K; k++)
+                        wt[(((long)c * R + r) * S + s) * K + k] =
+                            w[(((long)k * R + (R - 1 - r)) * S + (S - 1 - s)) * C + c];
+        conv_fwd_slots(din, dout, wt, &t, slots, slot);
+        return;
+    }
+
+    // Strided: per-pixel GEMM into col, then scatter. One image per task, so the scatters
+    // of different threads never overlap and each image's sum order is fixed.
+    const long pq = (long)d->p * d->q, hwc = (long)d->h * d->w * d->c;
+#pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
+    for (int n = 0; n < d->n; n++) {
+        float *col = slots + omp_get_thread_num() * slot;
+        memset(din + n * hwc, 0, hwc * sizeof(float));
+        for (long m0 = n * pq; m0 < (n + 1) * pq; m0 += rows) {
+            long mr = (n + 1) * pq - m0 < rows ? (n + 1) * pq - m0 : rows;
+            // col (mr, rsc) = dout (mr, k) * w (k, rsc)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mr, (int)rsc, d->k, 1.0f,
+                        dout + m0 * d->k, d->k, w, (int)rsc, 0.0f, col, (int)rsc);
+            col2im_add(din, col, d, m0, mr);
+        }
+    }
+}
+
+void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws)
+{
+    ds_cpu_blas_init();
+    const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c, krsc = d->k * rsc;
+    const long rows = chunk_rows(d), chunks = chunk_count(d), slot = slot_floats(d);
+    const long part_stride = round16(krsc);
+    const int groups = weight_groups(d), pointwise = is_pointwise(d);
+    float *part = ws, *slots = (float *)ws + weights_area(d);
+    if (m == 0) return;
+
+#pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
+    for (int g = 0; g < groups; g++) {
+        long c0 = g * chunks / groups, c1 = (g + 1) * chunks / groups;
+        float *pg = part + g * part_stride;
+        for (long ch = c0; ch < c1; ch++) {
+            long m0 = ch * rows, mr = m - m0 < rows ? m - m0 : rows;
+            const float *col = in + m0 * d->c;
+            if (!pointwise) {
+                float *buf = slots + omp_get_thread_num() * slot;
+                im2col(buf, in, d, m0, mr);
+                col = buf;
+            }
+            // pg (k, rsc) (+)= dout^T (k, mr) * col (mr, rsc)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d->k, (int)rsc, (int)mr, 1.0f,
+                        dout + m0 * d->k, d->k, col, (int)rsc, ch == c0 ? 0.0f : 1.0f, pg, (int)rsc);
+        }
+    }
+    // Groups summed in group order: the same result for any thread count.
+#pragma omp parallel for schedule(static) num_threads(conv_threads())
+    for (long i = 0; i < krsc; i++) {
+        float s = part[i];
+        for (int g = 1; g < groups; g++) s += part[g * part_stride + i];
+        dw[i] += s;
+    }
+}

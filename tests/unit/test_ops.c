@@ -1,0 +1,692 @@
+/* The CPU backend's ops against plain double-precision loops, and every backward against
+ * central finite differences of those loops in double precision.
+ *
+ * Tolerances: the ops run in fp32 and the references in double, so a sum of T terms of
+ * size ~1 may be off by about 1e-7 * T in the worst case; the atol/rtol of each check are a
+ * few times that. Finite differences in double with step 1e-5 are accurate to ~1e-9 on
+ * these smooth (or piecewise linear, away from kinks) functions. */
+#include "../check.h"
+#include "backend.h"
+#include "rng.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+static const ds_backend *be = &ds_backend_cpu;
+static ds_rng rng;
+
+static float *randn(size_t n, double scale)
+{
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = (float)(ds_rng_normal(&rng) * scale);
+    return x;
+}
+
+static double *dup_d(const float *x, size_t n)
+{
+    double *y = malloc((n ? n : 1) * sizeof *y);
+    for (size_t i = 0; i < n; i++) y[i] = x[i];
+    return y;
+}
+
+static float *dup_f(const float *x, size_t n)
+{
+    float *y = malloc((n ? n : 1) * sizeof *y);
+    memcpy(y, x, n * sizeof *y);
+    return y;
+}
+
+/* grad[i] = dL/dx[i] by central differences; x is restored. */
+static void fd_grad(double *grad, double *x, size_t n, double (*loss)(void *), void *ctx)
+{
+    const double h = 1e-5;
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        x[i] = v + h;
+        double lp = loss(ctx);
+        x[i] = v - h;
+        double lm = loss(ctx);
+        x[i] = v;
+        grad[i] = (lp - lm) / (2 * h);
+    }
+}
+
+/* ---------------------------------------------------------------- convolution */
+
+static void ref_conv(double *out, const double *in, const double *w, const ds_conv_desc *d)
+{
+    for (int n = 0; n < d->n; n++)
+        for (int p = 0; p < d->p; p++)
+            for (int q = 0; q < d->q; q++)
+                for (int k = 0; k < d->k; k++) {
+                    double s = 0;
+                    for (int r = 0; r < d->r; r++)
+                        for (int t = 0; t < d->s; t++) {
+                            int y = p * d->stride - d->pad + r, x = q * d->stride - d->pad + t;
+                            if (y < 0 || y >= d->h || x < 0 || x >= d->w) continue;
+                            for (int c = 0; c < d->c; c++)
+                                s += in[(((long)n * d->h + y) * d->w + x) * d->c + c] *
+                                     w[(((long)k * d->r + r) * d->s + t) * d->c + c];
+                        }
+                    out[(((long)n * d->p + p) * d->q + q) * d->k + k] = s;
+                }
+}
+
+/* The adjoints of ref_conv, written out as loops (for shapes too big for differences). */
+static void ref_conv_bwd(double *din, double *dw, const double *dout, const double *in,
+                         const double *w, const ds_conv_desc *d)
+{
+    memset(din, 0, sizeof(double) * d->n * d->h * d->w * d->c);
+    memset(dw, 0, sizeof(double) * d->k * d->r * d->s * d->c);
+    for (int n = 0; n < d->n; n++)
+        for (int p = 0; p < d->p; p++)
+            for (int q = 0; q < d->q; q++)
+                for (int k = 0; k < d->k; k++) {
+                    double g = dout[(((long)n * d->p + p) * d->q + q) * d->k + k];
+                    for (int r = 0; r < d->r; r++)
+                        for (int t = 0; t < d->s; t++) {
+                            int y = p * d->stride - d->pad + r, x = q * d->stride - d->pad + t;
+                            if (y < 0 || y >= d->h || x < 0 || x >= d->w) continue;
+                            long i = (((long)n * d->h + y) * d->w + x) * d->c;
+                            long j = (((long)k * d->r + r) * d->s + t) * d->c;
+                            for (int c = 0; c < d->c; c++) {
+                                din[i + c] += g * w[j + c];
+                                dw[j + c] += g * in[i + c];
+                            }
+                        }
+                }
+}
+
+static ds_conv_desc conv_desc(int n, int h, int w, int c, int k, int r, int s, int stride, int pad)
+{
+    ds_conv_desc d = {n, h, w, c, k, r, s, stride, pad, 0, 0};
+    d.p = (h + 2 * pad - r) / stride + 1;
+    d.q = (w + 2 * pad - s) / stride + 1;
+    return d;
+}
+
+typedef struct {
+    const ds_conv_desc *d;
+    double *in, *w, *g, *tmp;
+} conv_ctx;
+
+static double conv_loss(void *p)
+{
+    conv_ctx *c = p;
+    const ds_conv_desc *d = c->d;
+    size_t no = (size_t)d->n * d->p * d->q * d->k;
+    ref_conv(c->tmp, c->in, c->w, d);
+    double l = 0;
+    for (size_t i = 0; i < no; i++) l += c->g[i] * c->tmp[i];
+    return l;
+}
+
+/* Runs the three conv ops on random data; compares with the double loops, and with finite
+ * differences when fd is set. */
+static void test_conv(ds_conv_desc d, int fd)
+{
+    char name[160];
+    snprintf(name, sizeof name, "conv n%d %dx%dx%d -> k%d %dx%d/%d pad %d%s", d.n, d.h, d.w, d.c,
+             d.k, d.r, d.s, d.stride, d.pad, fd ? " (finite differences)" : "");
+    check_begin(name);
+    size_t ni = (size_t)d.n * d.h * d.w * d.c, nw = (size_t)d.k * d.r * d.s * d.c,
+           no = (size_t)d.n * d.p * d.q * d.k;
+    float *in = randn(ni, 1), *w = randn(nw, 1 / sqrt(d.r * d.s * d.c)), *g = randn(no, 1);
+    float *out = malloc(no * sizeof *out), *din = malloc(ni * sizeof *din);
+    float *dw0 = randn(nw, 1), *dw = dup_f(dw0, nw);
+    void *ws = be->alloc(be->conv_workspace(&d));
+    CHECK(ws != NULL, "workspace allocation");
+
+    be->conv_fwd(out, in, w, &d, ws);
+    be->conv_bwd_data(din, g, w, &d, ws);
+    be->conv_bwd_weight(dw, g, in, &d, ws);
+
+    double *ind = dup_d(in, ni), *wd = dup_d(w, nw), *gd = dup_d(g, no);
+    double *outd = malloc(no * sizeof *outd), *dind = malloc(ni * sizeof *dind),
+           *dwd = malloc(nw * sizeof *dwd), *got = malloc(nw * sizeof *got);
+    ref_conv(outd, ind, wd, &d);
+    double *outg = dup_d(out, no);
+    check_close_d("forward", outg, outd, no, 1e-5 * sqrt(d.r * d.s * d.c), 1e-4);
+    if (fd) {
+        conv_ctx c = {&d, ind, wd, gd, outd};
+        fd_grad(dind, ind, ni, conv_loss, &c);
+        fd_grad(dwd, wd, nw, conv_loss, &c);
+    } else {
+        ref_conv_bwd(dind, dwd, gd, ind, wd, &d);
+    }
+    double *ding = dup_d(din, ni);
+    check_close_d("backward data", ding, dind, ni, 1e-5 * sqrt(d.k * d.r * d.s) + 1e-6, 1e-4);
+    // The op accumulates: compare what it added.
+    for (size_t i = 0; i < nw; i++) got[i] = (double)dw[i] - dw0[i];
+    check_close_d("backward weight (+=)", got, dwd, nw, 2e-6 * sqrt((double)d.n * d.p * d.q) + 1e-5, 1e-4);
+
+    be->free(ws);
+    free(in), free(w), free(g), free(out), free(din), free(dw0), free(dw);
+    free(ind), free(wd), free(gd), free(outd), free(dind), free(dwd), free(got), free(outg), free(ding);
+    check_end();
+}
+
+/* ---------------------------------------------------------------- batch norm */
+
+typedef struct {
+    int m, c, relu;
+    double *in, *gamma, *beta, *res, *g, eps;
+} bn_ctx;
+
+/* out = relu?(gamma (x - mean) / sqrt(var + eps) + beta + res?), two-pass statistics */
+static void ref_bn(double *out, double *mean, double *var, const bn_ctx *b)
+{
+    for (int j = 0; j < b->c; j++) {
+        double s = 0, v = 0;
+        for (int i = 0; i < b->m; i++) s += b->in[(long)i * b->c + j];
+        s /= b->m;
+        for (int i = 0; i < b->m; i++) {
+            double e = b->in[(long)i * b->c + j] - s;
+            v += e * e;
+        }
+        v /= b->m;
+        if (mean) mean[j] = s, var[j] = v;
+        for (int i = 0; i < b->m; i++) {
+            long k = (long)i * b->c + j;
+            double y = b->gamma[j] * (b->in[k] - s) / sqrt(v + b->eps) + b->beta[j];
+            if (b->res) y += b->res[k];
+            out[k] = b->relu && y < 0 ? 0 : y;
+        }
+    }
+}
+
+static double bn_loss(void *p)
+{
+    bn_ctx *b = p;
+    size_t n = (size_t)b->m * b->c;
+    double *out = malloc(n * sizeof *out), l = 0;
+    ref_bn(out, NULL, NULL, b);
+    for (size_t i = 0; i < n; i++) l += b->g[i] * out[i];
+    free(out);
+    return l;
+}
+
+static void test_bn(int m, int c, int residual, int relu, double offset, double spread)
+{
+    char name[128];
+    snprintf(name, sizeof name, "batchnorm m%d c%d%s%s%s", m, c, residual ? " +residual" : "",
+             relu ? " +relu" : "", offset != 0 ? " (large mean)" : "");
+    check_begin(name);
+    size_t n = (size_t)m * c;
+    const float eps = 1e-5f;
+    float *in = randn(n, spread), *gamma = randn(c, 0.5), *beta = randn(c, 0.5);
+    float *res = residual ? randn(n, 1) : NULL, *g = randn(n, 1);
+    for (size_t i = 0; i < n; i++) in[i] += (float)(offset * (1 + (int)(i % c)));
+    for (int j = 0; j < c; j++) gamma[j] += 1;
+    float *out = malloc(n * sizeof *out), *mean = malloc(c * sizeof *mean),
+          *var = malloc(c * sizeof *var), *invstd = malloc(c * sizeof *invstd);
+    be->bn_fwd_train(out, mean, var, invstd, in, gamma, beta, res, relu, m, c, eps);
+
+    bn_ctx b = {m, c, relu, dup_d(in, n), dup_d(gamma, c), dup_d(beta, c),
+                res ? dup_d(res, n) : NULL, dup_d(g, n), eps};
+    double *outd = malloc(n * sizeof *outd), *meand = malloc(c * sizeof *meand),
+           *vard = malloc(c * sizeof *vard), *isd = malloc(c * sizeof *isd);
+    ref_bn(outd, meand, vard, &b);
+    for (int j = 0; j < c; j++) isd[j] = 1 / sqrt(vard[j] + eps);
+    double *t = dup_d(mean, c);
+    check_close_d("mean", t, meand, c, 1e-6 * spread, 1e-6);
+    free(t), t = dup_d(var, c);
+    check_close_d("var", t, vard, c, 0, 1e-5);
+    free(t), t = dup_d(invstd, c);
+    check_close_d("invstd", t, isd, c, 0, 1e-5);
+    free(t), t = dup_d(out, n);
+    // The mean is stored in fp32: with |mean| ~ offset * c, x - mean is off by up to an ulp
+    // of the mean, i.e. 6e-8 * |mean| / std after normalisation, times |gamma| < 3.
+    check_close_d("forward", t, outd, n, 1e-5 + 2e-7 * offset * c / spread, 1e-4);
+    free(t);
+
+    if (m * c <= 512) {  // backward against finite differences
+        float *din = malloc(n * sizeof *din), *dres = residual ? malloc(n * sizeof *dres) : NULL;
+        float *dgamma = randn(c, 1), *dbeta = randn(c, 1);
+        float *dg0 = dup_f(dgamma, c), *db0 = dup_f(dbeta, c), *dout = dup_f(g, n);
+        be->bn_bwd(din, dres, dgamma, dbeta, dout, out, in, gamma, mean, invstd, relu, m, c);
+        double *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+        fd_grad(want, b.in, n, bn_loss, &b);
+        for (size_t i = 0; i < n; i++) got[i] = din[i];
+        check_close_d("d input", got, want, n, 1e-4, 1e-3);
+        if (residual) {
+            fd_grad(want, b.res, n, bn_loss, &b);
+            for (size_t i = 0; i < n; i++) got[i] = dres[i];
+            check_close_d("d residual", got, want, n, 1e-5, 1e-4);
+        }
+        fd_grad(want, b.gamma, c, bn_loss, &b);
+        for (int j = 0; j < c; j++) got[j] = (double)dgamma[j] - dg0[j];
+        check_close_d("d gamma (+=)", got, want, c, 1e-4, 1e-4);
+        fd_grad(want, b.beta, c, bn_loss, &b);
+        for (int j = 0; j < c; j++) got[j] = (double)dbeta[j] - db0[j];
+        check_close_d("d beta (+=)", got, want, c, 1e-4, 1e-4);
+        free(din), free(dres), free(dgamma), free(dbeta), free(dg0), free(db0), free(dout);
+        free(want), free(got);
+    }
+
+    // Inference with the batch's own statistics as running stats gives the same output.
+    float *out2 = malloc(n * sizeof *out2);
+    be->bn_fwd_infer(out2, in, gamma, beta, mean, var, res, relu, m, c, eps);
+    check_close("inference = training with the same statistics", out2, out, n, 1e-5, 1e-5);
+
+    free(in), free(gamma), free(beta), free(res), free(g), free(out), free(mean), free(var);
+    free(invstd), free(out2), free(b.in), free(b.gamma), free(b.beta), free(b.res), free(b.g);
+    free(outd), free(meand), free(vard), free(isd);
+    check_end();
+}
+
+/* ---------------------------------------------------------------- pooling */
+
+typedef struct {
+    const ds_pool_desc *d;
+    double *in, *g;
+} pool_ctx;
+
+static void ref_maxpool(double *out, const double *in, const ds_pool_desc *d)
+{
+    for (int n = 0; n < d->n; n++)
+        for (int p = 0; p < d->p; p++)
+            for (int q = 0; q < d->q; q++)
+                for (int c = 0; c < d->c; c++) {
+                    double m = -INFINITY;
+                    for (int r = 0; r < d->k; r++)
+                        for (int s = 0; s < d->k; s++) {
+                            int y = p * d->stride - d->pad + r, x = q * d->stride - d->pad + s;
+                            if (y < 0 || y >= d->h || x < 0 || x >= d->w) continue;
+                            double v = in[(((long)n * d->h + y) * d->w + x) * d->c + c];
+                            m = v > m ? v : m;
+                        }
+                    out[(((long)n * d->p + p) * d->q + q) * d->c + c] = m;
+                }
+}
+
+static double maxpool_loss(void *p)
+{
+    pool_ctx *c = p;
+    size_t no = (size_t)c->d->n * c->d->p * c->d->q * c->d->c;
+    double *out = malloc(no * sizeof *out), l = 0;
+    ref_maxpool(out, c->in, c->d);
+    for (size_t i = 0; i < no; i++) l += c->g[i] * out[i];
+    free(out);
+    return l;
+}
+
+static void test_maxpool(int n, int h, int w, int c, int k, int stride, int pad)
+{
+    char name[128];
+    snprintf(name, sizeof name, "maxpool n%d %dx%dx%d %dx%d/%d pad %d", n, h, w, c, k, k, stride, pad);
+    check_begin(name);
+    ds_pool_desc d = {n, h, w, c, k, stride, pad, (h + 2 * pad - k) / stride + 1,
+                      (w + 2 * pad - k) / stride + 1};
+    size_t ni = (size_t)n * h * w * c, no = (size_t)n * d.p * d.q * c;
+    float *in = randn(ni, 1), *g = randn(no, 1), *out = malloc(no * 4), *din = malloc(ni * 4);
+    be->maxpool_fwd(out, in, &d);
+    be->maxpool_bwd(din, g, in, out, &d);
+    pool_ctx ctx = {&d, dup_d(in, ni), dup_d(g, no)};
+    double *outd = malloc(no * 8), *want = malloc(ni * 8);
+    ref_maxpool(outd, ctx.in, &d);
+    double *got = dup_d(out, no);
+    check_close_d("forward", got, outd, no, 0, 0);
+    free(got);
+    fd_grad(want, ctx.in, ni, maxpool_loss, &ctx);
+    got = dup_d(din, ni);
+    check_close_d("backward", got, want, ni, 1e-6, 1e-6);
+
+    // Ties: the gradient goes to the first maximum of the window only.
+    float flat[2 * 2] = {1, 1, 1, 1}, dflat[4], o1, g1 = 1;
+    ds_pool_desc t = {1, 2, 2, 1, 2, 2, 0, 1, 1};
+    be->maxpool_fwd(&o1, flat, &t);
+    be->maxpool_bwd(dflat, &g1, flat, &o1, &t);
+    CHECK(dflat[0] == 1 && dflat[1] == 0 && dflat[2] == 0 && dflat[3] == 0,
+          "tie: got %g %g %g %g", dflat[0], dflat[1], dflat[2], dflat[3]);
+    free(in), free(g), free(out), free(din), free(ctx.in), free(ctx.g), free(outd), free(want), free(got);
+    check_end();
+}
+
+typedef struct {
+    int n, hw, c;
+    double *in, *g;
+} avg_ctx;
+
+static double avgpool_loss(void *p)
+{
+    avg_ctx *a = p;
+    double l = 0;
+    for (int i = 0; i < a->n; i++)
+        for (int j = 0; j < a->c; j++) {
+            double s = 0;
+            for (int k = 0; k < a->hw; k++) s += a->in[((long)i * a->hw + k) * a->c + j];
+            l += a->g[i * a->c + j] * s / a->hw;
+        }
+    return l;
+}
+
+static void test_avgpool(int n, int hw, int c)
+{
+    check_begin("global average pool");
+    size_t ni = (size_t)n * hw * c, no = (size_t)n * c;
+    float *in = randn(ni, 1), *g = randn(no, 1), *out = malloc(no * 4), *din = malloc(ni * 4);
+    be->avgpool_fwd(out, in, n, hw, c);
+    be->avgpool_bwd(din, g, n, hw, c);
+    avg_ctx a = {n, hw, c, dup_d(in, ni), dup_d(g, no)};
+    double *want = malloc(ni * 8), *got = malloc(ni * 8);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < c; j++) {
+            double s = 0;
+            for (int k = 0; k < hw; k++) s += a.in[((long)i * hw + k) * c + j];
+            want[i * c + j] = s / hw, got[i * c + j] = out[i * c + j];
+        }
+    check_close_d("forward", got, want, no, 1e-6, 1e-5);
+    fd_grad(want, a.in, ni, avgpool_loss, &a);
+    for (size_t i = 0; i < ni; i++) got[i] = din[i];
+    check_close_d("backward", got, want, ni, 1e-6, 1e-5);
+    free(in), free(g), free(out), free(din), free(a.in), free(a.g), free(want), free(got);
+    check_end();
+}
+
+/* ---------------------------------------------------------------- linear */
+
+typedef struct {
+    int n, i, o;
+    double *in, *w, *b, *g;
+} lin_ctx;
+
+static double linear_loss(void *p)
+{
+    lin_ctx *L = p;
+    double l = 0;
+    for (int r = 0; r < L->n; r++)
+        for (int k = 0; k < L->o; k++) {
+            double s = L->b[k];
+            for (int j = 0; j < L->i; j++) s += L->in[(long)r * L->i + j] * L->w[(long)k * L->i + j];
+            l += L->g[(long)r * L->o + k] * s;
+        }
+    return l;
+}
+
+static void test_linear(int n, int i, int o)
+{
+    char name[64];
+    snprintf(name, sizeof name, "linear n%d %d -> %d", n, i, o);
+    check_begin(name);
+    float *in = randn((size_t)n * i, 1), *w = randn((size_t)o * i, 1 / sqrt(i)), *b = randn(o, 1);
+    float *g = randn((size_t)n * o, 1), *out = malloc((size_t)n * o * 4), *din = malloc((size_t)n * i * 4);
+    float *dw0 = randn((size_t)o * i, 1), *dw = dup_f(dw0, (size_t)o * i), *db0 = randn(o, 1),
+          *db = dup_f(db0, o);
+    be->linear_fwd(out, in, w, b, n, i, o);
+    be->linear_bwd(din, dw, db, g, in, w, n, i, o);
+    lin_ctx L = {n, i, o, dup_d(in, (size_t)n * i), dup_d(w, (size_t)o * i), dup_d(b, o), dup_d(g, (size_t)n * o)};
+    size_t big = (size_t)(n * i > o * i ? n * i : o * i) + n * o;
+    double *want = malloc(big * 8), *got = malloc(big * 8);
+    for (int r = 0; r < n; r++)
+        for (int k = 0; k < o; k++) {
+            double s = L.b[k];
+            for (int j = 0; j < i; j++) s += L.in[(long)r * i + j] * L.w[(long)k * i + j];
+            want[r * o + k] = s, got[r * o + k] = out[r * o + k];
+        }
+    check_close_d("forward", got, want, (size_t)n * o, 1e-5, 1e-4);
+    fd_grad(want, L.in, (size_t)n * i, linear_loss, &L);
+    for (size_t k = 0; k < (size_t)n * i; k++) got[k] = din[k];
+    check_close_d("d input", got, want, (size_t)n * i, 1e-5, 1e-4);
+    fd_grad(want, L.w, (size_t)o * i, linear_loss, &L);
+    for (size_t k = 0; k < (size_t)o * i; k++) got[k] = (double)dw[k] - dw0[k];
+    check_close_d("d weight (+=)", got, want, (size_t)o * i, 1e-5, 1e-4);
+    fd_grad(want, L.b, o, linear_loss, &L);
+    for (int k = 0; k < o; k++) got[k] = (double)db[k] - db0[k];
+    check_close_d("d bias (+=)", got, want, o, 1e-5, 1e-4);
+    free(in), free(w), free(b), free(g), free(out), free(din), free(dw0), free(dw), free(db0), free(db);
+    free(L.in), free(L.w), free(L.b), free(L.g), free(want), free(got);
+    check_end();
+}
+
+/* ---------------------------------------------------------------- loss */
+
+typedef struct {
+    int n, c;
+    double *z, eps;
+    const int32_t *y;
+} xent_ctx;
+
+/* sum over samples of -sum_j target_j log softmax_j, in double */
+static double xent_loss_each(const xent_ctx *x, int i)
+{
+    const double *z = x->z + (long)i * x->c;
+    if (x->y[i] < 0 || x->y[i] >= x->c) return 0;
+    double m = z[0], s = 0, l = 0;
+    for (int j = 1; j < x->c; j++) m = z[j] > m ? z[j] : m;
+    for (int j = 0; j < x->c; j++) s += exp(z[j] - m);
+    for (int j = 0; j < x->c; j++) {
+        double t = x->eps / x->c + (j == x->y[i] ? 1 - x->eps : 0);
+        l -= t * (z[j] - m - log(s));
+    }
+    return l;
+}
+
+static double xent_loss(void *p)
+{
+    xent_ctx *x = p;
+    double l = 0;
+    for (int i = 0; i < x->n; i++) l += xent_loss_each(x, i);
+    return l;
+}
+
+static void test_xent(float smoothing)
+{
+    char name[64];
+    snprintf(name, sizeof name, "softmax cross-entropy, smoothing %g", smoothing);
+    check_begin(name);
+    const int n = 7, c = 11;
+    const float scale = 1.0f / 32;
+    float *z = randn((size_t)n * c, 3), loss[7], dz[7 * 11];
+    int32_t y[7] = {0, 10, 3, 5, -1, 7, 2};  // -1: a padding sample
+    z[c * 5 + 1] += 80;                      // a large logit must not overflow
+    be->softmax_xent(loss, dz, z, y, n, c, smoothing, scale);
+    xent_ctx x = {n, c, dup_d(z, (size_t)n * c), smoothing, y};
+    double want[7 * 11], got[7 * 11];
+    for (int i = 0; i < n; i++) want[i] = xent_loss_each(&x, i), got[i] = loss[i];
+    check_close_d("loss", got, want, n, 1e-6, 1e-5);
+    fd_grad(want, x.z, (size_t)n * c, xent_loss, &x);
+    for (int i = 0; i < n * c; i++) want[i] *= scale, got[i] = dz[i];
+    check_close_d("d logits", got, want, (size_t)n * c, 1e-7, 1e-4);
+    free(z), free(x.z);
+    check_end();
+}
+
+/* ---------------------------------------------------------------- optimizer */
+
+static void test_sgd(float momentum, float wd, int nesterov)
+{
+    char name[96];
+    snprintf(name, sizeof name, "sgd momentum %g wd %g%s, 3 steps", momentum, wd, nesterov ? " nesterov" : "");
+    check_begin(name);
+    const size_t n = 1000;
+    const float lr = 0.1f;
+    float *w = randn(n, 1), *buf = randn(n, 1);  // buf garbage: the first step must ignore it
+    double *wd_ = dup_d(w, n), *bd = calloc(n, sizeof *bd), *got = malloc(n * 8);
+    for (int step = 0; step < 3; step++) {
+        float *g = randn(n, 1);
+        be->sgd_step(w, buf, g, n, lr, momentum, wd, nesterov, step == 0);
+        // torch.optim.SGD, dampening 0
+        for (size_t i = 0; i < n; i++) {
+            double d = g[i] + wd * wd_[i];
+            if (momentum != 0) {
+                bd[i] = step == 0 ? d : momentum * bd[i] + d;
+                d = nesterov ? d + momentum * bd[i] : bd[i];
+            }
+            wd_[i] -= lr * d;
+        }
+        free(g);
+    }
+    for (size_t i = 0; i < n; i++) got[i] = w[i];
+    check_close_d("weights", got, wd_, n, 1e-6, 1e-5);
+    if (momentum != 0) {
+        for (size_t i = 0; i < n; i++) got[i] = buf[i];
+        check_close_d("momentum buffer", got, bd, n, 1e-6, 1e-5);
+    }
+    free(w), free(buf), free(wd_), free(bd), free(got);
+    check_end();
+}
+
+static void test_elementwise(void)
+{
+    check_begin("scale and axpy");
+    const size_t n = 1003;
+    float *x = randn(n, 1), *y = randn(n, 1), *x0 = dup_f(x, n), *y0 = dup_f(y, n);
+    be->axpy(y, 0.5f, x, n);
+    be->scale(x, -2.0f, n);
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) bad += y[i] != y0[i] + 0.5f * x0[i] || x[i] != -2.0f * x0[i];
+    CHECK(bad == 0, "%d elements off", bad);
+    free(x), free(y), free(x0), free(y0);
+    check_end();
+}
+
+static void test_normalize(void)
+{
+    check_begin("normalize_u8: crop, flip, (x/255 - mean)/std");
+    const int n = 3, H = 9, W = 11, ch = 5, cw = 6;
+    uint8_t *in = malloc((size_t)n * H * W * 3);
+    for (size_t i = 0; i < (size_t)n * H * W * 3; i++) in[i] = (uint8_t)ds_rng_below(&rng, 256);
+    int32_t y0[3] = {0, 4, 2}, x0[3] = {5, 0, 3};
+    uint8_t flip[3] = {0, 1, 1};
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    size_t no = (size_t)n * ch * cw * 3;
+    float *out = malloc(no * 4);
+    double *want = malloc(no * 8), *got = malloc(no * 8);
+    be->normalize_u8(out, in, n, H, W, ch, cw, y0, x0, flip, mean, std);
+    for (int i = 0; i < n; i++)
+        for (int y = 0; y < ch; y++)
+            for (int x = 0; x < cw; x++)
+                for (int k = 0; k < 3; k++) {
+                    int sx = x0[i] + (flip[i] ? cw - 1 - x : x);
+                    double v = in[(((size_t)i * H + y0[i] + y) * W + sx) * 3 + k] / 255.0;
+                    size_t o = (((size_t)i * ch + y) * cw + x) * 3 + k;
+                    want[o] = (v - mean[k]) / std[k], got[o] = out[o];
+                }
+    check_close_d("pixels", got, want, no, 1e-6, 1e-6);
+    free(in), free(out), free(want), free(got);
+    check_end();
+}
+
+/* ---------------------------------------------------------------- determinism */
+
+/* Runs a small training step's ops with t threads into one buffer of results. */
+static float *run_ops(int threads, size_t *len)
+{
+    omp_set_num_threads(threads);
+    ds_rng_init(&rng, 7, DS_RNG_DATA, 99);
+    ds_conv_desc cs[3] = {conv_desc(12, 16, 16, 64, 16, 3, 3, 1, 1), conv_desc(6, 12, 12, 16, 32, 3, 3, 2, 1),
+                          conv_desc(6, 12, 12, 256, 24, 1, 1, 1, 0)};
+    size_t total = 0, at = 0;
+    for (int k = 0; k < 3; k++)
+        total += (size_t)cs[k].n * cs[k].p * cs[k].q * cs[k].k + (size_t)cs[k].n * cs[k].h * cs[k].w * cs[k].c +
+                 (size_t)cs[k].k * cs[k].r * cs[k].s * cs[k].c;
+    const int m = 6 * 12 * 12, c = 64;
+    total += 2 * (size_t)m * c + 5 * c + 40 * 100 + 2 * 100 * 50;
+    float *res = calloc(total, sizeof *res);
+    for (int k = 0; k < 3; k++) {
+        ds_conv_desc *d = &cs[k];
+        size_t ni = (size_t)d->n * d->h * d->w * d->c, no = (size_t)d->n * d->p * d->q * d->k,
+               nw = (size_t)d->k * d->r * d->s * d->c;
+        float *in = randn(ni, 1), *w = randn(nw, 0.1), *g = randn(no, 1);
+        void *ws = be->alloc(be->conv_workspace(d));
+        be->conv_fwd(res + at, in, w, d, ws), at += no;
+        be->conv_bwd_data(res + at, g, w, d, ws), at += ni;
+        be->conv_bwd_weight(res + at, g, in, d, ws), at += nw;
+        be->free(ws), free(in), free(w), free(g);
+    }
+    float *x = randn((size_t)m * c, 2), *gm = randn(c, 1), *bt = randn(c, 1), *g = randn((size_t)m * c, 1);
+    float *out = res + at, *din = out + (size_t)m * c, *st = din + (size_t)m * c;
+    be->bn_fwd_train(out, st, st + c, st + 2 * c, x, gm, bt, NULL, 1, m, c, 1e-5f);
+    be->bn_bwd(din, NULL, st + 3 * c, st + 4 * c, g, out, x, gm, st, st + 2 * c, 1, m, c);
+    at += 2 * (size_t)m * c + 5 * c;
+    float *li = randn(40 * 50, 1), *lw = randn(100 * 50, 1), *lg = randn(40 * 100, 1);
+    be->linear_fwd(res + at, li, lw, NULL, 40, 50, 100), at += 40 * 100;
+    be->linear_bwd(res + at, res + at + 40 * 50, NULL, lg, li, lw, 40, 50, 100);
+    free(x), free(gm), free(bt), free(g), free(li), free(lw), free(lg);
+    *len = total;
+    return res;
+}
+
+static void test_thread_independence(void)
+{
+    check_begin("conv, batchnorm and linear are bitwise the same for 1, 2 and 3 threads");
+    int saved = omp_get_max_threads();
+    size_t n1, n2, n3;
+    float *a = run_ops(1, &n1), *b = run_ops(2, &n2), *c = run_ops(3, &n3);
+    size_t d2 = 0, d3 = 0;
+    for (size_t i = 0; i < n1; i++) d2 += memcmp(&a[i], &b[i], 4) != 0, d3 += memcmp(&a[i], &c[i], 4) != 0;
+    CHECK(d2 == 0 && d3 == 0, "%zu (2 threads) and %zu (3 threads) of %zu values differ", d2, d3, n1);
+    omp_set_num_threads(saved);
+    free(a), free(b), free(c);
+    check_end();
+}
+
+static void test_select(void)
+{
+    check_begin("backend selection");
+    CHECK(ds_backend_select("cpu") == &ds_backend_cpu, "cpu");
+    CHECK(ds_backend_select("auto") != NULL, "auto always finds one");
+    fprintf(stderr, "  (an error message about an unknown device is expected here)\n");
+    CHECK(ds_backend_select("tpu") == NULL, "unknown device accepted");
+#ifndef DS_HAVE_CUDA
+    CHECK(ds_backend_select("cuda") == NULL, "cuda in a build without CUDA");
+#endif
+    float *p = be->alloc(100);
+    CHECK(p && ((uintptr_t)p & 63) == 0, "alloc is 64-byte aligned");
+    int nz = 0;
+    for (int i = 0; p && i < 25; i++) nz += p[i] != 0;
+    CHECK(nz == 0, "alloc is zeroed");
+    be->free(p);
+    check_end();
+}
+
+int main(void)
+{
+    ds_rng_init(&rng, 42, DS_RNG_DATA, 4);
+
+    // Finite differences on small shapes, every kernel/stride/pad kind ResNets use.
+    test_conv(conv_desc(2, 5, 5, 3, 4, 3, 3, 1, 1), 1);
+    test_conv(conv_desc(2, 6, 7, 3, 4, 3, 3, 2, 1), 1);
+    test_conv(conv_desc(2, 5, 5, 3, 4, 1, 1, 2, 0), 1);
+    test_conv(conv_desc(2, 4, 4, 5, 3, 1, 1, 1, 0), 1);
+    test_conv(conv_desc(1, 9, 8, 2, 3, 7, 7, 2, 3), 1);
+    test_conv(conv_desc(2, 6, 5, 2, 3, 3, 1, 1, 0), 1);
+    // Larger shapes against the loops: odd sizes, several batch sizes, several chunks.
+    test_conv(conv_desc(3, 15, 13, 3, 8, 7, 7, 2, 3), 0);
+    test_conv(conv_desc(5, 11, 11, 16, 16, 3, 3, 1, 1), 0);
+    test_conv(conv_desc(8, 12, 12, 64, 32, 3, 3, 1, 1), 0);
+    test_conv(conv_desc(12, 16, 16, 64, 16, 3, 3, 1, 1), 0);  // more chunks than weight groups
+    test_conv(conv_desc(4, 9, 9, 32, 64, 3, 3, 2, 1), 0);
+    test_conv(conv_desc(4, 16, 16, 256, 16, 1, 1, 1, 0), 0);
+    test_conv(conv_desc(3, 9, 9, 24, 48, 1, 1, 2, 0), 0);
+    test_conv(conv_desc(1, 7, 7, 8, 8, 5, 5, 1, 2), 0);
+    test_conv(conv_desc(2, 8, 8, 4, 4, 3, 3, 1, 0), 0);
+
+    test_bn(24, 5, 0, 0, 0, 1);
+    test_bn(24, 5, 1, 1, 0, 1);
+    test_bn(30, 4, 0, 1, 0, 1);
+    test_bn(17, 3, 1, 0, 0, 1);
+    test_bn(4096, 70, 1, 1, 0, 1);
+    test_bn(2000, 8, 0, 0, 10, 0.1);  // mean/std up to 800: naive fp32 E[x^2]-E[x]^2 fails
+
+    test_maxpool(2, 9, 9, 3, 3, 2, 1);
+    test_maxpool(1, 8, 7, 4, 2, 2, 0);
+    test_maxpool(2, 5, 5, 2, 3, 1, 1);
+    test_avgpool(3, 10, 7);
+    test_linear(5, 9, 7);
+    test_linear(3, 140, 260);
+    test_xent(0);
+    test_xent(0.1f);
+    test_sgd(0.9f, 0, 0);
+    test_sgd(0.9f, 1e-4f, 1);
+    test_sgd(0.9f, 5e-4f, 0);
+    test_sgd(0, 1e-4f, 0);
+    test_elementwise();
+    test_normalize();
+    test_thread_independence();
+    test_select();
+    return check_exit();
+}
