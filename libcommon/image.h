@@ -58,8 +58,10 @@ ds_fit_geometry ds_fit_geometry_for(int w, int h, int size, ds_fit fit);
 int ds_resize_bilinear(ds_decoder *d, uint8_t *out, int out_w, int out_h, const uint8_t *in, int in_w,
                        int in_h, const ds_fit_geometry *g, char *reason, size_t reason_len);
 
-/* decode + fit + resize: out gets [size, size, 3]. The resize maps the geometry computed from
- * the file's full size onto the (possibly DCT-scaled) decoded image. */
+/* decode + fit + resize: out gets [size, size, 3]. Large JPEGs are DCT-scaled while their
+ * shorter side stays >= 4 x size (closer, and block averaging shows against Pillow's
+ * result); the geometry is computed from the file's full size and mapped onto the decoded
+ * image. */
 int ds_image_decode_resized(ds_decoder *d, const uint8_t *data, size_t len, int size, ds_fit fit,
                             uint64_t max_pixels, uint8_t *out, char *reason, size_t reason_len);
 
