@@ -34,28 +34,49 @@ static void cpu_sync(void) {}
 #define BN_CHUNKS 16
 /* Channels reduced at a time: bounds the partial sums kept on the stack. */
 #define BN_CBLOCK 64
+/* Rows summed in float before flushing into the double sums: short enough that float
+ * rounding stays far below the statistics' own noise, long enough to run at SIMD speed. */
+#define BN_FLUSH 32
 
-/* Per-channel sums of a function of row i over m rows, in double, for channels
- * [c0, c0+cb): the body is a statement that adds to a[j] and b[j] for channel c0+j. */
-#define BN_REDUCE(m, c0, cb, a_out, b_out, body)                                          \
-    do {                                                                                 \
-        double pa_[BN_CHUNKS][BN_CBLOCK], pb_[BN_CHUNKS][BN_CBLOCK];                     \
-        _Pragma("omp parallel for schedule(static)")                                      \
-        for (int t_ = 0; t_ < BN_CHUNKS; t_++) {                                         \
-            double *a = pa_[t_], *b = pb_[t_];                                           \
-            for (int j = 0; j < (cb); j++) a[j] = b[j] = 0;                              \
-            long r0_ = (long)t_ * (m) / BN_CHUNKS, r1_ = (long)(t_ + 1) * (m) / BN_CHUNKS; \
-            for (long i = r0_; i < r1_; i++) {                                           \
-                _Pragma("omp simd")                                                       \
-                for (int j = 0; j < (cb); j++) { body; }                                 \
-            }                                                                            \
-        }                                                                                \
-        for (int j = 0; j < (cb); j++) {                                                 \
-            double sa = 0, sb = 0;                                                       \
-            for (int t_ = 0; t_ < BN_CHUNKS; t_++) sa += pa_[t_][j], sb += pb_[t_][j];   \
-            (a_out)[j] = sa, (b_out)[j] = sb;                                            \
-        }                                                                                \
-    } while (0)
+/* Per-channel sums over m rows, for channels [c0, c0+cb), in double:
+ *     su[j] = sum_i u,   suv[j] = sum_i u * v,   u = p[i, c0+j] - pu[j],  v = q[i, c0+j] - qv[j]
+ * with u = 0 where relu_out[i, c0+j] <= 0 (then p is written back with that zero: the ReLU
+ * mask applied in place). Summed over BN_CHUNKS fixed row chunks, then in chunk order. */
+static void bn_sums(double *su, double *suv, float *p, const float *pu, const float *q,
+                    const float *qv, const float *relu_out, long m, int c, int c0, int cb)
+{
+    double part[BN_CHUNKS][2][BN_CBLOCK];
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < BN_CHUNKS; t++) {
+        double *da = part[t][0], *db = part[t][1];
+        for (int j = 0; j < cb; j++) da[j] = db[j] = 0;
+        long r1 = (t + 1) * m / BN_CHUNKS;
+        for (long i0 = t * m / BN_CHUNKS; i0 < r1; i0 += BN_FLUSH) {
+            float fa[BN_CBLOCK] = {0}, fb[BN_CBLOCK] = {0};
+            long i1 = i0 + BN_FLUSH < r1 ? i0 + BN_FLUSH : r1;
+            for (long i = i0; i < i1; i++) {
+                float *pr = p + i * c + c0;
+                const float *qr = q + i * c + c0, *mr = relu_out ? relu_out + i * c + c0 : NULL;
+                if (mr) {
+#pragma omp simd
+                    for (int j = 0; j < cb; j++) pr[j] = mr[j] > 0 ? pr[j] : 0;
+                }
+#pragma omp simd
+                for (int j = 0; j < cb; j++) {
+                    float u = pr[j] - pu[j], v = qr[j] - qv[j];
+                    fa[j] += u;
+                    fb[j] += u * v;
+                }
+            }
+            for (int j = 0; j < cb; j++) da[j] += fa[j], db[j] += fb[j];
+        }
+    }
+    for (int j = 0; j < cb; j++) {
+        double a = 0, b = 0;
+        for (int t = 0; t < BN_CHUNKS; t++) a += part[t][0][j], b += part[t][1][j];
+        su[j] = a, suv[j] = b;
+    }
+}
 
 /* out = relu?((in - mean) * a + beta + residual?) with a = gamma * invstd. Subtracting the
  * mean first (rather than folding it into one constant, in * a + (beta - mean * a)) keeps
@@ -67,11 +88,18 @@ static void bn_apply(float *out, const float *in, const float *mean, const float
     for (long i = 0; i < m; i++) {
         const float *x = in + i * c, *res = residual ? residual + i * c : NULL;
         float *y = out + i * c;
+        if (res) {
 #pragma omp simd
-        for (int j = 0; j < c; j++) {
-            float v = (x[j] - mean[j]) * a[j] + beta[j];
-            if (res) v += res[j];
-            y[j] = relu && v < 0 ? 0 : v;
+            for (int j = 0; j < c; j++) {
+                float v = (x[j] - mean[j]) * a[j] + beta[j] + res[j];
+                y[j] = relu && v < 0 ? 0 : v;
+            }
+        } else {
+#pragma omp simd
+            for (int j = 0; j < c; j++) {
+                float v = (x[j] - mean[j]) * a[j] + beta[j];
+                y[j] = relu && v < 0 ? 0 : v;
+            }
         }
     }
 }
@@ -83,15 +111,12 @@ static void cpu_bn_fwd_train(float *out, float *mean, float *var, float *invstd,
     float sa[c];
     for (int c0 = 0; c0 < c; c0 += BN_CBLOCK) {
         int cb = c - c0 < BN_CBLOCK ? c - c0 : BN_CBLOCK;
-        double s1[BN_CBLOCK], s2[BN_CBLOCK], shift[BN_CBLOCK];
-        // Sums of (x - x0) for a per-channel shift x0 (the first row): E[x^2] - E[x]^2 in
-        // double then loses nothing that matters even when |mean| >> std.
+        double s1[BN_CBLOCK], s2[BN_CBLOCK];
+        // Sums of (x - x0) for a per-channel shift x0 (the first row): E[d^2] - E[d]^2 then
+        // loses nothing that matters even when |mean| >> std.
+        float shift[BN_CBLOCK];
         for (int j = 0; j < cb; j++) shift[j] = m ? in[c0 + j] : 0;
-        BN_REDUCE(m, c0, cb, s1, s2, {
-            double v = (double)in[i * c + c0 + j] - shift[j];
-            a[j] += v;
-            b[j] += v * v;
-        });
+        bn_sums(s1, s2, (float *)in, shift, in, shift, NULL, m, c, c0, cb);
         for (int j = 0; j < cb; j++) {
             double d = m ? s1[j] / m : 0, v = m ? s2[j] / m - d * d : 0;
             if (v < 0) v = 0;
@@ -118,26 +143,13 @@ static void cpu_bn_bwd(float *din, float *dresidual, float *dgamma, float *dbeta
                        const float *out, const float *in, const float *gamma, const float *mean,
                        const float *invstd, int relu, int m, int c)
 {
-    if (relu) {
-#pragma omp parallel for schedule(static)
-        for (long i = 0; i < m; i++)
-#pragma omp simd
-            for (int j = 0; j < c; j++)
-                if (!(out[i * c + j] > 0)) dout[i * c + j] = 0;
-    }
-    if (dresidual && dresidual != dout) memcpy(dresidual, dout, (size_t)m * c * sizeof(float));
-
     // dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)), xhat = (x - mean) * invstd
     float ka[c], kb[c], kc[c];
     for (int c0 = 0; c0 < c; c0 += BN_CBLOCK) {
         int cb = c - c0 < BN_CBLOCK ? c - c0 : BN_CBLOCK;
-        double sdy[BN_CBLOCK], sdyx[BN_CBLOCK], mu[BN_CBLOCK];
-        for (int j = 0; j < cb; j++) mu[j] = mean[c0 + j];
-        BN_REDUCE(m, c0, cb, sdy, sdyx, {
-            double g = dout[i * c + c0 + j];
-            a[j] += g;
-            b[j] += g * ((double)in[i * c + c0 + j] - mu[j]);
-        });
+        double sdy[BN_CBLOCK], sdyx[BN_CBLOCK];
+        static const float zero[BN_CBLOCK];
+        bn_sums(sdy, sdyx, dout, zero, in, mean + c0, relu ? out : NULL, m, c, c0, cb);
         for (int j = 0; j < cb; j++) {
             int k = c0 + j;
             double is = invstd[k], g = gamma[k] * is;
@@ -150,11 +162,15 @@ static void cpu_bn_bwd(float *din, float *dresidual, float *dgamma, float *dbeta
             kc[k] = (float)(-g * mdy);
         }
     }
+    int copy_res = dresidual && dresidual != dout;
 #pragma omp parallel for schedule(static)
-    for (long i = 0; i < m; i++)
+    for (long i = 0; i < m; i++) {
+        const float *dy = dout + i * c, *x = in + i * c;
+        float *dx = din + i * c;
+        if (copy_res) memcpy(dresidual + i * c, dy, (size_t)c * sizeof(float));
 #pragma omp simd
-        for (int j = 0; j < c; j++)
-            din[i * c + j] = dout[i * c + j] * ka[j] + (in[i * c + j] - mean[j]) * kb[j] + kc[j];
+        for (int j = 0; j < c; j++) dx[j] = dy[j] * ka[j] + (x[j] - mean[j]) * kb[j] + kc[j];
+    }
 }
 
 /* ---- pooling ---- */

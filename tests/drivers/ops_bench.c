@@ -1,0 +1,183 @@
+/* ops_bench: times the CPU backend's convolutions (and batch norm) on the shapes of
+ * resnet20 at 32x32 batch 128 and resnet50 at 224x224 batch 16, and prints GFLOP/s next to
+ * the machine's measured FMA peak.
+ *
+ *   ops_bench [resnet20|resnet50|all] [repeats]
+ *
+ * Each line: the shape, how many times the network uses it, and for forward, backward-data
+ * and backward-weight the best time of `repeats` runs in ms and its GFLOP/s (2 flops per
+ * multiply-add). The totals weight each shape by its count: the convolution time of one
+ * training step. */
+#include "backend.h"
+#include "log.h"
+#include "rng.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    const char *name;
+    int n, h, w, c, k, r, stride, pad, count;
+} shape;
+
+static const shape resnet20[] = {
+    {"stem 3x3 3->16", 128, 32, 32, 3, 16, 3, 1, 1, 1},
+    {"s1 3x3 16->16", 128, 32, 32, 16, 16, 3, 1, 1, 6},
+    {"s2 3x3/2 16->32", 128, 32, 32, 16, 32, 3, 2, 1, 1},
+    {"s2 proj 1x1/2 16->32", 128, 32, 32, 16, 32, 1, 2, 0, 1},
+    {"s2 3x3 32->32", 128, 16, 16, 32, 32, 3, 1, 1, 5},
+    {"s3 3x3/2 32->64", 128, 16, 16, 32, 64, 3, 2, 1, 1},
+    {"s3 proj 1x1/2 32->64", 128, 16, 16, 32, 64, 1, 2, 0, 1},
+    {"s3 3x3 64->64", 128, 8, 8, 64, 64, 3, 1, 1, 5},
+};
+
+static const shape resnet50[] = {
+    {"stem 7x7/2 3->64", 16, 224, 224, 3, 64, 7, 2, 3, 1},
+    {"l1 1x1 64->64", 16, 56, 56, 64, 64, 1, 1, 0, 1},
+    {"l1 3x3 64->64", 16, 56, 56, 64, 64, 3, 1, 1, 3},
+    {"l1 1x1 64->256", 16, 56, 56, 64, 256, 1, 1, 0, 4},
+    {"l1 1x1 256->64", 16, 56, 56, 256, 64, 1, 1, 0, 2},
+    {"l2 1x1 256->128", 16, 56, 56, 256, 128, 1, 1, 0, 1},
+    {"l2 3x3/2 128->128", 16, 56, 56, 128, 128, 3, 2, 1, 1},
+    {"l2 proj 1x1/2 256->512", 16, 56, 56, 256, 512, 1, 2, 0, 1},
+    {"l2 1x1 128->512", 16, 28, 28, 128, 512, 1, 1, 0, 4},
+    {"l2 1x1 512->128", 16, 28, 28, 512, 128, 1, 1, 0, 3},
+    {"l2 3x3 128->128", 16, 28, 28, 128, 128, 3, 1, 1, 3},
+    {"l3 1x1 512->256", 16, 28, 28, 512, 256, 1, 1, 0, 1},
+    {"l3 3x3/2 256->256", 16, 28, 28, 256, 256, 3, 2, 1, 1},
+    {"l3 proj 1x1/2 512->1024", 16, 28, 28, 512, 1024, 1, 2, 0, 1},
+    {"l3 1x1 256->1024", 16, 14, 14, 256, 1024, 1, 1, 0, 6},
+    {"l3 1x1 1024->256", 16, 14, 14, 1024, 256, 1, 1, 0, 5},
+    {"l3 3x3 256->256", 16, 14, 14, 256, 256, 3, 1, 1, 5},
+    {"l4 1x1 1024->512", 16, 14, 14, 1024, 512, 1, 1, 0, 1},
+    {"l4 3x3/2 512->512", 16, 14, 14, 512, 512, 3, 2, 1, 1},
+    {"l4 proj 1x1/2 1024->2048", 16, 14, 14, 1024, 2048, 1, 2, 0, 1},
+    {"l4 1x1 512->2048", 16, 7, 7, 512, 2048, 1, 1, 0, 3},
+    {"l4 1x1 2048->512", 16, 7, 7, 2048, 512, 1, 1, 0, 2},
+    {"l4 3x3 512->512", 16, 7, 7, 512, 512, 3, 1, 1, 2},
+};
+
+/* With DS_BENCH_CLOCK=cpu, times are CPU seconds of the process divided by the thread
+ * count: on a machine shared with other jobs that is closer to what the ops would take
+ * alone than the wall clock (still inflated by the others' use of caches and memory). */
+static int cpu_clock;
+
+static double bench_now(void)
+{
+    if (!cpu_clock) return ds_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (ts.tv_sec + ts.tv_nsec * 1e-9) / omp_get_max_threads();
+}
+
+/* Peak fp32 FMA rate: 16 independent AVX-512 FMA chains per thread, all threads. */
+static double measure_peak(void)
+{
+    const long iters = 20000000;
+    double t0 = bench_now();
+    float sink = 0;
+#pragma omp parallel reduction(+ : sink)
+    {
+        __m512 acc[16], x = _mm512_set1_ps(1.0000001f), y = _mm512_set1_ps(0.9999999f);
+        for (int i = 0; i < 16; i++) acc[i] = _mm512_set1_ps((float)i);
+        for (long it = 0; it < iters; it++)
+            for (int i = 0; i < 16; i++) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+        for (int i = 0; i < 16; i++) sink += _mm512_reduce_add_ps(acc[i]);
+    }
+    double dt = bench_now() - t0;
+    if (sink == 42) printf("#\n");  // keeps the loop alive
+    return (double)omp_get_max_threads() * iters * 16 * 16 * 2 / dt / 1e9;
+}
+
+static float *randn(size_t n, ds_rng *r)
+{
+    float *x = ds_backend_cpu.alloc(n * sizeof *x);
+    if (!x) ds_die("out of memory (%zu floats)", n);
+    for (size_t i = 0; i < n; i++) x[i] = (float)ds_rng_normal(r);
+    return x;
+}
+
+/* Best of `reps` runs, in seconds. */
+#define TIME_BEST(best, reps, stmt)                                \
+    do {                                                           \
+        best = INFINITY;                                           \
+        for (int rep_ = 0; rep_ < (reps); rep_++) {                \
+            double t0_ = bench_now();                              \
+            stmt;                                                  \
+            double dt_ = bench_now() - t0_;                        \
+            best = dt_ < best ? dt_ : best;                        \
+        }                                                          \
+    } while (0)
+
+static void bench_net(const char *net, const shape *sh, int count, int reps, double peak)
+{
+    const ds_backend *be = &ds_backend_cpu;
+    ds_rng r;
+    ds_rng_init(&r, 1, DS_RNG_DATA, 0);
+    printf("\n%s (%d threads)\n%-26s %5s | %8s %6s | %8s %6s | %8s %6s\n", net, omp_get_max_threads(),
+           "conv", "count", "fwd ms", "GF/s", "bwdD ms", "GF/s", "bwdW ms", "GF/s");
+    double tot[3] = {0, 0, 0}, flops_all = 0, bn_total = 0;
+    for (int i = 0; i < count; i++) {
+        const shape *s = &sh[i];
+        ds_conv_desc d = {s->n, s->h, s->w, s->c, s->k, s->r, s->r, s->stride, s->pad, 0, 0};
+        d.p = (d.h + 2 * d.pad - d.r) / d.stride + 1;
+        d.q = (d.w + 2 * d.pad - d.s) / d.stride + 1;
+        size_t ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.k,
+               nw = (size_t)d.k * d.r * d.s * d.c;
+        float *in = randn(ni, &r), *w = randn(nw, &r), *g = randn(no, &r);
+        float *out = be->alloc(no * 4), *din = be->alloc(ni * 4), *dw = be->alloc(nw * 4);
+        void *ws = be->alloc(be->conv_workspace(&d));
+        if (!out || !din || !dw || !ws) ds_die("out of memory");
+        double flops = 2.0 * no * d.r * d.s * d.c, t[3];
+        TIME_BEST(t[0], reps, be->conv_fwd(out, in, w, &d, ws));
+        TIME_BEST(t[1], reps, be->conv_bwd_data(din, g, w, &d, ws));
+        TIME_BEST(t[2], reps, be->conv_bwd_weight(dw, g, in, &d, ws));
+        printf("%-26s %5d | %8.3f %6.1f | %8.3f %6.1f | %8.3f %6.1f\n", s->name, s->count, t[0] * 1e3,
+               flops / t[0] / 1e9, t[1] * 1e3, flops / t[1] / 1e9, t[2] * 1e3, flops / t[2] / 1e9);
+        for (int k = 0; k < 3; k++) tot[k] += t[k] * s->count;
+        flops_all += 3 * flops * s->count;
+
+        // batch norm + ReLU on this conv's output, forward and backward (count times)
+        float *mean = be->alloc(d.k * 4), *var = be->alloc(d.k * 4), *is = be->alloc(d.k * 4),
+              *gam = randn(d.k, &r), *bet = randn(d.k, &r), *dg = be->alloc(d.k * 4),
+              *db = be->alloc(d.k * 4), *bno = be->alloc(no * 4), *bnd = be->alloc(no * 4), *bndin = be->alloc(no * 4);
+        int m = d.n * d.p * d.q;
+        double tb[2];
+        TIME_BEST(tb[0], reps, be->bn_fwd_train(bno, mean, var, is, out, gam, bet, NULL, 1, m, d.k, 1e-5f));
+        TIME_BEST(tb[1], reps, (memcpy(bnd, g, no * 4),
+                                be->bn_bwd(bndin, NULL, dg, db, bnd, bno, out, gam, mean, is, 1, m, d.k)));
+        bn_total += (tb[0] + tb[1]) * s->count;
+        be->free(mean), be->free(var), be->free(is), be->free(gam), be->free(bet), be->free(dg);
+        be->free(db), be->free(bno), be->free(bnd), be->free(bndin);
+        be->free(in), be->free(w), be->free(g), be->free(out), be->free(din), be->free(dw), be->free(ws);
+    }
+    double all = tot[0] + tot[1] + tot[2];
+    printf("%-26s       | %8.2f        | %8.2f        | %8.2f\n", "total per step (ms)", tot[0] * 1e3,
+           tot[1] * 1e3, tot[2] * 1e3);
+    printf("convolutions: %.1f ms per training step, %.1f GFLOP/s = %.0f%% of the %.0f GFLOP/s peak\n",
+           all * 1e3, flops_all / all / 1e9, 100 * flops_all / all / 1e9 / peak, peak);
+    printf("batch norm + relu (fwd + bwd, after every conv): %.1f ms per step\n", bn_total * 1e3);
+    printf("=> conv + bn bound: %.0f images/s (batch %d)\n", sh[0].n / (all + bn_total), sh[0].n);
+}
+
+int main(int argc, char **argv)
+{
+    ds_log_init("ops_bench");
+    const char *clk = getenv("DS_BENCH_CLOCK");
+    cpu_clock = clk && !strcmp(clk, "cpu");
+    const char *which = argc > 1 ? argv[1] : "all";
+    int reps = argc > 2 ? atoi(argv[2]) : 3;
+    if (reps < 1) reps = 1;
+    double peak = measure_peak();
+    printf("peak fp32 FMA: %.0f GFLOP/s on %d threads\n", peak, omp_get_max_threads());
+    if (!strcmp(which, "resnet20") || !strcmp(which, "all"))
+        bench_net("resnet20 32x32 batch 128", resnet20, sizeof resnet20 / sizeof *resnet20, reps, peak);
+    if (!strcmp(which, "resnet50") || !strcmp(which, "all"))
+        bench_net("resnet50 224x224 batch 16", resnet50, sizeof resnet50 / sizeof *resnet50, reps, peak);
+    return 0;
+}
