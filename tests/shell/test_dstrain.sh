@@ -1,0 +1,131 @@
+#!/bin/bash
+# dstrain and dseval through the command line on a tiny synthetic set (4 classes of 16x16
+# images, a bright bar whose orientation and colour give the class): learning, exact resume
+# after --max-steps and after SIGTERM, --init with another class count, dseval's
+# invariance to threads and to shards vs manifest, and every refusal.
+. "$(dirname "$0")/lib.sh"
+
+mkdata() {  # OUT N_PER_CLASS CLASSES SEED
+    "$PYTHON" - "$@" <<'PY'
+import os, sys
+import numpy as np
+from PIL import Image
+out, n, classes, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rng = np.random.default_rng(seed)
+for c in range(classes):
+    d = os.path.join(out, "class%d" % c)
+    os.makedirs(d, exist_ok=True)
+    for i in range(n):
+        img = rng.integers(0, 90, (20, 20, 3)).astype(np.int32)
+        k = rng.integers(0, 16)
+        if c % 2 == 0: img[k:k + 4, :, c % 3] += 150
+        else: img[:, k:k + 4, c % 3] += 150
+        Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(os.path.join(d, "%03d.png" % i))
+PY
+}
+
+mkdata "$T/tree" 32 4 1 || { fail data "cannot make the synthetic set"; finish; }
+mkdata "$T/tree3" 16 3 2
+dsplit -q --val 0.25 -o "$T/split" "$T/tree" >/dev/null &&
+    dspack -q --size 16 -o "$T/train" "$T/split/train.txt" >/dev/null &&
+    dspack -q --size 16 -o "$T/val" "$T/split/val.txt" >/dev/null &&
+    dsplit -q --val 0.25 -o "$T/split3" "$T/tree3" >/dev/null &&
+    dspack -q --size 16 -o "$T/train3" "$T/split3/train.txt" >/dev/null ||
+    { fail pack "dsplit/dspack failed"; finish; }
+
+# 96 training images, batch 8: 12 steps per epoch, 36 in all; CIFAR-style pad-2 random crops.
+COMMON=(--train "$T/train" --val "$T/val" --arch resnet20 --crop 16 --pad 2 --batch 8 --epochs 3 --lr 0.05
+        --lr-scaling none --warmup-epochs 0.5 --threads 2 --log-every 4 -q)
+
+dstrain "${COMMON[@]}" -o "$T/full" 2>"$T/full.err"
+check train_runs test -f "$T/full/ckpt-00000036.h5"
+check last_and_best_links test "$(readlink "$T/full/last.h5")" = ckpt-00000036.h5 -a -L "$T/full/best.h5"
+"$PYTHON" - "$T/full/metrics.jsonl" <<'PY' && pass loss_falls_accuracy_beats_chance || fail loss_falls_accuracy_beats_chance
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r for r in rows if "val_top1" not in r]
+epochs = [r for r in rows if "val_top1" in r]
+assert all(k in r for r in rows for k in ("step", "epoch", "loss", "lr", "images_per_sec")), rows
+assert len(epochs) == 3 and all("val_top5" in r and "val_loss" in r for r in epochs), epochs
+print("first loss", steps[0]["loss"], "last", steps[-1]["loss"], "val top1", epochs[-1]["val_top1"])
+assert steps[-1]["loss"] < 0.8 * steps[0]["loss"], "loss did not fall"
+assert epochs[-1]["val_top1"] >= 0.6, "val top-1 not clearly above chance (0.25)"
+PY
+
+same_state() {  # A B: /model and /optimizer identical, value for value
+    h5diff -r "$1" "$2" /model /model >/dev/null && h5diff -r "$1" "$2" /optimizer /optimizer >/dev/null
+}
+
+# Stop after step 7 (mid-epoch), resume: bitwise equal to the uninterrupted run.
+dstrain "${COMMON[@]}" -o "$T/part" --max-steps 7
+check max_steps_checkpoint test -f "$T/part/ckpt-00000007.h5" -a ! -e "$T/part/ckpt-00000012.h5"
+dstrain "${COMMON[@]}" --resume "$T/part"
+check resume_is_bitwise same_state "$T/full/ckpt-00000036.h5" "$T/part/ckpt-00000036.h5"
+check resume_epoch_checkpoint_bitwise same_state "$T/full/ckpt-00000012.h5" "$T/part/ckpt-00000012.h5"
+check metrics_not_duplicated test "$(grep -c '"step":36,.*val_top1' "$T/part/metrics.jsonl")" = 1
+
+# SIGTERM mid-epoch: the step finishes, a checkpoint is written, resume ends identical.
+dstrain "${COMMON[@]}" -o "$T/sig" --log-every 1 &
+pid=$!
+for _ in $(seq 1 600); do
+    [ -f "$T/sig/metrics.jsonl" ] && [ "$(wc -l <"$T/sig/metrics.jsonl")" -ge 3 ] && break
+    sleep 0.1
+done
+kill -TERM $pid
+wait $pid
+rc=$?
+ck=$(readlink "$T/sig/last.h5")
+if [ "$rc" = 143 ] && [ -n "$ck" ] && [ "$ck" != ckpt-00000036.h5 ]; then pass sigterm_checkpoints; else
+    fail sigterm_checkpoints "exit $rc, last.h5 -> '$ck'"; fi
+dstrain "${COMMON[@]}" --resume "$T/sig" 2>/dev/null
+check sigterm_resume_is_bitwise same_state "$T/full/ckpt-00000036.h5" "$T/sig/ckpt-00000036.h5"
+
+# --init from a 4-class checkpoint on 3 classes: fc re-initialised, the rest loaded
+# (lr 0: the weights stay as loaded).
+dstrain --train "$T/train3" --arch resnet20 --crop 12 --batch 8 --epochs 1 --lr 0 --threads 2 -o "$T/init" \
+    --init "$T/full/last.h5" --max-steps 1 2>"$T/init.err"
+check init_other_classes_runs test -f "$T/init/ckpt-00000001.h5"
+check init_says_fc_reinitialised grep -q "fc re-initialised" "$T/init.err"
+check init_loads_weights h5diff "$T/full/last.h5" "$T/init/ckpt-00000001.h5" /model/conv1.weight /model/conv1.weight
+check init_new_fc_shape sh -c "h5ls '$T/init/ckpt-00000001.h5/model/fc.weight' | grep -q '{3, 64}'"
+
+# dseval: the same numbers with 1 or 2 threads, and from shards or the manifest.
+ck="$T/full/last.h5"
+strip() { sed 's/, "images_per_sec": [0-9.]*//' "$1"; }
+dseval --json --threads 1 --loader-threads 1 "$ck" "$T/val" >"$T/e1" &&
+    dseval --json --threads 2 --loader-threads 3 --batch 5 "$ck" "$T/val" >"$T/e2" &&
+    dseval --json --threads 2 "$ck" "$T/split/val.txt" >"$T/e3" || fail dseval_runs
+check dseval_threads_same test "$(strip "$T/e1")" = "$(strip "$T/e2")"
+"$PYTHON" - "$T/e1" "$T/e3" <<'PY' && pass dseval_shards_equal_manifest || fail dseval_shards_equal_manifest
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+print(a, b)
+assert a["count"] == b["count"] == 32 and a["top1"] == b["top1"] and a["top5"] == b["top5"]
+assert abs(a["loss"] - b["loss"]) < 1e-5
+PY
+dseval --per-class "$T/pc.csv" --logits "$T/lg.h5" "$ck" "$T/val" >/dev/null
+check dseval_per_class test "$(wc -l <"$T/pc.csv")" = 5
+check dseval_logits_shape sh -c "h5ls '$T/lg.h5/logits' | grep -q '{32, 4}'"
+
+# Refusals: exit 1 with a message.
+echo "not a checkpoint" >"$T/text.h5"
+head -c 100000 "$ck" >"$T/trunc.h5"
+expect_status dseval_refuses_text 1 dseval "$T/text.h5" "$T/val"
+expect_status dseval_refuses_shard 1 dseval "$T/train/shard-00000.h5" "$T/val"
+expect_status dseval_refuses_truncated 1 dseval "$T/trunc.h5" "$T/val"
+expect_status dseval_refuses_other_classes 1 dseval "$ck" "$T/train3"
+check dseval_message_names_classes grep -q "classes" "$T/err"
+expect_status dseval_usage 2 dseval "$ck"
+expect_status dstrain_refuses_train_val_mismatch 1 dstrain --train "$T/train" --val "$T/train3" -o "$T/x1" \
+    --arch resnet20 --crop 12 --batch 8 --threads 2
+expect_status dstrain_refuses_resume_other_classes 1 dstrain --train "$T/train3" --resume "$T/full" --arch resnet20 \
+    --crop 12 --batch 8 --threads 2
+expect_status dstrain_refuses_init_truncated 1 dstrain --train "$T/train" -o "$T/x2" --arch resnet20 --crop 12 \
+    --batch 8 --threads 2 --init "$T/trunc.h5"
+expect_status dstrain_refuses_crop_too_large 1 dstrain --train "$T/train" -o "$T/x3" --arch resnet20 --crop 20 \
+    --batch 8 --threads 2
+expect_status dstrain_needs_train 2 dstrain -o "$T/x4"
+expect_status dstrain_nan_loss 1 dstrain --train "$T/train" -o "$T/nan" --arch resnet20 --crop 12 --batch 8 \
+    --threads 2 --lr 1000 --lr-scaling none --warmup-epochs 0 --ckpt-steps 1 --label-smoothing 0
+check nan_message_names_step grep -q "step [0-9]*.*the loss is" "$T/err"
+finish
