@@ -1,0 +1,41 @@
+#!/bin/bash
+# make plot RUN=RUN_DIR: loss and accuracy curves from RUN_DIR/metrics.jsonl to
+# RUN_DIR/curves.png (gnuplot). Left: training loss per logged step. Right: validation top-1
+# and top-5 per epoch.
+set -euo pipefail
+run=${1:?usage: plot.sh RUN_DIR}
+m=$run/metrics.jsonl
+[ -f "$m" ] || { echo "plot.sh: error: $m: no such file" >&2; exit 1; }
+command -v gnuplot >/dev/null || { echo "plot.sh: error: gnuplot is not installed (make deps)" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# metrics.jsonl lines are flat JSON objects of numbers: pull fields out by name.
+field() { awk -v k="\"$1\":" '{ i = index($0, k); if (!i) { print "?"; next }
+    s = substr($0, i + length(k)); sub(/[,}].*/, "", s); print s }'; }
+grep -v '"val_top1"' "$m" >"$tmp/steps" || true
+grep '"val_top1"' "$m" >"$tmp/epochs" || true
+paste <(field epoch <"$tmp/steps") <(field loss <"$tmp/steps") >"$tmp/loss.dat"
+paste <(field epoch <"$tmp/epochs") <(field val_top1 <"$tmp/epochs") <(field val_top5 <"$tmp/epochs") \
+    <(field loss <"$tmp/epochs") <(field val_loss <"$tmp/epochs") >"$tmp/acc.dat"
+[ -s "$tmp/loss.dat" ] || [ -s "$tmp/acc.dat" ] || { echo "plot.sh: error: $m holds no metrics" >&2; exit 1; }
+
+gnuplot <<GP
+set terminal pngcairo size 1200,450 noenhanced
+set output "$run/curves.png"
+set multiplot layout 1,2 title "$run"
+set datafile missing "?"
+set grid
+set xlabel "epoch"
+set ylabel "loss"
+set key top right
+plot "$tmp/loss.dat" using 1:2 with lines title "train loss (logged steps)", \
+     "$tmp/acc.dat" using 1:4 with linespoints title "train loss (epoch)", \
+     "$tmp/acc.dat" using 1:5 with linespoints title "val loss"
+set ylabel "accuracy (%)"
+set key bottom right
+plot "$tmp/acc.dat" using 1:(100*\$2) with linespoints title "val top-1", \
+     "$tmp/acc.dat" using 1:(100*\$3) with linespoints title "val top-5"
+unset multiplot
+GP
+echo "$run/curves.png"
