@@ -8,11 +8,16 @@
  * M rows are cut into chunks small enough to stay in L2; each OpenMP thread builds one
  * chunk in its own workspace slot and calls single-threaded sgemm on it.
  *
+ * When the GEMM's shared operand (the weights, or a chunk of dout) is small enough to sit in
+ * L2, the products go through ds_sgemm_small (AVX-512 register tiles), otherwise through
+ * OpenBLAS.
+ *
  * Determinism: the chunking depends only on the shape, and every output element is
  * produced by one sgemm call (forward, backward-data) or by per-group partial sums added in
  * group order (backward-weight), so the results are bitwise the same for any thread count.
  */
 #include "conv_cpu.h"
+#include "sgemm_small.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -37,6 +42,12 @@ static int conv_threads(void)
 }
 
 static long round16(long x) { return (x + 15) / 16 * 16; }
+
+/* Largest reduction length for ds_sgemm_small: a 64-column panel of B is then at most
+ * 288 KiB and stays in L2 next to the im2col chunk. */
+#define SMALL_KD 1152
+
+static int small_rsc(const ds_conv_desc *d) { return (long)d->r * d->s * d->c <= SMALL_KD; }
 
 static int is_pointwise(const ds_conv_desc *d)
 {
@@ -94,9 +105,72 @@ static long weights_area(const ds_conv_desc *d)
     return weight_groups(d) * round16((long)d->k * d->r * d->s * d->c);
 }
 
+/* The zero-padded copy of the input an implicit-GEMM convolution reads (0: none needed),
+ * plus one row of slack: the last window of a row may start its read there. */
+static long padded_floats(const ds_conv_desc *d)
+{
+    if (!small_rsc(d) || is_pointwise(d) || d->pad == 0) return 0;
+    return round16((long)d->n * (d->h + 2 * d->pad) * (d->w + 2 * d->pad) * d->c) + round16((long)d->s * d->c);
+}
+
+static long scratch_floats(const ds_conv_desc *d)
+{
+    ds_conv_desc t;
+    long a = CONV_SLOTS * slot_floats(d), b = padded_floats(d);
+    if (b > a) a = b;
+    if (bwd_data_as_fwd(d, &t) && padded_floats(&t) > a) a = padded_floats(&t);
+    return a;
+}
+
 size_t ds_cpu_conv_workspace(const ds_conv_desc *d)
 {
-    return (size_t)(weights_area(d) + CONV_SLOTS * slot_floats(d)) * sizeof(float);
+    return (size_t)(weights_area(d) + scratch_floats(d)) * sizeof(float);
+}
+
+/* dst [n, h + 2 pad, w + 2 pad, c] = in with a border of zeros. */
+static void pad_input(float *dst, const float *in, const ds_conv_desc *d)
+{
+    const int hp = d->h + 2 * d->pad, wp = d->w + 2 * d->pad;
+    const size_t c = d->c, edge = (size_t)d->pad * c * sizeof(float);
+#pragma omp parallel for collapse(2) schedule(static) num_threads(conv_threads())
+    for (int n = 0; n < d->n; n++)
+        for (int y = 0; y < hp; y++) {
+            float *row = dst + ((long)n * hp + y) * wp * c;
+            int iy = y - d->pad;
+            if (iy < 0 || iy >= d->h) {
+                memset(row, 0, (size_t)wp * c * sizeof(float));
+                continue;
+            }
+            memset(row, 0, edge);
+            memcpy(row + d->pad * c, in + ((long)n * d->h + iy) * d->w * c, (size_t)d->w * c * sizeof(float));
+            memset(row + (d->pad + d->w) * c, 0, edge);
+        }
+}
+
+/* Implicit GEMM, no im2col: for one output row, the window row r of every pixel is a
+ * contiguous run of s*c floats of the padded input, pixel after pixel stride*c apart, so
+ *     out row (q, k) += in_pad rows (q, s*c) * wt[r] (s*c, k)    for r = 0 .. r-1.
+ * wt is [r, s, c, k]. */
+static void conv_fwd_implicit(float *out, const float *in, const float *wt, const ds_conv_desc *d,
+                              float *scratch)
+{
+    const float *src = in;
+    if (d->pad > 0) {
+        pad_input(scratch, in, d);
+        src = scratch;
+    }
+    const int hp = d->h + 2 * d->pad, wp = d->w + 2 * d->pad;
+    const long sc = (long)d->s * d->c;
+#pragma omp parallel for collapse(2) schedule(static) num_threads(conv_threads())
+    for (int n = 0; n < d->n; n++)
+        for (int p = 0; p < d->p; p++) {
+            float *orow = out + ((long)n * d->p + p) * d->q * d->k;
+            for (int r = 0; r < d->r; r++) {
+                const float *a = src + (((long)n * hp + p * d->stride + r) * wp) * d->c;
+                ds_sgemm_small(d->q, d->k, sc, a, (long)d->stride * d->c, 1, wt + r * sc * d->k, d->k,
+                               orow, d->k, r > 0);
+            }
+        }
 }
 
 /* col (rows, r*s*c) = the receptive fields of output pixels m0 .. m0+rows-1; zero where
@@ -145,8 +219,9 @@ static void col2im_add(float *din, const float *col, const ds_conv_desc *d, long
     }
 }
 
-static void conv_fwd_slots(float *out, const float *in, const float *w, const ds_conv_desc *d,
-                           float *slots, long slot)
+/* w: [k, rsc] for OpenBLAS, or (transposed) wt: [rsc, k] for ds_sgemm_small. */
+static void conv_fwd_slots(float *out, const float *in, const float *w, const float *wt,
+                           const ds_conv_desc *d, float *slots, long slot)
 {
     const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c;
     const long rows = chunk_rows(d), chunks = chunk_count(d);
@@ -161,16 +236,31 @@ static void conv_fwd_slots(float *out, const float *in, const float *w, const ds
             col = buf;
         }
         // out (mr, k) = col (mr, rsc) * w^T (rsc, k)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)mr, d->k, (int)rsc, 1.0f, col,
-                    (int)rsc, w, (int)rsc, 0.0f, out + m0 * d->k, d->k);
+        if (wt)
+            ds_sgemm_small(mr, d->k, rsc, col, rsc, 1, wt, d->k, out + m0 * d->k, d->k, 0);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)mr, d->k, (int)rsc, 1.0f, col,
+                        (int)rsc, w, (int)rsc, 0.0f, out + m0 * d->k, d->k);
     }
 }
 
 void ds_cpu_conv_fwd(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws)
 {
     ds_cpu_blas_init();
-    float *slots = (float *)ws + weights_area(d);
-    conv_fwd_slots(out, in, w, d, slots, slot_floats(d));
+    float *slots = (float *)ws + weights_area(d), *wt = NULL;
+    if (small_rsc(d)) {
+        // wt [rsc, k] = w^T
+        const long rsc = (long)d->r * d->s * d->c;
+        wt = ws;
+#pragma omp parallel for schedule(static) num_threads(conv_threads())
+        for (long j = 0; j < rsc; j++)
+            for (int k = 0; k < d->k; k++) wt[j * d->k + k] = w[k * rsc + j];
+        if (!is_pointwise(d)) {
+            conv_fwd_implicit(out, in, wt, d, slots);
+            return;
+        }
+    }
+    conv_fwd_slots(out, in, w, wt, d, slots, slot_floats(d));
 }
 
 void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const ds_conv_desc *d, void *ws)
@@ -187,16 +277,31 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
         for (long ch = 0; ch < chunks; ch++) {
             long m0 = ch * rows, mr = m - m0 < rows ? m - m0 : rows;
             // din (mr, c) = dout (mr, k) * w (k, c)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mr, d->c, d->k, 1.0f,
-                        dout + m0 * d->k, d->k, w, d->c, 0.0f, din + m0 * d->c, d->c);
+            if (d->k <= SMALL_KD)
+                ds_sgemm_small(mr, d->c, d->k, dout + m0 * d->k, d->k, 1, w, d->c, din + m0 * d->c, d->c, 0);
+            else
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mr, d->c, d->k, 1.0f,
+                            dout + m0 * d->k, d->k, w, d->c, 0.0f, din + m0 * d->c, d->c);
         }
         return;
     }
 
     if (bwd_data_as_fwd(d, &t)) {
-        // wt [c, r, s, k] = w [k, r-1-r', s-1-s', c]
-        float *wt = ws;
         const int R = d->r, S = d->s, C = d->c, K = d->k;
+        float *wt = ws;
+        if (small_rsc(&t)) {
+            // The flipped convolution's weights, transposed for ds_sgemm_small:
+            // wt [r, s, k, c] = w [k, R-1-r, S-1-s, c]
+#pragma omp parallel for collapse(2) schedule(static) num_threads(conv_threads())
+            for (int r = 0; r < R; r++)
+                for (int s = 0; s < S; s++)
+                    for (int k = 0; k < K; k++)
+                        memcpy(wt + (((long)r * S + s) * K + k) * C,
+                               w + (((long)k * R + (R - 1 - r)) * S + (S - 1 - s)) * C, (size_t)C * sizeof(float));
+            conv_fwd_implicit(din, dout, wt, &t, slots);
+            return;
+        }
+        // wt [c, r, s, k] = w [k, R-1-r, S-1-s, c]
 #pragma omp parallel for num_threads(conv_threads())
         for (int c = 0; c < C; c++)
             for (int r = 0; r < R; r++)
@@ -204,7 +309,7 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
                     for (int k = 0; k < K; k++)
                         wt[(((long)c * R + r) * S + s) * K + k] =
                             w[(((long)k * R + (R - 1 - r)) * S + (S - 1 - s)) * C + c];
-        conv_fwd_slots(din, dout, wt, &t, slots, slot);
+        conv_fwd_slots(din, dout, wt, NULL, &t, slots, slot);
         return;
     }
 
@@ -218,8 +323,11 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
         for (long m0 = n * pq; m0 < (n + 1) * pq; m0 += rows) {
             long mr = (n + 1) * pq - m0 < rows ? (n + 1) * pq - m0 : rows;
             // col (mr, rsc) = dout (mr, k) * w (k, rsc)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mr, (int)rsc, d->k, 1.0f,
-                        dout + m0 * d->k, d->k, w, (int)rsc, 0.0f, col, (int)rsc);
+            if (d->k <= SMALL_KD)
+                ds_sgemm_small(mr, (int)rsc, d->k, dout + m0 * d->k, d->k, 1, w, rsc, col, rsc, 0);
+            else
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mr, (int)rsc, d->k, 1.0f,
+                            dout + m0 * d->k, d->k, w, (int)rsc, 0.0f, col, (int)rsc);
             col2im_add(din, col, d, m0, mr);
         }
     }
@@ -231,7 +339,7 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
     const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c, krsc = d->k * rsc;
     const long rows = chunk_rows(d), chunks = chunk_count(d), slot = slot_floats(d);
     const long part_stride = round16(krsc);
-    const int groups = weight_groups(d), pointwise = is_pointwise(d);
+    const int groups = weight_groups(d), pointwise = is_pointwise(d), small = small_rsc(d);
     float *part = ws, *slots = (float *)ws + weights_area(d);
     if (m == 0) return;
 
@@ -247,12 +355,25 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
                 im2col(buf, in, d, m0, mr);
                 col = buf;
             }
-            // pg (k, rsc) (+)= dout^T (k, mr) * col (mr, rsc)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d->k, (int)rsc, (int)mr, 1.0f,
-                        dout + m0 * d->k, d->k, col, (int)rsc, ch == c0 ? 0.0f : 1.0f, pg, (int)rsc);
+            if (small)  // pg (rsc, k) (+)= col^T (rsc, mr) * dout (mr, k)
+                ds_sgemm_small(rsc, d->k, mr, col, 1, pointwise ? d->c : rsc, dout + m0 * d->k, d->k, pg,
+                               d->k, ch != c0);
+            else        // pg (k, rsc) (+)= dout^T (k, mr) * col (mr, rsc)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d->k, (int)rsc, (int)mr, 1.0f,
+                            dout + m0 * d->k, d->k, col, (int)rsc, ch == c0 ? 0.0f : 1.0f, pg, (int)rsc);
         }
     }
     // Groups summed in group order: the same result for any thread count.
+    if (small) {
+#pragma omp parallel for schedule(static) num_threads(conv_threads())
+        for (int k = 0; k < d->k; k++)
+            for (long j = 0; j < rsc; j++) {
+                float s = part[j * d->k + k];
+                for (int g = 1; g < groups; g++) s += part[g * part_stride + j * d->k + k];
+                dw[k * rsc + j] += s;
+            }
+        return;
+    }
 #pragma omp parallel for schedule(static) num_threads(conv_threads())
     for (long i = 0; i < krsc; i++) {
         float s = part[i];

@@ -1,0 +1,121 @@
+/* sgemm_small: see sgemm_small.h. */
+#include "sgemm_small.h"
+
+#include <cblas.h>
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+
+/* Stores one accumulator vector of a tile: column vector j of NV, the last one masked. */
+#define TILE_STORE(i, j)                                                             \
+    if ((i) < MR && (j) < NV) {                                                      \
+        float *cp_ = C + (i) * ldc + 16 * (j);                                       \
+        __mmask16 k_ = (j) == NV - 1 ? last : 0xffff;                                \
+        __m512 v_ = c##i##_##j;                                                      \
+        if (acc) v_ = _mm512_add_ps(v_, _mm512_maskz_loadu_ps(k_, cp_));             \
+        _mm512_mask_storeu_ps(cp_, k_, v_);                                          \
+    }
+#define TILE_ROW(i)                                                                  \
+    if ((i) < MR) {                                                                  \
+        __m512 av_ = _mm512_set1_ps(a[(i) * sai]);                                   \
+        c##i##_0 = _mm512_fmadd_ps(av_, b0, c##i##_0);                               \
+        if (NV > 1) c##i##_1 = _mm512_fmadd_ps(av_, b1, c##i##_1);                   \
+        if (NV > 2) c##i##_2 = _mm512_fmadd_ps(av_, b2, c##i##_2);                   \
+        if (NV > 3) c##i##_3 = _mm512_fmadd_ps(av_, b3, c##i##_3);                   \
+    }
+#define TILE_DECL(i) __m512 c##i##_0 = z, c##i##_1 = z, c##i##_2 = z, c##i##_3 = z;
+#define TILE_ALL(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#define TILE_STORE_ROW(i) TILE_STORE(i, 0) TILE_STORE(i, 1) TILE_STORE(i, 2) TILE_STORE(i, 3)
+
+/* One MR x (16 NV) tile of C (MR <= 16, NV <= 4), accumulators in named registers; the last
+ * of the NV vectors is masked to the columns that exist. MR and NV are compile-time
+ * constants at every call, so the unused accumulators and branches vanish. */
+static inline __attribute__((always_inline)) void tile(const int MR, const int NV, long kd,
+                                                       const float *A, long sai, long sap,
+                                                       const float *B, long ldb, float *C,
+                                                       long ldc, __mmask16 last, int acc)
+{
+    const __m512 z = _mm512_setzero_ps();
+    TILE_ALL(TILE_DECL)
+    for (long p = 0; p < kd; p++) {
+        const float *b = B + p * ldb, *a = A + p * sap;
+        __m512 b0 = NV == 1 ? _mm512_maskz_loadu_ps(last, b) : _mm512_loadu_ps(b), b1 = z, b2 = z, b3 = z;
+        if (NV > 1) b1 = NV == 2 ? _mm512_maskz_loadu_ps(last, b + 16) : _mm512_loadu_ps(b + 16);
+        if (NV > 2) b2 = NV == 3 ? _mm512_maskz_loadu_ps(last, b + 32) : _mm512_loadu_ps(b + 32);
+        if (NV > 3) b3 = _mm512_maskz_loadu_ps(last, b + 48);
+        TILE_ALL(TILE_ROW)
+    }
+    TILE_ALL(TILE_STORE_ROW)
+}
+
+#define TILE_ARGS kd, A, sai, sap, B, ldb, C, ldc, last, acc
+#define CASE(mr, nv) case mr: tile(mr, nv, TILE_ARGS); break;
+
+/* The row tail of a block takes the kernel of its exact height. */
+static void tile_nv1(int mr, long kd, const float *A, long sai, long sap, const float *B, long ldb,
+                     float *C, long ldc, __mmask16 last, int acc)
+{
+    switch (mr) {
+        CASE(1, 1) CASE(2, 1) CASE(3, 1) CASE(4, 1) CASE(5, 1) CASE(6, 1) CASE(7, 1) CASE(8, 1)
+        CASE(9, 1) CASE(10, 1) CASE(11, 1) CASE(12, 1) CASE(13, 1) CASE(14, 1) CASE(15, 1) CASE(16, 1)
+    }
+}
+
+static void tile_nv2(int mr, long kd, const float *A, long sai, long sap, const float *B, long ldb,
+                     float *C, long ldc, __mmask16 last, int acc)
+{
+    switch (mr) {
+        CASE(1, 2) CASE(2, 2) CASE(3, 2) CASE(4, 2) CASE(5, 2) CASE(6, 2) CASE(7, 2) CASE(8, 2)
+        CASE(9, 2) CASE(10, 2) CASE(11, 2) CASE(12, 2)
+    }
+}
+
+static void tile_nv3(int mr, long kd, const float *A, long sai, long sap, const float *B, long ldb,
+                     float *C, long ldc, __mmask16 last, int acc)
+{
+    switch (mr) {
+        CASE(1, 3) CASE(2, 3) CASE(3, 3) CASE(4, 3) CASE(5, 3) CASE(6, 3) CASE(7, 3) CASE(8, 3)
+    }
+}
+
+static void tile_nv4(int mr, long kd, const float *A, long sai, long sap, const float *B, long ldb,
+                     float *C, long ldc, __mmask16 last, int acc)
+{
+    switch (mr) {
+        CASE(1, 4) CASE(2, 4) CASE(3, 4) CASE(4, 4) CASE(5, 4) CASE(6, 4)
+    }
+}
+
+typedef void tile_fn(int, long, const float *, long, long, const float *, long, float *, long,
+                     __mmask16, int);
+
+void ds_sgemm_small(long m, int n, long kd, const float *A, long sai, long sap, const float *B,
+                    long ldb, float *C, long ldc, int accumulate)
+{
+    // Tile heights keep MR x NV <= 24 accumulators of the 32 vector registers.
+    static const int mr_of[5] = {0, 16, 12, 8, 6};
+    static tile_fn *const fn_of[5] = {0, tile_nv1, tile_nv2, tile_nv3, tile_nv4};
+    for (int n0 = 0; n0 < n; n0 += 64) {
+        int cols = n - n0 < 64 ? n - n0 : 64, nv = (cols + 15) / 16, MR = mr_of[nv];
+        __mmask16 last = (__mmask16)(0xffffu >> (16 * nv - cols));
+        // Equal tile heights rather than full tiles and a thin tail: 8 rows as 4 + 4, not 6 + 2.
+        long tiles = (m + MR - 1) / MR, h = tiles ? (m + tiles - 1) / tiles : 0;
+        for (long i0 = 0; i0 < m; i0 += h) {
+            int mr = m - i0 < h ? (int)(m - i0) : (int)h;
+            fn_of[nv](mr, kd, A + i0 * sai, sai, sap, B + n0, ldb, C + i0 * ldc + n0, ldc, last,
+                      accumulate);
+        }
+    }
+}
+
+#else
+
+void ds_sgemm_small(long m, int n, long kd, const float *A, long sai, long sap, const float *B,
+                    long ldb, float *C, long ldc, int accumulate)
+{
+    int trans = sap != 1;  // A stored column-major: A^T is row-major with lda = sap
+    cblas_sgemm(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, CblasNoTrans, (int)m, n, (int)kd,
+                1.0f, A, (int)(trans ? sap : sai), B, (int)ldb, accumulate ? 1.0f : 0.0f, C, (int)ldc);
+}
+
+#endif

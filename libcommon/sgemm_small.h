@@ -1,0 +1,19 @@
+/* sgemm_small: C (+)= A * B for the skinny, cache-resident products of the CPU convolutions.
+ *
+ * Debian's OpenBLAS picks its AVX2 kernels on CPUs it does not know and is slow when one
+ * side has only 16-64 columns (the channel counts of small ResNets). This is a plain
+ * register-blocked AVX-512 kernel without packing: it expects B (kd x n) to fit in L2 and A
+ * to be read row-tile by row-tile. Without AVX-512 it calls cblas_sgemm.
+ *
+ * Every element of C is one sum over p = 0..kd-1 in order, whatever m, n and the tiling:
+ * results do not depend on how a caller splits the rows across threads. */
+#ifndef DS_SGEMM_SMALL_H
+#define DS_SGEMM_SMALL_H
+
+/* C (m, n) = A (m, kd) * B (kd, n)  (+= when accumulate)
+ * A(i, p) = A[i * sai + p * sap]: row-major A has (sai, sap) = (lda, 1), a transposed
+ * column-major one (1, lda); one of sai, sap must be 1. B and C are row-major. */
+void ds_sgemm_small(long m, int n, long kd, const float *A, long sai, long sap, const float *B,
+                    long ldb, float *C, long ldc, int accumulate);
+
+#endif
