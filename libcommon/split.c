@@ -315,35 +315,45 @@ static int find_class(const ds_split_tree *t, const char *name, size_t len)
 
 void ds_split_tree_add(ds_split_tree *t, char *const *paths, size_t n)
 {
-    for (size_t k = 0; k < n; k++) {
-        const char *slash = strchr(paths[k], '/');
-        if (!slash || slash == paths[k] || !slash[1]) continue;
-        size_t clen = slash - paths[k];
-        const char *file = slash + 1;
-        int ci = find_class(t, paths[k], clen);
+    /* Sorted, the paths of one class ("class/...") sit together: one rebuild per class. */
+    char **sorted = ds_xmalloc((n ? n : 1) * sizeof *sorted);
+    if (n) memcpy(sorted, paths, n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, cmp_str);
+    for (size_t k = 0, j; k < n; k = j) {
+        const char *slash = strchr(sorted[k], '/');
+        j = k + 1;
+        if (!slash || slash == sorted[k]) continue;
+        size_t clen = slash - sorted[k];
+        while (j < n && !strncmp(sorted[j], sorted[k], clen + 1)) j++;
+        int ci = find_class(t, sorted[k], clen);
         if (ci < 0) {
             ci = -1 - ci;
             t->classes = ds_xrealloc(t->classes, (t->nclasses + 1) * sizeof *t->classes);
             memmove(&t->classes[ci + 1], &t->classes[ci], (t->nclasses - ci) * sizeof *t->classes);
             memset(&t->classes[ci], 0, sizeof *t->classes);
             char *name = ds_xmalloc(clen + 1);
-            memcpy(name, paths[k], clen);
+            memcpy(name, sorted[k], clen);
             name[clen] = 0;
             t->classes[ci].name = name;
             t->nclasses++;
         }
         ds_split_class *c = &t->classes[ci];
-        if (bsearch(&file, c->files, c->n, sizeof *c->files, cmp_str)) continue;
-        /* Rebuild the class's pool with the new name; additions are rare (the files a
-         * previous interrupted run already moved), so simplicity wins over speed. */
         name_pool pool = {0};
         for (size_t i = 0; i < c->n; i++) pool_add(&pool, c->files[i]);
-        pool_add(&pool, file);
+        size_t added = 0;
+        for (size_t m = k; m < j; m++) {
+            const char *file = sorted[m] + clen + 1;
+            if (!*file || strchr(file, '/') || (m > k && !strcmp(sorted[m], sorted[m - 1]))) continue;
+            if (c->n && bsearch(&file, c->files, c->n, sizeof *c->files, cmp_str)) continue;
+            pool_add(&pool, file);
+            added++;
+        }
         free(c->files);
         free(c->buf);
         pool_finish(&pool, c);
-        t->nimages++;
+        t->nimages += added;
     }
+    free(sorted);
 }
 
 /* ---- the rule ---------------------------------------------------------------------- */
