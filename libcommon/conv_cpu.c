@@ -343,6 +343,39 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
     float *part = ws, *slots = (float *)ws + weights_area(d);
     if (m == 0) return;
 
+    if (small && !pointwise) {
+        // Implicit GEMM as in the forward pass, with the roles turned: for output row (n, p)
+        // and window row r, pg[r] (s*c, k) += in_pad rows^T (s*c, q) * dout row (q, k).
+        const float *src = in;
+        if (d->pad > 0) {
+            pad_input(slots, in, d);
+            src = slots;
+        }
+        const int hp = d->h + 2 * d->pad, wp = d->w + 2 * d->pad;
+        const long sc = (long)d->s * d->c, nrows = (long)d->n * d->p;
+        const int g_rows = groups < nrows ? groups : (int)nrows;
+#pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
+        for (int g = 0; g < g_rows; g++) {
+            float *pg = part + g * part_stride;
+            for (long row = g * nrows / g_rows; row < (g + 1) * nrows / g_rows; row++) {
+                long n = row / d->p, p = row % d->p;
+                for (int r = 0; r < d->r; r++) {
+                    const float *a = src + ((n * hp + p * d->stride + r) * wp) * d->c;
+                    ds_sgemm_small(sc, d->k, d->q, a, 1, (long)d->stride * d->c, dout + row * d->q * d->k,
+                                   d->k, pg + r * sc * d->k, d->k, row != g * nrows / g_rows);
+                }
+            }
+        }
+#pragma omp parallel for schedule(static) num_threads(conv_threads())
+        for (int k = 0; k < d->k; k++)
+            for (long j = 0; j < rsc; j++) {
+                float s = part[j * d->k + k];
+                for (int g = 1; g < g_rows; g++) s += part[g * part_stride + j * d->k + k];
+                dw[k * rsc + j] += s;
+            }
+        return;
+    }
+
 #pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
     for (int g = 0; g < groups; g++) {
         long c0 = g * chunks / groups, c1 = (g + 1) * chunks / groups;
