@@ -137,6 +137,7 @@ static int pack_shard(packer *pk, int k, size_t first, size_t count, size_t *pac
 {
     size_t ib = image_bytes(pk);
     size_t done = pk->done;
+    double t_decode = ds_now();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(pk->threads)
     for (size_t i = 0; i < count; i++) {
         int t = omp_get_thread_num();
@@ -161,7 +162,10 @@ static int pack_shard(packer *pk, int k, size_t first, size_t count, size_t *pac
                           .shard_index = k, .shard_count = pk->shard_count, .classes = pk->classes,
                           .num_classes = pk->num_classes, .compress = pk->o->compress, .config = pk->config};
     char *path = shard_path(pk, k);
+    double t_write = ds_now();
     int rc = ds_shard_write(path, &meta, pk->pixels, pk->labels, pk->paths, j);
+    ds_debug("%s: %zu images, decoded in %.2f s, written in %.2f s", path, j, t_write - t_decode,
+             ds_now() - t_write);
     free(path);
     *packed = j;
     return rc;

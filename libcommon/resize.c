@@ -15,6 +15,9 @@
 
 #include <math.h>
 #include <stdarg.h>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,9 +84,11 @@ static inline uint8_t clip8(int32_t v)
     return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
+/* The plain passes: the definition. The AVX2 versions below compute the same integers. */
+
 /* out[y, j] = sum_t in[y, bx[j] + t] * kx[j, t], for rows y of `in` (stride in_stride bytes). */
-static void pass_horizontal(uint8_t *out, int out_w, int rows, const uint8_t *in, size_t in_stride,
-                            const int32_t *kx, const int *bx, int ksize)
+static void pass_horizontal_plain(uint8_t *out, int out_w, int rows, const uint8_t *in, size_t in_stride,
+                                  const int32_t *kx, const int *bx, int ksize)
 {
     for (int y = 0; y < rows; y++) {
         const uint8_t *row = in + (size_t)y * in_stride;
@@ -104,27 +109,109 @@ static void pass_horizontal(uint8_t *out, int out_w, int rows, const uint8_t *in
 }
 
 /* out[i, x] = sum_t in[by[i] + t, x] * ky[i, t]; rows of `in` are in_stride bytes apart. */
-static void pass_vertical(uint8_t *out, int out_w, int out_h, const uint8_t *in, size_t in_stride,
-                          const int32_t *ky, const int *by, int ksize)
+static void pass_vertical_plain(uint8_t *out, int out_w, int out_h, const uint8_t *in, size_t in_stride,
+                                const int32_t *ky, const int *by, int ksize)
 {
-    int32_t acc[3 * 1024];
     for (int i = 0; i < out_h; i++) {
         const int32_t *k = ky + (size_t)i * ksize;
         const uint8_t *base = in + (size_t)by[2 * i] * in_stride;
         int n = by[2 * i + 1];
         uint8_t *o = out + (size_t)i * out_w * 3;
-        /* Row-major accumulation in blocks keeps the inner loop over contiguous bytes. */
-        for (int x0 = 0; x0 < out_w * 3; x0 += 3 * 1024) {
-            int len = out_w * 3 - x0 < 3 * 1024 ? out_w * 3 - x0 : 3 * 1024;
-            for (int x = 0; x < len; x++) acc[x] = 1 << (PRECISION_BITS - 1);
-            for (int t = 0; t < n; t++) {
-                const uint8_t *r = base + (size_t)t * in_stride + x0;
-                int32_t kt = k[t];
-                for (int x = 0; x < len; x++) acc[x] += r[x] * kt;
-            }
-            for (int x = 0; x < len; x++) o[x0 + x] = clip8(acc[x]);
+        for (int x = 0; x < out_w * 3; x++) {
+            int32_t acc = 1 << (PRECISION_BITS - 1);
+            for (int t = 0; t < n; t++) acc += base[(size_t)t * in_stride + x] * k[t];
+            o[x] = clip8(acc);
         }
     }
+}
+
+#if defined(__AVX2__)
+/* One output pixel per iteration: a tap's RGB (plus the next byte, weighted but discarded)
+ * widened to 4 x int32 and multiply-added. The 4-byte load reads one byte past the pixel, so
+ * the very last pixel of the input, whose next byte may lie outside the buffer, goes through
+ * the plain loop. */
+static void pass_horizontal(uint8_t *out, int out_w, int rows, const uint8_t *in, size_t in_stride,
+                            const int32_t *kx, const int *bx, int ksize, int in_w)
+{
+    const __m128i half = _mm_set1_epi32(1 << (PRECISION_BITS - 1));
+    for (int y = 0; y < rows; y++) {
+        const uint8_t *row = in + (size_t)y * in_stride;
+        uint8_t *o = out + (size_t)y * out_w * 3;
+        int last_row = y == rows - 1;
+        for (int j = 0; j < out_w; j++) {
+            const int32_t *k = kx + (size_t)j * ksize;
+            const uint8_t *p = row + (size_t)bx[2 * j] * 3;
+            int n = bx[2 * j + 1], simd_n = n;
+            if (last_row && bx[2 * j] + n == in_w) simd_n = n - 1;
+            __m128i acc = half;
+            for (int t = 0; t < simd_n; t++) {
+                int32_t word;
+                memcpy(&word, p + 3 * t, 4);
+                __m128i px = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(word));
+                acc = _mm_add_epi32(acc, _mm_mullo_epi32(px, _mm_set1_epi32(k[t])));
+            }
+            int32_t s[4];
+            _mm_storeu_si128((__m128i *)s, acc);
+            for (int t = simd_n; t < n; t++) {
+                s[0] += p[3 * t] * k[t];
+                s[1] += p[3 * t + 1] * k[t];
+                s[2] += p[3 * t + 2] * k[t];
+            }
+            o[3 * j] = clip8(s[0]), o[3 * j + 1] = clip8(s[1]), o[3 * j + 2] = clip8(s[2]);
+        }
+    }
+}
+
+/* Eight output bytes at a time, the accumulators kept in a register across the taps; the
+ * row's last (out_w * 3) % 8 bytes go through the plain loop. */
+static void pass_vertical(uint8_t *out, int out_w, int out_h, const uint8_t *in, size_t in_stride,
+                          const int32_t *ky, const int *by, int ksize)
+{
+    const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
+    int len = out_w * 3, vec_len = len & ~7;
+    for (int i = 0; i < out_h; i++) {
+        const int32_t *k = ky + (size_t)i * ksize;
+        const uint8_t *base = in + (size_t)by[2 * i] * in_stride;
+        int n = by[2 * i + 1];
+        uint8_t *o = out + (size_t)i * out_w * 3;
+        for (int x = 0; x < vec_len; x += 8) {
+            __m256i acc = half;
+            for (int t = 0; t < n; t++) {
+                __m128i b = _mm_loadl_epi64((const __m128i *)(base + (size_t)t * in_stride + x));
+                acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(b), _mm256_set1_epi32(k[t])));
+            }
+            /* >> 22, then saturating packs clamp to [0, 255] exactly like clip8. */
+            acc = _mm256_srai_epi32(acc, PRECISION_BITS);
+            __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+            _mm_storel_epi64((__m128i *)(o + x), _mm_packus_epi16(w16, w16));
+        }
+        for (int x = vec_len; x < len; x++) {
+            int32_t acc = 1 << (PRECISION_BITS - 1);
+            for (int t = 0; t < n; t++) acc += base[(size_t)t * in_stride + x] * k[t];
+            o[x] = clip8(acc);
+        }
+    }
+}
+#else
+static void pass_horizontal(uint8_t *out, int out_w, int rows, const uint8_t *in, size_t in_stride,
+                            const int32_t *kx, const int *bx, int ksize, int in_w)
+{
+    pass_horizontal_plain(out, out_w, rows, in, in_stride, kx, bx, ksize);
+}
+
+static void pass_vertical(uint8_t *out, int out_w, int out_h, const uint8_t *in, size_t in_stride,
+                          const int32_t *ky, const int *by, int ksize)
+{
+    pass_vertical_plain(out, out_w, out_h, in, in_stride, ky, by, ksize);
+}
+#endif
+
+/* Whether the plain passes are forced (DS_RESIZE_PLAIN=1 in the environment): lets the
+ * tests compare the vector passes against the plain ones on the same input. */
+static int use_plain(void)
+{
+    const char *e = getenv("DS_RESIZE_PLAIN");
+    return e && *e == '1';
 }
 
 int ds_resize_bilinear(ds_decoder *d, uint8_t *out, int out_w, int out_h, const uint8_t *in, int in_w, int in_h,
@@ -148,8 +235,11 @@ int ds_resize_bilinear(ds_decoder *d, uint8_t *out, int out_w, int out_h, const 
     size_t src_stride;
     if (need_h) {
         if (ds_scratch_grow((void **)&s->tmp, &s->tmp_cap, (size_t)(y_last - y_first) * out_w * 3)) goto oom;
-        pass_horizontal(s->tmp, out_w, y_last - y_first, in + (size_t)y_first * in_stride, in_stride, s->kx,
-                        s->bx, ksx);
+        const uint8_t *rows = in + (size_t)y_first * in_stride;
+        if (use_plain())
+            pass_horizontal_plain(s->tmp, out_w, y_last - y_first, rows, in_stride, s->kx, s->bx, ksx);
+        else
+            pass_horizontal(s->tmp, out_w, y_last - y_first, rows, in_stride, s->kx, s->bx, ksx, in_w);
         src = s->tmp, src_stride = (size_t)out_w * 3;
     } else {
         src = in + (size_t)y_first * in_stride + (size_t)g->left * 3, src_stride = in_stride;
@@ -161,7 +251,10 @@ int ds_resize_bilinear(ds_decoder *d, uint8_t *out, int out_w, int out_h, const 
         return 0;
     }
     for (int i = 0; i < out_h; i++) s->by[2 * i] -= y_first;
-    pass_vertical(out, out_w, out_h, src, src_stride, s->ky, s->by, ksy);
+    if (use_plain())
+        pass_vertical_plain(out, out_w, out_h, src, src_stride, s->ky, s->by, ksy);
+    else
+        pass_vertical(out, out_w, out_h, src, src_stride, s->ky, s->by, ksy);
     return 0;
 oom:
     if (reason && cap) snprintf(reason, cap, "out of memory resizing %dx%d", in_w, in_h);
