@@ -105,21 +105,22 @@ static long weights_area(const ds_conv_desc *d)
     return weight_groups(d) * round16((long)d->k * d->r * d->s * d->c);
 }
 
-/* The zero-padded copy of the input an implicit-GEMM convolution reads (0: none needed),
- * plus one row of slack: the last window of a row may start its read there. */
-static long padded_floats(const ds_conv_desc *d)
+/* Floats of one image's zero-padded copy, which an implicit-GEMM convolution reads (0: the
+ * input is read in place), plus a window row of slack: the last window of a row may start
+ * its read there. */
+static long padded_image_floats(const ds_conv_desc *d)
 {
     if (!small_rsc(d) || is_pointwise(d) || d->pad == 0) return 0;
-    return round16((long)d->n * (d->h + 2 * d->pad) * (d->w + 2 * d->pad) * d->c) + round16((long)d->s * d->c);
+    return round16((long)(d->h + 2 * d->pad) * (d->w + 2 * d->pad) * d->c + (long)d->s * d->c);
 }
 
 static long scratch_floats(const ds_conv_desc *d)
 {
     ds_conv_desc t;
-    long a = CONV_SLOTS * slot_floats(d), b = padded_floats(d);
+    long a = slot_floats(d), b = padded_image_floats(d);
     if (b > a) a = b;
-    if (bwd_data_as_fwd(d, &t) && padded_floats(&t) > a) a = padded_floats(&t);
-    return a;
+    if (bwd_data_as_fwd(d, &t) && padded_image_floats(&t) > a) a = padded_image_floats(&t);
+    return CONV_SLOTS * a;
 }
 
 size_t ds_cpu_conv_workspace(const ds_conv_desc *d)
@@ -127,50 +128,40 @@ size_t ds_cpu_conv_workspace(const ds_conv_desc *d)
     return (size_t)(weights_area(d) + scratch_floats(d)) * sizeof(float);
 }
 
-/* dst [n, h + 2 pad, w + 2 pad, c] = in with a border of zeros. */
-static void pad_input(float *dst, const float *in, const ds_conv_desc *d)
+/* dst [h + 2 pad, w + 2 pad, c] = one image of in [h, w, c] with a border of zeros. The
+ * copy is made per image, per thread, so it is still in L2 when the GEMM reads it. */
+static const float *pad_image(float *dst, const float *img, const ds_conv_desc *d)
 {
-    const int hp = d->h + 2 * d->pad, wp = d->w + 2 * d->pad;
+    if (d->pad == 0) return img;
+    const int wp = d->w + 2 * d->pad;
     const size_t c = d->c, edge = (size_t)d->pad * c * sizeof(float);
-#pragma omp parallel for collapse(2) schedule(static) num_threads(conv_threads())
-    for (int n = 0; n < d->n; n++)
-        for (int y = 0; y < hp; y++) {
-            float *row = dst + ((long)n * hp + y) * wp * c;
-            int iy = y - d->pad;
-            if (iy < 0 || iy >= d->h) {
-                memset(row, 0, (size_t)wp * c * sizeof(float));
-                continue;
-            }
-            memset(row, 0, edge);
-            memcpy(row + d->pad * c, in + ((long)n * d->h + iy) * d->w * c, (size_t)d->w * c * sizeof(float));
-            memset(row + (d->pad + d->w) * c, 0, edge);
-        }
+    memset(dst, 0, (size_t)d->pad * wp * c * sizeof(float));
+    for (int y = 0; y < d->h; y++) {
+        float *row = dst + (long)(y + d->pad) * wp * c;
+        memset(row, 0, edge);
+        memcpy(row + d->pad * c, img + (long)y * d->w * c, (size_t)d->w * c * sizeof(float));
+        memset(row + (d->pad + d->w) * c, 0, edge);
+    }
+    memset(dst + (long)(d->pad + d->h) * wp * c, 0, (size_t)d->pad * wp * c * sizeof(float));
+    return dst;
 }
 
 /* Implicit GEMM, no im2col: for one output row, the window row r of every pixel is a
  * contiguous run of s*c floats of the padded input, pixel after pixel stride*c apart, so
- *     out row (q, k) += in_pad rows (q, s*c) * wt[r] (s*c, k)    for r = 0 .. r-1.
- * wt is [r, s, c, k]. */
+ *     out row (q, k) = sum over r of in_pad rows (q, s*c) * wt[r] (s*c, k),
+ * one ds_sgemm_seg call with the r window rows as segments. wt is [r, s, c, k]. */
 static void conv_fwd_implicit(float *out, const float *in, const float *wt, const ds_conv_desc *d,
                               float *scratch)
 {
-    const float *src = in;
-    if (d->pad > 0) {
-        pad_input(scratch, in, d);
-        src = scratch;
+    const int wp = d->w + 2 * d->pad;
+    const long sc = (long)d->s * d->c, hwc = (long)d->h * d->w * d->c, slot = scratch_floats(d) / CONV_SLOTS;
+#pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
+    for (int n = 0; n < d->n; n++) {
+        const float *src = pad_image(scratch + omp_get_thread_num() * slot, in + n * hwc, d);
+        for (int p = 0; p < d->p; p++)
+            ds_sgemm_seg(d->q, d->k, d->r, sc, src + (long)p * d->stride * wp * d->c, (long)d->stride * d->c, 1,
+                         (long)wp * d->c, wt, d->k, out + ((long)n * d->p + p) * d->q * d->k, d->k, 0);
     }
-    const int hp = d->h + 2 * d->pad, wp = d->w + 2 * d->pad;
-    const long sc = (long)d->s * d->c;
-#pragma omp parallel for collapse(2) schedule(static) num_threads(conv_threads())
-    for (int n = 0; n < d->n; n++)
-        for (int p = 0; p < d->p; p++) {
-            float *orow = out + ((long)n * d->p + p) * d->q * d->k;
-            for (int r = 0; r < d->r; r++) {
-                const float *a = src + (((long)n * hp + p * d->stride + r) * wp) * d->c;
-                ds_sgemm_small(d->q, d->k, sc, a, (long)d->stride * d->c, 1, wt + r * sc * d->k, d->k,
-                               orow, d->k, r > 0);
-            }
-        }
 }
 
 /* col (rows, r*s*c) = the receptive fields of output pixels m0 .. m0+rows-1; zero where
@@ -344,26 +335,23 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
     if (m == 0) return;
 
     if (small && !pointwise) {
-        // Implicit GEMM as in the forward pass, with the roles turned: for output row (n, p)
-        // and window row r, pg[r] (s*c, k) += in_pad rows^T (s*c, q) * dout row (q, k).
-        const float *src = in;
-        if (d->pad > 0) {
-            pad_input(slots, in, d);
-            src = slots;
-        }
-        const int hp = d->h + 2 * d->pad, wp = d->w + 2 * d->pad;
-        const long sc = (long)d->s * d->c, nrows = (long)d->n * d->p;
-        const int g_rows = groups < nrows ? groups : (int)nrows;
+        // Implicit GEMM as in the forward pass, with the roles turned: for image n and window
+        // row r, pg[r] (s*c, k) += in_pad^T (s*c, p*q) * dout[n] (p*q, k), the output rows
+        // being the segments of the reduction.
+        const int wp = d->w + 2 * d->pad;
+        const long sc = (long)d->s * d->c, pqk = (long)d->p * d->q * d->k, hwc = (long)d->h * d->w * d->c;
+        const long pslot = scratch_floats(d) / CONV_SLOTS;
+        const int g_rows = groups < d->n ? groups : d->n;
 #pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
         for (int g = 0; g < g_rows; g++) {
-            float *pg = part + g * part_stride;
-            for (long row = g * nrows / g_rows; row < (g + 1) * nrows / g_rows; row++) {
-                long n = row / d->p, p = row % d->p;
-                for (int r = 0; r < d->r; r++) {
-                    const float *a = src + ((n * hp + p * d->stride + r) * wp) * d->c;
-                    ds_sgemm_small(sc, d->k, d->q, a, 1, (long)d->stride * d->c, dout + row * d->q * d->k,
-                                   d->k, pg + r * sc * d->k, d->k, row != g * nrows / g_rows);
-                }
+            float *pg = part + g * part_stride, *buf = slots + omp_get_thread_num() * pslot;
+            const long n0 = (long)g * d->n / g_rows, n1 = (long)(g + 1) * d->n / g_rows;
+            for (long n = n0; n < n1; n++) {
+                const float *src = pad_image(buf, in + n * hwc, d);
+                for (int r = 0; r < d->r; r++)
+                    ds_sgemm_seg(sc, d->k, d->p, d->q, src + (long)r * wp * d->c, 1, (long)d->stride * d->c,
+                                 (long)d->stride * wp * d->c, dout + n * pqk, d->k, pg + r * sc * d->k, d->k,
+                                 n != n0);
             }
         }
 #pragma omp parallel for schedule(static) num_threads(conv_threads())

@@ -27,33 +27,44 @@
 #define TILE_ALL(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
 #define TILE_STORE_ROW(i) TILE_STORE(i, 0) TILE_STORE(i, 1) TILE_STORE(i, 2) TILE_STORE(i, 3)
 
+/* The operands of one product, as ds_sgemm_seg takes them. */
+typedef struct {
+    const float *A, *B;
+    float *C;
+    long kseg, nseg, sai, sap, seg_a, ldb, ldc;
+    __mmask16 last;  /* columns present in the tile's last vector */
+    int acc;
+} gemm_args;
+
 /* One MR x (16 NV) tile of C (MR <= 16, NV <= 4), accumulators in named registers; the last
  * of the NV vectors is masked to the columns that exist. MR and NV are compile-time
  * constants at every call, so the unused accumulators and branches vanish. */
-static inline __attribute__((always_inline)) void tile(const int MR, const int NV, long kd,
-                                                       const float *A, long sai, long sap,
-                                                       const float *B, long ldb, float *C,
-                                                       long ldc, __mmask16 last, int acc)
+static inline __attribute__((always_inline)) void tile(const int MR, const int NV, const gemm_args *g,
+                                                       const float *A, const float *B, float *C)
 {
+    const long sai = g->sai, sap = g->sap, ldb = g->ldb, ldc = g->ldc, kseg = g->kseg;
+    const __mmask16 last = g->last;
+    const int acc = g->acc;
     const __m512 z = _mm512_setzero_ps();
     TILE_ALL(TILE_DECL)
-    for (long p = 0; p < kd; p++) {
-        const float *b = B + p * ldb, *a = A + p * sap;
-        __m512 b0 = NV == 1 ? _mm512_maskz_loadu_ps(last, b) : _mm512_loadu_ps(b), b1 = z, b2 = z, b3 = z;
-        if (NV > 1) b1 = NV == 2 ? _mm512_maskz_loadu_ps(last, b + 16) : _mm512_loadu_ps(b + 16);
-        if (NV > 2) b2 = NV == 3 ? _mm512_maskz_loadu_ps(last, b + 32) : _mm512_loadu_ps(b + 32);
-        if (NV > 3) b3 = _mm512_maskz_loadu_ps(last, b + 48);
-        TILE_ALL(TILE_ROW)
+    for (long sg = 0; sg < g->nseg; sg++) {
+        const float *as = A + sg * g->seg_a, *bs = B + sg * kseg * ldb;
+        for (long p = 0; p < kseg; p++) {
+            const float *b = bs + p * ldb, *a = as + p * sap;
+            __m512 b0 = NV == 1 ? _mm512_maskz_loadu_ps(last, b) : _mm512_loadu_ps(b), b1 = z, b2 = z, b3 = z;
+            if (NV > 1) b1 = NV == 2 ? _mm512_maskz_loadu_ps(last, b + 16) : _mm512_loadu_ps(b + 16);
+            if (NV > 2) b2 = NV == 3 ? _mm512_maskz_loadu_ps(last, b + 32) : _mm512_loadu_ps(b + 32);
+            if (NV > 3) b3 = _mm512_maskz_loadu_ps(last, b + 48);
+            TILE_ALL(TILE_ROW)
+        }
     }
     TILE_ALL(TILE_STORE_ROW)
 }
 
-#define TILE_ARGS kd, A, sai, sap, B, ldb, C, ldc, last, acc
-#define CASE(mr, nv) case mr: tile(mr, nv, TILE_ARGS); break;
+#define CASE(mr, nv) case mr: tile(mr, nv, g, A, B, C); break;
 
 /* The row tail of a block takes the kernel of its exact height. */
-static void tile_nv1(int mr, long kd, const float *A, long sai, long sap, const float *B, long ldb,
-                     float *C, long ldc, __mmask16 last, int acc)
+static void tile_nv1(int mr, const gemm_args *g, const float *A, const float *B, float *C)
 {
     switch (mr) {
         CASE(1, 1) CASE(2, 1) CASE(3, 1) CASE(4, 1) CASE(5, 1) CASE(6, 1) CASE(7, 1) CASE(8, 1)
@@ -61,8 +72,7 @@ static void tile_nv1(int mr, long kd, const float *A, long sai, long sap, const 
     }
 }
 
-static void tile_nv2(int mr, long kd, const float *A, long sai, long sap, const float *B, long ldb,
-                     float *C, long ldc, __mmask16 last, int acc)
+static void tile_nv2(int mr, const gemm_args *g, const float *A, const float *B, float *C)
 {
     switch (mr) {
         CASE(1, 2) CASE(2, 2) CASE(3, 2) CASE(4, 2) CASE(5, 2) CASE(6, 2) CASE(7, 2) CASE(8, 2)
@@ -70,52 +80,57 @@ static void tile_nv2(int mr, long kd, const float *A, long sai, long sap, const 
     }
 }
 
-static void tile_nv3(int mr, long kd, const float *A, long sai, long sap, const float *B, long ldb,
-                     float *C, long ldc, __mmask16 last, int acc)
+static void tile_nv3(int mr, const gemm_args *g, const float *A, const float *B, float *C)
 {
     switch (mr) {
         CASE(1, 3) CASE(2, 3) CASE(3, 3) CASE(4, 3) CASE(5, 3) CASE(6, 3) CASE(7, 3) CASE(8, 3)
     }
 }
 
-static void tile_nv4(int mr, long kd, const float *A, long sai, long sap, const float *B, long ldb,
-                     float *C, long ldc, __mmask16 last, int acc)
+static void tile_nv4(int mr, const gemm_args *g, const float *A, const float *B, float *C)
 {
     switch (mr) {
         CASE(1, 4) CASE(2, 4) CASE(3, 4) CASE(4, 4) CASE(5, 4) CASE(6, 4)
     }
 }
 
-typedef void tile_fn(int, long, const float *, long, long, const float *, long, float *, long,
-                     __mmask16, int);
+typedef void tile_fn(int, const gemm_args *, const float *, const float *, float *);
 
-void ds_sgemm_small(long m, int n, long kd, const float *A, long sai, long sap, const float *B,
-                    long ldb, float *C, long ldc, int accumulate)
+void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai, long sap, long seg_a,
+                  const float *B, long ldb, float *C, long ldc, int accumulate)
 {
     // Tile heights keep MR x NV <= 24 accumulators of the 32 vector registers.
     static const int mr_of[5] = {0, 16, 12, 8, 6};
     static tile_fn *const fn_of[5] = {0, tile_nv1, tile_nv2, tile_nv3, tile_nv4};
+    gemm_args g = {A, B, C, kseg, nseg, sai, sap, seg_a, ldb, ldc, 0, accumulate};
     for (int n0 = 0; n0 < n; n0 += 64) {
         int cols = n - n0 < 64 ? n - n0 : 64, nv = (cols + 15) / 16, MR = mr_of[nv];
-        __mmask16 last = (__mmask16)(0xffffu >> (16 * nv - cols));
+        g.last = (__mmask16)(0xffffu >> (16 * nv - cols));
         // Equal tile heights rather than full tiles and a thin tail: 8 rows as 4 + 4, not 6 + 2.
         long tiles = (m + MR - 1) / MR, h = tiles ? (m + tiles - 1) / tiles : 0;
         for (long i0 = 0; i0 < m; i0 += h) {
             int mr = m - i0 < h ? (int)(m - i0) : (int)h;
-            fn_of[nv](mr, kd, A + i0 * sai, sai, sap, B + n0, ldb, C + i0 * ldc + n0, ldc, last,
-                      accumulate);
+            fn_of[nv](mr, &g, A + i0 * sai, B + n0, C + i0 * ldc + n0);
         }
     }
 }
 
 #else
 
-void ds_sgemm_small(long m, int n, long kd, const float *A, long sai, long sap, const float *B,
-                    long ldb, float *C, long ldc, int accumulate)
+void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai, long sap, long seg_a,
+                  const float *B, long ldb, float *C, long ldc, int accumulate)
 {
     int trans = sap != 1;  // A stored column-major: A^T is row-major with lda = sap
-    cblas_sgemm(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, CblasNoTrans, (int)m, n, (int)kd,
-                1.0f, A, (int)(trans ? sap : sai), B, (int)ldb, accumulate ? 1.0f : 0.0f, C, (int)ldc);
+    for (long sg = 0; sg < nseg; sg++)
+        cblas_sgemm(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, CblasNoTrans, (int)m, n, (int)kseg,
+                    1.0f, A + sg * seg_a, (int)(trans ? sap : sai), B + sg * kseg * ldb, (int)ldb,
+                    accumulate || sg > 0 ? 1.0f : 0.0f, C, (int)ldc);
 }
 
 #endif
+
+void ds_sgemm_small(long m, int n, long kd, const float *A, long sai, long sap, const float *B,
+                    long ldb, float *C, long ldc, int accumulate)
+{
+    ds_sgemm_seg(m, n, 1, kd, A, sai, sap, 0, B, ldb, C, ldc, accumulate);
+}
