@@ -1,0 +1,139 @@
+#!/usr/bin/python3
+"""dstrain against PyTorch through the command line: two SGD steps on one batch = the
+whole training set.
+
+A tiny set (4 classes x 6 images of 16x16) goes through dsplit --val 0 and dspack; a
+resnet20 made in PyTorch is written as a ds checkpoint by scripts/torchvision_to_ds.py;
+`dstrain --init` trains it for 2 epochs of 1 step each (batch = the whole set, --augment
+none so the input is the stored image itself, constant lr, Nesterov momentum, weight decay,
+label smoothing). PyTorch takes the same two steps with torch.optim.SGD on the same pixels
+(the shard's /images, normalised by ImageNet mean/std) in float64, and the test compares
+every tensor of the resulting ds checkpoint: weights, BN running statistics,
+num_batches_tracked and momentum buffers.
+
+Errors are max|got - ref| / max|ref| per tensor. Tolerances: momentum buffers (gradient +
+weight decay, accumulated) and weight changes 2e-3, as the engine's gradient test: BatchNorm's
+backward loses 2-3 digits to cancellation in fp32 against a float64 reference; running
+statistics 1e-4 (forward only).
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+import torch
+import torch.nn as nn
+from PIL import Image
+
+ROOT = os.environ.get("DS_ROOT", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+BIN = os.path.join(ROOT, os.environ.get("BIN", "bin"))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import torchvision_to_ds as tv  # noqa: E402
+
+LR, MOMENTUM, WD, SMOOTHING, STEPS = 0.2, 0.9, 5e-4, 0.1, 2
+failures = 0
+
+
+def run(*cmd):
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    if r.returncode != 0:
+        print("FAIL command: %s\n%s" % (" ".join(map(str, cmd)), r.stderr))
+        sys.exit(1)
+    return r.stdout
+
+
+def compare(name, got, ref, tol):
+    global failures
+    scale = max(float(np.abs(ref).max()), 1e-12)
+    err = float(np.abs(got - ref).max()) / scale
+    if not err <= tol:
+        failures += 1
+        print("  %s: relative error %.3g > %.3g" % (name, err, tol), file=sys.stderr)
+    return err
+
+
+def main():
+    tmp = tempfile.mkdtemp(dir=os.environ.get("DS_TEST_TMP"))
+    rng = np.random.default_rng(3)
+    for c in range(4):
+        d = os.path.join(tmp, "tree", "c%d" % c)
+        os.makedirs(d)
+        for i in range(6):
+            img = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)
+            img[:, :, c % 3] //= 2 + c
+            Image.fromarray(img).save(os.path.join(d, "%d.png" % i))
+    run(BIN + "/dsplit", "-q", "--val", "0", "-o", tmp + "/split", tmp + "/tree")
+    run(BIN + "/dspack", "-q", "--size", "16", "-o", tmp + "/packed", tmp + "/split/train.txt")
+    with open(tmp + "/split/classes.txt") as f:
+        classes = [line.rstrip("\n") for line in f]
+
+    torch.manual_seed(7)
+    model = tv.resnet20(4)
+    # Random BN affine parameters, so the test sees them move for the right reasons.
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+    tv.write_checkpoint(tmp + "/init.h5", model, "resnet20", classes=classes, input_size=16)
+
+    n = 24
+    run(BIN + "/dstrain", "-q", "--train", tmp + "/packed", "-o", tmp + "/run", "--init", tmp + "/init.h5",
+        "--arch", "resnet20", "--crop", "16", "--batch", n, "--epochs", STEPS, "--augment", "none",
+        "--lr", LR, "--lr-scaling", "none", "--schedule", "constant", "--warmup-epochs", "0",
+        "--momentum", MOMENTUM, "--wd", WD, "--nesterov", "--label-smoothing", SMOOTHING, "--threads", "2")
+
+    with h5py.File(tmp + "/packed/shard-00000.h5", "r") as f:
+        images = np.array(f["images"])     # [N, H, W, 3] uint8
+        labels = np.array(f["labels"]).astype(np.int64)
+    assert images.shape[0] == n, images.shape
+    mean = np.array(tv.IMAGENET_MEAN, dtype=np.float32)
+    std = np.array(tv.IMAGENET_STD, dtype=np.float32)
+    # The engine normalises in fp32: (x / 255 - mean) / std; the reference takes those values.
+    x = ((images.astype(np.float32) / 255 - mean) / std).transpose(0, 3, 1, 2)
+    x = torch.from_numpy(np.ascontiguousarray(x)).double()
+    y = torch.from_numpy(labels)
+
+    ref = model.double().train()
+    w0 = {k: v.detach().clone() for k, v in ref.state_dict().items()}
+    opt = torch.optim.SGD(ref.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WD, nesterov=True)
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=SMOOTHING)
+    for _ in range(STEPS):
+        opt.zero_grad()
+        loss_fn(ref(x), y).backward()
+        opt.step()
+
+    ck = tmp + "/run/ckpt-%08d.h5" % STEPS
+    with h5py.File(ck, "r") as f:
+        got = {k: np.array(v) for k, v in f["model"].items()}
+        mom = {k: np.array(v) for k, v in f["optimizer"].items()}
+        step = int(f.attrs["step"])
+    names = dict(ref.named_parameters())
+    worst = {"weights": 0.0, "momentum": 0.0, "buffers": 0.0}
+    for k, v in ref.state_dict().items():
+        if k not in got:
+            print("  %s missing from the checkpoint" % k, file=sys.stderr)
+            global failures
+            failures += 1
+            continue
+        r = v.detach().numpy()
+        if k.endswith("num_batches_tracked"):
+            if int(got[k]) != STEPS:
+                failures += 1
+                print("  %s = %d, want %d" % (k, int(got[k]), STEPS), file=sys.stderr)
+        elif k in names:
+            worst["weights"] = max(worst["weights"], compare(k + " change", got[k] - w0[k].numpy(), r - w0[k].numpy(), 2e-3))
+            buf = opt.state[names[k]]["momentum_buffer"].numpy()
+            worst["momentum"] = max(worst["momentum"], compare(k + " momentum", mom[k], buf, 2e-3))
+        else:
+            worst["buffers"] = max(worst["buffers"], compare(k, got[k], r, 1e-4))
+    print("  worst relative errors: %s (checkpoint step %d)" % (worst, step), file=sys.stderr)
+    ok = failures == 0 and step == STEPS
+    print("%s train_step_matches_pytorch_sgd" % ("PASS" if ok else "FAIL"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
