@@ -155,6 +155,20 @@ expect_status "rerun with another seed refuses to scramble a finished move" 1 \
     dsplit -q --seed 9 "$MV" -o "$T/m_move" --materialize "$T/mat_move" --how move
 grep -q 'earlier run with other --seed' "$T/err" && pass "the refusal says why" || fail "the refusal says why"
 
+# A move to another file system copies, fsyncs, then unlinks the source.
+if [ -d /dev/shm ] && [ -w /dev/shm ] && [ "$(stat -c %d /dev/shm)" != "$(stat -c %d "$T")" ]; then
+    XD=$(mktemp -d /dev/shm/ds-xdev.XXXXXX)
+    cp -a "$R" "$T/xroot"
+    expect_status "move across file systems" 0 dsplit -q "$T/xroot" -o "$T/m_x" --materialize "$XD" --how move
+    [ -z "$(images_of "$T/xroot")" ] && tree_matches "$T/m_x" "$XD" \
+        && cmp -s "$R/n05/img_7.JPEG" "$XD/$(grep -q $'\tn05/img_7.JPEG$' "$T/m_x/val.txt" && echo val || echo train)/n05/img_7.JPEG" \
+        && [ -z "$(find "$XD" -name '.*dsplit-tmp')" ] && pass "move across file systems: copied whole, sources gone" \
+        || fail "move across file systems: copied whole, sources gone"
+    expect_status "hardlink across file systems is refused" 1 dsplit -q "$R" -o "$T/m_xh" --materialize "$XD/h" --how hardlink
+    grep -q 'different file systems' "$T/err" && pass "the hardlink refusal says why" || fail "the hardlink refusal says why"
+    rm -rf "$XD"
+fi
+
 # ---- bad input ----------------------------------------------------------------------------
 expect_status "missing root exits 1" 1 dsplit "$T/nope" -o "$T/b1"
 grep -q "dsplit: error: .*nope" "$T/err" && [ ! -e "$T/b1" ] && pass "missing root: message, nothing written" \
