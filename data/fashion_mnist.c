@@ -206,8 +206,11 @@ static int write_split(const char *out, const char *split, const idx_set *s)
     for (uint32_t i = 0; i < s->n; i++) {
         if (failed) continue;
         char path[4096];
-        snprintf(path, sizeof path, "%s/%s/%05u.png", base, class_names[s->labels[i]], i);
-        failed |= write_png(path, s->pixels + (size_t)i * SIDE * SIDE) != 0;
+        int len = snprintf(path, sizeof path, "%s/%s/%05u.png", base, class_names[s->labels[i]], i);
+        if (len < 0 || (size_t)len >= sizeof path)
+            failed |= ds_err("%s: path too long", base) != 0;
+        else
+            failed |= write_png(path, s->pixels + (size_t)i * SIDE * SIDE) != 0;
     }
     free(base);
     return failed ? -1 : 0;
