@@ -128,8 +128,9 @@ static void pass_vertical_plain(uint8_t *out, int out_w, int out_h, const uint8_
 #if defined(__AVX2__)
 /* One output pixel per iteration: a tap's RGB (plus the next byte, weighted but discarded)
  * widened to 4 x int32 and multiply-added. The 4-byte load reads one byte past the pixel, so
- * the very last pixel of the input, whose next byte may lie outside the buffer, goes through
- * the plain loop. */
+ * a tap on the input's very last pixel (whose next byte may lie outside the buffer) is
+ * assembled from its 3 bytes. The result is stored as 4 bytes too, its 4th overwritten by
+ * the next pixel; the row's last pixel is stored as 3. */
 static void pass_horizontal(uint8_t *out, int out_w, int rows, const uint8_t *in, size_t in_stride,
                             const int32_t *kx, const int *bx, int ksize, int in_w)
 {
@@ -141,23 +142,26 @@ static void pass_horizontal(uint8_t *out, int out_w, int rows, const uint8_t *in
         for (int j = 0; j < out_w; j++) {
             const int32_t *k = kx + (size_t)j * ksize;
             const uint8_t *p = row + (size_t)bx[2 * j] * 3;
-            int n = bx[2 * j + 1], simd_n = n;
-            if (last_row && bx[2 * j] + n == in_w) simd_n = n - 1;
+            int n = bx[2 * j + 1];
+            int guard = last_row && bx[2 * j] + n == in_w;
             __m128i acc = half;
-            for (int t = 0; t < simd_n; t++) {
+            for (int t = 0; t < n; t++) {
                 int32_t word;
-                memcpy(&word, p + 3 * t, 4);
+                if (guard && t == n - 1) word = p[3 * t] | p[3 * t + 1] << 8 | p[3 * t + 2] << 16;
+                else memcpy(&word, p + 3 * t, 4);
                 __m128i px = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(word));
                 acc = _mm_add_epi32(acc, _mm_mullo_epi32(px, _mm_set1_epi32(k[t])));
             }
-            int32_t s[4];
-            _mm_storeu_si128((__m128i *)s, acc);
-            for (int t = simd_n; t < n; t++) {
-                s[0] += p[3 * t] * k[t];
-                s[1] += p[3 * t + 1] * k[t];
-                s[2] += p[3 * t + 2] * k[t];
+            /* >> 22, then saturating packs clamp to [0, 255] exactly like clip8. */
+            __m128i v = _mm_srai_epi32(acc, PRECISION_BITS);
+            v = _mm_packs_epi32(v, v);
+            v = _mm_packus_epi16(v, v);
+            int32_t w4 = _mm_cvtsi128_si32(v);
+            if (j + 1 < out_w) {
+                memcpy(o + 3 * j, &w4, 4);
+            } else {
+                o[3 * j] = (uint8_t)w4, o[3 * j + 1] = (uint8_t)(w4 >> 8), o[3 * j + 2] = (uint8_t)(w4 >> 16);
             }
-            o[3 * j] = clip8(s[0]), o[3 * j + 1] = clip8(s[1]), o[3 * j + 2] = clip8(s[2]);
         }
     }
 }
