@@ -114,15 +114,17 @@ int ds_materialize_file(const char *src, const char *dst, const char *other, ds_
     struct stat ss, ds;
     int have_dst = lstat(dst, &ds) == 0;
     if (!have_dst && errno != ENOENT) return ds_err("%s: %s", dst, strerror(errno));
+    /* The file already sits in the other split: an earlier run split differently, and
+     * going on would leave it in both. */
+    struct stat os;
+    if (!have_dst && other && lstat(other, &os) == 0)
+        return ds_err("%s is in %s from an earlier run with other --seed or --val; rerun with those "
+                      "options or materialize into a new directory", src, other);
 
     if (how == DS_MAT_MOVE) {
         if (lstat(src, &ss)) {
             if (errno != ENOENT) return ds_err("%s: %s", src, strerror(errno));
             if (have_dst) return 1;  /* moved by an earlier, interrupted run */
-            struct stat os;
-            if (other && lstat(other, &os) == 0)
-                return ds_err("%s was moved to %s by an earlier run with other --seed or --val; "
-                              "rerun with those options", src, other);
             return ds_err("%s: %s", src, strerror(ENOENT));
         }
         if (have_dst) {

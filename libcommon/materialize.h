@@ -3,7 +3,8 @@
  *
  * Every mode can be rerun: an entry whose destination already holds the file (the same
  * link target, the same inode, or a regular file of the same size for copies) counts as
- * done, and anything else already at a destination is an error, never overwritten.
+ * done; anything else already at a destination is an error, never overwritten, and so is
+ * a file that sits in the other split's tree (an earlier run with another seed).
  * Only `move` touches the source. A copy is written to a hidden temporary name beside
  * the destination and renamed, so a destination is always whole; a move across file
  * systems is fsynced before the source is unlinked, so no interruption loses a file. */

@@ -116,6 +116,8 @@ for how in symlink hardlink copy; do
     dsplit -q "$R" -o "$T/m_$how" --materialize "$M" --how $how --json >"$T/j" && grep -q '"placed": 0, "present": 123' "$T/j" \
         && pass "materialize $how: rerun finds everything in place" || fail "materialize $how: rerun" "$(cat "$T/j")"
 done
+expect_status "materialize with another seed into the same tree is refused" 1 dsplit -q --seed 8 "$R" -o "$T/m_seed" --materialize "$T/mat_symlink"
+grep -q 'earlier run with other --seed' "$T/err" && pass "the refusal names the cause" || fail "the refusal names the cause"
 first=$(tail -n +2 "$T/m_copy/train.txt" | head -1 | cut -f2)
 echo different >"$T/mat_copy/train/$first"
 expect_status "materialize refuses to overwrite a different file" 1 dsplit -q "$R" -o "$T/m_copy" --materialize "$T/mat_copy" --how copy
