@@ -38,11 +38,14 @@ typedef struct {
 
 /* One MR x (16 NV) tile of C (MR <= 16, NV <= 4), accumulators in named registers; the last
  * of the NV vectors is masked to the columns that exist. MR and NV are compile-time
- * constants at every call, so the unused accumulators and branches vanish. */
-static inline __attribute__((always_inline)) void tile(const int MR, const int NV, const gemm_args *g,
-                                                       const float *A, const float *B, float *C)
+ * constants at every call, so the unused accumulators and branches vanish. SAI, when not
+ * 0, is the row stride of A known at compile time: the MR broadcasts then address A by
+ * constant displacements instead of competing for general registers. */
+static inline __attribute__((always_inline)) void tile(const int MR, const int NV, const long SAI,
+                                                       const gemm_args *g, const float *A,
+                                                       const float *B, float *C)
 {
-    const long sai = g->sai, sap = g->sap, ldb = g->ldb, ldc = g->ldc, kseg = g->kseg;
+    const long sai = SAI ? SAI : g->sai, sap = g->sap, ldb = g->ldb, ldc = g->ldc, kseg = g->kseg;
     const __mmask16 last = g->last;
     const int acc = g->acc;
     const __m512 z = _mm512_setzero_ps();
@@ -61,38 +64,26 @@ static inline __attribute__((always_inline)) void tile(const int MR, const int N
     TILE_ALL(TILE_STORE_ROW)
 }
 
-#define CASE(mr, nv) case mr: tile(mr, nv, g, A, B, C); break;
+#define CASE(mr, nv, sai) case mr: tile(mr, nv, sai, g, A, B, C); break;
+#define CASES_1(S) CASE(1, 1, S) CASE(2, 1, S) CASE(3, 1, S) CASE(4, 1, S) CASE(5, 1, S) CASE(6, 1, S) \
+    CASE(7, 1, S) CASE(8, 1, S) CASE(9, 1, S) CASE(10, 1, S) CASE(11, 1, S) CASE(12, 1, S)            \
+    CASE(13, 1, S) CASE(14, 1, S) CASE(15, 1, S) CASE(16, 1, S)
+#define CASES_2(S) CASE(1, 2, S) CASE(2, 2, S) CASE(3, 2, S) CASE(4, 2, S) CASE(5, 2, S) CASE(6, 2, S) \
+    CASE(7, 2, S) CASE(8, 2, S) CASE(9, 2, S) CASE(10, 2, S) CASE(11, 2, S) CASE(12, 2, S)
+#define CASES_3(S) CASE(1, 3, S) CASE(2, 3, S) CASE(3, 3, S) CASE(4, 3, S) CASE(5, 3, S) CASE(6, 3, S) \
+    CASE(7, 3, S) CASE(8, 3, S)
+#define CASES_4(S) CASE(1, 4, S) CASE(2, 4, S) CASE(3, 4, S) CASE(4, 4, S) CASE(5, 4, S) CASE(6, 4, S)
 
 /* The row tail of a block takes the kernel of its exact height. */
-static void tile_nv1(int mr, const gemm_args *g, const float *A, const float *B, float *C)
-{
-    switch (mr) {
-        CASE(1, 1) CASE(2, 1) CASE(3, 1) CASE(4, 1) CASE(5, 1) CASE(6, 1) CASE(7, 1) CASE(8, 1)
-        CASE(9, 1) CASE(10, 1) CASE(11, 1) CASE(12, 1) CASE(13, 1) CASE(14, 1) CASE(15, 1) CASE(16, 1)
+#define DEF_TILES(nv, S, name)                                                            \
+    static void name(int mr, const gemm_args *g, const float *A, const float *B, float *C) \
+    {                                                                                     \
+        switch (mr) { CASES_##nv(S) }                                                     \
     }
-}
-
-static void tile_nv2(int mr, const gemm_args *g, const float *A, const float *B, float *C)
-{
-    switch (mr) {
-        CASE(1, 2) CASE(2, 2) CASE(3, 2) CASE(4, 2) CASE(5, 2) CASE(6, 2) CASE(7, 2) CASE(8, 2)
-        CASE(9, 2) CASE(10, 2) CASE(11, 2) CASE(12, 2)
-    }
-}
-
-static void tile_nv3(int mr, const gemm_args *g, const float *A, const float *B, float *C)
-{
-    switch (mr) {
-        CASE(1, 3) CASE(2, 3) CASE(3, 3) CASE(4, 3) CASE(5, 3) CASE(6, 3) CASE(7, 3) CASE(8, 3)
-    }
-}
-
-static void tile_nv4(int mr, const gemm_args *g, const float *A, const float *B, float *C)
-{
-    switch (mr) {
-        CASE(1, 4) CASE(2, 4) CASE(3, 4) CASE(4, 4) CASE(5, 4) CASE(6, 4)
-    }
-}
+DEF_TILES(1, 0, tile_nv1) DEF_TILES(1, 1, tile_nv1_unit) DEF_TILES(1, 16, tile_nv1_wide)
+DEF_TILES(2, 0, tile_nv2) DEF_TILES(2, 1, tile_nv2_unit) DEF_TILES(2, 32, tile_nv2_wide)
+DEF_TILES(3, 0, tile_nv3) DEF_TILES(3, 1, tile_nv3_unit) DEF_TILES(3, 48, tile_nv3_wide)
+DEF_TILES(4, 0, tile_nv4) DEF_TILES(4, 1, tile_nv4_unit) DEF_TILES(4, 64, tile_nv4_wide)
 
 typedef void tile_fn(int, const gemm_args *, const float *, const float *, float *);
 
@@ -101,7 +92,11 @@ void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai,
 {
     // Tile heights keep MR x NV <= 24 accumulators of the 32 vector registers.
     static const int mr_of[5] = {0, 16, 12, 8, 6};
-    static tile_fn *const fn_of[5] = {0, tile_nv1, tile_nv2, tile_nv3, tile_nv4};
+    // [0]: any row stride of A; [1]: stride 1 (a transposed A); [2]: stride 16 nv, a
+    // convolution's input when c = k (the common case in ResNets).
+    static tile_fn *const fn_of[3][5] = {{0, tile_nv1, tile_nv2, tile_nv3, tile_nv4},
+                                         {0, tile_nv1_unit, tile_nv2_unit, tile_nv3_unit, tile_nv4_unit},
+                                         {0, tile_nv1_wide, tile_nv2_wide, tile_nv3_wide, tile_nv4_wide}};
     gemm_args g = {A, B, C, kseg, nseg, sai, sap, seg_a, ldb, ldc, 0, accumulate};
     for (int n0 = 0; n0 < n; n0 += 64) {
         int cols = n - n0 < 64 ? n - n0 : 64, nv = (cols + 15) / 16, MR = mr_of[nv];
@@ -110,7 +105,7 @@ void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai,
         long tiles = (m + MR - 1) / MR, h = tiles ? (m + tiles - 1) / tiles : 0;
         for (long i0 = 0; i0 < m; i0 += h) {
             int mr = m - i0 < h ? (int)(m - i0) : (int)h;
-            fn_of[nv](mr, &g, A + i0 * sai, B + n0, C + i0 * ldc + n0);
+            fn_of[sai == 1 ? 1 : sai == 16 * nv ? 2 : 0][nv](mr, &g, A + i0 * sai, B + n0, C + i0 * ldc + n0);
         }
     }
 }
