@@ -205,6 +205,7 @@ static void col2im_add(float *din, const float *col, const ds_conv_desc *d, long
             int y = p * d->stride - d->pad + r;
             if (y < 0 || y >= d->h) continue;
             float *dst = img + ((long)y * d->w + x0) * d->c;
+#pragma omp simd
             for (long j = (long)s_lo * d->c; j < (long)s_hi * d->c; j++) dst[j] += src[j];
         }
     }
