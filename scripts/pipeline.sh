@@ -53,4 +53,4 @@ echo "== dstrain: $(since "$t") s" >&2
 t=$EPOCHREALTIME
 "${launch[@]}" dseval --json --device "$DEVICE" "$OUT/run/best.h5" "$OUT/packed/val" | tee "$OUT/val.json"
 echo "== dseval: $(since "$t") s" >&2
-scripts/plot.sh "$OUT/run" >/dev/null 2>&1 && echo "curves: $OUT/run/curves.png" >&2 || true
+if scripts/plot.sh "$OUT/run" >/dev/null 2>&1; then echo "curves: $OUT/run/curves.png" >&2; fi

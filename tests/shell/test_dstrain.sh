@@ -52,6 +52,11 @@ assert steps[-1]["loss"] < 0.8 * steps[0]["loss"], "loss did not fall"
 assert epochs[-1]["val_top1"] >= 0.6, "val top-1 not clearly above chance (0.25)"
 PY
 
+if command -v gnuplot >/dev/null; then
+    "$DS_ROOT/scripts/plot.sh" "$T/full" >/dev/null 2>&1
+    check plot_draws_curves sh -c "file '$T/full/curves.png' | grep -q 'PNG image'"
+fi
+
 same_state() {  # A B: /model and /optimizer identical, value for value
     h5diff -r "$1" "$2" /model /model >/dev/null && h5diff -r "$1" "$2" /optimizer /optimizer >/dev/null
 }

@@ -78,10 +78,11 @@ int main(int argc, char **argv)
 
     ds_source src;
     if (ds_source_open(&src, data, dsize, dfit)) ds_die("cannot evaluate on %s", data);
-    if (meta.num_classes != src.num_classes || (meta.classes && ds_classes_match(meta.classes, meta.num_classes, ckpt,
-                                                                                src.classes, src.num_classes, data)))
-        ds_die("%s has %d classes, %s %d: the checkpoint must have been trained on these classes", ckpt,
-               meta.num_classes, data, src.num_classes);
+    /* A checkpoint without class names (an import) is checked by count only. */
+    if (meta.classes ? ds_classes_match(meta.classes, meta.num_classes, ckpt, src.classes, src.num_classes, data)
+                     : meta.num_classes != src.num_classes ? ds_err("%s has %d classes, %s has %d", ckpt,
+                                                                    meta.num_classes, data, src.num_classes) : 0)
+        ds_die("cannot evaluate %s on %s: the checkpoint was trained on other classes", ckpt, data);
     if (loader_threads == 0) loader_threads = 2;
 
     const ds_backend *be = ds_backend_select(device);
