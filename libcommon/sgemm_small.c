@@ -31,7 +31,7 @@
 typedef struct {
     const float *A, *B;
     float *C;
-    long kseg, nseg, sai, sap, seg_a, ldb, ldc;
+    long kseg, nseg, sai, sap, seg_a, ldb, seg_b, ldc;
     __mmask16 last;  /* columns present in the tile's last vector */
     int acc;
 } gemm_args;
@@ -51,7 +51,7 @@ static inline __attribute__((always_inline)) void tile(const int MR, const int N
     const __m512 z = _mm512_setzero_ps();
     TILE_ALL(TILE_DECL)
     for (long sg = 0; sg < g->nseg; sg++) {
-        const float *as = A + sg * g->seg_a, *bs = B + sg * kseg * ldb;
+        const float *as = A + sg * g->seg_a, *bs = B + sg * g->seg_b;
         for (long p = 0; p < kseg; p++) {
             const float *b = bs + p * ldb, *a = as + p * sap;
             __m512 b0 = NV == 1 ? _mm512_maskz_loadu_ps(last, b) : _mm512_loadu_ps(b), b1 = z, b2 = z, b3 = z;
@@ -88,7 +88,7 @@ DEF_TILES(4, 0, tile_nv4) DEF_TILES(4, 1, tile_nv4_unit) DEF_TILES(4, 64, tile_n
 typedef void tile_fn(int, const gemm_args *, const float *, const float *, float *);
 
 void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai, long sap, long seg_a,
-                  const float *B, long ldb, float *C, long ldc, int accumulate)
+                  const float *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
 {
     // Tile heights keep MR x NV <= 24 accumulators of the 32 vector registers.
     static const int mr_of[5] = {0, 16, 12, 8, 6};
@@ -97,7 +97,7 @@ void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai,
     static tile_fn *const fn_of[3][5] = {{0, tile_nv1, tile_nv2, tile_nv3, tile_nv4},
                                          {0, tile_nv1_unit, tile_nv2_unit, tile_nv3_unit, tile_nv4_unit},
                                          {0, tile_nv1_wide, tile_nv2_wide, tile_nv3_wide, tile_nv4_wide}};
-    gemm_args g = {A, B, C, kseg, nseg, sai, sap, seg_a, ldb, ldc, 0, accumulate};
+    gemm_args g = {A, B, C, kseg, nseg, sai, sap, seg_a, ldb, seg_b, ldc, 0, accumulate};
     for (int n0 = 0; n0 < n; n0 += 64) {
         int cols = n - n0 < 64 ? n - n0 : 64, nv = (cols + 15) / 16, MR = mr_of[nv];
         g.last = (__mmask16)(0xffffu >> (16 * nv - cols));
@@ -113,12 +113,12 @@ void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai,
 #else
 
 void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai, long sap, long seg_a,
-                  const float *B, long ldb, float *C, long ldc, int accumulate)
+                  const float *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
 {
     int trans = sap != 1;  // A stored column-major: A^T is row-major with lda = sap
     for (long sg = 0; sg < nseg; sg++)
         cblas_sgemm(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, CblasNoTrans, (int)m, n, (int)kseg,
-                    1.0f, A + sg * seg_a, (int)(trans ? sap : sai), B + sg * kseg * ldb, (int)ldb,
+                    1.0f, A + sg * seg_a, (int)(trans ? sap : sai), B + sg * seg_b, (int)ldb,
                     accumulate || sg > 0 ? 1.0f : 0.0f, C, (int)ldc);
 }
 
@@ -127,5 +127,5 @@ void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai,
 void ds_sgemm_small(long m, int n, long kd, const float *A, long sai, long sap, const float *B,
                     long ldb, float *C, long ldc, int accumulate)
 {
-    ds_sgemm_seg(m, n, 1, kd, A, sai, sap, 0, B, ldb, C, ldc, accumulate);
+    ds_sgemm_seg(m, n, 1, kd, A, sai, sap, 0, B, ldb, 0, C, ldc, accumulate);
 }

@@ -16,11 +16,11 @@
 void ds_sgemm_small(long m, int n, long kd, const float *A, long sai, long sap, const float *B,
                     long ldb, float *C, long ldc, int accumulate);
 
-/* The same product with the reduction cut into nseg segments of kseg, segment g of A
- * starting seg_a floats after segment g-1 (B stays contiguous: its row p is B + p * ldb).
- * A convolution's window rows are such segments of its input, so one tile of C stays in
- * registers across the whole window. The sum order is still p = 0 .. nseg*kseg-1. */
+/* The same product with the reduction cut into nseg segments of kseg: segment g of A starts
+ * seg_a floats, and of B seg_b floats, after segment g-1. A convolution's window rows (or
+ * its output rows) are such segments of its input, so one tile of C stays in registers
+ * across all of them. The sum order is still segment by segment, p in order. */
 void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai, long sap, long seg_a,
-                  const float *B, long ldb, float *C, long ldc, int accumulate);
+                  const float *B, long ldb, long seg_b, float *C, long ldc, int accumulate);
 
 #endif
