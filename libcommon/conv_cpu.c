@@ -341,10 +341,10 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
         // being the segments of the reduction. With few output channels the transposed
         // product, pg (k, [r] s*c) += dout[n]^T (k, p*q) * in_pad (p*q, s*c), makes wider
         // register tiles (k = 16: 8 x 48 instead of 16 x 16).
-        const int by_k = d->k < 32 && sc >= 32;
         const int wp = d->w + 2 * d->pad;
         const long sc = (long)d->s * d->c, pqk = (long)d->p * d->q * d->k, hwc = (long)d->h * d->w * d->c;
         const long pslot = scratch_floats(d) / CONV_SLOTS;
+        const int by_k = d->k < 32 && sc >= 32;
         const int g_rows = groups < d->n ? groups : d->n;
 #pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
         for (int g = 0; g < g_rows; g++) {
