@@ -77,6 +77,17 @@ int ds_rundir_prune(const char *dir, int keep)
     return rc;
 }
 
+int ds_rundir_has_checkpoints(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d))) found = is_ckpt_name(e->d_name) || !strcmp(e->d_name, "last.h5");
+    closedir(d);
+    return found;
+}
+
 char *ds_rundir_resolve(const char *arg)
 {
     struct stat st;

@@ -18,6 +18,8 @@ char *ds_rundir_ckpt_path(const char *dir, int64_t step);
 int ds_rundir_link(const char *dir, const char *name, const char *target);
 /* Removes the oldest ckpt-*.h5 beyond the newest `keep`, sparing best.h5's target. */
 int ds_rundir_prune(const char *dir, int keep);
+/* 1 when dir holds checkpoints (ckpt-*.h5 or last.h5), 0 when not (or it does not exist). */
+int ds_rundir_has_checkpoints(const char *dir);
 /* The checkpoint a --resume argument names: a file as it is, a run directory's last.h5
  * resolved to its target. Caller frees; NULL with a message. */
 char *ds_rundir_resolve(const char *arg);

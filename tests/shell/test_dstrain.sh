@@ -129,6 +129,7 @@ expect_status dstrain_refuses_init_truncated 1 dstrain --train "$T/train" -o "$T
     --batch 8 --threads 2 --init "$T/trunc.h5"
 expect_status dstrain_refuses_crop_too_large 1 dstrain --train "$T/train" -o "$T/x3" --arch resnet20 --crop 20 \
     --batch 8 --threads 2
+expect_status dstrain_refuses_fresh_run_over_old 1 dstrain "${COMMON[@]}" -o "$T/full"
 expect_status dstrain_needs_train 2 dstrain -o "$T/x4"
 expect_status dstrain_nan_loss 1 dstrain --train "$T/train" -o "$T/nan" --arch resnet20 --crop 12 --batch 8 \
     --threads 2 --lr 1000 --lr-scaling none --warmup-epochs 0 --ckpt-steps 1 --label-smoothing 0

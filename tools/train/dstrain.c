@@ -146,6 +146,10 @@ int main(int argc, char **argv)
         }
     }
 
+    if (!resume && ds_rundir_has_checkpoints(out_dir))
+        ds_die("%s already holds a run's checkpoints: continue it with --resume %s, or choose another -o", out_dir,
+               out_dir);
+
     const ds_backend *be = ds_backend_select(device);
     if (!be) ds_die("no usable --device %s", device);
     if (!strcmp(be->name, "cpu") && strcmp(precision, "fp32"))
