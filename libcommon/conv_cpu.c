@@ -49,6 +49,17 @@ static long round16(long x) { return (x + 15) / 16 * 16; }
 
 static int small_rsc(const ds_conv_desc *d) { return (long)d->r * d->s * d->c <= SMALL_KD; }
 
+/* Implicit GEMM (no im2col) for convolutions with a window: forward and backward-data walk
+ * the output 64 channels at a time, so a (r*s*c, 64) panel of the weights is reused by
+ * every row of an image; up to 2304 (3x3x256) it stays in L2. */
+#define IMPLICIT_KD 2304
+
+static int implicit_ok(const ds_conv_desc *d)
+{
+    return !(d->r == 1 && d->s == 1 && d->stride == 1 && d->pad == 0) &&
+           (long)d->r * d->s * d->c <= IMPLICIT_KD;
+}
+
 static int is_pointwise(const ds_conv_desc *d)
 {
     return d->r == 1 && d->s == 1 && d->stride == 1 && d->pad == 0;
@@ -110,7 +121,7 @@ static long weights_area(const ds_conv_desc *d)
  * its read there. */
 static long padded_image_floats(const ds_conv_desc *d)
 {
-    if (!small_rsc(d) || is_pointwise(d) || d->pad == 0) return 0;
+    if (d->pad == 0 || is_pointwise(d)) return 0;
     return round16((long)(d->h + 2 * d->pad) * (d->w + 2 * d->pad) * d->c + (long)d->s * d->c);
 }
 
@@ -158,9 +169,11 @@ static void conv_fwd_implicit(float *out, const float *in, const float *wt, cons
 #pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
     for (int n = 0; n < d->n; n++) {
         const float *src = pad_image(scratch + omp_get_thread_num() * slot, in + n * hwc, d);
-        for (int p = 0; p < d->p; p++)
-            ds_sgemm_seg(d->q, d->k, d->r, sc, src + (long)p * d->stride * wp * d->c, (long)d->stride * d->c, 1,
-                         (long)wp * d->c, wt, d->k, sc * d->k, out + ((long)n * d->p + p) * d->q * d->k, d->k, 0);
+        for (int k0 = 0; k0 < d->k; k0 += 64)
+            for (int p = 0; p < d->p; p++)
+                ds_sgemm_seg(d->q, d->k - k0 < 64 ? d->k - k0 : 64, d->r, sc, src + (long)p * d->stride * wp * d->c,
+                             (long)d->stride * d->c, 1, (long)wp * d->c, wt + k0, d->k, sc * d->k,
+                             out + ((long)n * d->p + p) * d->q * d->k + k0, d->k, 0);
     }
 }
 
@@ -240,14 +253,14 @@ void ds_cpu_conv_fwd(float *out, const float *in, const float *w, const ds_conv_
 {
     ds_cpu_blas_init();
     float *slots = (float *)ws + weights_area(d), *wt = NULL;
-    if (small_rsc(d)) {
+    if (small_rsc(d) || implicit_ok(d)) {
         // wt [rsc, k] = w^T
         const long rsc = (long)d->r * d->s * d->c;
         wt = ws;
 #pragma omp parallel for schedule(static) num_threads(conv_threads())
         for (long j = 0; j < rsc; j++)
             for (int k = 0; k < d->k; k++) wt[j * d->k + k] = w[k * rsc + j];
-        if (!is_pointwise(d)) {
+        if (implicit_ok(d)) {
             conv_fwd_implicit(out, in, wt, d, slots);
             return;
         }
@@ -281,7 +294,7 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
     if (bwd_data_as_fwd(d, &t)) {
         const int R = d->r, S = d->s, C = d->c, K = d->k;
         float *wt = ws;
-        if (small_rsc(&t)) {
+        if (implicit_ok(&t)) {
             // The flipped convolution's weights, transposed for ds_sgemm_small:
             // wt [r, s, k, c] = w [k, R-1-r, S-1-s, c]
 #pragma omp parallel for collapse(2) schedule(static) num_threads(conv_threads())
@@ -331,7 +344,10 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
     const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c, krsc = d->k * rsc;
     const long rows = chunk_rows(d), chunks = chunk_count(d), slot = slot_floats(d);
     const long part_stride = round16(krsc);
-    const int groups = weight_groups(d), pointwise = is_pointwise(d), small = small_rsc(d);
+    // Big weight gradients stream too much per register tile: OpenBLAS (which packs) does
+    // better there (measured on the resnet50 shapes).
+    const int groups = weight_groups(d), pointwise = is_pointwise(d),
+              small = small_rsc(d) && (!pointwise || (long)d->c * d->k <= 65536);
     float *part = ws, *slots = (float *)ws + weights_area(d);
     if (m == 0) return;
 
