@@ -51,8 +51,9 @@ static int small_rsc(const ds_conv_desc *d) { return (long)d->r * d->s * d->c <=
 
 /* Implicit GEMM (no im2col) for convolutions with a window: forward and backward-data walk
  * the output 64 channels at a time, so a (r*s*c, 64) panel of the weights is reused by
- * every row of an image; up to 2304 (3x3x256) it stays in L2. */
-#define IMPLICIT_KD 2304
+ * every row of an image. Up to 3x3x256 the panel stays in L2; at 3x3x512 it spills to L3
+ * and still beats im2col + OpenBLAS (measured on resnet50's layer4). */
+#define IMPLICIT_KD 4608
 
 static int implicit_ok(const ds_conv_desc *d)
 {
