@@ -1,19 +1,24 @@
-/* conv_cpu: convolutions on NHWC activations with [K, R, S, C] weights, as sgemm calls on
- * chunks of output pixels.
+/* conv_cpu: convolutions on NHWC activations with [K, R, S, C] weights.
  *
  * With M = n*p*q output pixels and RSC = r*s*c, a convolution is the GEMM
  *     out (M, K) = col (M, RSC) * w^T (RSC, K)
- * where row m of col is the receptive field of pixel m (im2col). A 1x1 stride-1 unpadded
- * convolution needs no col: the NHWC input already is (M, C). Rather than one giant col, the
- * M rows are cut into chunks small enough to stay in L2; each OpenMP thread builds one
- * chunk in its own workspace slot and calls single-threaded sgemm on it.
- *
- * When the GEMM's shared operand (the weights, or a chunk of dout) is small enough to sit in
- * L2, the products go through ds_sgemm_small (AVX-512 register tiles), otherwise through
- * OpenBLAS.
+ * where row m of col is the receptive field of pixel m. Three ways to run it, by shape:
+ *   - Implicit GEMM (windows up to 3x3x512): the input is zero-padded one image at a time
+ *     into a per-thread slot that stays in L2; for one output row, window row r of every
+ *     pixel is then a contiguous run of s*c floats, pixels stride*c apart, so the product
+ *     is ds_sgemm_seg with the window rows as segments: no im2col at all. Backward-data of
+ *     a stride-1 layer is the forward of the flipped, transposed weights; backward-weight
+ *     (up to 1152 = 3x3x128) turns the same product around, with the output rows as the
+ *     segments of the reduction.
+ *   - Pointwise (1x1 stride 1): the NHWC input already is col (M, C).
+ *   - Otherwise im2col on chunks of output pixels small enough to stay in L2, one per
+ *     thread, then a GEMM per chunk; strided backward-data scatters each chunk back
+ *     (col2im), one image per thread so scatters never overlap.
+ * GEMMs whose shared operand fits in L2 run on ds_sgemm_small's AVX-512 register tiles,
+ * the others on single-threaded OpenBLAS (threads come from OpenMP, one GEMM each).
  *
  * Determinism: the chunking depends only on the shape, and every output element is
- * produced by one sgemm call (forward, backward-data) or by per-group partial sums added in
+ * produced by one GEMM call (forward, backward-data) or by per-group partial sums added in
  * group order (backward-weight), so the results are bitwise the same for any thread count.
  */
 #include "conv_cpu.h"
