@@ -1,0 +1,238 @@
+/* test_checkpoint: save -> load gives identical bytes of every tensor, momentum and meta;
+ * the same state saves to the same file bytes; every refusal names the file and leaves
+ * the model unchanged. */
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../check.h"
+#include "backend.h"
+#include "checkpoint.h"
+#include "fsutil.h"
+#include "log.h"
+#include "model.h"
+
+static char dir[256];
+
+static ds_model *make(const char *arch, int classes)
+{
+    ds_model_config cfg = {.arch = arch, .num_classes = classes, .max_batch = 2, .height = 16,
+                           .width = 16, .training = 1};
+    return ds_model_create(&ds_backend_cpu, &cfg);
+}
+
+/* One training step so momentum, running stats and counters all hold non-initial values. */
+static void train_step(ds_model *m)
+{
+    size_t count = 2 * 16 * 16 * 3;
+    float x[2 * 16 * 16 * 3];
+    for (size_t i = 0; i < count; i++) x[i] = (float)((i * 7919) % 101) / 50.0f - 1.0f;
+    ds_backend_cpu.upload(ds_model_input(m), x, sizeof x);
+    int32_t labels[2] = {1, 3};
+    ds_sgd sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = 0};
+    ds_model_zero_reduction(m);
+    ds_model_forward(m, 2, 1);
+    ds_model_backward(m, labels, 2, 0.5f, 0);
+    ds_model_step(m, &sgd, 1);
+}
+
+/* Number of tensors (model, momentum, counters) whose bytes differ between a and b. */
+static int differing(ds_model *a, ds_model *b)
+{
+    int diff = 0;
+    for (int i = 0; i < ds_model_tensor_count(a); i++) {
+        const ds_tensor_info *t = ds_model_tensor(a, i);
+        size_t bytes = t->kind == DS_TENSOR_COUNTER ? 8 : t->count * 4;
+        char *x = malloc(bytes), *y = malloc(bytes);
+        ds_model_tensor_get(a, i, x);
+        ds_model_tensor_get(b, i, y);
+        diff += memcmp(x, y, bytes) != 0;
+        if (t->kind == DS_TENSOR_PARAM) {
+            ds_model_momentum_get(a, i, (float *)x);
+            ds_model_momentum_get(b, i, (float *)y);
+            diff += memcmp(x, y, bytes) != 0;
+        }
+        free(x);
+        free(y);
+    }
+    return diff;
+}
+
+static char *path_in(const char *name)
+{
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+static void test_round_trip(void)
+{
+    check_begin("round_trip");
+    ds_model *a = make("resnet20", 5), *b = make("resnet20", 5);
+    ds_model_init(a, 1);
+    ds_model_init(b, 2);
+    train_step(a);
+    ds_ckpt_meta meta;
+    ds_ckpt_meta_init(&meta);
+    char *classes[5] = {"cat", "dog", "ünï", "b", "e"};
+    ds_ckpt_meta_set_classes(&meta, classes, 5);
+    ds_ckpt_meta_set_config(&meta, "{\"lr\": 0.1}");
+    meta.epoch = 3;
+    meta.step = 1234;
+    meta.seed = 0xfedcba9876543210ull;
+    meta.input_size = 16;
+    meta.global_batch = 64;
+    meta.world_size = 2;
+    ds_metrics_row row = {.epoch = 1, .train_loss = 2.5, .val_top1 = 0.25, .val_top5 = 0.75,
+                          .images_per_s = 100, .seconds = 9};
+    ds_ckpt_meta_add_metrics(&meta, &row);
+    row.epoch = 2;
+    ds_ckpt_meta_add_metrics(&meta, &row);
+    ds_ckpt_meta_set_string(&meta, "fit", "crop");
+    ds_ckpt_meta_set_int(&meta, "data_size", 256);
+    ds_ckpt_meta_set_float(&meta, "best_top1", 0.5);
+    CHECK(ds_ckpt_save(path_in("a.h5"), a, &meta) == 0, "save");
+    CHECK(access(path_in("a.h5.tmp"), F_OK) != 0, "tmp file left behind");
+
+    ds_ckpt_meta got;
+    CHECK(ds_ckpt_load(path_in("a.h5"), b, &got, DS_CKPT_OPTIMIZER) == 0, "load");
+    CHECK(differing(a, b) == 0, "%d tensors differ after load", differing(a, b));
+    CHECK(ds_model_momentum_started(b), "momentum state not restored");
+    CHECK(!strcmp(got.arch, "resnet20") && got.num_classes == 5 && got.epoch == 3 && got.step == 1234 &&
+          got.seed == meta.seed && got.input_size == 16 && got.global_batch == 64 && got.world_size == 2,
+          "scalar meta");
+    CHECK(got.classes && !strcmp(got.classes[2], "ünï") && !strcmp(got.classes[4], "e"), "classes");
+    CHECK(got.config && !strcmp(got.config, "{\"lr\": 0.1}"), "config");
+    CHECK(got.nmetrics == 2 && got.metrics[1].epoch == 2 && got.metrics[0].val_top5 == 0.75, "metrics");
+    const ds_ckpt_attr *fit = ds_ckpt_meta_get(&got, "fit"), *size = ds_ckpt_meta_get(&got, "data_size"),
+                       *best = ds_ckpt_meta_get(&got, "best_top1");
+    CHECK(fit && fit->type == DS_ATTR_STRING && !strcmp(fit->s, "crop"), "extra string");
+    CHECK(size && size->type == DS_ATTR_INT && size->i == 256, "extra int");
+    CHECK(best && best->type == DS_ATTR_FLOAT && best->f == 0.5, "extra float");
+    CHECK(fabs(got.mean[0] - 0.485f) < 1e-7 && fabs(got.std[2] - 0.225f) < 1e-7, "mean/std");
+    ds_ckpt_meta_free(&got);
+
+    /* same state, same bytes */
+    CHECK(ds_ckpt_save(path_in("b.h5"), b, &meta) == 0, "save b");
+    size_t la, lb;
+    char *fa = ds_read_file(path_in("a.h5"), &la), *fb = ds_read_file(path_in("b.h5"), &lb);
+    CHECK(fa && fb && la == lb && !memcmp(fa, fb, la), "two saves of one state differ (%zu vs %zu bytes)", la, lb);
+    free(fa);
+    free(fb);
+    ds_ckpt_meta_free(&meta);
+    ds_model_free(a);
+    ds_model_free(b);
+    check_end();
+}
+
+/* Rewrites one tensor of a copy of a.h5 with another shape. */
+static int write_misshapen(const char *src, const char *dst, const char *tensor, int remove_only)
+{
+    size_t len;
+    char *bytes = ds_read_file(src, &len);
+    FILE *f = fopen(dst, "wb");
+    if (!bytes || !f || fwrite(bytes, 1, len, f) != len) return -1;
+    fclose(f);
+    free(bytes);
+    hid_t h = H5Fopen(dst, H5F_ACC_RDWR, H5P_DEFAULT);
+    if (h < 0) return -1;
+    char name[128];
+    snprintf(name, sizeof name, "model/%s", tensor);
+    if (H5Ldelete(h, name, H5P_DEFAULT) < 0) return -1;
+    if (!remove_only) {
+        hsize_t dims[1] = {3};
+        float v[3] = {0};
+        hid_t sp = H5Screate_simple(1, dims, NULL);
+        hid_t d = H5Dcreate2(h, name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        if (d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0) return -1;
+        H5Dclose(d);
+        H5Sclose(sp);
+    }
+    return H5Fclose(h) < 0 ? -1 : 0;
+}
+
+static void expect_refused(ds_model *m, ds_model *orig, const char *path, int flags, const char *what)
+{
+    /* the message goes to stderr; the test checks the return and that nothing changed */
+    fprintf(stderr, "  [%s] ", what);
+    CHECK(ds_ckpt_load(path, m, NULL, flags) != 0, "%s accepted", what);
+    CHECK(differing(m, orig) == 0, "%s: model changed by a refused load", what);
+}
+
+static void test_refusals(void)
+{
+    check_begin("refusals");
+    ds_model *src = make("resnet20", 5), *m = make("resnet20", 5), *orig = make("resnet20", 5);
+    ds_model_init(src, 1);
+    ds_model_init(m, 9);
+    ds_model_init(orig, 9);
+    ds_ckpt_meta meta;
+    ds_ckpt_meta_init(&meta);
+    CHECK(ds_ckpt_save(path_in("src.h5"), src, &meta) == 0, "save");
+
+    FILE *f = fopen(path_in("text.h5"), "w");
+    fputs("hello\n", f);
+    fclose(f);
+    expect_refused(m, orig, path_in("text.h5"), 0, "not HDF5");
+    expect_refused(m, orig, path_in("nonexistent.h5"), 0, "missing file");
+
+    hid_t h = H5Fcreate(path_in("plain.h5"), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    H5Fclose(h);
+    expect_refused(m, orig, path_in("plain.h5"), 0, "HDF5 without ds_format");
+
+    ds_model *r18 = make("resnet18", 5);
+    ds_model_init(r18, 1);
+    CHECK(ds_ckpt_save(path_in("r18.h5"), r18, &meta) == 0, "save r18");
+    ds_model_free(r18);
+    expect_refused(m, orig, path_in("r18.h5"), 0, "another architecture");
+
+    ds_model *c7 = make("resnet20", 7);
+    ds_model_init(c7, 1);
+    CHECK(ds_ckpt_save(path_in("c7.h5"), c7, &meta) == 0, "save c7");
+    expect_refused(m, orig, path_in("c7.h5"), 0, "another class count");
+    /* ... which --init may take without its fc */
+    CHECK(ds_ckpt_load(path_in("c7.h5"), m, NULL, DS_CKPT_SKIP_FC) == 0, "skip-fc load refused");
+    float a[16 * 3 * 9], b[16 * 3 * 9];
+    ds_model_tensor_get(m, 0, a);
+    ds_model_tensor_get(c7, 0, b);
+    CHECK(!memcmp(a, b, sizeof a), "skip-fc load did not load conv1");
+    ds_model_init(m, 9);
+    ds_model_free(c7);
+
+    CHECK(write_misshapen(path_in("src.h5"), path_in("shape.h5"), "layer2.0.bn1.running_var", 0) == 0, "edit");
+    expect_refused(m, orig, path_in("shape.h5"), 0, "misshapen tensor");
+    CHECK(write_misshapen(path_in("src.h5"), path_in("gone.h5"), "fc.bias", 1) == 0, "edit");
+    expect_refused(m, orig, path_in("gone.h5"), 0, "missing tensor");
+
+    size_t len;
+    char *bytes = ds_read_file(path_in("src.h5"), &len);
+    f = fopen(path_in("trunc.h5"), "wb");
+    fwrite(bytes, 1, len / 2, f);
+    fclose(f);
+    free(bytes);
+    expect_refused(m, orig, path_in("trunc.h5"), 0, "truncated");
+    fputc('\n', stderr);
+
+    ds_ckpt_meta_free(&meta);
+    ds_model_free(src);
+    ds_model_free(m);
+    ds_model_free(orig);
+    check_end();
+}
+
+int main(void)
+{
+    ds_log_init("test_checkpoint");
+    snprintf(dir, sizeof dir, "%s/test_checkpoint.XXXXXX", getenv("DS_TEST_TMP") ? getenv("DS_TEST_TMP") : "/tmp");
+    if (!mkdtemp(dir)) return 1;
+    test_round_trip();
+    test_refusals();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) return 1;
+    return check_exit();
+}
