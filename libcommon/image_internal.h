@@ -9,9 +9,10 @@
 typedef struct {
     int32_t *kx, *ky;      /* [out, ksize] fixed-point weights per output column / row */
     int *bx, *by;          /* [out, 2]: first input index, number of taps */
+    int32_t *kxv;          /* the vector horizontal pass's kx, each tap's weight repeated per lane */
     uint8_t *tmp;          /* horizontal pass result: [rows needed, out_w, 3] */
     double *w;             /* [ksize] one output's taps before normalisation */
-    size_t kx_cap, ky_cap, bx_cap, by_cap, tmp_cap, w_cap;
+    size_t kx_cap, ky_cap, bx_cap, by_cap, kxv_cap, tmp_cap, w_cap;
 } ds_resize_scratch;
 
 struct ds_decoder {

@@ -1,6 +1,7 @@
 /* pack: plan shards over shuffled manifest positions, decode each shard's images in
- * parallel into one shard-sized buffer, write the shard, repeat. Memory: one shard of
- * pixels plus each thread's decoder scratch, whatever the dataset size. */
+ * parallel into one shard-sized buffer while a writer thread puts the decoded prefix into the
+ * shard file, repeat. Memory: one shard of pixels plus each thread's decoder scratch,
+ * whatever the dataset size. */
 #include "pack.h"
 #include "fsutil.h"
 #include "log.h"
@@ -10,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,7 @@ typedef struct {
     int32_t *labels;              /* [shard_size] */
     char **paths;                 /* [shard_size] */
     char (*reasons)[REASON_LEN];  /* [shard_size]: "" when packed */
+    uint8_t *finished;            /* [shard_size]: decoded or rejected (under the writer's lock) */
     FILE *rejected;               /* rejected.txt being written */
     ds_progress progress;
     size_t done;
@@ -131,41 +134,139 @@ out:
     return ok;
 }
 
+/* The ordered writer of a contiguous shard. The shard file is laid out for every planned
+ * image before decoding starts (ds_shard_stream_open), and the thread writes the decoded
+ * prefix [written, ready) into it while later images are still decoding, so the disk write
+ * overlaps the decode instead of following it. Streaming holds only while no image is
+ * rejected: a reject changes N, which the layout already fixed, so at the first one streaming
+ * stops and the shard is written whole after compaction (rejects are rare). */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ds_shard_stream st;
+    const uint8_t *pixels;      /* the shard buffer: [count, S, S, 3] */
+    size_t ib, count, chunk;    /* bytes per image; images planned; images per write */
+    size_t ready;               /* images [0, ready) decoded, none rejected */
+    size_t written;             /* images [0, written) in the file */
+    int stop;                   /* no further image will become ready */
+    int broken;                 /* an image was rejected: the streamed file is void */
+    int failed;                 /* a write failed (the error is printed) */
+} shard_writer;
+
+static void *writer_main(void *arg)
+{
+    shard_writer *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->stop && w->ready - w->written < w->chunk) pthread_cond_wait(&w->cv, &w->mu);
+        size_t from = w->written, to = w->ready;
+        if (from == to || w->broken) break;
+        pthread_mutex_unlock(&w->mu);
+        int rc = ds_shard_stream_write(&w->st, w->pixels + from * w->ib, from, to - from);
+        pthread_mutex_lock(&w->mu);
+        if (rc) {
+            w->failed = 1;
+            break;
+        }
+        w->written = to;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* Image i is decoded or rejected: advance the ready prefix and wake the writer when a chunk
+ * is due. reasons[] of the prefix are read under the lock their writers took after them. */
+static void writer_note(packer *pk, shard_writer *w, size_t i)
+{
+    pthread_mutex_lock(&w->mu);
+    pk->finished[i] = 1;
+    size_t r = w->ready;
+    while (r < w->count && pk->finished[r] && !pk->reasons[r][0]) r++;
+    if (r < w->count && pk->finished[r]) w->broken = w->stop = 1;
+    w->ready = r;
+    if (w->stop || w->ready - w->written >= w->chunk) pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
 /* Decodes the planned entries of shard k in parallel (each into its own slot, so the result
  * does not depend on which thread took which image), compacts out the rejects, writes. */
 static int pack_shard(packer *pk, int k, size_t first, size_t count, size_t *packed)
 {
     size_t ib = image_bytes(pk);
     size_t done = pk->done;
+    ds_shard_meta meta = {.height = pk->o->size, .width = pk->o->size, .fit = ds_fit_name(pk->o->fit),
+                          .shard_index = k, .shard_count = pk->shard_count, .classes = pk->classes,
+                          .num_classes = pk->num_classes, .compress = pk->o->compress, .config = pk->config};
+    char *path = shard_path(pk, k);
+    /* The plan's labels and paths: the shard's, unless an image is rejected. */
+    for (size_t i = 0; i < count; i++) {
+        const ds_manifest_entry *e = &pk->m->items[pk->order[first + i]];
+        pk->labels[i] = e->label;
+        pk->paths[i] = e->path;
+        pk->finished[i] = 0;
+    }
+    shard_writer w = {.pixels = pk->pixels, .ib = ib, .count = count, .chunk = (4u << 20) / ib + 1};
+    int streaming = pk->o->compress == 0 && count > 0;
+    pthread_t writer;
+    if (streaming) {
+        if (ds_shard_stream_open(&w.st, path, &meta, pk->labels, pk->paths, count)) {
+            free(path);
+            return -1;
+        }
+        pthread_mutex_init(&w.mu, NULL);
+        pthread_cond_init(&w.cv, NULL);
+        if (pthread_create(&writer, NULL, writer_main, &w)) {
+            ds_shard_stream_abort(&w.st);
+            pthread_cond_destroy(&w.cv);
+            pthread_mutex_destroy(&w.mu);
+            streaming = 0;
+        }
+    }
     double t_decode = ds_now();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(pk->threads)
     for (size_t i = 0; i < count; i++) {
         int t = omp_get_thread_num();
         pk->reasons[i][0] = 0;
         load_one(pk, pk->dec[t], pk->order[first + i], pk->pixels + i * ib, pk->reasons[i]);
+        if (streaming) writer_note(pk, &w, i);
         size_t now;
 #pragma omp atomic capture
         now = ++done;
         /* The bar is not thread-safe: only thread 0 draws it. */
         if (t == 0) ds_progress_update(&pk->progress, (int64_t)now);
     }
-    size_t j = 0;
-    for (size_t i = 0; i < count; i++) {
-        if (pk->reasons[i][0]) continue;
-        const ds_manifest_entry *e = &pk->m->items[pk->order[first + i]];
-        if (j != i) memmove(pk->pixels + j * ib, pk->pixels + i * ib, ib);
-        pk->labels[j] = e->label;
-        pk->paths[j] = e->path;
-        j++;
-    }
-    ds_shard_meta meta = {.height = pk->o->size, .width = pk->o->size, .fit = ds_fit_name(pk->o->fit),
-                          .shard_index = k, .shard_count = pk->shard_count, .classes = pk->classes,
-                          .num_classes = pk->num_classes, .compress = pk->o->compress, .config = pk->config};
-    char *path = shard_path(pk, k);
     double t_write = ds_now();
-    int rc = ds_shard_write(path, &meta, pk->pixels, pk->labels, pk->paths, j);
-    ds_debug("%s: %zu images, decoded in %.2f s, written in %.2f s", path, j, t_write - t_decode,
-             ds_now() - t_write);
+    int rc = 0, streamed = 0;
+    if (streaming) {
+        pthread_mutex_lock(&w.mu);
+        w.stop = 1;
+        pthread_cond_signal(&w.cv);
+        pthread_mutex_unlock(&w.mu);
+        pthread_join(writer, NULL);
+        pthread_cond_destroy(&w.cv);
+        pthread_mutex_destroy(&w.mu);
+        if (!w.broken && !w.failed && w.written == count) {
+            streamed = 1;
+            rc = ds_shard_stream_commit(&w.st);
+        } else {
+            ds_shard_stream_abort(&w.st);
+            if (w.failed) rc = -1;
+        }
+    }
+    size_t j = count;
+    if (!streamed && rc == 0) {
+        j = 0;
+        for (size_t i = 0; i < count; i++) {
+            if (pk->reasons[i][0]) continue;
+            if (j != i) memmove(pk->pixels + j * ib, pk->pixels + i * ib, ib);
+            pk->labels[j] = pk->labels[i];
+            pk->paths[j] = pk->paths[i];
+            j++;
+        }
+        rc = ds_shard_write(path, &meta, pk->pixels, pk->labels, pk->paths, j);
+    }
+    ds_debug("%s: %zu images, decoded in %.2f s, %s %.2f s after", path, j, t_write - t_decode,
+             streamed ? "streamed, committed" : "written", ds_now() - t_write);
     free(path);
     *packed = j;
     return rc;
@@ -242,6 +343,7 @@ int ds_pack_run(const ds_pack_options *o, const ds_manifest *m, char *const *cla
     pk.labels = ds_xmalloc(cap * sizeof *pk.labels);
     pk.paths = ds_xmalloc(cap * sizeof *pk.paths);
     pk.reasons = ds_xmalloc(cap * sizeof *pk.reasons);
+    pk.finished = ds_xmalloc(cap);
 
     char *rej_path = ds_path_join(o->out, "rejected.txt");
     ds_atomic rej;
@@ -283,6 +385,7 @@ out:
     free(pk.labels);
     free(pk.paths);
     free(pk.reasons);
+    free(pk.finished);
     free(pk.config);
     free(order);
     return rc;

@@ -24,12 +24,21 @@
 
 #define PRECISION_BITS (32 - 8 - 2)
 
+/* The horizontal tap table's stride is a multiple of this: the vector pass takes 5 taps
+ * (15 bytes) per load. */
+#if defined(__AVX2__)
+#define H_TAP_PAD 5
+#else
+#define H_TAP_PAD 1
+#endif
+
 void ds_resize_scratch_free(ds_resize_scratch *s)
 {
     free(s->kx);
     free(s->ky);
     free(s->bx);
     free(s->by);
+    free(s->kxv);
     free(s->tmp);
     free(s->w);
     memset(s, 0, sizeof *s);
@@ -41,17 +50,20 @@ static double triangle(double x)
     return x < 1.0 ? 1.0 - x : 0.0;
 }
 
-/* Taps for output indices [first, first + count) of an in_size -> out_size resize.
- * Returns ksize (taps stored per output), or -1 when memory runs out. */
-static int precompute(ds_resize_scratch *s, int in_size, int out_size, int first, int count, int32_t **kk,
-                      size_t *kk_cap, int **bounds, size_t *b_cap)
+/* Taps for output indices [first, first + count) of an in_size -> out_size resize, stored
+ * `stride` apart: ksize taps rounded up to a multiple of `pad`, zeros past each output's own
+ * taps, and 8 zero taps of slack after the last output (the vector pass loads 8 at a time).
+ * Returns the stride, or -1 when memory runs out. */
+static int precompute(ds_resize_scratch *s, int in_size, int out_size, int first, int count, int pad,
+                      int32_t **kk, size_t *kk_cap, int **bounds, size_t *b_cap)
 {
     /* Pillow's box is float: scale = (float)(in1 - in0) / out_size. */
     double scale = (double)((float)in_size - 0.0f) / out_size;
     double filterscale = scale < 1.0 ? 1.0 : scale;
     double support = 1.0 * filterscale;
     int ksize = (int)ceil(support) * 2 + 1;
-    if (ds_scratch_grow((void **)kk, kk_cap, (size_t)count * ksize * sizeof **kk) ||
+    int stride = (ksize + pad - 1) / pad * pad;
+    if (ds_scratch_grow((void **)kk, kk_cap, ((size_t)count * stride + 8) * sizeof **kk) ||
         ds_scratch_grow((void **)bounds, b_cap, (size_t)count * 2 * sizeof **bounds) ||
         ds_scratch_grow((void **)&s->w, &s->w_cap, (size_t)ksize * sizeof *s->w))
         return -1;
@@ -67,15 +79,16 @@ static int precompute(ds_resize_scratch *s, int in_size, int out_size, int first
             w[x] = triangle((x + xmin - center + 0.5) * ss);
             ww += w[x];
         }
-        int32_t *k = *kk + (size_t)i * ksize;
-        for (int x = 0; x < ksize; x++) {
+        int32_t *k = *kk + (size_t)i * stride;
+        for (int x = 0; x < stride; x++) {
             double v = x < xmax ? (ww != 0.0 ? w[x] / ww : w[x]) : 0.0;
             k[x] = (int32_t)(v < 0 ? -0.5 + v * (1 << PRECISION_BITS) : 0.5 + v * (1 << PRECISION_BITS));
         }
         (*bounds)[2 * i] = xmin;
         (*bounds)[2 * i + 1] = xmax;
     }
-    return ksize;
+    memset(*kk + (size_t)count * stride, 0, 8 * sizeof **kk);
+    return stride;
 }
 
 static inline uint8_t clip8(int32_t v)
@@ -88,13 +101,13 @@ static inline uint8_t clip8(int32_t v)
 
 /* out[y, j] = sum_t in[y, bx[j] + t] * kx[j, t], for rows y of `in` (stride in_stride bytes). */
 static void pass_horizontal_plain(uint8_t *out, int out_w, int rows, const uint8_t *in, size_t in_stride,
-                                  const int32_t *kx, const int *bx, int ksize)
+                                  const int32_t *kx, const int *bx, int stride)
 {
     for (int y = 0; y < rows; y++) {
         const uint8_t *row = in + (size_t)y * in_stride;
         uint8_t *o = out + (size_t)y * out_w * 3;
         for (int j = 0; j < out_w; j++) {
-            const int32_t *k = kx + (size_t)j * ksize;
+            const int32_t *k = kx + (size_t)j * stride;
             const uint8_t *p = row + (size_t)bx[2 * j] * 3;
             int n = bx[2 * j + 1];
             int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
@@ -110,10 +123,10 @@ static void pass_horizontal_plain(uint8_t *out, int out_w, int rows, const uint8
 
 /* out[i, x] = sum_t in[by[i] + t, x] * ky[i, t]; rows of `in` are in_stride bytes apart. */
 static void pass_vertical_plain(uint8_t *out, int out_w, int out_h, const uint8_t *in, size_t in_stride,
-                                const int32_t *ky, const int *by, int ksize)
+                                const int32_t *ky, const int *by, int stride)
 {
     for (int i = 0; i < out_h; i++) {
-        const int32_t *k = ky + (size_t)i * ksize;
+        const int32_t *k = ky + (size_t)i * stride;
         const uint8_t *base = in + (size_t)by[2 * i] * in_stride;
         int n = by[2 * i + 1];
         uint8_t *o = out + (size_t)i * out_w * 3;
@@ -126,68 +139,148 @@ static void pass_vertical_plain(uint8_t *out, int out_w, int out_h, const uint8_
 }
 
 #if defined(__AVX2__)
-/* One output pixel per iteration: a tap's RGB (plus the next byte, weighted but discarded)
- * widened to 4 x int32 and multiply-added. The 4-byte load reads one byte past the pixel, so
- * a tap on the input's very last pixel (whose next byte may lie outside the buffer) is
- * assembled from its 3 bytes. The result is stored as 4 bytes too, its 4th overwritten by
- * the next pixel; the row's last pixel is stored as 3. */
-static void pass_horizontal(uint8_t *out, int out_w, int rows, const uint8_t *in, size_t in_stride,
-                            const int32_t *kx, const int *bx, int ksize, int in_w)
+/* The horizontal pass computes two output pixels (j, j + 1) per step, one per 128-bit half:
+ * each half loads 16 bytes at its pixel's first tap, a byte shuffle per tap widens that tap's
+ * RGB to int32 lanes [R G B 0], and one 8-lane multiply-add covers the tap for both pixels.
+ * A group of five taps (15 bytes) per load; kxv holds the weights to match, per pair of
+ * outputs, group and tap, [k_j x4 | k_j+1 x4] (expand_kx). The tap table is padded to a
+ * multiple of 5 with zero weights, so the bytes a load reads past an output's last real tap
+ * add nothing; an odd last output pairs with itself. */
+static int expand_kx(ds_resize_scratch *s, int out_w, int stride)
 {
-    const __m128i half = _mm_set1_epi32(1 << (PRECISION_BITS - 1));
-    for (int y = 0; y < rows; y++) {
-        const uint8_t *row = in + (size_t)y * in_stride;
-        uint8_t *o = out + (size_t)y * out_w * 3;
-        int last_row = y == rows - 1;
-        for (int j = 0; j < out_w; j++) {
-            const int32_t *k = kx + (size_t)j * ksize;
-            const uint8_t *p = row + (size_t)bx[2 * j] * 3;
-            int n = bx[2 * j + 1];
-            int guard = last_row && bx[2 * j] + n == in_w;
-            __m128i acc = half;
-            for (int t = 0; t < n; t++) {
-                int32_t word;
-                if (guard && t == n - 1) word = p[3 * t] | p[3 * t + 1] << 8 | p[3 * t + 2] << 16;
-                else memcpy(&word, p + 3 * t, 4);
-                __m128i px = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(word));
-                acc = _mm_add_epi32(acc, _mm_mullo_epi32(px, _mm_set1_epi32(k[t])));
+    int groups = stride / 5, pairs = (out_w + 1) / 2;
+    if (ds_scratch_grow((void **)&s->kxv, &s->kxv_cap, (size_t)pairs * stride * 8 * sizeof *s->kxv)) return -1;
+    for (int q = 0; q < pairs; q++) {
+        int j0 = 2 * q, j1 = 2 * q + 1 < out_w ? 2 * q + 1 : 2 * q;
+        for (int t = 0; t < groups * 5; t++) {
+            int32_t *v = s->kxv + ((size_t)q * stride + t) * 8;
+            for (int l = 0; l < 4; l++) {
+                v[l] = s->kx[(size_t)j0 * stride + t];
+                v[4 + l] = s->kx[(size_t)j1 * stride + t];
             }
-            /* >> 22, then saturating packs clamp to [0, 255] exactly like clip8. */
-            __m128i v = _mm_srai_epi32(acc, PRECISION_BITS);
-            v = _mm_packs_epi32(v, v);
-            v = _mm_packus_epi16(v, v);
-            int32_t w4 = _mm_cvtsi128_si32(v);
-            if (j + 1 < out_w) {
-                memcpy(o + 3 * j, &w4, 4);
-            } else {
-                o[3 * j] = (uint8_t)w4, o[3 * j + 1] = (uint8_t)(w4 >> 8), o[3 * j + 2] = (uint8_t)(w4 >> 16);
+        }
+    }
+    return 0;
+}
+
+/* Both pixels' RGB sums plus the rounding half, [R G B 0 | R G B 0], from the pixels at p0
+ * and p1 and their weights kv (groups * 5 taps of 8 lanes). */
+static inline __m256i h_pair(const uint8_t *p0, const uint8_t *p1, const int32_t *kv, int groups)
+{
+    const __m256i sh0 = _mm256_setr_epi8(0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, -1, -1, -1, -1,
+                                         0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i three = _mm256_setr_epi8(3, 0, 0, 0, 3, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0,
+                                           3, 0, 0, 0, 3, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0);
+    const __m256i sh1 = _mm256_add_epi8(sh0, three), sh2 = _mm256_add_epi8(sh1, three),
+                  sh3 = _mm256_add_epi8(sh2, three), sh4 = _mm256_add_epi8(sh3, three);
+    __m256i acc = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
+    for (int g = 0; g < groups; g++, p0 += 15, p1 += 15, kv += 40) {
+        __m256i px = _mm256_loadu2_m128i((const __m128i *)p1, (const __m128i *)p0);
+#define TAP(t, sh)                                                                                              \
+    acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_shuffle_epi8(px, sh),                              \
+                                                   _mm256_loadu_si256((const __m256i *)(kv + 8 * (t)))))
+        TAP(0, sh0);
+        TAP(1, sh1);
+        TAP(2, sh2);
+        TAP(3, sh3);
+        TAP(4, sh4);
+#undef TAP
+    }
+    return acc;
+}
+
+/* One output pixel's sums from the plain loop, for pixels whose 16-byte loads would run past
+ * the end of the input. */
+static inline __m128i h_pixel_plain(const uint8_t *p, const int32_t *k, int n)
+{
+    int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+    for (int t = 0; t < n; t++) {
+        s0 += p[3 * t] * k[t];
+        s1 += p[3 * t + 1] * k[t];
+        s2 += p[3 * t + 2] * k[t];
+    }
+    return _mm_setr_epi32(s0, s1, s2, 0);
+}
+
+/* >> 22, then saturating packs clamp to [0, 255] exactly like clip8; RGB in the low 3 bytes. */
+static inline int32_t h_bytes(__m128i sum)
+{
+    __m128i v = _mm_srai_epi32(sum, PRECISION_BITS);
+    v = _mm_packs_epi32(v, v);
+    return _mm_cvtsi128_si32(_mm_packus_epi16(v, v));
+}
+
+/* Output pairs go in the outer loop and rows in the inner one, in blocks of rows that stay in
+ * cache, so a pair's weights are loaded once per block. Pixels are stored as 4 bytes, the
+ * 4th overwritten by the next pixel's store (that pair comes later); the row's last pixel is
+ * stored as 3. kxv: expand_kx's table for kx. */
+#define H_ROW_BLOCK 32
+static void pass_horizontal(uint8_t *out, int out_w, int rows, const uint8_t *in, size_t in_stride,
+                            const int32_t *kx, const int32_t *kxv, const int *bx, int stride)
+{
+    const uint8_t *end = in + (size_t)rows * in_stride;
+    size_t out_stride = (size_t)out_w * 3;
+    int groups = stride / 5;
+    for (int y0 = 0; y0 < rows; y0 += H_ROW_BLOCK) {
+        int y1 = y0 + H_ROW_BLOCK < rows ? y0 + H_ROW_BLOCK : rows;
+        for (int j = 0; j < out_w; j += 2) {
+            int j1 = j + 1 < out_w ? j + 1 : j;
+            size_t off0 = (size_t)bx[2 * j] * 3, off1 = (size_t)bx[2 * j1] * 3;
+            const int32_t *kv = kxv + (size_t)(j / 2) * stride * 8;
+            int last = j + 2 >= out_w;
+            for (int y = y0; y < y1; y++) {
+                const uint8_t *row = in + (size_t)y * in_stride;
+                uint8_t *o = out + (size_t)y * out_stride + 3 * (size_t)j;
+                __m128i s0, s1;
+                if (row + off1 + 15 * groups + 1 <= end) { /* off1 >= off0: bounds grow with j */
+                    __m256i sums = h_pair(row + off0, row + off1, kv, groups);
+                    s0 = _mm256_castsi256_si128(sums), s1 = _mm256_extracti128_si256(sums, 1);
+                } else {
+                    s0 = h_pixel_plain(row + off0, kx + (size_t)j * stride, bx[2 * j + 1]);
+                    s1 = h_pixel_plain(row + off1, kx + (size_t)j1 * stride, bx[2 * j1 + 1]);
+                }
+                int32_t w0 = h_bytes(s0), w1 = h_bytes(s1);
+                if (!last) {
+                    memcpy(o, &w0, 4);
+                    memcpy(o + 3, &w1, 4);
+                } else {
+                    if (j1 != j) memcpy(o, &w0, 4), o += 3, w0 = w1;
+                    o[0] = (uint8_t)w0, o[1] = (uint8_t)(w0 >> 8), o[2] = (uint8_t)(w0 >> 16);
+                }
             }
         }
     }
 }
 
-/* Eight output bytes at a time, the accumulators kept in a register across the taps; the
- * row's last (out_w * 3) % 8 bytes go through the plain loop. */
+/* 32 output bytes at a time in four accumulators, each tap's weight broadcast once per
+ * block; the row's last (out_w * 3) % 32 bytes go through the plain loop. */
 static void pass_vertical(uint8_t *out, int out_w, int out_h, const uint8_t *in, size_t in_stride,
-                          const int32_t *ky, const int *by, int ksize)
+                          const int32_t *ky, const int *by, int stride)
 {
     const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
-    int len = out_w * 3, vec_len = len & ~7;
+    /* packs/packus interleave the 128-bit halves; this puts the 32 bytes back in order. */
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    int len = out_w * 3, vec_len = len & ~31;
     for (int i = 0; i < out_h; i++) {
-        const int32_t *k = ky + (size_t)i * ksize;
+        const int32_t *k = ky + (size_t)i * stride;
         const uint8_t *base = in + (size_t)by[2 * i] * in_stride;
         int n = by[2 * i + 1];
         uint8_t *o = out + (size_t)i * out_w * 3;
-        for (int x = 0; x < vec_len; x += 8) {
-            __m256i acc = half;
+        for (int x = 0; x < vec_len; x += 32) {
+            __m256i a0 = half, a1 = half, a2 = half, a3 = half;
             for (int t = 0; t < n; t++) {
-                __m128i b = _mm_loadl_epi64((const __m128i *)(base + (size_t)t * in_stride + x));
-                acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(b), _mm256_set1_epi32(k[t])));
+                const uint8_t *r = base + (size_t)t * in_stride + x;
+                __m256i kt = _mm256_set1_epi32(k[t]);
+                a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)r)), kt));
+                a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r + 8))), kt));
+                a2 = _mm256_add_epi32(a2, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r + 16))), kt));
+                a3 = _mm256_add_epi32(a3, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r + 24))), kt));
             }
             /* >> 22, then saturating packs clamp to [0, 255] exactly like clip8. */
-            acc = _mm256_srai_epi32(acc, PRECISION_BITS);
-            __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-            _mm_storel_epi64((__m128i *)(o + x), _mm_packus_epi16(w16, w16));
+            __m256i w01 = _mm256_packs_epi32(_mm256_srai_epi32(a0, PRECISION_BITS), _mm256_srai_epi32(a1, PRECISION_BITS));
+            __m256i w23 = _mm256_packs_epi32(_mm256_srai_epi32(a2, PRECISION_BITS), _mm256_srai_epi32(a3, PRECISION_BITS));
+            __m256i b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(w01, w23), order);
+            _mm256_storeu_si256((__m256i *)(o + x), b);
         }
         for (int x = vec_len; x < len; x++) {
             int32_t acc = 1 << (PRECISION_BITS - 1);
@@ -197,16 +290,18 @@ static void pass_vertical(uint8_t *out, int out_w, int out_h, const uint8_t *in,
     }
 }
 #else
+static int expand_kx(ds_resize_scratch *s, int out_w, int stride) { return 0; }
+
 static void pass_horizontal(uint8_t *out, int out_w, int rows, const uint8_t *in, size_t in_stride,
-                            const int32_t *kx, const int *bx, int ksize, int in_w)
+                            const int32_t *kx, const int32_t *kxv, const int *bx, int stride)
 {
-    pass_horizontal_plain(out, out_w, rows, in, in_stride, kx, bx, ksize);
+    pass_horizontal_plain(out, out_w, rows, in, in_stride, kx, bx, stride);
 }
 
 static void pass_vertical(uint8_t *out, int out_w, int out_h, const uint8_t *in, size_t in_stride,
-                          const int32_t *ky, const int *by, int ksize)
+                          const int32_t *ky, const int *by, int stride)
 {
-    pass_vertical_plain(out, out_w, out_h, in, in_stride, ky, by, ksize);
+    pass_vertical_plain(out, out_w, out_h, in, in_stride, ky, by, stride);
 }
 #endif
 
@@ -228,9 +323,9 @@ int ds_resize_bilinear(ds_decoder *d, uint8_t *out, int out_w, int out_h, const 
         return -1;
     }
     size_t in_stride = (size_t)in_w * 3;
-    int ksx = 0, ksy = precompute(s, in_h, g->resized_h, g->top, out_h, &s->ky, &s->ky_cap, &s->by, &s->by_cap);
+    int ksx = 0, ksy = precompute(s, in_h, g->resized_h, g->top, out_h, 1, &s->ky, &s->ky_cap, &s->by, &s->by_cap);
     int need_h = in_w != g->resized_w;
-    if (need_h) ksx = precompute(s, in_w, g->resized_w, g->left, out_w, &s->kx, &s->kx_cap, &s->bx, &s->bx_cap);
+    if (need_h) ksx = precompute(s, in_w, g->resized_w, g->left, out_w, H_TAP_PAD, &s->kx, &s->kx_cap, &s->bx, &s->bx_cap);
     if (ksx < 0 || ksy < 0) goto oom;
 
     /* Input rows the vertical pass reads: bounds are monotonic in the output index. */
@@ -242,8 +337,10 @@ int ds_resize_bilinear(ds_decoder *d, uint8_t *out, int out_w, int out_h, const 
         const uint8_t *rows = in + (size_t)y_first * in_stride;
         if (use_plain())
             pass_horizontal_plain(s->tmp, out_w, y_last - y_first, rows, in_stride, s->kx, s->bx, ksx);
+        else if (expand_kx(s, out_w, ksx))
+            goto oom;
         else
-            pass_horizontal(s->tmp, out_w, y_last - y_first, rows, in_stride, s->kx, s->bx, ksx, in_w);
+            pass_horizontal(s->tmp, out_w, y_last - y_first, rows, in_stride, s->kx, s->kxv, s->bx, ksx);
         src = s->tmp, src_stride = (size_t)out_w * 3;
     } else {
         src = in + (size_t)y_first * in_stride + (size_t)g->left * 3, src_stride = in_stride;

@@ -8,10 +8,12 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* Silences HDF5's automatic error printing for the duration of one call. */
 typedef struct {
@@ -87,7 +89,9 @@ out:
     return rc;
 }
 
-static int write_images(hid_t f, const ds_shard_meta *m, const uint8_t *images, size_t n)
+/* offset non-NULL: the dataset is created and its space allocated, but nothing is written
+ * into it (no fill value is set, so HDF5 writes none); *offset gets its file offset. */
+static int write_images(hid_t f, const ds_shard_meta *m, const uint8_t *images, size_t n, uint64_t *offset)
 {
     hsize_t dims[4] = {n, (hsize_t)m->height, (hsize_t)m->width, 3};
     hid_t sp = H5Screate_simple(4, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE), d = -1;
@@ -106,6 +110,13 @@ static int write_images(hid_t f, const ds_shard_meta *m, const uint8_t *images, 
             goto out;
     }
     if ((d = H5Dcreate2(f, "images", H5T_STD_U8LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT)) < 0) goto out;
+    if (offset) {
+        haddr_t a = n ? H5Dget_offset(d) : HADDR_UNDEF;
+        if (n && a == HADDR_UNDEF) goto out;
+        *offset = a;
+        rc = 0;
+        goto out;
+    }
     rc = n == 0 || H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, images) >= 0 ? 0 : -1;
 out:
     if (d >= 0) H5Dclose(d);
@@ -114,17 +125,24 @@ out:
     return rc;
 }
 
-int ds_shard_write(const char *path, const ds_shard_meta *meta, const uint8_t *images,
-                   const int32_t *labels, char *const *paths, size_t n)
+static char *tmp_name(const char *path)
 {
-    if (meta->height <= 0 || meta->width <= 0 || meta->num_classes <= 0 || meta->compress < 0 ||
-        meta->compress > 9 || !meta->fit)
-        return ds_err("%s: bad shard parameters", path);
     size_t len = strlen(path);
     char *tmp = ds_xmalloc(len + 5);
     memcpy(tmp, path, len);
     memcpy(tmp + len, ".tmp", 5);
+    return tmp;
+}
 
+/* The whole shard file through HDF5 at `tmp`; with offset non-NULL every byte but the
+ * pixels', which stay a hole at *offset for the caller to fill. Both give the same bytes around the
+ * pixels: the same calls in the same order, the pixel write aside. */
+static int write_file(const char *tmp, const ds_shard_meta *meta, const uint8_t *images, const int32_t *labels,
+                      char *const *paths, size_t n, uint64_t *offset)
+{
+    if (meta->height <= 0 || meta->width <= 0 || meta->num_classes <= 0 || meta->compress < 0 ||
+        meta->compress > 9 || !meta->fit)
+        return ds_err("%s: bad shard parameters", tmp);
     quiet_h5 q;
     h5_quiet(&q);
     const char *what = "create";
@@ -140,7 +158,7 @@ int ds_shard_write(const char *path, const ds_shard_meta *meta, const uint8_t *i
         goto out;
     if (meta->config && attr_str(f, "config", meta->config)) goto out;
     what = "/images";
-    if (write_images(f, meta, images, n)) goto out;
+    if (write_images(f, meta, images, n, offset)) goto out;
     what = "/labels";
     if (write_1d(f, "labels", H5T_STD_I32LE, H5T_NATIVE_INT32, labels, n)) goto out;
     what = "/paths";
@@ -160,11 +178,82 @@ out:
     if (rc) {
         ds_err("%s: cannot write shard (%s failed in HDF5)", tmp, what);
         remove(tmp);
-    } else {
-        rc = ds_commit_file(tmp, path);
     }
+    return rc;
+}
+
+int ds_shard_write(const char *path, const ds_shard_meta *meta, const uint8_t *images,
+                   const int32_t *labels, char *const *paths, size_t n)
+{
+    char *tmp = tmp_name(path);
+    int rc = write_file(tmp, meta, images, labels, paths, n, NULL);
+    if (rc == 0) rc = ds_commit_file(tmp, path);
     free(tmp);
     return rc;
+}
+
+int ds_shard_stream_open(ds_shard_stream *s, const char *path, const ds_shard_meta *meta, const int32_t *labels,
+                         char *const *paths, size_t n)
+{
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    if (meta->compress != 0 || n == 0) return ds_err("%s: only a non-empty contiguous shard can be streamed", path);
+    s->path = ds_xstrdup(path);
+    s->tmp = tmp_name(path);
+    s->n = n;
+    s->image_bytes = (size_t)meta->height * meta->width * 3;
+    if (write_file(s->tmp, meta, NULL, labels, paths, n, &s->offset)) goto fail;
+    if ((s->fd = open(s->tmp, O_WRONLY | O_CLOEXEC)) < 0) {
+        ds_err("%s: %s", s->tmp, strerror(errno));
+        goto fail;
+    }
+    return 0;
+fail:
+    ds_shard_stream_abort(s);
+    return -1;
+}
+
+int ds_shard_stream_write(ds_shard_stream *s, const uint8_t *images, size_t first, size_t count)
+{
+    if (first + count > s->n) return ds_err("%s: images [%zu, %zu) outside the shard's %zu", s->tmp, first,
+                                            first + count, s->n);
+    const uint8_t *p = images;
+    size_t left = count * s->image_bytes;
+    off_t at = (off_t)(s->offset + first * s->image_bytes);
+    while (left) {
+        ssize_t w = pwrite(s->fd, p, left, at);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return ds_err("%s: write: %s", s->tmp, w < 0 ? strerror(errno) : "no progress");
+        p += w, at += w, left -= (size_t)w;
+    }
+    return 0;
+}
+
+int ds_shard_stream_commit(ds_shard_stream *s)
+{
+    int rc = 0;
+    if (close(s->fd)) rc = ds_err("%s: close: %s", s->tmp, strerror(errno));
+    s->fd = -1;
+    if (rc == 0) {
+        rc = ds_commit_file(s->tmp, s->path);
+    } else {
+        unlink(s->tmp);
+    }
+    free(s->tmp);
+    free(s->path);
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    return rc;
+}
+
+void ds_shard_stream_abort(ds_shard_stream *s)
+{
+    if (s->fd >= 0) close(s->fd);
+    if (s->tmp) unlink(s->tmp);
+    free(s->tmp);
+    free(s->path);
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
 }
 
 /* ---- reading ---- */

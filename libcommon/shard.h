@@ -33,6 +33,26 @@ typedef struct {
 int ds_shard_write(const char *path, const ds_shard_meta *meta, const uint8_t *images,
                    const int32_t *labels, char *const *paths, size_t n);
 
+/* A contiguous shard whose pixels are written while they are still being produced: open
+ * writes every byte of the file but the pixels (HDF5 lays out /images for n images and
+ * leaves its space unwritten), write fills images [first, first + count) with plain writes
+ * at /images's offset, in any order, from one thread at a time, and commit fsyncs and
+ * renames. The committed file is byte for byte the one ds_shard_write makes from the same
+ * arguments. abort removes the temporary file. */
+typedef struct {
+    char *path, *tmp;
+    int fd;
+    uint64_t offset;             /* file offset of /images[0] */
+    size_t n, image_bytes;
+} ds_shard_stream;
+
+int ds_shard_stream_open(ds_shard_stream *s, const char *path, const ds_shard_meta *meta, const int32_t *labels,
+                         char *const *paths, size_t n);
+/* images: [count, H, W, 3], the pixels of images first .. first + count - 1. */
+int ds_shard_stream_write(ds_shard_stream *s, const uint8_t *images, size_t first, size_t count);
+int ds_shard_stream_commit(ds_shard_stream *s);
+void ds_shard_stream_abort(ds_shard_stream *s);
+
 /* ---- reading (loader, dseval, dspack --resume) ---- */
 
 typedef struct {

@@ -82,6 +82,44 @@ static void test_roundtrip(int compress)
     check_end();
 }
 
+/* A streamed shard (pixels written in pieces, out of order, after HDF5 wrote the rest) is
+ * byte for byte the shard ds_shard_write makes; an aborted one leaves nothing behind. */
+static void test_stream(void)
+{
+    check_begin("shard_stream_equals_write");
+    enum { N = 7 };
+    uint8_t img[N * 60];
+    fill(img, N, 3);
+    int32_t labels[N] = {0, 1, 2, 0, 1, 2, 0};
+    char *paths[N] = {"a", "b", "c", "d", "e", "f", "g"};
+    char p[300], q[300], tmp[310];
+    snprintf(p, sizeof p, "%s/direct.h5", dir);
+    snprintf(q, sizeof q, "%s/streamed.h5", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", q);
+    ds_shard_meta m = meta_for(0, 1, 0);
+    CHECK(ds_shard_write(p, &m, img, labels, paths, N) == 0, "write");
+    ds_shard_stream st;
+    CHECK(ds_shard_stream_open(&st, q, &m, labels, paths, N) == 0, "stream open");
+    CHECK(ds_shard_stream_write(&st, img + 4 * 60, 4, 3) == 0, "write 4..6");
+    CHECK(ds_shard_stream_write(&st, img, 0, 1) == 0, "write 0");
+    CHECK(ds_shard_stream_write(&st, img + 60, 1, 3) == 0, "write 1..3");
+    CHECK(ds_shard_stream_write(&st, img, 6, 2) != 0, "write past the end accepted");
+    CHECK(ds_shard_stream_commit(&st) == 0, "commit");
+    CHECK(access(tmp, F_OK) != 0, "tmp file left behind");
+    CHECK(files_equal(p, q), "streamed shard differs from the written one");
+    ds_shard s;
+    CHECK(ds_shard_open(&s, q) == 0 && s.n == N, "open streamed");
+    ds_shard_close(&s);
+
+    CHECK(ds_shard_stream_open(&st, q, &m, labels, paths, N) == 0, "stream open again");
+    CHECK(access(tmp, F_OK) == 0, "no tmp file while streaming");
+    ds_shard_stream_abort(&st);
+    CHECK(access(tmp, F_OK) != 0, "abort left the tmp file");
+    m.compress = 1;
+    CHECK(ds_shard_stream_open(&st, q, &m, labels, paths, N) != 0, "compressed stream accepted");
+    check_end();
+}
+
 static void test_refusals(void)
 {
     check_begin("shard_refuses_bad_files");
@@ -179,6 +217,7 @@ int main(void)
     if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
     test_roundtrip(0);
     test_roundtrip(5);
+    test_stream();
     test_refusals();
     test_set();
     char cmd[300];
