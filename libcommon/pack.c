@@ -28,7 +28,8 @@ typedef struct {
     char *config;                 /* the options that shape the bytes, as JSON */
     ds_decoder **dec;             /* [threads] */
     int threads;
-    uint8_t *pixels;              /* [shard_size, S, S, 3] */
+    uint8_t *pixels;              /* [slots, S, S, 3]: a ring (contiguous shards) or the shard */
+    size_t slots, chunk;          /* images the pixels hold; images per write when streaming */
     int32_t *labels;              /* [shard_size] */
     char **paths;                 /* [shard_size] */
     char (*reasons)[REASON_LEN];  /* [shard_size]: "" when packed */
@@ -135,61 +136,118 @@ out:
 }
 
 /* The ordered writer of a contiguous shard. The shard file is laid out for every planned
- * image before decoding starts (ds_shard_stream_open), and the thread writes the decoded
- * prefix [written, ready) into it while later images are still decoding, so the disk write
- * overlaps the decode instead of following it. Streaming holds only while no image is
- * rejected: a reject changes N, which the layout already fixed, so at the first one streaming
- * stops and the shard is written whole after compaction (rejects are rare). */
+ * image before decoding starts (ds_shard_stream_open); decoders put image i into ring slot
+ * i % slots, and this thread writes the finished prefix of the plan into the file, skipping
+ * rejects, while later images are still decoding. A decoder waits while its slot still
+ * holds an unwritten image. So the disk write overlaps the decode, and memory is a few MB
+ * of ring whatever the shard size. Rejected images make the shard shorter than laid out;
+ * ds_shard_stream_commit then lays it out again (rejects are rare). */
 typedef struct {
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t work;        /* the writer waits here for finished images */
+    pthread_cond_t room;        /* decoders wait here for a free slot */
     ds_shard_stream st;
-    const uint8_t *pixels;      /* the shard buffer: [count, S, S, 3] */
-    size_t ib, count, chunk;    /* bytes per image; images planned; images per write */
-    size_t ready;               /* images [0, ready) decoded, none rejected */
-    size_t written;             /* images [0, written) in the file */
-    int stop;                   /* no further image will become ready */
-    int broken;                 /* an image was rejected: the streamed file is void */
+    packer *pk;
+    size_t count, chunk, slots; /* images planned; images per write; ring slots */
+    size_t ready;               /* plan positions [0, ready) decoded or rejected */
+    size_t consumed;            /* plan positions [0, consumed) written or skipped: slots free */
+    size_t packed;              /* images written (the writer's own until it is joined) */
+    int waiting;                /* decoders waiting for a slot */
+    int stop;                   /* every image is finished */
     int failed;                 /* a write failed (the error is printed) */
 } shard_writer;
+
+static uint8_t *slot(const packer *pk, const shard_writer *w, size_t i)
+{
+    return pk->pixels + (i % w->slots) * image_bytes(pk);
+}
+
+/* Writes plan positions [from, to) that were not rejected, as runs of adjacent slots. */
+static int write_range(shard_writer *w, size_t from, size_t to)
+{
+    packer *pk = w->pk;
+    for (size_t i = from; i < to;) {
+        if (pk->reasons[i][0]) {
+            i++;
+            continue;
+        }
+        size_t run = 1;
+        while (i + run < to && !pk->reasons[i + run][0] && (i + run) % w->slots != 0) run++;
+        if (ds_shard_stream_write(&w->st, slot(pk, w, i), w->packed, run)) return -1;
+        w->packed += run;
+        i += run;
+    }
+    return 0;
+}
 
 static void *writer_main(void *arg)
 {
     shard_writer *w = arg;
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (!w->stop && w->ready - w->written < w->chunk) pthread_cond_wait(&w->cv, &w->mu);
-        size_t from = w->written, to = w->ready;
-        if (from == to || w->broken) break;
+        while (!w->stop && w->ready - w->consumed < w->chunk && !(w->waiting && w->ready > w->consumed))
+            pthread_cond_wait(&w->work, &w->mu);
+        size_t from = w->consumed, to = w->ready;
+        if (from == to) break; /* stop, and everything is written */
         pthread_mutex_unlock(&w->mu);
-        int rc = ds_shard_stream_write(&w->st, w->pixels + from * w->ib, from, to - from);
+        int rc = write_range(w, from, to);
         pthread_mutex_lock(&w->mu);
+        w->consumed = to;
+        pthread_cond_broadcast(&w->room);
         if (rc) {
             w->failed = 1;
             break;
         }
-        w->written = to;
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;
 }
 
-/* Image i is decoded or rejected: advance the ready prefix and wake the writer when a chunk
- * is due. reasons[] of the prefix are read under the lock their writers took after them. */
+/* Waits until image i's slot is free; 0 when the writer has failed (skip the image). */
+static int writer_claim(shard_writer *w, size_t i)
+{
+    pthread_mutex_lock(&w->mu);
+    while (!w->failed && i >= w->consumed + w->slots) {
+        w->waiting++;
+        pthread_cond_signal(&w->work);
+        pthread_cond_wait(&w->room, &w->mu);
+        w->waiting--;
+    }
+    int ok = !w->failed;
+    pthread_mutex_unlock(&w->mu);
+    return ok;
+}
+
+/* Image i is decoded or rejected: advance the finished prefix, wake the writer when a chunk
+ * is due or a decoder waits. reasons[] of the prefix are read under the lock their decoders
+ * took after writing them. */
 static void writer_note(packer *pk, shard_writer *w, size_t i)
 {
     pthread_mutex_lock(&w->mu);
     pk->finished[i] = 1;
-    size_t r = w->ready;
-    while (r < w->count && pk->finished[r] && !pk->reasons[r][0]) r++;
-    if (r < w->count && pk->finished[r]) w->broken = w->stop = 1;
-    w->ready = r;
-    if (w->stop || w->ready - w->written >= w->chunk) pthread_cond_signal(&w->cv);
+    while (w->ready < w->count && pk->finished[w->ready]) w->ready++;
+    if (w->ready - w->consumed >= w->chunk || w->waiting) pthread_cond_signal(&w->work);
     pthread_mutex_unlock(&w->mu);
 }
 
+/* Moves the labels and paths of the images that decoded to the front, in plan order (the
+ * pixels too when the whole shard is in memory); returns how many there are. */
+static size_t compact(packer *pk, size_t count, int pixels)
+{
+    size_t ib = image_bytes(pk), j = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (pk->reasons[i][0]) continue;
+        if (pixels && j != i) memmove(pk->pixels + j * ib, pk->pixels + i * ib, ib);
+        pk->labels[j] = pk->labels[i];
+        pk->paths[j] = pk->paths[i];
+        j++;
+    }
+    return j;
+}
+
 /* Decodes the planned entries of shard k in parallel (each into its own slot, so the result
- * does not depend on which thread took which image), compacts out the rejects, writes. */
+ * does not depend on which thread took which image) and writes them in plan order, rejects
+ * left out: streamed for a contiguous shard, whole for a compressed one. */
 static int pack_shard(packer *pk, int k, size_t first, size_t count, size_t *packed)
 {
     size_t ib = image_bytes(pk);
@@ -204,9 +262,10 @@ static int pack_shard(packer *pk, int k, size_t first, size_t count, size_t *pac
         pk->labels[i] = e->label;
         pk->paths[i] = e->path;
         pk->finished[i] = 0;
+        pk->reasons[i][0] = 0;
     }
-    shard_writer w = {.pixels = pk->pixels, .ib = ib, .count = count, .chunk = (4u << 20) / ib + 1};
-    int streaming = pk->o->compress == 0 && count > 0;
+    int streaming = pk->o->compress == 0;
+    shard_writer w = {.pk = pk, .count = count, .chunk = pk->chunk, .slots = pk->slots};
     pthread_t writer;
     if (streaming) {
         if (ds_shard_stream_open(&w.st, path, &meta, pk->labels, pk->paths, count)) {
@@ -214,21 +273,27 @@ static int pack_shard(packer *pk, int k, size_t first, size_t count, size_t *pac
             return -1;
         }
         pthread_mutex_init(&w.mu, NULL);
-        pthread_cond_init(&w.cv, NULL);
+        pthread_cond_init(&w.work, NULL);
+        pthread_cond_init(&w.room, NULL);
         if (pthread_create(&writer, NULL, writer_main, &w)) {
             ds_shard_stream_abort(&w.st);
-            pthread_cond_destroy(&w.cv);
+            pthread_cond_destroy(&w.room);
+            pthread_cond_destroy(&w.work);
             pthread_mutex_destroy(&w.mu);
-            streaming = 0;
+            free(path);
+            return ds_err("cannot start the shard writer thread");
         }
     }
     double t_decode = ds_now();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(pk->threads)
     for (size_t i = 0; i < count; i++) {
         int t = omp_get_thread_num();
-        pk->reasons[i][0] = 0;
-        load_one(pk, pk->dec[t], pk->order[first + i], pk->pixels + i * ib, pk->reasons[i]);
-        if (streaming) writer_note(pk, &w, i);
+        if (streaming) {
+            if (writer_claim(&w, i)) load_one(pk, pk->dec[t], pk->order[first + i], slot(pk, &w, i), pk->reasons[i]);
+            writer_note(pk, &w, i);
+        } else {
+            load_one(pk, pk->dec[t], pk->order[first + i], pk->pixels + i * ib, pk->reasons[i]);
+        }
         size_t now;
 #pragma omp atomic capture
         now = ++done;
@@ -236,37 +301,28 @@ static int pack_shard(packer *pk, int k, size_t first, size_t count, size_t *pac
         if (t == 0) ds_progress_update(&pk->progress, (int64_t)now);
     }
     double t_write = ds_now();
-    int rc = 0, streamed = 0;
+    int rc;
+    size_t j = compact(pk, count, !streaming);
     if (streaming) {
         pthread_mutex_lock(&w.mu);
         w.stop = 1;
-        pthread_cond_signal(&w.cv);
+        pthread_cond_signal(&w.work);
         pthread_mutex_unlock(&w.mu);
         pthread_join(writer, NULL);
-        pthread_cond_destroy(&w.cv);
+        pthread_cond_destroy(&w.room);
+        pthread_cond_destroy(&w.work);
         pthread_mutex_destroy(&w.mu);
-        if (!w.broken && !w.failed && w.written == count) {
-            streamed = 1;
-            rc = ds_shard_stream_commit(&w.st);
-        } else {
+        if (w.failed) {
             ds_shard_stream_abort(&w.st);
-            if (w.failed) rc = -1;
+            rc = -1;
+        } else {
+            rc = ds_shard_stream_commit(&w.st, pk->labels, pk->paths, j);
         }
-    }
-    size_t j = count;
-    if (!streamed && rc == 0) {
-        j = 0;
-        for (size_t i = 0; i < count; i++) {
-            if (pk->reasons[i][0]) continue;
-            if (j != i) memmove(pk->pixels + j * ib, pk->pixels + i * ib, ib);
-            pk->labels[j] = pk->labels[i];
-            pk->paths[j] = pk->paths[i];
-            j++;
-        }
+    } else {
         rc = ds_shard_write(path, &meta, pk->pixels, pk->labels, pk->paths, j);
     }
     ds_debug("%s: %zu images, decoded in %.2f s, %s %.2f s after", path, j, t_write - t_decode,
-             streamed ? "streamed, committed" : "written", ds_now() - t_write);
+             streaming ? "streamed, committed" : "written", ds_now() - t_write);
     free(path);
     *packed = j;
     return rc;
@@ -284,7 +340,8 @@ static int remove_stale(const char *out, int shard_count)
         const char *name = e->d_name, *p = name + 6;
         if (strncmp(name, "shard-", 6) || *p < '0' || *p > '9') continue;
         long idx = strtol(p, (char **)&p, 10);
-        int is_tmp = !strcmp(p, ".h5.tmp");
+        size_t plen = strlen(p);
+        int is_tmp = !strncmp(p, ".h5.", 4) && plen >= 7 && !strcmp(p + plen - 4, ".tmp");
         if (!is_tmp && (strcmp(p, ".h5") || idx < shard_count)) continue;
         char *full = ds_path_join(out, name);
         if (unlink(full) && errno != ENOENT) rc = ds_err("cannot remove stale %s: %s", full, strerror(errno));
@@ -335,9 +392,14 @@ int ds_pack_run(const ds_pack_options *o, const ds_manifest *m, char *const *cla
         }
     size_t cap = m->n < o->shard_size ? m->n : o->shard_size;
     if (cap == 0) cap = 1;
-    size_t bytes = cap * image_bytes(&pk);
+    /* Contiguous shards stream through a ring: writes of ~4 MB, three writes' worth of slots
+     * so decoders rarely wait for the writer. Compressed shards are written whole. */
+    pk.chunk = ((size_t)4 << 20) / image_bytes(&pk) + 1;
+    pk.slots = o->compress ? cap : 3 * pk.chunk + 2 * (size_t)pk.threads;
+    if (pk.slots > cap) pk.slots = cap;
+    size_t bytes = pk.slots * image_bytes(&pk);
     if (!(pk.pixels = malloc(bytes))) {
-        ds_err("cannot allocate %.0f MB for one shard of pixels: lower --shard-size or --size", bytes / 1e6);
+        ds_err("cannot allocate %.0f MB of pixels: lower --shard-size or --size", bytes / 1e6);
         goto out;
     }
     pk.labels = ds_xmalloc(cap * sizeof *pk.labels);

@@ -200,10 +200,11 @@ int ds_shard_stream_open(ds_shard_stream *s, const char *path, const ds_shard_me
     if (meta->compress != 0 || n == 0) return ds_err("%s: only a non-empty contiguous shard can be streamed", path);
     s->path = ds_xstrdup(path);
     s->tmp = tmp_name(path);
+    s->meta = *meta;
     s->n = n;
     s->image_bytes = (size_t)meta->height * meta->width * 3;
     if (write_file(s->tmp, meta, NULL, labels, paths, n, &s->offset)) goto fail;
-    if ((s->fd = open(s->tmp, O_WRONLY | O_CLOEXEC)) < 0) {
+    if ((s->fd = open(s->tmp, O_RDWR | O_CLOEXEC)) < 0) {
         ds_err("%s: %s", s->tmp, strerror(errno));
         goto fail;
     }
@@ -213,36 +214,100 @@ fail:
     return -1;
 }
 
-int ds_shard_stream_write(ds_shard_stream *s, const uint8_t *images, size_t first, size_t count)
+static int pwrite_all(int fd, const uint8_t *p, size_t len, off_t at)
 {
-    if (first + count > s->n) return ds_err("%s: images [%zu, %zu) outside the shard's %zu", s->tmp, first,
-                                            first + count, s->n);
-    const uint8_t *p = images;
-    size_t left = count * s->image_bytes;
-    off_t at = (off_t)(s->offset + first * s->image_bytes);
-    while (left) {
-        ssize_t w = pwrite(s->fd, p, left, at);
+    while (len) {
+        ssize_t w = pwrite(fd, p, len, at);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return ds_err("%s: write: %s", s->tmp, w < 0 ? strerror(errno) : "no progress");
-        p += w, at += w, left -= (size_t)w;
+        if (w <= 0) {
+            if (w == 0) errno = EIO;
+            return -1;
+        }
+        p += w, at += w, len -= (size_t)w;
     }
     return 0;
 }
 
-int ds_shard_stream_commit(ds_shard_stream *s)
+int ds_shard_stream_write(ds_shard_stream *s, const uint8_t *images, size_t first, size_t count)
 {
-    int rc = 0;
-    if (close(s->fd)) rc = ds_err("%s: close: %s", s->tmp, strerror(errno));
-    s->fd = -1;
-    if (rc == 0) {
-        rc = ds_commit_file(s->tmp, s->path);
-    } else {
-        unlink(s->tmp);
+    if (first + count > s->n) return ds_err("%s: images [%zu, %zu) outside the shard's %zu", s->tmp, first,
+                                            first + count, s->n);
+    if (pwrite_all(s->fd, images, count * s->image_bytes, (off_t)(s->offset + first * s->image_bytes)))
+        return ds_err("%s: write: %s", s->tmp, strerror(errno));
+    return 0;
+}
+
+/* Fewer images than laid out: a second file laid out for n gets the first n images' pixels
+ * from the streamed one (a copy inside the kernel where it can), then replaces it. */
+static int stream_repack(ds_shard_stream *s, const int32_t *labels, char *const *paths, size_t n)
+{
+    size_t len = strlen(s->tmp);
+    char *repack = ds_xmalloc(len + 8);
+    memcpy(repack, s->tmp, len - 4);
+    memcpy(repack + len - 4, ".repack.tmp", 12);
+    uint64_t to = 0;
+    int rc = -1, fd = -1;
+    if (write_file(repack, &s->meta, NULL, labels, paths, n, n ? &to : NULL)) goto out;
+    if (n && (fd = open(repack, O_WRONLY | O_CLOEXEC)) < 0) {
+        ds_err("%s: %s", repack, strerror(errno));
+        goto out;
     }
-    free(s->tmp);
-    free(s->path);
-    memset(s, 0, sizeof *s);
-    s->fd = -1;
+    loff_t in_at = (loff_t)s->offset, out_at = (loff_t)to;
+    size_t left = n * s->image_bytes;
+    while (left) {
+        ssize_t c = copy_file_range(s->fd, &in_at, fd, &out_at, left, 0);
+        if (c < 0 && errno == EINTR) continue;
+        if (c > 0) {
+            left -= (size_t)c;
+            continue;
+        }
+        /* No in-kernel copy here (another file system, an old kernel): through a buffer. */
+        size_t step = left < ((size_t)4 << 20) ? left : ((size_t)4 << 20);
+        uint8_t *buf = ds_xmalloc(step);
+        while (left) {
+            size_t k = left < step ? left : step;
+            ssize_t r = pread(s->fd, buf, k, in_at);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0 || pwrite_all(fd, buf, (size_t)r, out_at)) {
+                ds_err("%s: copying pixels: %s", repack, r == 0 ? "file shorter than expected" : strerror(errno));
+                free(buf);
+                goto out;
+            }
+            in_at += r, out_at += r, left -= (size_t)r;
+        }
+        free(buf);
+    }
+    if (fd >= 0 && close(fd)) {
+        fd = -1;
+        ds_err("%s: close: %s", repack, strerror(errno));
+        goto out;
+    }
+    fd = -1;
+    rc = ds_commit_file(repack, s->path);
+out:
+    if (fd >= 0) close(fd);
+    if (rc) unlink(repack);
+    free(repack);
+    return rc;
+}
+
+int ds_shard_stream_commit(ds_shard_stream *s, const int32_t *labels, char *const *paths, size_t n)
+{
+    int rc;
+    if (n > s->n) {
+        rc = ds_err("%s: %zu images committed, %zu laid out", s->tmp, n, s->n);
+    } else if (n < s->n) {
+        rc = stream_repack(s, labels, paths, n);
+    } else {
+        rc = close(s->fd) ? ds_err("%s: close: %s", s->tmp, strerror(errno)) : 0;
+        s->fd = -1;
+        if (rc == 0) {
+            rc = ds_commit_file(s->tmp, s->path);
+            free(s->tmp); /* renamed, or removed on failure */
+            s->tmp = NULL;
+        }
+    }
+    ds_shard_stream_abort(s);
     return rc;
 }
 

@@ -35,22 +35,25 @@ int ds_shard_write(const char *path, const ds_shard_meta *meta, const uint8_t *i
 
 /* A contiguous shard whose pixels are written while they are still being produced: open
  * writes every byte of the file but the pixels (HDF5 lays out /images for n images and
- * leaves its space unwritten), write fills images [first, first + count) with plain writes
- * at /images's offset, in any order, from one thread at a time, and commit fsyncs and
- * renames. The committed file is byte for byte the one ds_shard_write makes from the same
- * arguments. abort removes the temporary file. */
+ * leaves their space unwritten), write puts images [first, first + count) there with plain
+ * writes, in any order, from one thread at a time, and commit fsyncs and renames. Commit
+ * may name fewer images than open did (images were rejected meanwhile): the first n written
+ * are kept, in a file laid out again for n. Either way the result is byte for byte the file
+ * ds_shard_write makes from the same arguments. abort removes the temporary file. */
 typedef struct {
     char *path, *tmp;
     int fd;
+    ds_shard_meta meta;          /* its pointers must stay valid until commit */
     uint64_t offset;             /* file offset of /images[0] */
-    size_t n, image_bytes;
+    size_t n, image_bytes;       /* images laid out */
 } ds_shard_stream;
 
 int ds_shard_stream_open(ds_shard_stream *s, const char *path, const ds_shard_meta *meta, const int32_t *labels,
                          char *const *paths, size_t n);
 /* images: [count, H, W, 3], the pixels of images first .. first + count - 1. */
 int ds_shard_stream_write(ds_shard_stream *s, const uint8_t *images, size_t first, size_t count);
-int ds_shard_stream_commit(ds_shard_stream *s);
+/* labels, paths: [n] of the shard as committed (the same as open's when n is unchanged). */
+int ds_shard_stream_commit(ds_shard_stream *s, const int32_t *labels, char *const *paths, size_t n);
 void ds_shard_stream_abort(ds_shard_stream *s);
 
 /* ---- reading (loader, dseval, dspack --resume) ---- */

@@ -83,7 +83,8 @@ static void test_roundtrip(int compress)
 }
 
 /* A streamed shard (pixels written in pieces, out of order, after HDF5 wrote the rest) is
- * byte for byte the shard ds_shard_write makes; an aborted one leaves nothing behind. */
+ * byte for byte the shard ds_shard_write makes, also when it commits fewer images than it
+ * laid out; an aborted one leaves nothing behind. */
 static void test_stream(void)
 {
     check_begin("shard_stream_equals_write");
@@ -104,12 +105,25 @@ static void test_stream(void)
     CHECK(ds_shard_stream_write(&st, img, 0, 1) == 0, "write 0");
     CHECK(ds_shard_stream_write(&st, img + 60, 1, 3) == 0, "write 1..3");
     CHECK(ds_shard_stream_write(&st, img, 6, 2) != 0, "write past the end accepted");
-    CHECK(ds_shard_stream_commit(&st) == 0, "commit");
+    CHECK(ds_shard_stream_commit(&st, labels, paths, N) == 0, "commit");
     CHECK(access(tmp, F_OK) != 0, "tmp file left behind");
     CHECK(files_equal(p, q), "streamed shard differs from the written one");
     ds_shard s;
     CHECK(ds_shard_open(&s, q) == 0 && s.n == N, "open streamed");
     ds_shard_close(&s);
+
+    /* Laid out for N, committed with 5 (and with 0): the first images written are kept. */
+    for (size_t keep = 5;; keep = 0) {
+        CHECK(ds_shard_write(p, &m, img, labels + 1, paths + 1, keep) == 0, "write %zu", keep);
+        CHECK(ds_shard_stream_open(&st, q, &m, labels, paths, N) == 0, "stream open for fewer");
+        CHECK(ds_shard_stream_write(&st, img, 0, N) == 0, "write all");
+        CHECK(ds_shard_stream_commit(&st, labels + 1, paths + 1, keep) == 0, "commit %zu", keep);
+        CHECK(access(tmp, F_OK) != 0, "tmp file left behind (%zu)", keep);
+        CHECK(files_equal(p, q), "shard committed with %zu of %d images differs from the written one", keep, N);
+        CHECK(ds_shard_open(&s, q) == 0 && s.n == keep, "open %zu", keep);
+        ds_shard_close(&s);
+        if (keep == 0) break;
+    }
 
     CHECK(ds_shard_stream_open(&st, q, &m, labels, paths, N) == 0, "stream open again");
     CHECK(access(tmp, F_OK) == 0, "no tmp file while streaming");
