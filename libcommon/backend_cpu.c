@@ -206,27 +206,36 @@ static void cpu_maxpool_bwd(float *din, const float *dout, const float *in, cons
     // One image per task: windows overlap, so scatters stay within one thread.
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < d->n; n++) {
-        float *dimg = din + n * hwc;
+        float *dimg = din + n * hwc, best[C];
         const float *img = in + n * hwc;
+        int at[C];  // pixel index (y * w + x) of each channel's first maximum
         memset(dimg, 0, hwc * sizeof(float));
         for (int p = 0; p < d->p; p++)
             for (int q = 0; q < d->q; q++) {
-                long o = (((long)n * d->p + p) * d->q + q) * C;
-                for (int j = 0; j < C; j++) {
-                    float best = -INFINITY;
-                    long at = -1;
-                    for (int r = 0; r < d->k; r++) {
-                        int ih = p * d->stride - d->pad + r;
-                        if (ih < 0 || ih >= d->h) continue;
-                        for (int s = 0; s < d->k; s++) {
-                            int iw = q * d->stride - d->pad + s;
-                            if (iw < 0 || iw >= d->w) continue;
-                            long idx = ((long)ih * d->w + iw) * C + j;
-                            if (at < 0 || img[idx] > best) best = img[idx], at = idx;
+                int first = 1;
+                for (int r = 0; r < d->k; r++) {
+                    int ih = p * d->stride - d->pad + r;
+                    if (ih < 0 || ih >= d->h) continue;
+                    for (int s = 0; s < d->k; s++) {
+                        int iw = q * d->stride - d->pad + s, pix = ih * d->w + iw;
+                        if (iw < 0 || iw >= d->w) continue;
+                        const float *x = img + (long)pix * C;
+                        if (first) {
+                            for (int j = 0; j < C; j++) best[j] = x[j], at[j] = pix;
+                            first = 0;
+                            continue;
+                        }
+#pragma omp simd
+                        for (int j = 0; j < C; j++) {
+                            int gt = x[j] > best[j];  // strict: ties keep the first maximum
+                            best[j] = gt ? x[j] : best[j];
+                            at[j] = gt ? pix : at[j];
                         }
                     }
-                    if (at >= 0) dimg[at] += dout[o + j];
                 }
+                if (first) continue;  // a window entirely in the padding
+                const float *g = dout + (((long)n * d->p + p) * d->q + q) * C;
+                for (int j = 0; j < C; j++) dimg[(long)at[j] * C + j] += g[j];
             }
     }
 }

@@ -386,22 +386,22 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
                 }
             }
         }
-        if (by_k) {
+        // Groups summed in group order into the first, then added to dw (transposed when
+        // the partials are [rsc, k]).
 #pragma omp parallel for schedule(static) num_threads(conv_threads())
-            for (long i = 0; i < krsc; i++) {
-                float s = part[i];
-                for (int g = 1; g < g_rows; g++) s += part[g * part_stride + i];
+        for (long i = 0; i < krsc; i++) {
+            float s = part[i];
+            for (int g = 1; g < g_rows; g++) s += part[g * part_stride + i];
+            if (by_k)
                 dw[i] += s;
-            }
-            return;
+            else
+                part[i] = s;
         }
+        if (!by_k) {
 #pragma omp parallel for schedule(static) num_threads(conv_threads())
-        for (int k = 0; k < d->k; k++)
-            for (long j = 0; j < rsc; j++) {
-                float s = part[j * d->k + k];
-                for (int g = 1; g < g_rows; g++) s += part[g * part_stride + j * d->k + k];
-                dw[k * rsc + j] += s;
-            }
+            for (int k = 0; k < d->k; k++)
+                for (long j = 0; j < rsc; j++) dw[k * rsc + j] += part[j * d->k + k];
+        }
         return;
     }
 
