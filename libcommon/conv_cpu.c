@@ -172,14 +172,28 @@ static void conv_fwd_implicit(float *out, const float *in, const float *wt, cons
 {
     const int wp = d->w + 2 * d->pad;
     const long sc = (long)d->s * d->c, hwc = (long)d->h * d->w * d->c, slot = scratch_floats(d) / CONV_SLOTS;
+    // (Measured on resnet50: row by row wins at 14x14 outputs, loses at 7x7 where a row is
+    // too short a tile to pay for reloading it.)
+    const int by_row = (long)d->r * sc > 1024 && d->q >= 14;
 #pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
     for (int n = 0; n < d->n; n++) {
         const float *src = pad_image(scratch + omp_get_thread_num() * slot, in + n * hwc, d);
-        for (int k0 = 0; k0 < d->k; k0 += 64)
-            for (int p = 0; p < d->p; p++)
-                ds_sgemm_seg(d->q, d->k - k0 < 64 ? d->k - k0 : 64, d->r, sc, src + (long)p * d->stride * wp * d->c,
-                             (long)d->stride * d->c, 1, (long)wp * d->c, wt + k0, d->k, sc * d->k,
-                             out + ((long)n * d->p + p) * d->q * d->k + k0, d->k, 0);
+        for (int k0 = 0; k0 < d->k; k0 += 64) {
+            const int kb = d->k - k0 < 64 ? d->k - k0 : 64;
+            float *o = out + (long)n * d->p * d->q * d->k + k0;
+            if (!by_row) {  // all window rows in one call: the tile stays in registers
+                for (int p = 0; p < d->p; p++)
+                    ds_sgemm_seg(d->q, kb, d->r, sc, src + (long)p * d->stride * wp * d->c, (long)d->stride * d->c,
+                                 1, (long)wp * d->c, wt + k0, d->k, sc * d->k, o + (long)p * d->q * d->k, d->k, 0);
+                continue;
+            }
+            // Wide windows: one window row at a time over all output rows, so that row's
+            // (s*c, 64) weight panel is reused from L2 rather than the whole window's from L3.
+            for (int r = 0; r < d->r; r++)
+                for (int p = 0; p < d->p; p++)
+                    ds_sgemm_seg(d->q, kb, 1, sc, src + ((long)p * d->stride + r) * wp * d->c, (long)d->stride * d->c,
+                                 1, 0, wt + r * sc * d->k + k0, d->k, 0, o + (long)p * d->q * d->k, d->k, r > 0);
+        }
     }
 }
 
