@@ -163,9 +163,10 @@ static int expand_kx(ds_resize_scratch *s, int out_w, int stride)
     return 0;
 }
 
-/* Both pixels' RGB sums plus the rounding half, [R G B 0 | R G B 0], from the pixels at p0
- * and p1 and their weights kv (groups * 5 taps of 8 lanes). */
-static inline __m256i h_pair(const uint8_t *p0, const uint8_t *p1, const int32_t *kv, int groups)
+/* Both pixels' RGB sums plus the rounding half, [R G B 0 | R G B 0], over `taps` taps from
+ * the pixels at p0 and p1 with weights kv (8 lanes per tap): whole groups of five taps per
+ * load, then the remaining one to four from one more load. */
+static inline __m256i h_pair(const uint8_t *p0, const uint8_t *p1, const int32_t *kv, int taps)
 {
     const __m256i sh0 = _mm256_setr_epi8(0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, -1, -1, -1, -1,
                                          0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, -1, -1, -1, -1);
@@ -173,19 +174,26 @@ static inline __m256i h_pair(const uint8_t *p0, const uint8_t *p1, const int32_t
                                            3, 0, 0, 0, 3, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0);
     const __m256i sh1 = _mm256_add_epi8(sh0, three), sh2 = _mm256_add_epi8(sh1, three),
                   sh3 = _mm256_add_epi8(sh2, three), sh4 = _mm256_add_epi8(sh3, three);
-    __m256i acc = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
-    for (int g = 0; g < groups; g++, p0 += 15, p1 += 15, kv += 40) {
-        __m256i px = _mm256_loadu2_m128i((const __m128i *)p1, (const __m128i *)p0);
+    __m256i acc = _mm256_set1_epi32(1 << (PRECISION_BITS - 1)), px;
 #define TAP(t, sh)                                                                                              \
     acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_shuffle_epi8(px, sh),                              \
                                                    _mm256_loadu_si256((const __m256i *)(kv + 8 * (t)))))
+    for (; taps >= 5; taps -= 5, p0 += 15, p1 += 15, kv += 40) {
+        px = _mm256_loadu2_m128i((const __m128i *)p1, (const __m128i *)p0);
         TAP(0, sh0);
         TAP(1, sh1);
         TAP(2, sh2);
         TAP(3, sh3);
         TAP(4, sh4);
-#undef TAP
     }
+    if (taps > 0) {
+        px = _mm256_loadu2_m128i((const __m128i *)p1, (const __m128i *)p0);
+        TAP(0, sh0);
+        if (taps > 1) TAP(1, sh1);
+        if (taps > 2) TAP(2, sh2);
+        if (taps > 3) TAP(3, sh3);
+    }
+#undef TAP
     return acc;
 }
 
@@ -220,20 +228,22 @@ static void pass_horizontal(uint8_t *out, int out_w, int rows, const uint8_t *in
 {
     const uint8_t *end = in + (size_t)rows * in_stride;
     size_t out_stride = (size_t)out_w * 3;
-    int groups = stride / 5;
     for (int y0 = 0; y0 < rows; y0 += H_ROW_BLOCK) {
         int y1 = y0 + H_ROW_BLOCK < rows ? y0 + H_ROW_BLOCK : rows;
         for (int j = 0; j < out_w; j += 2) {
             int j1 = j + 1 < out_w ? j + 1 : j;
             size_t off0 = (size_t)bx[2 * j] * 3, off1 = (size_t)bx[2 * j1] * 3;
             const int32_t *kv = kxv + (size_t)(j / 2) * stride * 8;
+            /* Taps past an output's own have zero weight: the pair needs the longer's. */
+            int taps = bx[2 * j + 1] > bx[2 * j1 + 1] ? bx[2 * j + 1] : bx[2 * j1 + 1];
+            int groups = (taps + 4) / 5;
             int last = j + 2 >= out_w;
             for (int y = y0; y < y1; y++) {
                 const uint8_t *row = in + (size_t)y * in_stride;
                 uint8_t *o = out + (size_t)y * out_stride + 3 * (size_t)j;
                 __m128i s0, s1;
                 if (row + off1 + 15 * groups + 1 <= end) { /* off1 >= off0: bounds grow with j */
-                    __m256i sums = h_pair(row + off0, row + off1, kv, groups);
+                    __m256i sums = h_pair(row + off0, row + off1, kv, taps);
                     s0 = _mm256_castsi256_si128(sums), s1 = _mm256_extracti128_si256(sums, 1);
                 } else {
                     s0 = h_pixel_plain(row + off0, kx + (size_t)j * stride, bx[2 * j + 1]);

@@ -103,10 +103,15 @@ static void test_resize_vector_equals_plain(void)
     check_begin("resize_vector_equals_plain");
     ds_rng r;
     ds_rng_init(&r, 11, DS_RNG_DATA, 2);
-    for (int c = 0; c < 40; c++) {
+    /* dspack's usual shapes first (a squash to 224, a DCT-scaled large photo, a crop), then
+     * random ones. */
+    static const int fixed[][6] = {{400, 350, 224, 224, 224, 224}, {1021, 517, 224, 224, 224, 224},
+                                   {483, 480, 225, 224, 224, 224}};
+    for (int c = 0; c < 43; c++) {
         int iw = 1 + (int)ds_rng_below(&r, 300), ih = 1 + (int)ds_rng_below(&r, 300);
         int rw = 1 + (int)ds_rng_below(&r, 120), rh = 1 + (int)ds_rng_below(&r, 120);
         int ow = 1 + (int)ds_rng_below(&r, rw), oh = 1 + (int)ds_rng_below(&r, rh);
+        if (c < 3) iw = fixed[c][0], ih = fixed[c][1], rw = fixed[c][2], rh = fixed[c][3], ow = fixed[c][4], oh = fixed[c][5];
         ds_fit_geometry g = {rw, rh, rw - ow, rh - oh};
         uint8_t *in = malloc((size_t)iw * ih * 3), *a = malloc((size_t)ow * oh * 3), *b = malloc((size_t)ow * oh * 3);
         for (size_t i = 0; i < (size_t)iw * ih * 3; i++) in[i] = (uint8_t)ds_rng_below(&r, 256);
