@@ -222,7 +222,7 @@ static inline int32_t h_bytes(__m128i sum)
  * cache, so a pair's weights are loaded once per block. Pixels are stored as 4 bytes, the
  * 4th overwritten by the next pixel's store (that pair comes later); the row's last pixel is
  * stored as 3. kxv: expand_kx's table for kx. */
-#define H_ROW_BLOCK 32
+#define H_ROW_BLOCK 8
 static void pass_horizontal(uint8_t *out, int out_w, int rows, const uint8_t *in, size_t in_stride,
                             const int32_t *kx, const int32_t *kxv, const int *bx, int stride)
 {
