@@ -58,7 +58,7 @@ static int small_rsc(const ds_conv_desc *d) { return (long)d->r * d->s * d->c <=
  * the output 64 channels at a time, so a (r*s*c, 64) panel of the weights is reused by
  * every row of an image. Up to 3x3x256 the panel stays in L2; at 3x3x512 it spills to L3
  * and still beats im2col + OpenBLAS (measured on resnet50's layer4). */
-#define IMPLICIT_KD 4608
+#define IMPLICIT_KD 2304
 
 static int implicit_ok(const ds_conv_desc *d)
 {
@@ -273,7 +273,7 @@ void ds_cpu_conv_fwd(float *out, const float *in, const float *w, const ds_conv_
 {
     ds_cpu_blas_init();
     float *slots = (float *)ws + weights_area(d), *wt = NULL;
-    if (small_rsc(d) || implicit_ok(d)) {
+    {
         // wt [rsc, k] = w^T
         const long rsc = (long)d->r * d->s * d->c;
         wt = ws;
@@ -302,11 +302,7 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
         for (long ch = 0; ch < chunks; ch++) {
             long m0 = ch * rows, mr = m - m0 < rows ? m - m0 : rows;
             // din (mr, c) = dout (mr, k) * w (k, c)
-            if (d->k <= SMALL_KD)
-                ds_sgemm_small(mr, d->c, d->k, dout + m0 * d->k, d->k, 1, w, d->c, din + m0 * d->c, d->c, 0);
-            else
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mr, d->c, d->k, 1.0f,
-                            dout + m0 * d->k, d->k, w, d->c, 0.0f, din + m0 * d->c, d->c);
+            ds_sgemm_small(mr, d->c, d->k, dout + m0 * d->k, d->k, 1, w, d->c, din + m0 * d->c, d->c, 0);
         }
         return;
     }
@@ -314,27 +310,18 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
     if (bwd_data_as_fwd(d, &t)) {
         const int R = d->r, S = d->s, C = d->c, K = d->k;
         float *wt = ws;
-        if (implicit_ok(&t)) {
-            // The flipped convolution's weights, transposed for ds_sgemm_small:
-            // wt [r, s, k, c] = w [k, R-1-r, S-1-s, c]
+        // The flipped convolution's weights, transposed for ds_sgemm_small:
+        // wt [r, s, k, c] = w [k, R-1-r, S-1-s, c]
 #pragma omp parallel for collapse(2) schedule(static) num_threads(conv_threads())
-            for (int r = 0; r < R; r++)
-                for (int s = 0; s < S; s++)
-                    for (int k = 0; k < K; k++)
-                        memcpy(wt + (((long)r * S + s) * K + k) * C,
-                               w + (((long)k * R + (R - 1 - r)) * S + (S - 1 - s)) * C, (size_t)C * sizeof(float));
+        for (int r = 0; r < R; r++)
+            for (int s = 0; s < S; s++)
+                for (int k = 0; k < K; k++)
+                    memcpy(wt + (((long)r * S + s) * K + k) * C,
+                           w + (((long)k * R + (R - 1 - r)) * S + (S - 1 - s)) * C, (size_t)C * sizeof(float));
+        if (implicit_ok(&t))
             conv_fwd_implicit(din, dout, wt, &t, slots);
-            return;
-        }
-        // wt [c, r, s, k] = w [k, R-1-r, S-1-s, c]
-#pragma omp parallel for num_threads(conv_threads())
-        for (int c = 0; c < C; c++)
-            for (int r = 0; r < R; r++)
-                for (int s = 0; s < S; s++)
-                    for (int k = 0; k < K; k++)
-                        wt[(((long)c * R + r) * S + s) * K + k] =
-                            w[(((long)k * R + (R - 1 - r)) * S + (S - 1 - s)) * C + c];
-        conv_fwd_slots(din, dout, wt, NULL, &t, slots, slot);
+        else
+            conv_fwd_slots(din, dout, NULL, wt, &t, slots, slot);
         return;
     }
 
@@ -348,11 +335,7 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
         for (long m0 = n * pq; m0 < (n + 1) * pq; m0 += rows) {
             long mr = (n + 1) * pq - m0 < rows ? (n + 1) * pq - m0 : rows;
             // col (mr, rsc) = dout (mr, k) * w (k, rsc)
-            if (d->k <= SMALL_KD)
-                ds_sgemm_small(mr, (int)rsc, d->k, dout + m0 * d->k, d->k, 1, w, rsc, col, rsc, 0);
-            else
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mr, (int)rsc, d->k, 1.0f,
-                            dout + m0 * d->k, d->k, w, (int)rsc, 0.0f, col, (int)rsc);
+            ds_sgemm_small(mr, (int)rsc, d->k, dout + m0 * d->k, d->k, 1, w, rsc, col, rsc, 0);
             col2im_add(din, col, d, m0, mr);
         }
     }
@@ -368,6 +351,9 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
     // better there (measured on the resnet50 shapes).
     const int groups = weight_groups(d), pointwise = is_pointwise(d),
               small = small_rsc(d) && (!pointwise || (long)d->c * d->k <= 65536);
+    // Im2col layers (windows past 3x3x256): dw (k, rsc) += dout^T (k, mr) * col (mr, rsc) on
+    // register tiles, a (mr, 64) block of col in L1 against all of dout's chunk.
+    const int by_k = !small;
     float *part = ws, *slots = (float *)ws + weights_area(d);
     if (m == 0) return;
 
@@ -437,7 +423,9 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
                 im2col(buf, in, d, m0, mr);
                 col = buf;
             }
-            if (small)  // pg (rsc, k) (+)= col^T (rsc, mr) * dout (mr, k)
+            if (by_k)
+                ds_sgemm_small(d->k, (int)rsc, mr, dout + m0 * d->k, 1, d->k, col, rsc, pg, rsc, ch != c0);
+            else if (small)  // pg (rsc, k) (+)= col^T (rsc, mr) * dout (mr, k)
                 ds_sgemm_small(rsc, d->k, mr, col, 1, pointwise ? d->c : rsc, dout + m0 * d->k, d->k, pg,
                                d->k, ch != c0);
             else        // pg (k, rsc) (+)= dout^T (k, mr) * col (mr, rsc)

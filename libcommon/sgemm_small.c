@@ -87,9 +87,21 @@ DEF_TILES(4, 0, tile_nv4) DEF_TILES(4, 1, tile_nv4_unit) DEF_TILES(4, 64, tile_n
 
 typedef void tile_fn(int, const gemm_args *, const float *, const float *, float *);
 
+/* Past this reduction length a single segment is cut into blocks whose (block, 64) panel
+ * of B stays in L2; the partial sums go through C in fp32, the same rounding as keeping
+ * them in registers, so the results do not change. */
+#define KC_MAX 512
+#define KC 256
+
 void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai, long sap, long seg_a,
                   const float *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
 {
+    if (nseg == 1 && kseg > KC_MAX) {
+        for (long k0 = 0; k0 < kseg; k0 += KC)
+            ds_sgemm_seg(m, n, 1, kseg - k0 < KC ? kseg - k0 : KC, A + k0 * sap, sai, sap, 0, B + k0 * ldb, ldb,
+                         0, C, ldc, accumulate || k0 > 0);
+        return;
+    }
     // Tile heights keep MR x NV <= 24 accumulators of the 32 vector registers.
     static const int mr_of[5] = {0, 16, 12, 8, 6};
     // [0]: any row stride of A; [1]: stride 1 (a transposed A); [2]: stride 16 nv, a
