@@ -81,12 +81,13 @@ static int bwd_data_as_fwd(const ds_conv_desc *d, ds_conv_desc *t)
     return 1;
 }
 
-/* Output pixels per chunk: about 384 KiB of col, so a chunk is still in L2 when sgemm
- * reads it, but at least 64 rows, below which sgemm's packing costs dominate. */
+/* Output pixels per chunk: about 384 KiB of col, so a chunk is still in L2 when the GEMM
+ * reads it, but at least 64 rows (256 with many output channels). */
 static long chunk_rows(const ds_conv_desc *d)
 {
     long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c;
-    long rows = round16(98304 / rsc > 64 ? 98304 / rsc : 64);
+    // Many output channels: every chunk streams all the weights, so take fewer, taller ones.
+    long least = d->k >= 256 ? 256 : 64, rows = round16(98304 / rsc > least ? 98304 / rsc : least);
     return rows < m ? rows : m > 0 ? m : 1;
 }
 
