@@ -29,10 +29,10 @@
 #include <pthread.h>
 #include <string.h>
 
-#define CONV_SLOTS 16   /* most threads a convolution uses: one scratch slot each */
+#define CONV_MAX_SLOTS 16  /* most threads a convolution uses: one scratch slot each */
 #define CONV_GROUPS 16  /* most partial weight gradients summed in backward-weight */
 /* Cap on the partial weight gradients' memory (floats); big layers use fewer groups. */
-#define CONV_GROUP_FLOATS (16L << 20)
+#define CONV_GROUP_FLOATS (8L << 20)
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
@@ -40,10 +40,19 @@ static void blas_single_thread(void) { openblas_set_num_threads(1); }
 
 void ds_cpu_blas_init(void) { pthread_once(&blas_once, blas_single_thread); }
 
+/* Scratch slots in a workspace: one per processor (at most CONV_MAX_SLOTS). The processor
+ * count is fixed for the process, so a workspace planned early still fits later calls
+ * whatever omp_set_num_threads says; more threads than processors would gain nothing. */
+static int conv_slots(void)
+{
+    int p = omp_get_num_procs();
+    return p < 1 ? 1 : p < CONV_MAX_SLOTS ? p : CONV_MAX_SLOTS;
+}
+
 static int conv_threads(void)
 {
-    int t = omp_get_max_threads();
-    return t < CONV_SLOTS ? t : CONV_SLOTS;
+    int t = omp_get_max_threads(), s = conv_slots();
+    return t < s ? t : s;
 }
 
 static long round16(long x) { return (x + 15) / 16 * 16; }
@@ -117,7 +126,7 @@ static int weight_groups(const ds_conv_desc *d)
 }
 
 /* Workspace layout: [weights area: partial weight gradients or flipped weights]
- *                   [CONV_SLOTS slots of im2col scratch]. */
+ *                   [conv_slots() slots of im2col scratch]. */
 static long weights_area(const ds_conv_desc *d)
 {
     return weight_groups(d) * round16((long)d->k * d->r * d->s * d->c);
@@ -138,7 +147,7 @@ static long scratch_floats(const ds_conv_desc *d)
     long a = slot_floats(d), b = padded_image_floats(d);
     if (b > a) a = b;
     if (bwd_data_as_fwd(d, &t) && padded_image_floats(&t) > a) a = padded_image_floats(&t);
-    return CONV_SLOTS * a;
+    return conv_slots() * a;
 }
 
 size_t ds_cpu_conv_workspace(const ds_conv_desc *d)
@@ -172,7 +181,7 @@ static void conv_fwd_implicit(float *out, const float *in, const float *wt, cons
                               float *scratch)
 {
     const int wp = d->w + 2 * d->pad;
-    const long sc = (long)d->s * d->c, hwc = (long)d->h * d->w * d->c, slot = scratch_floats(d) / CONV_SLOTS;
+    const long sc = (long)d->s * d->c, hwc = (long)d->h * d->w * d->c, slot = scratch_floats(d) / conv_slots();
     // (Measured on resnet50: row by row wins at 14x14 outputs, loses at 7x7 where a row is
     // too short a tile to pay for reloading it.)
     const int by_row = (long)d->r * sc > 1024 && d->q >= 14;
@@ -367,7 +376,7 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
         // register tiles (k = 16: 8 x 48 instead of 16 x 16).
         const int wp = d->w + 2 * d->pad;
         const long sc = (long)d->s * d->c, pqk = (long)d->p * d->q * d->k, hwc = (long)d->h * d->w * d->c;
-        const long pslot = scratch_floats(d) / CONV_SLOTS;
+        const long pslot = scratch_floats(d) / conv_slots();
         const int by_k = d->k < 32 && sc >= 32;
         // Wide windows: 32 output channels at a time, so the image's (p*q, 32) block of dout
         // stays in L1 while the many window rows stream past it.
