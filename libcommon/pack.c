@@ -1,7 +1,8 @@
-/* pack: plan shards over shuffled manifest positions, decode each shard's images in
- * parallel into one shard-sized buffer while a writer thread puts the decoded prefix into the
- * shard file, repeat. Memory: one shard of pixels plus each thread's decoder scratch,
- * whatever the dataset size. */
+/* pack: plan shards over shuffled manifest positions; for each shard, decode its images in
+ * parallel while a writer thread streams the finished prefix into the shard file, repeat.
+ * Memory: a ring of a few MB of pixels (contiguous shards) or one shard of pixels
+ * (compressed shards, written whole), plus each thread's decoder scratch, whatever the
+ * dataset size. */
 #include "pack.h"
 #include "fsutil.h"
 #include "log.h"
