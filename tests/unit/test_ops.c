@@ -669,6 +669,8 @@ int main(void)
     test_conv(conv_desc(2, 7, 7, 144, 24, 3, 3, 2, 1), 0);
     test_conv(conv_desc(2, 5, 5, 300, 260, 1, 1, 1, 0), 0);
     test_conv(conv_desc(2, 5, 5, 40, 1200, 1, 1, 2, 0), 0);
+    test_conv(conv_desc(1, 14, 14, 128, 24, 3, 3, 1, 1), 0);  // wide window, one row at a time
+    test_conv(conv_desc(2, 24, 24, 288, 8, 3, 3, 1, 1), 0);   // im2col: more chunks than groups
 
     test_bn(24, 5, 0, 0, 0, 1);
     test_bn(24, 5, 1, 1, 0, 1);
