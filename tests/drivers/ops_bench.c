@@ -5,6 +5,7 @@
  *   ops_bench [resnet20|resnet50|all] [repeats]
  *   ops_bench step ARCH BATCH SIZE [steps]    whole training steps of the engine (model.c):
  *                                             forward, backward, SGD; images/s
+ *   ops_bench infer ARCH BATCH SIZE [steps]   inference forward passes
  *
  * Each line: the shape, how many times the network uses it, and for forward, backward-data
  * and backward-weight the best time of `repeats` runs in ms and its GFLOP/s (2 flops per
@@ -172,9 +173,9 @@ static void bench_net(const char *net, const shape *sh, int count, int reps, dou
 }
 
 /* Whole training steps: what the ops add up to inside the engine. */
-static int bench_step(const char *arch, int batch, int size, int steps)
+static int bench_step(const char *arch, int batch, int size, int steps, int training)
 {
-    ds_model_config cfg = {arch, strcmp(arch, "resnet20") ? 1000 : 10, batch, size, size, 1};
+    ds_model_config cfg = {arch, strcmp(arch, "resnet20") ? 1000 : 10, batch, size, size, training};
     ds_model *m = ds_model_create(&ds_backend_cpu, &cfg);
     if (!m) return 1;
     ds_model_init(m, 1);
@@ -191,18 +192,22 @@ static int bench_step(const char *arch, int batch, int size, int steps)
         int saved = cpu_clock;
         cpu_clock = 1;
         double c0 = bench_now() * omp_get_max_threads(), t0 = ds_now();
-        ds_model_zero_reduction(m);
-        ds_model_forward(m, batch, 1);
-        ds_model_backward(m, labels, batch, 1.0f / batch, 0);
-        ds_model_step(m, &sgd, 1);
+        if (training) {
+            ds_model_zero_reduction(m);
+            ds_model_forward(m, batch, 1);
+            ds_model_backward(m, labels, batch, 1.0f / batch, 0);
+            ds_model_step(m, &sgd, 1);
+        } else {
+            ds_model_forward(m, batch, 0);
+        }
         double t = ds_now() - t0, c = bench_now() * omp_get_max_threads() - c0;
         cpu_clock = saved;
         if (s > 0 && t < best) best = t;
         if (s > 0 && c < best_cpu) best_cpu = c;
     }
-    printf("%s %dx%d batch %d, %d threads: best step %.1f ms = %.0f images/s (wall); "
+    printf("%s %s %dx%d batch %d, %d threads: best step %.1f ms = %.0f images/s (wall); "
            "%.1f CPU-ms per step = %.0f images per CPU-second\n",
-           arch, size, size, batch, omp_get_max_threads(), best * 1e3, batch / best, best_cpu * 1e3,
+           training ? "training" : "inference", arch, size, size, batch, omp_get_max_threads(), best * 1e3, batch / best, best_cpu * 1e3,
            batch / best_cpu);
     free(labels);
     ds_model_free(m);
@@ -215,12 +220,13 @@ int main(int argc, char **argv)
     const char *clk = getenv("DS_BENCH_CLOCK");
     cpu_clock = clk && !strcmp(clk, "cpu");
     const char *which = argc > 1 ? argv[1] : "all";
-    if (!strcmp(which, "step")) {
+    if (!strcmp(which, "step") || !strcmp(which, "infer")) {
         if (argc < 5) {
-            fprintf(stderr, "usage: ops_bench step ARCH BATCH SIZE [steps]\n");
+            fprintf(stderr, "usage: ops_bench step|infer ARCH BATCH SIZE [steps]\n");
             return 2;
         }
-        return bench_step(argv[2], atoi(argv[3]), atoi(argv[4]), argc > 5 ? atoi(argv[5]) : 5);
+        return bench_step(argv[2], atoi(argv[3]), atoi(argv[4]), argc > 5 ? atoi(argv[5]) : 5,
+                          !strcmp(which, "step"));
     }
     int reps = argc > 2 ? atoi(argv[2]) : 3;
     if (reps < 1) reps = 1;
