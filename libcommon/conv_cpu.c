@@ -63,6 +63,11 @@ static long round16(long x) { return (x + 15) / 16 * 16; }
 
 static int small_rsc(const ds_conv_desc *d) { return (long)d->r * d->s * d->c <= SMALL_KD; }
 
+static int is_pointwise(const ds_conv_desc *d)
+{
+    return d->r == 1 && d->s == 1 && d->stride == 1 && d->pad == 0;
+}
+
 /* Implicit GEMM (no im2col) for convolutions with a window: forward and backward-data walk
  * the output 64 channels at a time, so a (r*s*c, 64) panel of the weights is reused by
  * every row of an image. Up to 3x3x256 the panel stays in L2; at 3x3x512 it spills to L3
@@ -71,14 +76,12 @@ static int small_rsc(const ds_conv_desc *d) { return (long)d->r * d->s * d->c <=
 
 static int implicit_ok(const ds_conv_desc *d)
 {
-    return !(d->r == 1 && d->s == 1 && d->stride == 1 && d->pad == 0) &&
-           (long)d->r * d->s * d->c <= IMPLICIT_KD;
+    // 1x1 windows: pointwise layers need no im2col anyway, and strided ones with many
+    // channels make taller GEMMs by gathering their pixels first.
+    if (d->r == 1 && d->s == 1 && (is_pointwise(d) || (long)d->c * d->k > 65536)) return 0;
+    return (long)d->r * d->s * d->c <= IMPLICIT_KD;
 }
 
-static int is_pointwise(const ds_conv_desc *d)
-{
-    return d->r == 1 && d->s == 1 && d->stride == 1 && d->pad == 0;
-}
 
 /* Backward-data of a stride-1 convolution is a forward convolution of dout with the
  * weights flipped in space and transposed in channels, padded r-1-pad. */
@@ -357,10 +360,10 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
     const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c, krsc = d->k * rsc;
     const long rows = chunk_rows(d), chunks = chunk_count(d), slot = slot_floats(d);
     const long part_stride = round16(krsc);
-    // Big weight gradients stream too much per register tile: OpenBLAS (which packs) does
-    // better there (measured on the resnet50 shapes).
+    // Big 1x1 weight gradients stream too much per (rsc, k) register tile: they take the
+    // transposed (k, rsc) tiles with a block of col in L1 (measured on the resnet50 shapes).
     const int groups = weight_groups(d), pointwise = is_pointwise(d),
-              small = small_rsc(d) && (!pointwise || (long)d->c * d->k <= 65536);
+              small = small_rsc(d) && !(d->r == 1 && d->s == 1 && (long)d->c * d->k > 65536);
     // Im2col layers (windows past 3x3x256): dw (k, rsc) += dout^T (k, mr) * col (mr, rsc) on
     // register tiles, a (mr, 64) block of col in L1 against all of dout's chunk.
     const int by_k = !small;

@@ -97,9 +97,11 @@ void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai,
                   const float *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
 {
     if (nseg == 1 && kseg > KC_MAX) {
-        for (long k0 = 0; k0 < kseg; k0 += KC)
-            ds_sgemm_seg(m, n, 1, kseg - k0 < KC ? kseg - k0 : KC, A + k0 * sap, sai, sap, 0, B + k0 * ldb, ldb,
-                         0, C, ldc, accumulate || k0 > 0);
+        // 64 columns at a time, so that their (m, 64) block of C stays in L2 across blocks
+        for (int n0 = 0; n0 < n; n0 += 64)
+            for (long k0 = 0; k0 < kseg; k0 += KC)
+                ds_sgemm_seg(m, n - n0 < 64 ? n - n0 : 64, 1, kseg - k0 < KC ? kseg - k0 : KC, A + k0 * sap, sai,
+                             sap, 0, B + k0 * ldb + n0, ldb, 0, C + n0, ldc, accumulate || k0 > 0);
         return;
     }
     // Tile heights keep MR x NV <= 24 accumulators of the 32 vector registers.
