@@ -33,7 +33,7 @@ static void cpu_sync(void) {}
 /* Row chunks of every channel reduction: fixed, so sums do not depend on thread count. */
 #define BN_CHUNKS 16
 /* Channels reduced at a time: bounds the partial sums kept on the stack. */
-#define BN_CBLOCK 64
+#define BN_CBLOCK 256
 /* Rows summed in float before flushing into the double sums: short enough that float
  * rounding stays far below the statistics' own noise, long enough to run at SIMD speed. */
 #define BN_FLUSH 32
