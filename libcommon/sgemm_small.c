@@ -1,8 +1,6 @@
 /* sgemm_small: see sgemm_small.h. */
 #include "sgemm_small.h"
 
-#include <cblas.h>
-
 #ifdef __AVX512F__
 #include <immintrin.h>
 
@@ -126,14 +124,22 @@ void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai,
 
 #else
 
+/* The plain version: the same sums (segment by segment, p in order) with the columns as
+ * the vectorised inner loop. BLAS cannot stand in: A's and B's rows may overlap (a
+ * window's row stride is smaller than its length), which no lda/ldb can express. */
 void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai, long sap, long seg_a,
                   const float *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
 {
-    int trans = sap != 1;  // A stored column-major: A^T is row-major with lda = sap
-    for (long sg = 0; sg < nseg; sg++)
-        cblas_sgemm(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, CblasNoTrans, (int)m, n, (int)kseg,
-                    1.0f, A + sg * seg_a, (int)(trans ? sap : sai), B + sg * seg_b, (int)ldb,
-                    accumulate || sg > 0 ? 1.0f : 0.0f, C, (int)ldc);
+    for (long i = 0; i < m; i++) {
+        float *c = C + i * ldc;
+        if (!accumulate)
+            for (int j = 0; j < n; j++) c[j] = 0;
+        for (long sg = 0; sg < nseg; sg++)
+            for (long p = 0; p < kseg; p++) {
+                const float a = A[i * sai + sg * seg_a + p * sap], *b = B + sg * seg_b + p * ldb;
+                for (int j = 0; j < n; j++) c[j] += a * b[j];
+            }
+    }
 }
 
 #endif

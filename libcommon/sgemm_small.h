@@ -2,8 +2,10 @@
  *
  * Debian's OpenBLAS picks its AVX2 kernels on CPUs it does not know and is slow when one
  * side has only 16-64 columns (the channel counts of small ResNets). This is a plain
- * register-blocked AVX-512 kernel without packing: it expects B (kd x n) to fit in L2 and A
- * to be read row-tile by row-tile. Without AVX-512 it calls cblas_sgemm.
+ * register-blocked AVX-512 kernel without packing: C is walked 64 columns at a time, each
+ * (kd, 64) panel of B reused by every row tile, so the panel should fit in L2 (a single
+ * reduction longer than 512 is cut into blocks of 256 for that). Without AVX-512 a plain
+ * loop computes the same sums.
  *
  * Every element of C is one sum over p = 0..kd-1 in order, whatever m, n and the tiling:
  * results do not depend on how a caller splits the rows across threads. */
