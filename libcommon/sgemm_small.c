@@ -91,14 +91,15 @@ typedef void tile_fn(int, const gemm_args *, const float *, const float *, float
 #define KC_MAX 512
 #define KC 256
 
-void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai, long sap, long seg_a,
-                  const float *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
+static void sgemm_avx512(long m, int n, long nseg, long kseg, const float *A, long sai, long sap,
+                         long seg_a, const float *B, long ldb, long seg_b, float *C, long ldc,
+                         int accumulate)
 {
     if (nseg == 1 && kseg > KC_MAX) {
         // 64 columns at a time, so that their (m, 64) block of C stays in L2 across blocks
         for (int n0 = 0; n0 < n; n0 += 64)
             for (long k0 = 0; k0 < kseg; k0 += KC)
-                ds_sgemm_seg(m, n - n0 < 64 ? n - n0 : 64, 1, kseg - k0 < KC ? kseg - k0 : KC, A + k0 * sap, sai,
+                sgemm_avx512(m, n - n0 < 64 ? n - n0 : 64, 1, kseg - k0 < KC ? kseg - k0 : KC, A + k0 * sap, sai,
                              sap, 0, B + k0 * ldb + n0, ldb, 0, C + n0, ldc, accumulate || k0 > 0);
         return;
     }
@@ -122,13 +123,14 @@ void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai,
     }
 }
 
-#else
+#endif
 
 /* The plain version: the same sums (segment by segment, p in order) with the columns as
  * the vectorised inner loop. BLAS cannot stand in: A's and B's rows may overlap (a
  * window's row stride is smaller than its length), which no lda/ldb can express. */
-void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai, long sap, long seg_a,
-                  const float *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
+static void sgemm_plain(long m, int n, long nseg, long kseg, const float *A, long sai, long sap,
+                        long seg_a, const float *B, long ldb, long seg_b, float *C, long ldc,
+                        int accumulate)
 {
     for (long i = 0; i < m; i++) {
         float *c = C + i * ldc;
@@ -142,7 +144,21 @@ void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai,
     }
 }
 
+static int force_plain;
+
+void ds_sgemm_force_plain(int on) { force_plain = on; }
+
+void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai, long sap, long seg_a,
+                  const float *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
+{
+#ifdef __AVX512F__
+    if (!force_plain) {
+        sgemm_avx512(m, n, nseg, kseg, A, sai, sap, seg_a, B, ldb, seg_b, C, ldc, accumulate);
+        return;
+    }
 #endif
+    sgemm_plain(m, n, nseg, kseg, A, sai, sap, seg_a, B, ldb, seg_b, C, ldc, accumulate);
+}
 
 void ds_sgemm_small(long m, int n, long kd, const float *A, long sai, long sap, const float *B,
                     long ldb, float *C, long ldc, int accumulate)

@@ -25,4 +25,7 @@ void ds_sgemm_small(long m, int n, long kd, const float *A, long sai, long sap, 
 void ds_sgemm_seg(long m, int n, long nseg, long kseg, const float *A, long sai, long sap, long seg_a,
                   const float *B, long ldb, long seg_b, float *C, long ldc, int accumulate);
 
+/* Tests: 1 makes every product take the plain loops even where AVX-512 is there. */
+void ds_sgemm_force_plain(int on);
+
 #endif

@@ -8,6 +8,7 @@
 #include "../check.h"
 #include "backend.h"
 #include "rng.h"
+#include "sgemm_small.h"
 
 #include <math.h>
 #include <omp.h>
@@ -16,6 +17,7 @@
 
 static const ds_backend *be = &ds_backend_cpu;
 static ds_rng rng;
+static const char *conv_label = "";  /* names the GEMM path under test */
 
 static float *randn(size_t n, double scale)
 {
@@ -128,8 +130,8 @@ static double conv_loss(void *p)
 static void test_conv(ds_conv_desc d, int fd)
 {
     char name[160];
-    snprintf(name, sizeof name, "conv n%d %dx%dx%d -> k%d %dx%d/%d pad %d%s", d.n, d.h, d.w, d.c,
-             d.k, d.r, d.s, d.stride, d.pad, fd ? " (finite differences)" : "");
+    snprintf(name, sizeof name, "conv n%d %dx%dx%d -> k%d %dx%d/%d pad %d%s%s", d.n, d.h, d.w, d.c,
+             d.k, d.r, d.s, d.stride, d.pad, fd ? " (finite differences)" : "", conv_label);
     check_begin(name);
     size_t ni = (size_t)d.n * d.h * d.w * d.c, nw = (size_t)d.k * d.r * d.s * d.c,
            no = (size_t)d.n * d.p * d.q * d.k;
@@ -671,6 +673,16 @@ int main(void)
     test_conv(conv_desc(2, 5, 5, 40, 1200, 1, 1, 2, 0), 0);
     test_conv(conv_desc(1, 14, 14, 128, 24, 3, 3, 1, 1), 0);  // wide window, one row at a time
     test_conv(conv_desc(2, 24, 24, 288, 8, 3, 3, 1, 1), 0);   // im2col: more chunks than groups
+    // The plain GEMM loops (what CPUs without AVX-512 run) on one shape of each path.
+    ds_sgemm_force_plain(1);
+    conv_label = " (plain GEMM)";
+    test_conv(conv_desc(2, 6, 7, 3, 4, 3, 3, 2, 1), 1);
+    test_conv(conv_desc(5, 11, 11, 16, 16, 3, 3, 1, 1), 0);
+    test_conv(conv_desc(4, 16, 16, 256, 16, 1, 1, 1, 0), 0);
+    test_conv(conv_desc(2, 5, 5, 300, 260, 1, 1, 1, 0), 0);
+    test_conv(conv_desc(2, 24, 24, 288, 8, 3, 3, 1, 1), 0);
+    ds_sgemm_force_plain(0);
+    conv_label = "";
 
     test_bn(24, 5, 0, 0, 0, 1);
     test_bn(24, 5, 1, 1, 0, 1);
