@@ -10,6 +10,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -266,12 +267,20 @@ static void cpu_avgpool_bwd(float *din, const float *dout, int n, int hw, int c)
 
 /* ---- fully connected: split over output columns, one sgemm per block ---- */
 
+/* OpenBLAS is only ever called from inside OpenMP regions, one call per thread, so its own
+ * thread pool must stay at one thread (its pthread build serialises concurrent callers). */
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_single_thread(void) { openblas_set_num_threads(1); }
+
+static void blas_init(void) { pthread_once(&blas_once, blas_single_thread); }
+
 #define LIN_BLOCK 128
 
 static void cpu_linear_fwd(float *out, const float *in, const float *w, const float *b, int n,
                            int i, int o)
 {
-    ds_cpu_blas_init();
+    blas_init();
 #pragma omp parallel for schedule(static)
     for (int o0 = 0; o0 < o; o0 += LIN_BLOCK) {
         int ob = o - o0 < LIN_BLOCK ? o - o0 : LIN_BLOCK;
@@ -287,7 +296,7 @@ static void cpu_linear_fwd(float *out, const float *in, const float *w, const fl
 static void cpu_linear_bwd(float *din, float *dw, float *db, const float *dout, const float *in,
                            const float *w, int n, int i, int o)
 {
-    ds_cpu_blas_init();
+    blas_init();
     if (din) {
 #pragma omp parallel for schedule(static)
         for (int i0 = 0; i0 < i; i0 += LIN_BLOCK) {

@@ -3,19 +3,19 @@
  * With M = n*p*q output pixels and RSC = r*s*c, a convolution is the GEMM
  *     out (M, K) = col (M, RSC) * w^T (RSC, K)
  * where row m of col is the receptive field of pixel m. Three ways to run it, by shape:
- *   - Implicit GEMM (windows up to 3x3x512): the input is zero-padded one image at a time
+ *   - Implicit GEMM (windows up to 3x3x256): the input is zero-padded one image at a time
  *     into a per-thread slot that stays in L2; for one output row, window row r of every
  *     pixel is then a contiguous run of s*c floats, pixels stride*c apart, so the product
  *     is ds_sgemm_seg with the window rows as segments: no im2col at all. Backward-data of
  *     a stride-1 layer is the forward of the flipped, transposed weights; backward-weight
- *     (up to 1152 = 3x3x128) turns the same product around, with the output rows as the
- *     segments of the reduction.
+ *     turns the same product around, with the output rows as the segments of the reduction.
  *   - Pointwise (1x1 stride 1): the NHWC input already is col (M, C).
  *   - Otherwise im2col on chunks of output pixels small enough to stay in L2, one per
  *     thread, then a GEMM per chunk; strided backward-data scatters each chunk back
  *     (col2im), one image per thread so scatters never overlap.
- * GEMMs whose shared operand fits in L2 run on ds_sgemm_small's AVX-512 register tiles,
- * the others on single-threaded OpenBLAS (threads come from OpenMP, one GEMM each).
+ * Every GEMM runs on ds_sgemm_small's AVX-512 register tiles, single-threaded: the threads
+ * come from OpenMP, one chunk, image or group each. (Debian's OpenBLAS runs its AVX2
+ * kernels on this class of CPU, at half the speed.)
  *
  * Determinism: the chunking depends only on the shape, and every output element is
  * produced by one GEMM call (forward, backward-data) or by per-group partial sums added in
@@ -24,9 +24,7 @@
 #include "conv_cpu.h"
 #include "sgemm_small.h"
 
-#include <cblas.h>
 #include <omp.h>
-#include <pthread.h>
 #include <string.h>
 
 #define CONV_MAX_SLOTS 16  /* most threads a convolution uses: one scratch slot each */
@@ -34,11 +32,6 @@
 /* Cap on the partial weight gradients' memory (floats); big layers use fewer groups. */
 #define CONV_GROUP_FLOATS (8L << 20)
 
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-
-static void blas_single_thread(void) { openblas_set_num_threads(1); }
-
-void ds_cpu_blas_init(void) { pthread_once(&blas_once, blas_single_thread); }
 
 /* Scratch slots in a workspace: one per processor (at most CONV_MAX_SLOTS). The processor
  * count is fixed for the process, so a workspace planned early still fits later calls
@@ -70,8 +63,8 @@ static int is_pointwise(const ds_conv_desc *d)
 
 /* Implicit GEMM (no im2col) for convolutions with a window: forward and backward-data walk
  * the output 64 channels at a time, so a (r*s*c, 64) panel of the weights is reused by
- * every row of an image. Up to 3x3x256 the panel stays in L2; at 3x3x512 it spills to L3
- * and still beats im2col + OpenBLAS (measured on resnet50's layer4). */
+ * every row of an image. Up to 3x3x256 the panel stays in L2; at 3x3x512 (1.2 MB) im2col
+ * into tall chunks with blocked reductions is faster (measured on resnet50's layer4). */
 #define IMPLICIT_KD 2304
 
 static int implicit_ok(const ds_conv_desc *d)
@@ -257,9 +250,9 @@ static void col2im_add(float *din, const float *col, const ds_conv_desc *d, long
     }
 }
 
-/* w: [k, rsc] for OpenBLAS, or (transposed) wt: [rsc, k] for ds_sgemm_small. */
-static void conv_fwd_slots(float *out, const float *in, const float *w, const float *wt,
-                           const ds_conv_desc *d, float *slots, long slot)
+/* The im2col forward: wt is the weights transposed, [rsc, k]. */
+static void conv_fwd_slots(float *out, const float *in, const float *wt, const ds_conv_desc *d,
+                           float *slots, long slot)
 {
     const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c;
     const long rows = chunk_rows(d), chunks = chunk_count(d);
@@ -273,37 +266,27 @@ static void conv_fwd_slots(float *out, const float *in, const float *w, const fl
             im2col(buf, in, d, m0, mr);
             col = buf;
         }
-        // out (mr, k) = col (mr, rsc) * w^T (rsc, k)
-        if (wt)
-            ds_sgemm_small(mr, d->k, rsc, col, rsc, 1, wt, d->k, out + m0 * d->k, d->k, 0);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)mr, d->k, (int)rsc, 1.0f, col,
-                        (int)rsc, w, (int)rsc, 0.0f, out + m0 * d->k, d->k);
+        // out (mr, k) = col (mr, rsc) * wt (rsc, k)
+        ds_sgemm_small(mr, d->k, rsc, col, rsc, 1, wt, d->k, out + m0 * d->k, d->k, 0);
     }
 }
 
 void ds_cpu_conv_fwd(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws)
 {
-    ds_cpu_blas_init();
-    float *slots = (float *)ws + weights_area(d), *wt = NULL;
-    {
-        // wt [rsc, k] = w^T
-        const long rsc = (long)d->r * d->s * d->c;
-        wt = ws;
+    const long rsc = (long)d->r * d->s * d->c;
+    float *slots = (float *)ws + weights_area(d), *wt = ws;
+    // wt [rsc, k] = w^T
 #pragma omp parallel for schedule(static) num_threads(conv_threads())
-        for (long j = 0; j < rsc; j++)
-            for (int k = 0; k < d->k; k++) wt[j * d->k + k] = w[k * rsc + j];
-        if (implicit_ok(d)) {
-            conv_fwd_implicit(out, in, wt, d, slots);
-            return;
-        }
-    }
-    conv_fwd_slots(out, in, w, wt, d, slots, slot_floats(d));
+    for (long j = 0; j < rsc; j++)
+        for (int k = 0; k < d->k; k++) wt[j * d->k + k] = w[k * rsc + j];
+    if (implicit_ok(d))
+        conv_fwd_implicit(out, in, wt, d, slots);
+    else
+        conv_fwd_slots(out, in, wt, d, slots, slot_floats(d));
 }
 
 void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const ds_conv_desc *d, void *ws)
 {
-    ds_cpu_blas_init();
     const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c;
     const long rows = chunk_rows(d), slot = slot_floats(d);
     float *slots = (float *)ws + weights_area(d);
@@ -334,7 +317,7 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
         if (implicit_ok(&t))
             conv_fwd_implicit(din, dout, wt, &t, slots);
         else
-            conv_fwd_slots(din, dout, NULL, wt, &t, slots, slot);
+            conv_fwd_slots(din, dout, wt, &t, slots, slot);
         return;
     }
 
@@ -356,21 +339,18 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
 
 void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws)
 {
-    ds_cpu_blas_init();
     const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c, krsc = d->k * rsc;
     const long rows = chunk_rows(d), chunks = chunk_count(d), slot = slot_floats(d);
     const long part_stride = round16(krsc);
-    // Big 1x1 weight gradients stream too much per (rsc, k) register tile: they take the
-    // transposed (k, rsc) tiles with a block of col in L1 (measured on the resnet50 shapes).
+    // Big weight gradients (1x1 with many channels, im2col windows) stream too much per
+    // (rsc, k) register tile: they take transposed (k, rsc) tiles, a (mr, 64) block of col
+    // in L1 against all of dout's chunk (measured on the resnet50 shapes).
     const int groups = weight_groups(d), pointwise = is_pointwise(d),
               small = small_rsc(d) && !(d->r == 1 && d->s == 1 && (long)d->c * d->k > 65536);
-    // Im2col layers (windows past 3x3x256): dw (k, rsc) += dout^T (k, mr) * col (mr, rsc) on
-    // register tiles, a (mr, 64) block of col in L1 against all of dout's chunk.
-    const int by_k = !small;
     float *part = ws, *slots = (float *)ws + weights_area(d);
     if (m == 0) return;
 
-    // Up to 3x3x256 windows (measured on resnet50; at 3x3x512 OpenBLAS is faster).
+    // Up to 3x3x256 windows (measured on resnet50; at 3x3x512 im2col chunks are faster).
     if (!pointwise && implicit_ok(d) && rsc <= 2304) {
         // Implicit GEMM as in the forward pass, with the roles turned: for image n and window
         // row r, pg[r] (s*c, k) += in_pad^T (s*c, p*q) * dout[n] (p*q, k), the output rows
@@ -436,14 +416,11 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
                 im2col(buf, in, d, m0, mr);
                 col = buf;
             }
-            if (by_k)
-                ds_sgemm_small(d->k, (int)rsc, mr, dout + m0 * d->k, 1, d->k, col, rsc, pg, rsc, ch != c0);
-            else if (small)  // pg (rsc, k) (+)= col^T (rsc, mr) * dout (mr, k)
+            if (small)  // pg (rsc, k) (+)= col^T (rsc, mr) * dout (mr, k)
                 ds_sgemm_small(rsc, d->k, mr, col, 1, pointwise ? d->c : rsc, dout + m0 * d->k, d->k, pg,
                                d->k, ch != c0);
             else        // pg (k, rsc) (+)= dout^T (k, mr) * col (mr, rsc)
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d->k, (int)rsc, (int)mr, 1.0f,
-                            dout + m0 * d->k, d->k, col, (int)rsc, ch == c0 ? 0.0f : 1.0f, pg, (int)rsc);
+                ds_sgemm_small(d->k, (int)rsc, mr, dout + m0 * d->k, 1, d->k, col, rsc, pg, rsc, ch != c0);
         }
     }
     // Groups summed in group order: the same result for any thread count.

@@ -10,8 +10,4 @@ void ds_cpu_conv_fwd(float *out, const float *in, const float *w, const ds_conv_
 void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const ds_conv_desc *d, void *ws);
 void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws);
 
-/* OpenBLAS is only ever called from inside OpenMP regions, one call per thread, so its own
- * thread pool must stay at one thread (its pthread build serialises concurrent callers). */
-void ds_cpu_blas_init(void);
-
 #endif

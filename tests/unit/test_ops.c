@@ -666,7 +666,7 @@ int main(void)
     test_conv(conv_desc(3, 9, 9, 24, 48, 1, 1, 2, 0), 0);
     test_conv(conv_desc(1, 7, 7, 8, 8, 5, 5, 1, 2), 0);
     test_conv(conv_desc(2, 8, 8, 4, 4, 3, 3, 1, 0), 0);
-    // Past the register-tile limits: wide windows, many channels (the OpenBLAS paths).
+    // Wide windows and many channels: im2col, blocked reductions, transposed weight tiles.
     test_conv(conv_desc(2, 6, 6, 160, 20, 3, 3, 1, 1), 0);
     test_conv(conv_desc(2, 7, 7, 144, 24, 3, 3, 2, 1), 0);
     test_conv(conv_desc(2, 5, 5, 300, 260, 1, 1, 1, 0), 0);
