@@ -88,6 +88,22 @@ int ds_rundir_has_checkpoints(const char *dir)
     return found;
 }
 
+/* DIR/ckpt-<largest step>.h5, or NULL when there is none; caller frees. */
+static char *newest_ckpt(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    char best[17] = "";  /* ckpt-NNNNNNNN.h5 */
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (is_ckpt_name(e->d_name) && strcmp(e->d_name, best) > 0) memcpy(best, e->d_name, sizeof best);
+    closedir(d);
+    if (!best[0]) return NULL;
+    char *p = ds_path_join(dir, best), *real = ds_realpath(p);
+    free(p);
+    return real;
+}
+
 char *ds_rundir_resolve(const char *arg)
 {
     struct stat st;
@@ -98,8 +114,14 @@ char *ds_rundir_resolve(const char *arg)
     if (!S_ISDIR(st.st_mode)) return ds_xstrdup(arg);
     char *last = ds_path_join(arg, "last.h5");
     if (stat(last, &st)) {
-        ds_err("%s: no last.h5 in this run directory (%s)", arg, strerror(errno));
+        /* A kill between a checkpoint's rename and the first last.h5 link leaves a complete
+         * ckpt-*.h5 and no link: resume from the newest one (never a .tmp, which the name
+         * check excludes). */
+        int e = errno;
+        char *newest = newest_ckpt(arg);
         free(last);
+        if (newest) return newest;
+        ds_err("%s: no last.h5 and no ckpt-*.h5 in this run directory (%s)", arg, strerror(e));
         return NULL;
     }
     char *real = ds_realpath(last);

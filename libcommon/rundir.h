@@ -21,7 +21,8 @@ int ds_rundir_prune(const char *dir, int keep);
 /* 1 when dir holds checkpoints (ckpt-*.h5 or last.h5), 0 when not (or it does not exist). */
 int ds_rundir_has_checkpoints(const char *dir);
 /* The checkpoint a --resume argument names: a file as it is, a run directory's last.h5
- * resolved to its target. Caller frees; NULL with a message. */
+ * resolved to its target (or, with no last.h5 yet, its newest ckpt-*.h5). Caller frees;
+ * NULL with a message. */
 char *ds_rundir_resolve(const char *arg);
 
 /* metrics.jsonl: appended, each line flushed and fsynced. */

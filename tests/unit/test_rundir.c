@@ -69,6 +69,17 @@ int main(void)
     free(r);
     char *missing = ds_path_join(dir, "nothing");
     CHECK(ds_rundir_resolve(missing) == NULL, "a missing path resolved");
+    /* Killed after the first checkpoint's rename, before last.h5: the newest complete
+     * checkpoint, never a larger-numbered .tmp. */
+    CHECK(ds_mkdirs(missing) == 0, "mkdir");
+    CHECK(ds_rundir_resolve(missing) == NULL, "an empty run directory resolved");
+    touch(missing, "ckpt-00000003.h5");
+    touch(missing, "ckpt-00000002.h5");
+    touch(missing, "ckpt-00000004.h5.tmp");
+    r = ds_rundir_resolve(missing);
+    CHECK(r && strlen(r) >= 16 && !strcmp(r + strlen(r) - 16, "ckpt-00000003.h5"), "without last.h5 resolved %s",
+          r ? r : "NULL");
+    free(r);
     free(missing);
     free(lp);
     check_end();
