@@ -1,4 +1,5 @@
 #include "comm.h"
+#include "fsutil.h"
 #include "log.h"
 
 #include <limits.h>
@@ -102,20 +103,37 @@ void ds_comm_free(void)
     mpi_live = 0;
 }
 
-/* Sum on rank 0, then broadcast: the one sum that exists is the one every rank gets. */
+/* Elements rank 0 receives from one rank at a time: bounds its scratch (4 or 8 MB). */
+#define ORDERED_PIECE ((size_t)1 << 20)
+#define TAG_SUM 17
+
+/* Sum on rank 0, then broadcast: the one sum that exists is the one every rank gets.
+ * Rank 0 adds the ranks' buffers one at a time in rank order, ((b0 + b1) + b2) + ..., which
+ * is the order in which one process accumulating micro-batches adds them: a step of world W
+ * and accum 1 is then bitwise the step of world 1 and accum W on the CPU (DESIGN §3), not
+ * only equal up to rounding. MPI_Reduce leaves the order of its additions to the library. */
 static void reduce_bcast(void *buf, size_t n, size_t elem, MPI_Datatype type)
 {
     if (!mpi_live || world_size == 1) return;
-    char *p = buf;
-    for (size_t off = 0; off < n; off += chunk_elems) {
-        int count = (int)(n - off < chunk_elems ? n - off : chunk_elems);
+    size_t piece = chunk_elems < ORDERED_PIECE ? chunk_elems : ORDERED_PIECE;
+    char *p = buf, *tmp = world_rank == 0 ? ds_xmalloc(piece * elem) : NULL;
+    for (size_t off = 0; off < n; off += piece) {
+        int count = (int)(n - off < piece ? n - off : piece);
         void *chunk = p + off * elem;
-        if (world_rank == 0)
-            mpiCheck(MPI_Reduce(MPI_IN_PLACE, chunk, count, type, MPI_SUM, 0, MPI_COMM_WORLD));
-        else
-            mpiCheck(MPI_Reduce(chunk, NULL, count, type, MPI_SUM, 0, MPI_COMM_WORLD));
+        if (world_rank == 0) {
+            for (int r = 1; r < world_size; r++) {
+                mpiCheck(MPI_Recv(tmp, count, type, r, TAG_SUM, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+                if (elem == sizeof(float))
+                    for (int i = 0; i < count; i++) ((float *)chunk)[i] += ((const float *)tmp)[i];
+                else
+                    for (int i = 0; i < count; i++) ((double *)chunk)[i] += ((const double *)tmp)[i];
+            }
+        } else {
+            mpiCheck(MPI_Send(chunk, count, type, 0, TAG_SUM, MPI_COMM_WORLD));
+        }
         mpiCheck(MPI_Bcast(chunk, count, type, 0, MPI_COMM_WORLD));
     }
+    free(tmp);
 }
 
 void ds_comm_allreduce_sum_f32(float *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_FLOAT); }

@@ -35,9 +35,10 @@ int ds_comm_local_size(void);  /* processes on this node */
 int ds_comm_launched(void);
 
 /* In-place sums over all ranks. Every rank ends with bitwise the same result: the sum is
- * formed once, on rank 0 (MPI_Reduce), then broadcast, since MPI_Allreduce does not
- * promise identical floating-point results on every rank. Sizes may exceed INT_MAX
- * elements (chunked). */
+ * formed once, on rank 0, then broadcast, since MPI_Allreduce does not promise identical
+ * floating-point results on every rank. Rank 0 adds the ranks' buffers in rank order,
+ * ((b0 + b1) + b2) + ..., as one process accumulating micro-batches would. Sizes may
+ * exceed INT_MAX elements (chunked). */
 void ds_comm_allreduce_sum_f32(float *buf, size_t n);
 void ds_comm_allreduce_sum_f64(double *buf, size_t n);
 /* Integer sums are exact; MPI_Allreduce directly. */
