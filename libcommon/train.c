@@ -51,12 +51,65 @@ static void reduce_step(run *r, double *loss)
 #endif
 }
 
+/* FNV-1a over 64-bit words (the tail bytewise): a fingerprint of a tensor's bits. */
+static uint64_t fingerprint(const void *data, size_t bytes)
+{
+    const unsigned char *b = data;
+    uint64_t h = 14695981039346656037ull, w;
+    size_t i = 0;
+    for (; i + 8 <= bytes; i += 8) {
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 1099511628211ull;
+    }
+    for (; i < bytes; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* DESIGN §3: every rank holds the same weights, BN running statistics and momentum, so rank
+ * 0's checkpoint stands for all. Checked before each checkpoint: every rank fingerprints
+ * each tensor and compares with rank 0's; a rank that differs names the first tensor and
+ * the run fails instead of saving one rank's view. Costs one pass over the state. */
+static int check_replicas(run *r, int64_t g)
+{
+    if (r->p->world == 1) return 0;
+    ds_model *m = r->m;
+    int nt = ds_model_tensor_count(m);
+    size_t most = 1;
+    for (int i = 0; i < nt; i++)
+        if (ds_model_tensor(m, i)->count > most) most = ds_model_tensor(m, i)->count;
+    float *host = ds_xmalloc(most * sizeof *host + sizeof(int64_t));
+    uint64_t *mine = ds_xcalloc(2 * (size_t)nt, sizeof *mine), *root = ds_xmalloc(2 * (size_t)nt * sizeof *root);
+    for (int i = 0; i < nt; i++) {
+        const ds_tensor_info *t = ds_model_tensor(m, i);
+        ds_model_tensor_get(m, i, host);
+        mine[2 * i] = fingerprint(host, t->kind == DS_TENSOR_COUNTER ? sizeof(int64_t) : t->count * sizeof *host);
+        if (t->kind == DS_TENSOR_PARAM && ds_model_momentum_started(m) && ds_model_momentum_get(m, i, host) == 0)
+            mine[2 * i + 1] = fingerprint(host, t->count * sizeof *host);
+    }
+    memcpy(root, mine, 2 * (size_t)nt * sizeof *root);
+    ds_comm_bcast(root, 2 * (size_t)nt * sizeof *root, 0);
+    int bad = -1;
+    for (int i = 0; i < 2 * nt && bad < 0; i++)
+        if (mine[i] != root[i]) bad = i;
+    if (bad >= 0)
+        ds_err("step %lld: rank %d's %s%s differs from rank 0's: the ranks have diverged", (long long)g, r->p->rank,
+               ds_model_tensor(m, bad / 2)->name, bad % 2 ? " momentum" : "");
+    free(host);
+    free(mine);
+    free(root);
+    if (ds_comm_any(bad >= 0)) return -1;
+    ds_debug("step %lld: the %d ranks hold identical weights, BN running statistics and momentum", (long long)g,
+             r->p->world);
+    return 0;
+}
+
 /* Writes the checkpoint for global step g (rank 0), moves last.h5 (and best.h5 when
  * `best`), prunes old ones. Every rank returns the same status. */
 static int save(run *r, int64_t g, int best)
 {
     const ds_train_plan *p = r->p;
     int rc = 0;
+    if (check_replicas(r, g)) return -1;
     if (p->rank == 0) {
         ds_ckpt_meta *meta = p->meta;
         meta->epoch = g / r->S;
