@@ -11,12 +11,21 @@
 #include "model.h"
 
 /* Counting allocator: the executable's malloc family overrides libc's for every library,
- * so the walk's allocations are visible. glibc exports the real ones as __libc_*. */
+ * so the walk's allocations are visible. glibc exports the real ones as __libc_*. Under
+ * AddressSanitizer (make SAN=1), which owns malloc, its allocation hook counts instead. */
+static volatile long alloc_calls;
+#ifdef __SANITIZE_ADDRESS__
+/* from <sanitizer/allocator_interface.h>, which gcc does not install */
+int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
+                                              void (*free_hook)(const volatile void *));
+static void count_malloc(const volatile void *p, size_t n) { alloc_calls++; }
+static void ignore_free(const volatile void *p) {}
+static void count_allocations(void) { __sanitizer_install_malloc_and_free_hooks(count_malloc, ignore_free); }
+#else
 extern void *__libc_malloc(size_t);
 extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
-static volatile long alloc_calls;
 void *malloc(size_t n) { alloc_calls++; return __libc_malloc(n); }
 void *calloc(size_t a, size_t b) { alloc_calls++; return __libc_calloc(a, b); }
 void *realloc(void *p, size_t n) { alloc_calls++; return __libc_realloc(p, n); }
@@ -28,6 +37,8 @@ int posix_memalign(void **p, size_t al, size_t n)
     *p = __libc_memalign(al, n);
     return *p ? 0 : 12;
 }
+static void count_allocations(void) {}
+#endif
 
 static ds_model *make(const char *arch, int classes, int batch, int hw, int training)
 {
@@ -109,6 +120,7 @@ static void test_refusals(void)
 {
     check_begin("refusals");
     ds_log_init("test_model");
+    count_allocations();
     CHECK(make("resnet19", 10, 1, 32, 0) == NULL, "unknown arch accepted");
     CHECK(make("resnet20", 0, 1, 32, 0) == NULL, "0 classes accepted");
     ds_model *m = make("resnet18", 10, 1, 32, 1);
@@ -185,6 +197,10 @@ static void fill_input(ds_model *m, int n, int hw)
 static void test_step_allocates_nothing(void)
 {
     check_begin("step_allocates_nothing");
+    long probe = alloc_calls;
+    void *volatile one = malloc(16);
+    free(one);
+    CHECK(alloc_calls > probe, "the allocation counter does not count");
     ds_model *m = make("resnet20", 10, 4, 16, 1);
     ds_model_init(m, 1);
     fill_input(m, 4, 16);
@@ -252,6 +268,7 @@ static void test_backward_repeatable(const char *arch, int n, int hw)
 int main(void)
 {
     ds_log_init("test_model");
+    count_allocations();
     test_param_counts();
     test_memory_plan();
     test_refusals();
