@@ -340,9 +340,13 @@ int ds_train(ds_model *m, const ds_train_plan *p)
     int rc = setup(&r, m, p);
     if (!rc) rc = train_loop(&r);
     if (rc == 1) {
+        /* The ranks stop together, but a signal may have reached another rank only. */
         int sig = ds_signals_pending();
-        ds_info("stopped at step %lld %s; checkpoint %s (continue with --resume %s)", (long long)r.saved_step,
-                sig ? (sig == SIGINT ? "on SIGINT" : "on SIGTERM") : "(--max-steps)", r.last_path, p->out);
+        const char *why = sig == SIGINT ? "on SIGINT" : sig ? "on SIGTERM"
+                          : p->max_steps > 0 && r.saved_step >= p->max_steps ? "(--max-steps)"
+                                                                             : "on a signal to another rank";
+        ds_info("stopped at step %lld %s; checkpoint %s (continue with --resume %s)", (long long)r.saved_step, why,
+                r.last_path, p->out);
     }
     teardown(&r);
     return rc;
