@@ -1,0 +1,186 @@
+#!/bin/bash
+# dstrain and dseval under mpirun (ranks on this machine, CPU, --oversubscribe), DESIGN §3:
+# world 3 x accum 1 trains as world 1 x accum 3; the ranks hold identical state; validation
+# and dseval count every image once whatever the rank count; only rank 0 writes; the ranks
+# stop together (signal, NaN); resume across world sizes at the same global batch, refused
+# at another; kill -9 of one rank ends the job.
+. "$(dirname "$0")/lib.sh"
+
+if ! command -v mpirun >/dev/null; then
+    fail "dstrain mpi" "mpirun not found (Debian: openmpi-bin)"; finish
+fi
+mpi() {  # N CMD...: N ranks, bounded so that a hang fails instead of blocking the suite
+    local n=$1; shift
+    timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$n" "$@"
+}
+
+mkdata() {  # OUT N_PER_CLASS CLASSES SEED (the bar images of test_dstrain.sh)
+    "$PYTHON" - "$@" <<'PY'
+import os, sys
+import numpy as np
+from PIL import Image
+out, n, classes, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rng = np.random.default_rng(seed)
+for c in range(classes):
+    d = os.path.join(out, "class%d" % c)
+    os.makedirs(d, exist_ok=True)
+    for i in range(n):
+        img = rng.integers(0, 90, (20, 20, 3)).astype(np.int32)
+        k = rng.integers(0, 16)
+        if c % 2 == 0: img[k:k + 4, :, c % 3] += 150
+        else: img[:, k:k + 4, c % 3] += 150
+        Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(os.path.join(d, "%03d.png" % i))
+PY
+}
+
+# 88 training images (7 steps of G = 12), 40 val images (no rank count of 3 divides them);
+# an evaluation set of 37 images (prime: 2 and 3 ranks both split it unevenly).
+mkdata "$T/tree" 32 4 1 && mkdata "$T/evtree" 10 4 3 && rm "$T"/evtree/class3/00[789].png ||
+    { fail data "cannot make the synthetic sets"; finish; }
+dsplit -q --val 0.3 -o "$T/split" "$T/tree" >/dev/null &&
+    dspack -q --size 16 -o "$T/train" "$T/split/train.txt" >/dev/null &&
+    dspack -q --size 16 -o "$T/val" "$T/split/val.txt" >/dev/null &&
+    dsplit -q --val 0 -o "$T/evsplit" "$T/evtree" >/dev/null &&
+    dspack -q --size 16 -o "$T/ev" "$T/evsplit/train.txt" >/dev/null ||
+    { fail pack "dsplit/dspack failed"; finish; }
+
+# One compute thread per rank: three ranks share the machine's cores.
+COMMON=(--train "$T/train" --val "$T/val" --arch resnet20 --crop 16 --pad 2 --batch 4 --epochs 4 --lr 0.05
+        --lr-scaling none --warmup-epochs 0.5 --threads 1 --loader-threads 1 --log-every 5)
+
+# ---- world 3 x accum 1 against world 1 x accum 3: 20 steps, across two epoch ends ----
+mpi 3 dstrain "${COMMON[@]}" --max-steps 20 --verbose -o "$T/w3" 2>"$T/w3.err"
+check np3_runs test -f "$T/w3/ckpt-00000020.h5"
+dstrain "${COMMON[@]}" --max-steps 20 --accum 3 -q -o "$T/a3" 2>"$T/a3.err"
+check accum3_runs test -f "$T/a3/ckpt-00000020.h5"
+
+# fp32 ~1e-4 relative per tensor (the worst element against the tensor's largest value):
+# the two compute the same step up to summation order; comm sums in rank order, so on the
+# CPU they are in fact bitwise equal and the number printed is 0.
+"$PYTHON" - "$T/w3/ckpt-00000020.h5" "$T/a3/ckpt-00000020.h5" <<'PY' && pass np3_equals_accum3_within_1e-4 ||
+import sys
+import h5py, numpy as np
+a, b = (h5py.File(f, "r") for f in sys.argv[1:])
+worst, where = 0.0, "-"
+for k in b["model"]:
+    x, y = a["model"][k][()].astype(np.float64), b["model"][k][()].astype(np.float64)
+    d = float(np.abs(x - y).max() / max(np.abs(y).max(), 1e-30))
+    if d > worst: worst, where = d, k
+print("max relative difference np 3 vs accum 3 after 20 steps: %.3g (%s)" % (worst, where))
+sys.exit(worst > 1e-4)
+PY
+    fail np3_equals_accum3_within_1e-4
+# Every rank fingerprints its weights, BN running statistics and momentum against rank 0's
+# before each checkpoint (a difference fails the run); --verbose says they agreed.
+check np3_ranks_identical_state grep -q "step 20: the 3 ranks hold identical weights, BN running statistics" \
+    "$T/w3.err"
+check np3_checked_at_every_checkpoint test "$(grep -c 'ranks hold identical' "$T/w3.err")" = 3
+# Validation under 3 ranks (40 images: 13 + 13 + 14) scores what one process scores.
+"$PYTHON" - "$T/w3/metrics.jsonl" "$T/a3/metrics.jsonl" <<'PY' && pass np3_validation_equals_one_rank ||
+import json, sys
+rows = [[json.loads(l) for l in open(f) if "val_top1" in l] for f in sys.argv[1:]]
+pick = lambda rs: [(r["step"], r["val_top1"], r["val_top5"], round(r["val_loss"], 5)) for r in rs]
+print(pick(rows[0]), pick(rows[1]))
+assert len(rows[0]) == 2 and pick(rows[0]) == pick(rows[1])
+PY
+    fail np3_validation_equals_one_rank
+check np3_validation_counts_each_image_once test "$(grep -c 'val top-1 .*(40 images' "$T/w3.err")" = 2
+# Only rank 0 logs and writes: each line once, one metrics row per step logged.
+check np3_logs_once test "$(grep -c 'training: 4 epochs' "$T/w3.err")" = 1
+check np3_metrics_once test "$(grep -c '"step":20,' "$T/w3/metrics.jsonl")" = 1
+
+# ---- dseval: the same counts and accuracies under 1, 2 and 3 ranks ----
+ck="$T/w3/ckpt-00000007.h5"  # one epoch in: top-1 well below 100%, so a miscount shows
+strip() { sed 's/, "images_per_sec": [0-9.]*//' "$1"; }
+for n in 1 2 3; do
+    mpi "$n" dseval --json --threads 1 --batch 5 --per-class "$T/pc$n.csv" "$ck" "$T/ev" >"$T/ev$n" 2>"$T/ev$n.err" ||
+        fail "dseval_np$n" "exit $?"
+done
+mpi 3 dseval --json --threads 1 --batch 5 "$ck" "$T/evsplit/train.txt" >"$T/evm3" 2>/dev/null
+"$PYTHON" - "$T/ev1" "$T/ev2" "$T/ev3" "$T/evm3" <<'PY' && pass dseval_same_under_1_2_3_ranks ||
+import json, sys
+r = [json.load(open(f)) for f in sys.argv[1:]]
+for x in r: print(x)
+assert all(x["count"] == 37 and x["skipped"] == 0 for x in r)
+assert all(x["top1"] == r[0]["top1"] and x["top5"] == r[0]["top5"] for x in r)
+assert all(abs(x["loss"] - r[0]["loss"]) < 1e-6 for x in r)
+assert 0 < r[0]["top1"] < 1, "top-1 of 0 or 1 would hide a miscount"
+PY
+    fail dseval_same_under_1_2_3_ranks
+check dseval_per_class_same_under_1_2_3_ranks sh -c "cmp -s '$T/pc1.csv' '$T/pc2.csv' && cmp -s '$T/pc1.csv' '$T/pc3.csv'"
+
+# ---- resume across world sizes at the same global batch (12) ----
+# w3 (saved by 3 ranks) continues as 1 rank x accum 3; a3 (saved by 1 rank) continues as 3
+# ranks. Both were equal at step 20, so both must end equal at step 28.
+dstrain "${COMMON[@]}" --accum 3 -q --resume "$T/w3" 2>"$T/r1.err"
+mpi 3 dstrain "${COMMON[@]}" -q --resume "$T/a3" 2>"$T/r3.err"
+check resume_other_world_runs test -f "$T/w3/ckpt-00000028.h5" -a -f "$T/a3/ckpt-00000028.h5"
+check resume_other_world_same_result sh -c "h5diff -r '$T/w3/ckpt-00000028.h5' '$T/a3/ckpt-00000028.h5' /model /model \
+    >/dev/null && h5diff -r '$T/w3/ckpt-00000028.h5' '$T/a3/ckpt-00000028.h5' /optimizer /optimizer >/dev/null"
+check resume_records_new_world sh -c "h5dump -a world_size '$T/a3/ckpt-00000028.h5' | grep -q '(0): 3' &&
+    h5dump -a world_size '$T/w3/ckpt-00000028.h5' | grep -q '(0): 1' &&
+    h5dump -a global_batch '$T/w3/ckpt-00000028.h5' | grep -q '(0): 12'"
+# 2 ranks x batch 4 = 8: another global batch, refused with a message naming both.
+mpi 2 dstrain "${COMMON[@]}" -q --resume "$T/w3/ckpt-00000020.h5" -o "$T/x" >/dev/null 2>"$T/g8.err"
+rc=$?
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q "global batch 12, but these options make 8" "$T/g8.err" &&
+    [ ! -e "$T/x/ckpt-00000021.h5" ]; then pass resume_other_global_batch_refused
+else fail resume_other_global_batch_refused "exit $rc"; head -5 "$T/g8.err"; fi
+
+# ---- stopping together ----
+# A NaN loss: every rank sees the same reduced loss and the job ends non-zero, no hang.
+mpi 3 dstrain --train "$T/train" -o "$T/nan" --arch resnet20 --crop 12 --batch 4 --threads 1 --lr 1000 \
+    --lr-scaling none --warmup-epochs 0 --label-smoothing 0 -q >/dev/null 2>"$T/nan.err"
+rc=$?
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q "the loss is" "$T/nan.err"; then pass np3_nan_stops_job
+else fail np3_nan_stops_job "exit $rc"; head -5 "$T/nan.err"; fi
+
+ranks_of() {  # JOB_PID: the rank processes mpirun started
+    ps -o pid=,comm= --ppid "$1" | awk '$2 == "dstrain" {print $1}'
+}
+wait_rows() {  # FILE N: until FILE has N lines (30 s at most)
+    for _ in $(seq 300); do [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ] && return 0; sleep 0.1; done
+    return 1
+}
+wait_job() {  # JOB_PID SECONDS: sets rc; 124 and a kill when the job outlives SECONDS
+    local i
+    for ((i = 0; i < $2 * 10; i++)); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$1" 2>/dev/null; then
+        for p in $(ranks_of "$1"); do kill -9 "$p"; done
+        kill -9 "$1"; wait "$1"; rc=124
+    else wait "$1"; rc=$?; fi
+}
+LONG=(--train "$T/train" --arch resnet20 --crop 16 --batch 4 --epochs 1000 --threads 1 --loader-threads 1 --log-every 1)
+
+# SIGTERM to one rank only: all three stop at the same step, rank 0 writes the checkpoint.
+mpirun --allow-run-as-root --oversubscribe -np 3 dstrain "${LONG[@]}" -o "$T/sig" >/dev/null 2>"$T/sig.err" &
+job=$!
+wait_rows "$T/sig/metrics.jsonl" 3
+victim=$(ranks_of "$job" | tail -1)
+[ -n "$victim" ] && kill -TERM "$victim"
+wait_job "$job" 60
+ck=$(readlink "$T/sig/last.h5")
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ -n "$ck" ] && grep -q "stopped at step .* checkpoint" "$T/sig.err"; then
+    pass "np3_sigterm_one_rank_stops_all (exit $rc, $ck)"
+else fail np3_sigterm_one_rank_stops_all "exit $rc, last.h5 -> '$ck'"; tail -5 "$T/sig.err"; fi
+
+# kill -9 of one rank mid-run: the job ends non-zero within 60 s and no rank outlives it.
+mpirun --allow-run-as-root --oversubscribe -np 3 dstrain "${LONG[@]}" -o "$T/kill" >/dev/null 2>"$T/kill.err" &
+job=$!
+wait_rows "$T/kill/metrics.jsonl" 3
+pids=$(ranks_of "$job")
+victim=$(echo "$pids" | sed -n 2p)
+t0=$SECONDS
+[ -n "$victim" ] && kill -9 "$victim"
+wait_job "$job" 60
+took=$((SECONDS - t0))
+if [ -n "$victim" ] && [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ]; then pass "np3_kill9_ends_job (exit $rc, $took s)"
+else fail np3_kill9_ends_job "exit $rc after $took s"; tail -5 "$T/kill.err"; fi
+sleep 1
+for pid in $pids; do
+    state=$(ps -o stat= -p "$pid" 2>/dev/null)
+    if [ -n "$state" ] && [[ "$state" != Z* ]]; then fail np3_kill9_no_rank_outlives "pid $pid $state"; kill -9 "$pid"; fi
+done
+
+rm -rf "$T"
+finish
