@@ -2,6 +2,10 @@
 #include "backend.h"
 #include "log.h"
 
+#ifdef DS_HAVE_CUDA
+#include "backend_cuda.h"
+#endif
+
 #include <string.h>
 
 const ds_backend *ds_backend_select(const char *device)
@@ -24,4 +28,18 @@ const ds_backend *ds_backend_select(const char *device)
     }
     ds_err("--device %s: unknown device (expected cpu, cuda or auto)", device);
     return NULL;
+}
+
+int ds_backend_configure(const ds_backend *be, const char *precision, int deterministic)
+{
+    if (precision && strcmp(precision, "fp32") && strcmp(precision, "tf32") && strcmp(precision, "bf16"))
+        return ds_err("--precision %s: unknown (expected fp32, tf32 or bf16)", precision);
+    if (strcmp(be->name, "cuda")) return 0;
+#ifdef DS_HAVE_CUDA
+    if (precision && ds_cuda_set_precision(precision)) return -1;
+    ds_cuda_set_deterministic(deterministic);
+    return ds_cuda_init();
+#else
+    return ds_err("the %s backend is not part of this build", be->name);
+#endif
 }

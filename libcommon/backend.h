@@ -129,4 +129,13 @@ int ds_cuda_device_count(void);
  * Returns NULL with a message when cuda is asked for and not available. */
 const ds_backend *ds_backend_select(const char *device);
 
+/* Applies a tool's --precision ("fp32", "tf32", "bf16"; NULL keeps the backend's own) and
+ * --deterministic to the selected backend. Call it before ds_model_create: the model's
+ * planning pass chooses convolution algorithms per precision and determinism. On cuda it
+ * also binds the device now (the rank's local index), so a GPU that cannot be used is
+ * reported here and NCCL can be set up on the right device afterwards. The CPU backend
+ * computes fp32 and is deterministic for any thread count, so both settings are no-ops
+ * there. Returns 0, or -1 with a message. */
+int ds_backend_configure(const ds_backend *be, const char *precision, int deterministic);
+
 #endif

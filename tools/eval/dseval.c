@@ -19,15 +19,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *device = "auto", *per_class, *logits_file, *fit;
+static const char *device = "auto", *precision = "bf16", *per_class, *logits_file, *fit;
 static long long batch = 64, threads = 0, loader_threads = 0, size = 0;
-static int json;
+static int json, deterministic;
 
 static ds_option options[] = {
     {.name = "batch", .type = DS_OPT_INT, .value = &batch, .arg = "N", .help = "images per forward pass (per rank)",
      .min = 1, .max = 1e6},
     {.name = "device", .type = DS_OPT_CHOICE, .value = &device, .choices = "auto|cpu|cuda",
      .help = "where to compute (auto: cuda when a GPU is visible)"},
+    {.name = "precision", .type = DS_OPT_CHOICE, .value = &precision, .choices = "fp32|tf32|bf16",
+     .help = "GPU arithmetic: bf16 tensor-core convolutions, tf32, or fp32 without tensor cores; "
+             "the CPU always computes fp32"},
+    {.name = "deterministic", .type = DS_OPT_FLAG, .value = &deterministic,
+     .help = "GPU: only the cuDNN algorithms cuDNN reports as deterministic; on the CPU every run is "
+             "already bitwise repeatable"},
     {.name = "threads", .type = DS_OPT_INT, .value = &threads, .arg = "N", .help = "compute threads (0: every core)",
      .min = 0, .max = 4096},
     {.name = "loader-threads", .type = DS_OPT_INT, .value = &loader_threads, .arg = "N",
@@ -87,6 +93,7 @@ int main(int argc, char **argv)
 
     const ds_backend *be = ds_backend_select(device);
     if (!be) ds_die("no usable --device %s", device);
+    if (ds_backend_configure(be, precision, deterministic)) ds_die("cannot use --device %s", be->name);
     ds_model_config mc = {.arch = meta.arch, .num_classes = meta.num_classes, .max_batch = (int)batch,
                           .height = meta.input_size, .width = meta.input_size, .training = 0};
     ds_model *m = ds_model_create(be, &mc);

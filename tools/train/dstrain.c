@@ -25,7 +25,7 @@ static long long epochs = 90, batch = 64, accum = 1, crop = 224, pad = 0, seed =
                  loader_threads = 0, log_every = 100, ckpt_steps = 0, max_steps = 0, keep = 3;
 static double lr = 0.1, momentum = 0.9, wd = 1e-4, warmup_epochs = 5, step_epochs = 30, step_gamma = 0.1,
               label_smoothing = 0.1;
-static int nesterov = 1, no_nesterov = 0;
+static int nesterov = 1, no_nesterov = 0, deterministic = 0;
 
 #define OPT(n, t, v, a, h) {.name = n, .type = t, .value = v, .arg = a, .help = h}
 #define NUM(n, t, v, a, h, lo, hi) {.name = n, .type = t, .value = v, .arg = a, .help = h, .min = lo, .max = hi}
@@ -61,7 +61,12 @@ static ds_option options[] = {
     OPT("init", DS_OPT_STRING, &init, "FILE",
         "start from a checkpoint's weights only (fc re-initialised when its class count differs)"),
     CHOICE("device", &device, "auto|cpu|cuda", "where to compute (auto: cuda when a GPU is visible)"),
-    CHOICE("precision", &precision, "fp32|tf32|bf16", "GPU arithmetic; the CPU always computes fp32"),
+    CHOICE("precision", &precision, "fp32|tf32|bf16",
+           "GPU arithmetic: bf16 tensor-core convolutions (fp32 master weights, BN and loss), tf32, or "
+           "fp32 without tensor cores; the CPU always computes fp32"),
+    OPT("deterministic", DS_OPT_FLAG, &deterministic, NULL,
+        "GPU: only the cuDNN algorithms cuDNN reports as deterministic; on the CPU every run is already "
+        "bitwise repeatable"),
     NUM("threads", DS_OPT_INT, &threads, "N", "compute threads (0: every core)", 0, 4096),
     NUM("loader-threads", DS_OPT_INT, &loader_threads, "N",
         "background reader threads (0: 2, or threads / 4 past 8 threads)", 0, 256),
@@ -152,11 +157,9 @@ int main(int argc, char **argv)
 
     const ds_backend *be = ds_backend_select(device);
     if (!be) ds_die("no usable --device %s", device);
-    if (!strcmp(be->name, "cpu") && strcmp(precision, "fp32"))
+    if (!strcmp(be->name, "cpu") && ds_cli_given(&cli, "precision") && strcmp(precision, "fp32"))
         ds_info("device cpu: computing in fp32 (--precision %s applies on a GPU)", precision);
-#ifdef DS_HAVE_CUDA
-    if (strcmp(be->name, "cpu") && world > 1 && ds_nccl_init()) ds_die("cannot set up NCCL between the ranks");
-#endif
+    if (ds_backend_configure(be, precision, deterministic)) ds_die("cannot use --device %s", be->name);
     ds_model_config mc = {.arch = arch, .num_classes = tr.num_classes, .max_batch = (int)batch,
                           .height = (int)crop, .width = (int)crop, .training = 1};
     ds_model *m = ds_model_create(be, &mc);
