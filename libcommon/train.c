@@ -15,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef DS_HAVE_CUDA
+#include "backend_cuda.h"
+#endif
 
 typedef struct {
     const ds_train_plan *p;
@@ -31,23 +34,28 @@ typedef struct {
     double epoch_seconds;    /* training seconds in the running epoch (saved) */
     int64_t saved_step;      /* global step of the newest checkpoint, -1: none this run */
     char last_path[4096];    /* newest checkpoint written (or resumed from), for messages */
+    int nccl;                /* the reduction buffer is device memory, reduced by NCCL */
 } run;
 
-/* Sums the reduction buffer (gradients + BN statistics) and the loss over all ranks. */
+/* Sums the reduction buffer (gradients + BN statistics) and the loss over all ranks: host
+ * memory through MPI (rank-ordered, bitwise as one process accumulating), device memory
+ * through NCCL. The loss is a host double and always goes through MPI. */
 static void reduce_step(run *r, double *loss)
 {
     ds_comm_allreduce_sum_f64(loss, 1);
-    if (r->p->world == 1) return;
     size_t count;
     float *red = ds_model_reduction(r->m, &count);
-    if (r->tf.host) {
-        ds_comm_allreduce_sum_f32(red, count);
+    if (!r->nccl) {
+        if (r->p->world > 1) ds_comm_allreduce_sum_f32(red, count);
         return;
     }
 #ifdef DS_HAVE_CUDA
-    r->be->sync();
-    ds_nccl_allreduce_sum_f32(red, count, 0);
-    ds_nccl_sync(0, 0);
+    /* Queued on the backend's stream, behind backward and ahead of SGD, so no host wait is
+     * needed for ordering. The wait below polls NCCL, so a peer that died ends the job here
+     * instead of hanging the next synchronisation. */
+    cudaStream_t stream = ds_cuda_stream();
+    ds_nccl_allreduce_sum_f32(red, count, stream);
+    ds_nccl_sync(stream, 0);
 #endif
 }
 
@@ -213,6 +221,15 @@ static int setup(run *r, ds_model *m, const ds_train_plan *p)
     vc.augment = 0;
     vc.pad = 0;
     if (p->val && !(r->vl = ds_loader_new(p->val, &vc))) return -1;
+#ifdef DS_HAVE_CUDA
+    /* The communicator binds to the GPU ds_backend_configure chose for this rank. Under a
+     * launcher even a world of one reduces through NCCL, so `mpirun -np 1` exercises the
+     * path on a machine with one GPU (NCCL before 2.30 refuses two ranks on one GPU). */
+    if (strcmp(r->be->name, "cpu") && (p->world > 1 || ds_comm_launched())) {
+        if (ds_nccl_init()) return ds_err("cannot set up NCCL between the ranks");
+        r->nccl = 1;
+    }
+#endif
     r->S = ds_loader_steps_per_epoch(r->tl);
     r->G = (int64_t)p->batch * p->world * p->accum;
     r->total = r->S * p->epochs;
