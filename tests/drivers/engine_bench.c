@@ -1,41 +1,80 @@
-/* engine_bench: images/s of the engine on random data, for bench/engine_bench.sh.
+/* engine_bench: images/s of the engine on synthetic data, for bench/engine_bench.sh (CPU)
+ * and bench/gpu.sh (the "synthetic on device" column).
  *
- *   engine_bench ARCH SIZE BATCH train|infer STEPS
+ *   engine_bench [--device cpu|cuda|auto] [--precision fp32|tf32|bf16] [--deterministic]
+ *                [--warmup N] ARCH SIZE BATCH train|infer STEPS
  *
- * Prints one line "ARCH SIZE BATCH MODE images/s" after a warm-up step; the caller reads
- * peak memory (VmHWM) from /proc itself. */
+ * The batch is made once on the host and uploaded once into the model's input, so the
+ * timed loop measures the engine alone (no loader, no host-to-device copies). A training
+ * step is zero gradients, forward, loss + backward (which reads the loss back), SGD; an
+ * inference step is one forward in eval mode. N warm-up steps (default 1; on a GPU the
+ * first steps also pay for cuDNN's lazy set-up) run before the clock starts, and the queue
+ * is drained with the backend's sync before each clock reading.
+ * Prints one line "ARCH SIZE BATCH MODE images/s" on stdout and the planned memory on
+ * stderr; bench/engine_bench.sh reads peak host memory (VmHWM) from /proc itself. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "fsutil.h"
 #include "log.h"
 #include "model.h"
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: engine_bench [--device cpu|cuda|auto] [--precision fp32|tf32|bf16] [--deterministic]\n"
+                    "                    [--warmup N] ARCH SIZE BATCH train|infer STEPS\n");
+    return 2;
+}
 
 int main(int argc, char **argv)
 {
     ds_log_init("engine_bench");
-    if (argc != 6) {
-        fprintf(stderr, "usage: engine_bench ARCH SIZE BATCH train|infer STEPS\n");
-        return 2;
+    const char *device = "cpu", *precision = NULL;
+    int deterministic = 0, warmup = 1, a = 1;
+    for (; a < argc && !strncmp(argv[a], "--", 2); a++) {
+        if (!strcmp(argv[a], "--deterministic")) deterministic = 1;
+        else if (a + 1 >= argc) return usage();
+        else if (!strcmp(argv[a], "--device")) device = argv[++a];
+        else if (!strcmp(argv[a], "--precision")) precision = argv[++a];
+        else if (!strcmp(argv[a], "--warmup")) warmup = atoi(argv[++a]);
+        else return usage();
     }
-    int size = atoi(argv[2]), batch = atoi(argv[3]), train = !strcmp(argv[4], "train"), steps = atoi(argv[5]);
-    const ds_backend *be = &ds_backend_cpu;
-    ds_model_config cfg = {.arch = argv[1], .num_classes = argv[1][6] == '2' ? 10 : 1000,
+    if (argc - a != 5 || warmup < 0) return usage();
+    char **arg = argv + a;
+    const char *arch = arg[0], *mode = arg[3];
+    int size = atoi(arg[1]), batch = atoi(arg[2]), train = !strcmp(mode, "train"), steps = atoi(arg[4]);
+    if (size <= 0 || batch <= 0 || steps <= 0 || (!train && strcmp(mode, "infer"))) return usage();
+
+    const ds_backend *be = ds_backend_select(device);
+    if (!be || ds_backend_configure(be, precision, deterministic)) return 1;
+    ds_model_config cfg = {.arch = arch, .num_classes = !strcmp(arch, "resnet20") ? 10 : 1000,
                            .max_batch = batch, .height = size, .width = size, .training = train};
     ds_model *m = ds_model_create(be, &cfg);
     if (!m) return 1;
     ds_model_init(m, 1);
-    size_t count = (size_t)batch * size * size * 3;
-    float *x = malloc(count * sizeof *x);
-    int32_t *labels = malloc((size_t)batch * sizeof *labels);
+    ds_model_memory mem = ds_model_memory_plan(m);
+    ds_info("%s on %s%s%s: planned %.0f MiB (parameters %.0f, reduction %.0f, momentum %.0f, activations %.0f, "
+            "workspace %.0f)", arch, be->name, precision && strcmp(be->name, "cpu") ? " " : "",
+            precision && strcmp(be->name, "cpu") ? precision : "",
+            (double)(mem.params + mem.reduction + mem.momentum + mem.activations + mem.workspace) / (1 << 20),
+            (double)mem.params / (1 << 20), (double)mem.reduction / (1 << 20), (double)mem.momentum / (1 << 20),
+            (double)mem.activations / (1 << 20), (double)mem.workspace / (1 << 20));
+
+    size_t count = (size_t)batch * size * size * 3;  /* input [batch, size, size, 3] */
+    float *x = ds_xmalloc(count * sizeof *x);
+    int32_t *labels = ds_xmalloc((size_t)batch * sizeof *labels);
     for (size_t i = 0; i < count; i++) x[i] = (float)((i * 2654435761u) % 1000) / 500.0f - 1.0f;
     for (int i = 0; i < batch; i++) labels[i] = i % cfg.num_classes;
     be->upload(ds_model_input(m), x, count * sizeof *x);
     ds_sgd sgd = {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = 0};
-    double t0 = 0;
-    for (int s = 0; s <= steps; s++) {
-        if (s == 1) t0 = ds_now();
+    double t0 = ds_now();
+    for (int s = 0; s < warmup + steps; s++) {
+        if (s == warmup) {
+            be->sync();
+            t0 = ds_now();
+        }
         if (train) {
             ds_model_zero_reduction(m);
             if (!ds_model_forward(m, batch, 1)) return 1;
@@ -44,10 +83,10 @@ int main(int argc, char **argv)
         } else if (!ds_model_forward(m, batch, 0)) {
             return 1;
         }
-        be->sync();
     }
+    be->sync();
     double dt = ds_now() - t0;
-    printf("%s %d %d %s %.2f\n", argv[1], size, batch, argv[4], steps * batch / dt);
+    printf("%s %d %d %s %.2f\n", arch, size, batch, mode, steps * batch / dt);
     ds_model_free(m);
     free(x);
     free(labels);
