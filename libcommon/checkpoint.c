@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "fsutil.h"
+#include "h5util.h"
 #include "log.h"
 #include "shard.h"   /* DS_FORMAT_VERSION */
 
@@ -116,138 +117,6 @@ static int is_known_attr(const char *name)
     return 0;
 }
 
-/* ---- HDF5 helpers ---- */
-
-typedef struct {
-    H5E_auto2_t func;
-    void *data;
-} quiet_h5;
-
-static void h5_quiet(quiet_h5 *q)
-{
-    H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-}
-
-static void h5_restore(const quiet_h5 *q) { H5Eset_auto2(H5E_DEFAULT, q->func, q->data); }
-
-/* A numeric attribute: scalar when n == 0, else [n]. */
-static int attr_write(hid_t loc, const char *name, hid_t file_t, hid_t mem_t, int n, const void *v)
-{
-    hsize_t dims[1] = {(hsize_t)n};
-    hid_t sp = n ? H5Screate_simple(1, dims, NULL) : H5Screate(H5S_SCALAR);
-    hid_t a = sp < 0 ? -1 : H5Acreate2(loc, name, file_t, sp, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a < 0 || H5Awrite(a, mem_t, v) < 0 ? -1 : 0;
-    if (a >= 0) H5Aclose(a);
-    if (sp >= 0) H5Sclose(sp);
-    return rc;
-}
-
-/* Fixed-length UTF-8 string: h5dump shows plain text, h5py reads str. */
-static int attr_write_str(hid_t loc, const char *name, const char *v)
-{
-    size_t len = strlen(v);
-    hid_t t = H5Tcopy(H5T_C_S1);
-    if (t < 0) return -1;
-    int rc = -1;
-    char pad[2] = {0, 0};
-    if (H5Tset_size(t, len ? len : 1) >= 0 && H5Tset_cset(t, H5T_CSET_UTF8) >= 0 &&
-        H5Tset_strpad(t, H5T_STR_NULLPAD) >= 0)
-        rc = attr_write(loc, name, t, t, 0, len ? v : pad);
-    H5Tclose(t);
-    return rc;
-}
-
-static hid_t vlen_utf8(void)
-{
-    hid_t t = H5Tcopy(H5T_C_S1);
-    if (t < 0) return -1;
-    if (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0) {
-        H5Tclose(t);
-        return -1;
-    }
-    return t;
-}
-
-/* Reads a numeric attribute of class cls with exactly n values (n = 1 for a scalar). */
-static int attr_read(hid_t loc, const char *name, H5T_class_t cls, hid_t mem_t, int n, void *v)
-{
-    if (H5Aexists(loc, name) <= 0) return -1;
-    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-    if (a < 0) return -1;
-    hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
-    int rc = -1;
-    if (t >= 0 && sp >= 0 && H5Tget_class(t) == cls && H5Sget_simple_extent_npoints(sp) == n &&
-        H5Aread(a, mem_t, v) >= 0)
-        rc = 0;
-    if (sp >= 0) H5Sclose(sp);
-    if (t >= 0) H5Tclose(t);
-    H5Aclose(a);
-    return rc;
-}
-
-/* Reads a scalar string attribute (fixed or variable length); caller frees. */
-static char *attr_read_str(hid_t loc, const char *name)
-{
-    if (H5Aexists(loc, name) <= 0) return NULL;
-    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-    if (a < 0) return NULL;
-    hid_t t = H5Aget_type(a), sp = H5Aget_space(a), mt = -1;
-    char *out = NULL;
-    if (t < 0 || sp < 0 || H5Tget_class(t) != H5T_STRING || H5Sget_simple_extent_npoints(sp) != 1) goto done;
-    if (H5Tis_variable_str(t) > 0) {
-        char *s = NULL;
-        if ((mt = vlen_utf8()) >= 0 && H5Aread(a, mt, &s) >= 0) {
-            out = ds_xstrdup(s ? s : "");
-            H5free_memory(s);
-        }
-    } else {
-        size_t sz = H5Tget_size(t);
-        if (sz == 0 || (mt = H5Tcopy(t)) < 0 || H5Tset_size(mt, sz + 1) < 0 ||
-            H5Tset_strpad(mt, H5T_STR_NULLTERM) < 0)
-            goto done;
-        out = ds_xcalloc(sz + 1, 1);
-        if (H5Aread(a, mt, out) < 0) {
-            free(out);
-            out = NULL;
-        }
-    }
-done:
-    if (mt >= 0) H5Tclose(mt);
-    if (sp >= 0) H5Sclose(sp);
-    if (t >= 0) H5Tclose(t);
-    H5Aclose(a);
-    return out;
-}
-
-/* A dataset without timestamps; rank 0 is a scalar. */
-static int write_dataset(hid_t loc, const char *name, hid_t file_t, hid_t mem_t, int rank,
-                         const hsize_t *dims, const void *data)
-{
-    hid_t sp = rank ? H5Screate_simple(rank, dims, NULL) : H5Screate(H5S_SCALAR);
-    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), d = -1;
-    int rc = -1;
-    size_t n = 1;
-    for (int i = 0; i < rank; i++) n *= dims[i];
-    if (sp < 0 || dcpl < 0 || H5Pset_obj_track_times(dcpl, 0) < 0) goto out;
-    if ((d = H5Dcreate2(loc, name, file_t, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT)) < 0) goto out;
-    rc = n == 0 || H5Dwrite(d, mem_t, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0 ? 0 : -1;
-out:
-    if (d >= 0) H5Dclose(d);
-    if (dcpl >= 0) H5Pclose(dcpl);
-    if (sp >= 0) H5Sclose(sp);
-    return rc;
-}
-
-static hid_t create_group(hid_t loc, const char *name)
-{
-    hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
-    if (gcpl < 0) return -1;
-    hid_t g = H5Pset_obj_track_times(gcpl, 0) < 0 ? -1 : H5Gcreate2(loc, name, H5P_DEFAULT, gcpl, H5P_DEFAULT);
-    H5Pclose(gcpl);
-    return g;
-}
-
 /* The /metrics row type; fields are matched by name on read, so the file's order may differ. */
 static hid_t metrics_type(void)
 {
@@ -270,7 +139,7 @@ static hid_t metrics_type(void)
 /* One group of tensors: /model (params, buffers, counters) or /optimizer (momentum). */
 static int write_tensors(hid_t f, const char *group, ds_model *m, int momentum, const char **what)
 {
-    hid_t g = create_group(f, group);
+    hid_t g = ds_h5_create_group(f, group);
     if (g < 0) return -1;
     int rc = 0;
     size_t cap = 0;
@@ -284,13 +153,13 @@ static int write_tensors(hid_t f, const char *group, ds_model *m, int momentum, 
         if (t->kind == DS_TENSOR_COUNTER) {
             int64_t v;
             ds_model_tensor_get(m, i, &v);
-            rc = write_dataset(g, t->name, H5T_STD_I64LE, H5T_NATIVE_INT64, 0, dims, &v);
+            rc = ds_h5_write_dataset(g, t->name, H5T_STD_I64LE, H5T_NATIVE_INT64, 0, dims, &v);
             continue;
         }
         if (t->count > cap) buf = ds_xrealloc(buf, (cap = t->count) * sizeof *buf);
         if (momentum) rc = ds_model_momentum_get(m, i, buf);
         else ds_model_tensor_get(m, i, buf);
-        if (!rc) rc = write_dataset(g, t->name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, t->ndim, dims, buf);
+        if (!rc) rc = ds_h5_write_dataset(g, t->name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, t->ndim, dims, buf);
     }
     free(buf);
     if (H5Gclose(g) < 0) rc = -1;
@@ -305,31 +174,31 @@ static int write_meta(hid_t f, ds_model *m, const ds_ckpt_meta *meta, const char
     uint64_t seed = meta->seed;
     int world = meta->world_size, gb = meta->global_batch, input = meta->input_size;
     *what = "attributes";
-    if (attr_write(f, "ds_format", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &version) ||
-        attr_write_str(f, "ds_kind", "checkpoint") || attr_write_str(f, "arch", cfg->arch) ||
-        attr_write(f, "num_classes", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &nc) ||
-        attr_write(f, "input_size", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &input) ||
-        attr_write(f, "mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, meta->mean) ||
-        attr_write(f, "std", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, meta->std) ||
-        attr_write(f, "epoch", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, &epoch) ||
-        attr_write(f, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, &step) ||
-        attr_write(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, 0, &seed) ||
-        attr_write(f, "world_size", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &world) ||
-        attr_write(f, "global_batch", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &gb) ||
-        attr_write_str(f, "config", meta->config ? meta->config : "{}"))
+    if (ds_h5_attr_write(f, "ds_format", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &version) ||
+        ds_h5_attr_write_str(f, "ds_kind", "checkpoint") || ds_h5_attr_write_str(f, "arch", cfg->arch) ||
+        ds_h5_attr_write(f, "num_classes", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &nc) ||
+        ds_h5_attr_write(f, "input_size", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &input) ||
+        ds_h5_attr_write(f, "mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, meta->mean) ||
+        ds_h5_attr_write(f, "std", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, meta->std) ||
+        ds_h5_attr_write(f, "epoch", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, &epoch) ||
+        ds_h5_attr_write(f, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, &step) ||
+        ds_h5_attr_write(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, 0, &seed) ||
+        ds_h5_attr_write(f, "world_size", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &world) ||
+        ds_h5_attr_write(f, "global_batch", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &gb) ||
+        ds_h5_attr_write_str(f, "config", meta->config ? meta->config : "{}"))
         return -1;
     for (int i = 0; i < meta->nextra; i++) {
         const ds_ckpt_attr *a = &meta->extra[i];
         *what = a->name;
         if (is_known_attr(a->name)) return -1;
-        int rc = a->type == DS_ATTR_INT     ? attr_write(f, a->name, H5T_STD_I64LE, H5T_NATIVE_INT64, 0, &a->i)
-                 : a->type == DS_ATTR_FLOAT ? attr_write(f, a->name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0, &a->f)
-                                            : attr_write_str(f, a->name, a->s ? a->s : "");
+        int rc = a->type == DS_ATTR_INT     ? ds_h5_attr_write(f, a->name, H5T_STD_I64LE, H5T_NATIVE_INT64, 0, &a->i)
+                 : a->type == DS_ATTR_FLOAT ? ds_h5_attr_write(f, a->name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0, &a->f)
+                                            : ds_h5_attr_write_str(f, a->name, a->s ? a->s : "");
         if (rc) return -1;
     }
 
     *what = "/classes";
-    hid_t st = vlen_utf8();
+    hid_t st = ds_h5_vlen_utf8();
     if (st < 0) return -1;
     char **names = ds_xcalloc((size_t)nc, sizeof *names);
     char fallback[32];
@@ -342,7 +211,7 @@ static int write_meta(hid_t f, ds_model *m, const ds_ckpt_meta *meta, const char
         }
     }
     hsize_t dims[1] = {(hsize_t)nc};
-    rc = write_dataset(f, "classes", st, st, 1, dims, names);
+    rc = ds_h5_write_dataset(f, "classes", st, st, 1, dims, names);
     for (int i = 0; i < nc; i++)
         if (!(meta->classes && i < meta->num_classes)) free(names[i]);
     free(names);
@@ -353,7 +222,7 @@ static int write_meta(hid_t f, ds_model *m, const ds_ckpt_meta *meta, const char
     hid_t mt = metrics_type();
     if (mt < 0) return -1;
     dims[0] = (hsize_t)meta->nmetrics;
-    rc = write_dataset(f, "metrics", mt, mt, 1, dims, meta->metrics);
+    rc = ds_h5_write_dataset(f, "metrics", mt, mt, 1, dims, meta->metrics);
     H5Tclose(mt);
     return rc;
 }
@@ -368,8 +237,8 @@ int ds_ckpt_save(const char *path, ds_model *m, const ds_ckpt_meta *meta)
     memcpy(tmp, path, len);
     memcpy(tmp + len, ".tmp", 5);
 
-    quiet_h5 q;
-    h5_quiet(&q);
+    ds_h5_quiet q;
+    ds_h5_quiet_begin(&q);
     const char *what = "create";
     hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), f = -1;
     int rc = -1;
@@ -386,7 +255,7 @@ int ds_ckpt_save(const char *path, ds_model *m, const ds_ckpt_meta *meta)
 out:
     if (f >= 0) H5Fclose(f);
     if (fcpl >= 0) H5Pclose(fcpl);
-    h5_restore(&q);
+    ds_h5_quiet_end(&q);
     if (rc) {
         ds_err("%s: cannot write checkpoint (%s failed in HDF5)", tmp, what);
         remove(tmp);
@@ -410,11 +279,11 @@ static hid_t open_checkpoint(const char *path)
     int version;
     char *kind = NULL;
     const char *bad = NULL;
-    if (attr_read(f, "ds_format", H5T_INTEGER, H5T_NATIVE_INT, 1, &version))
+    if (ds_h5_attr_read(f, "ds_format", H5T_INTEGER, H5T_NATIVE_INT, 1, &version))
         bad = "not a ds checkpoint (no ds_format attribute)";
     else if (version != DS_FORMAT_VERSION)
         bad = "unknown ds_format version (this build reads version 1)";
-    else if (!(kind = attr_read_str(f, "ds_kind")) || strcmp(kind, "checkpoint"))
+    else if (!(kind = ds_h5_attr_read_str(f, "ds_kind")) || strcmp(kind, "checkpoint"))
         bad = "not a ds checkpoint (ds_kind is not 'checkpoint')";
     free(kind);
     if (bad) {
@@ -439,14 +308,14 @@ static herr_t collect_extra(hid_t loc, const char *name, const H5A_info_t *info,
     if (!scalar) return 0;   /* arrays are not extras we know how to hold; skip them */
     if (cls == H5T_INTEGER) {
         int64_t v;
-        if (attr_read(loc, name, cls, H5T_NATIVE_INT64, 1, &v)) return -1;
+        if (ds_h5_attr_read(loc, name, cls, H5T_NATIVE_INT64, 1, &v)) return -1;
         ds_ckpt_meta_set_int(meta, name, v);
     } else if (cls == H5T_FLOAT) {
         double v;
-        if (attr_read(loc, name, cls, H5T_NATIVE_DOUBLE, 1, &v)) return -1;
+        if (ds_h5_attr_read(loc, name, cls, H5T_NATIVE_DOUBLE, 1, &v)) return -1;
         ds_ckpt_meta_set_float(meta, name, v);
     } else if (cls == H5T_STRING) {
-        char *s = attr_read_str(loc, name);
+        char *s = ds_h5_attr_read_str(loc, name);
         if (!s) return -1;
         ds_ckpt_meta_set_string(meta, name, s);
         free(s);
@@ -457,11 +326,11 @@ static herr_t collect_extra(hid_t loc, const char *name, const H5A_info_t *info,
 static int read_meta(hid_t f, const char *path, ds_ckpt_meta *meta)
 {
     ds_ckpt_meta_init(meta);
-    char *arch = attr_read_str(f, "arch");
+    char *arch = ds_h5_attr_read_str(f, "arch");
     const char *bad = NULL;
     int nc = 0;
     if (!arch || strlen(arch) >= sizeof meta->arch) bad = "arch attribute missing";
-    else if (attr_read(f, "num_classes", H5T_INTEGER, H5T_NATIVE_INT, 1, &nc) || nc < 1)
+    else if (ds_h5_attr_read(f, "num_classes", H5T_INTEGER, H5T_NATIVE_INT, 1, &nc) || nc < 1)
         bad = "num_classes attribute missing or not positive";
     if (bad) {
         free(arch);
@@ -470,15 +339,15 @@ static int read_meta(hid_t f, const char *path, ds_ckpt_meta *meta)
     snprintf(meta->arch, sizeof meta->arch, "%s", arch);
     free(arch);
     /* Optional fields keep their defaults when a converted file leaves them out. */
-    attr_read(f, "input_size", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->input_size);
-    attr_read(f, "mean", H5T_FLOAT, H5T_NATIVE_FLOAT, 3, meta->mean);
-    attr_read(f, "std", H5T_FLOAT, H5T_NATIVE_FLOAT, 3, meta->std);
-    attr_read(f, "epoch", H5T_INTEGER, H5T_NATIVE_INT64, 1, &meta->epoch);
-    attr_read(f, "step", H5T_INTEGER, H5T_NATIVE_INT64, 1, &meta->step);
-    attr_read(f, "seed", H5T_INTEGER, H5T_NATIVE_UINT64, 1, &meta->seed);
-    attr_read(f, "world_size", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->world_size);
-    attr_read(f, "global_batch", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->global_batch);
-    meta->config = attr_read_str(f, "config");
+    ds_h5_attr_read(f, "input_size", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->input_size);
+    ds_h5_attr_read(f, "mean", H5T_FLOAT, H5T_NATIVE_FLOAT, 3, meta->mean);
+    ds_h5_attr_read(f, "std", H5T_FLOAT, H5T_NATIVE_FLOAT, 3, meta->std);
+    ds_h5_attr_read(f, "epoch", H5T_INTEGER, H5T_NATIVE_INT64, 1, &meta->epoch);
+    ds_h5_attr_read(f, "step", H5T_INTEGER, H5T_NATIVE_INT64, 1, &meta->step);
+    ds_h5_attr_read(f, "seed", H5T_INTEGER, H5T_NATIVE_UINT64, 1, &meta->seed);
+    ds_h5_attr_read(f, "world_size", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->world_size);
+    ds_h5_attr_read(f, "global_batch", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->global_batch);
+    meta->config = ds_h5_attr_read_str(f, "config");
 
     hsize_t idx = 0;
     if (H5Aiterate2(f, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_extra, meta) < 0)
@@ -487,7 +356,7 @@ static int read_meta(hid_t f, const char *path, ds_ckpt_meta *meta)
     /* /classes */
     hid_t d = H5Lexists(f, "classes", H5P_DEFAULT) > 0 ? H5Dopen2(f, "classes", H5P_DEFAULT) : -1;
     if (d < 0) return ds_err("%s: /classes missing", path);
-    hid_t sp = H5Dget_space(d), st = vlen_utf8();
+    hid_t sp = H5Dget_space(d), st = ds_h5_vlen_utf8();
     hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
     int rc = -1;
     if (n == nc && st >= 0) {
@@ -530,13 +399,13 @@ static int read_meta(hid_t f, const char *path, ds_ckpt_meta *meta)
 
 int ds_ckpt_read_meta(const char *path, ds_ckpt_meta *meta)
 {
-    quiet_h5 q;
-    h5_quiet(&q);
+    ds_h5_quiet q;
+    ds_h5_quiet_begin(&q);
     ds_ckpt_meta_init(meta);
     hid_t f = open_checkpoint(path);
     int rc = f < 0 ? -1 : read_meta(f, path, meta);
     if (f >= 0) H5Fclose(f);
-    h5_restore(&q);
+    ds_h5_quiet_end(&q);
     if (rc) ds_ckpt_meta_free(meta);
     return rc;
 }
@@ -581,8 +450,8 @@ static int read_tensor(hid_t f, const char *path, const char *group, const ds_te
 
 int ds_ckpt_load(const char *path, ds_model *m, ds_ckpt_meta *meta_out, int flags)
 {
-    quiet_h5 q;
-    h5_quiet(&q);
+    ds_h5_quiet q;
+    ds_h5_quiet_begin(&q);
     ds_ckpt_meta meta;
     ds_ckpt_meta_init(&meta);
     const ds_model_config *cfg = ds_model_config_of(m);
@@ -621,7 +490,7 @@ int ds_ckpt_load(const char *path, ds_model *m, ds_ckpt_meta *meta_out, int flag
     rc = 0;
 out:
     if (f >= 0) H5Fclose(f);
-    h5_restore(&q);
+    ds_h5_quiet_end(&q);
     for (int i = 0; i < nt; i++) free(host[i]), free(mom[i]);
     free(host);
     free(mom);

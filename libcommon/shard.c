@@ -4,6 +4,7 @@
  * while they run and report one ds_err line naming the file and the object instead. */
 #include "shard.h"
 #include "fsutil.h"
+#include "h5util.h"
 #include "log.h"
 
 #include <dirent.h>
@@ -15,78 +16,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Silences HDF5's automatic error printing for the duration of one call. */
-typedef struct {
-    H5E_auto2_t func;
-    void *data;
-} quiet_h5;
-
-static void h5_quiet(quiet_h5 *q)
-{
-    H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-}
-
-static void h5_restore(const quiet_h5 *q) { H5Eset_auto2(H5E_DEFAULT, q->func, q->data); }
-
 /* ---- writing ---- */
 
+/* Integer attributes are stored as 32-bit little-endian whatever the host. */
 static int attr_int(hid_t loc, const char *name, int v)
 {
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = sp < 0 ? -1 : H5Acreate2(loc, name, H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a < 0 || H5Awrite(a, H5T_NATIVE_INT, &v) < 0 ? -1 : 0;
-    if (a >= 0) H5Aclose(a);
-    if (sp >= 0) H5Sclose(sp);
-    return rc;
+    return ds_h5_attr_write(loc, name, H5T_STD_I32LE, H5T_NATIVE_INT, 0, &v);
 }
 
-/* Fixed-length UTF-8 string attribute: h5dump shows it as plain text and h5py reads str. */
-static int attr_str(hid_t loc, const char *name, const char *v)
-{
-    hid_t t = H5Tcopy(H5T_C_S1);
-    if (t < 0) return -1;
-    int rc = -1;
-    hid_t sp = -1, a = -1;
-    if (H5Tset_size(t, strlen(v) ? strlen(v) : 1) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0 ||
-        H5Tset_strpad(t, H5T_STR_NULLPAD) < 0)
-        goto out;
-    if ((sp = H5Screate(H5S_SCALAR)) < 0) goto out;
-    if ((a = H5Acreate2(loc, name, t, sp, H5P_DEFAULT, H5P_DEFAULT)) < 0) goto out;
-    char pad[2] = {0, 0};
-    rc = H5Awrite(a, t, strlen(v) ? v : pad) < 0 ? -1 : 0;
-out:
-    if (a >= 0) H5Aclose(a);
-    if (sp >= 0) H5Sclose(sp);
-    H5Tclose(t);
-    return rc;
-}
-
-static hid_t vlen_utf8(void)
-{
-    hid_t t = H5Tcopy(H5T_C_S1);
-    if (t < 0) return -1;
-    if (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0) {
-        H5Tclose(t);
-        return -1;
-    }
-    return t;
-}
-
-/* A 1-D dataset of n items of type `t` from `data`, without timestamps. */
+/* A 1-D dataset of n items, without timestamps. */
 static int write_1d(hid_t f, const char *name, hid_t file_t, hid_t mem_t, const void *data, size_t n)
 {
     hsize_t dims[1] = {n};
-    hid_t sp = H5Screate_simple(1, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE), d = -1;
-    int rc = -1;
-    if (sp < 0 || dcpl < 0 || H5Pset_obj_track_times(dcpl, 0) < 0) goto out;
-    if ((d = H5Dcreate2(f, name, file_t, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT)) < 0) goto out;
-    rc = n == 0 || H5Dwrite(d, mem_t, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0 ? 0 : -1;
-out:
-    if (d >= 0) H5Dclose(d);
-    if (dcpl >= 0) H5Pclose(dcpl);
-    if (sp >= 0) H5Sclose(sp);
-    return rc;
+    return ds_h5_write_dataset(f, name, file_t, mem_t, 1, dims, data);
 }
 
 /* offset non-NULL: the dataset is created and its space allocated, but nothing is written
@@ -143,26 +85,26 @@ static int write_file(const char *tmp, const ds_shard_meta *meta, const uint8_t 
     if (meta->height <= 0 || meta->width <= 0 || meta->num_classes <= 0 || meta->compress < 0 ||
         meta->compress > 9 || !meta->fit)
         return ds_err("%s: bad shard parameters", tmp);
-    quiet_h5 q;
-    h5_quiet(&q);
+    ds_h5_quiet q;
+    ds_h5_quiet_begin(&q);
     const char *what = "create";
     hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), f = -1, str_t = -1;
     int rc = -1;
     if (fcpl < 0 || H5Pset_obj_track_times(fcpl, 0) < 0) goto out;
     if ((f = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, H5P_DEFAULT)) < 0) goto out;
     what = "attributes";
-    if (attr_int(f, "ds_format", DS_FORMAT_VERSION) || attr_str(f, "ds_kind", "shard") ||
+    if (attr_int(f, "ds_format", DS_FORMAT_VERSION) || ds_h5_attr_write_str(f, "ds_kind", "shard") ||
         attr_int(f, "height", meta->height) || attr_int(f, "width", meta->width) ||
-        attr_str(f, "fit", meta->fit) || attr_int(f, "shard_index", meta->shard_index) ||
+        ds_h5_attr_write_str(f, "fit", meta->fit) || attr_int(f, "shard_index", meta->shard_index) ||
         attr_int(f, "shard_count", meta->shard_count) || attr_int(f, "num_classes", meta->num_classes))
         goto out;
-    if (meta->config && attr_str(f, "config", meta->config)) goto out;
+    if (meta->config && ds_h5_attr_write_str(f, "config", meta->config)) goto out;
     what = "/images";
     if (write_images(f, meta, images, n, offset)) goto out;
     what = "/labels";
     if (write_1d(f, "labels", H5T_STD_I32LE, H5T_NATIVE_INT32, labels, n)) goto out;
     what = "/paths";
-    if ((str_t = vlen_utf8()) < 0 || write_1d(f, "paths", str_t, str_t, paths, n)) goto out;
+    if ((str_t = ds_h5_vlen_utf8()) < 0 || write_1d(f, "paths", str_t, str_t, paths, n)) goto out;
     what = "/classes";
     if (write_1d(f, "classes", str_t, str_t, meta->classes, (size_t)meta->num_classes)) goto out;
     what = "close";
@@ -174,7 +116,7 @@ out:
     if (str_t >= 0) H5Tclose(str_t);
     if (f >= 0) H5Fclose(f);
     if (fcpl >= 0) H5Pclose(fcpl);
-    h5_restore(&q);
+    ds_h5_quiet_end(&q);
     if (rc) {
         ds_err("%s: cannot write shard (%s failed in HDF5)", tmp, what);
         remove(tmp);
@@ -326,50 +268,16 @@ void ds_shard_stream_abort(ds_shard_stream *s)
 /* Reads an integer scalar attribute; -1 when absent or not an integer. */
 static int read_attr_int(hid_t f, const char *name, int *v)
 {
-    if (H5Aexists(f, name) <= 0) return -1;
-    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
-    if (a < 0) return -1;
-    hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
-    int rc = -1;
-    if (t >= 0 && sp >= 0 && H5Tget_class(t) == H5T_INTEGER && H5Sget_simple_extent_npoints(sp) == 1 &&
-        H5Aread(a, H5T_NATIVE_INT, v) >= 0)
-        rc = 0;
-    if (sp >= 0) H5Sclose(sp);
-    if (t >= 0) H5Tclose(t);
-    H5Aclose(a);
-    return rc;
+    return ds_h5_attr_read(f, name, H5T_INTEGER, H5T_NATIVE_INT, 1, v);
 }
 
-/* Reads a scalar string attribute (fixed or variable length) into buf. */
+/* Reads a scalar string attribute into buf; -1 when absent, not a string, or too long. */
 static int read_attr_str(hid_t f, const char *name, char *buf, size_t cap)
 {
-    if (H5Aexists(f, name) <= 0) return -1;
-    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
-    if (a < 0) return -1;
-    hid_t t = H5Aget_type(a), sp = H5Aget_space(a), mt = -1;
-    int rc = -1;
-    if (t < 0 || sp < 0 || H5Tget_class(t) != H5T_STRING || H5Sget_simple_extent_npoints(sp) != 1) goto out;
-    if (H5Tis_variable_str(t) > 0) {
-        char *s = NULL;
-        if ((mt = vlen_utf8()) < 0 || H5Aread(a, mt, &s) < 0) goto out;
-        if (s && strlen(s) < cap) {
-            strcpy(buf, s);
-            rc = 0;
-        }
-        H5free_memory(s);
-    } else {
-        size_t sz = H5Tget_size(t);
-        if (sz == 0 || sz >= cap || (mt = H5Tcopy(t)) < 0 || H5Tset_size(mt, sz + 1) < 0 ||
-            H5Tset_strpad(mt, H5T_STR_NULLTERM) < 0)
-            goto out;
-        memset(buf, 0, cap);
-        if (H5Aread(a, mt, buf) >= 0) rc = 0;
-    }
-out:
-    if (mt >= 0) H5Tclose(mt);
-    if (sp >= 0) H5Sclose(sp);
-    if (t >= 0) H5Tclose(t);
-    H5Aclose(a);
+    char *s = ds_h5_attr_read_str(f, name);
+    int rc = s && strlen(s) < cap ? 0 : -1;
+    if (rc == 0) strcpy(buf, s);
+    free(s);
     return rc;
 }
 
@@ -391,27 +299,6 @@ static hid_t open_dataset(hid_t f, const char *name, H5T_class_t cls, int rank, 
         return -1;
     }
     return d;
-}
-
-/* Reads n vlen strings into malloc'd copies; NULL entries become "". */
-static char **read_strings(hid_t d, size_t n)
-{
-    hid_t t = vlen_utf8();
-    if (t < 0) return NULL;
-    char **raw = ds_xcalloc(n ? n : 1, sizeof *raw);
-    if (n && H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw) < 0) {
-        free(raw);
-        H5Tclose(t);
-        return NULL;
-    }
-    char **out = ds_xmalloc((n ? n : 1) * sizeof *out);
-    for (size_t i = 0; i < n; i++) {
-        out[i] = ds_xstrdup(raw[i] ? raw[i] : "");
-        H5free_memory(raw[i]);
-    }
-    free(raw);
-    H5Tclose(t);
-    return out;
 }
 
 static void free_strings(char **s, size_t n)
@@ -452,8 +339,8 @@ int ds_shard_open_quiet(ds_shard *s, const char *path, char *why, size_t why_len
         snprintf(why, why_len, "%s: %s", path, strerror(e));
         return -1;
     }
-    quiet_h5 q;
-    h5_quiet(&q);
+    ds_h5_quiet q;
+    ds_h5_quiet_begin(&q);
     const char *bad = NULL;
     char kind[32];
     hid_t f = -1, d = -1;
@@ -539,14 +426,14 @@ int ds_shard_open_quiet(ds_shard *s, const char *path, char *why, size_t why_len
         bad = "/paths missing, not variable-length strings, or not [N]";
         goto out;
     }
-    if (!(s->paths = read_strings(d, s->n))) { bad = "/paths cannot be read"; goto out; }
+    if (!(s->paths = ds_h5_read_strings(d, s->n))) { bad = "/paths cannot be read"; goto out; }
     H5Dclose(d);
 
     if ((d = open_dataset(f, "classes", H5T_STRING, 1, dims)) < 0 || dims[0] != (hsize_t)s->num_classes) {
         bad = "/classes missing, not variable-length strings, or not [num_classes]";
         goto out;
     }
-    if (!(s->classes = read_strings(d, (size_t)s->num_classes))) { bad = "/classes cannot be read"; goto out; }
+    if (!(s->classes = ds_h5_read_strings(d, (size_t)s->num_classes))) { bad = "/classes cannot be read"; goto out; }
     H5Dclose(d);
     d = -1;
 
@@ -558,7 +445,7 @@ int ds_shard_open_quiet(ds_shard *s, const char *path, char *why, size_t why_len
     }
 out:
     if (bad && d >= 0) H5Dclose(d);
-    h5_restore(&q);
+    ds_h5_quiet_end(&q);
     if (bad) {
         snprintf(why, why_len, "%s: not a valid shard: %s", path, bad);
         ds_shard_close(s);
@@ -572,8 +459,8 @@ int ds_shard_read_images(ds_shard *s, size_t start, size_t count, uint8_t *out)
     if (start > s->n || count > s->n - start)
         return ds_err("%s: images [%zu, %zu) out of range (%zu images)", s->path, start, start + count, s->n);
     if (count == 0) return 0;
-    quiet_h5 q;
-    h5_quiet(&q);
+    ds_h5_quiet q;
+    ds_h5_quiet_begin(&q);
     int rc = -1;
     hid_t d = -1, fs = -1, ms = -1;
     if (s->hid < 0 && (s->hid = H5Fopen(s->path, H5F_ACC_RDONLY, H5P_DEFAULT)) < 0) goto out;
@@ -586,7 +473,7 @@ out:
     if (ms >= 0) H5Sclose(ms);
     if (fs >= 0) H5Sclose(fs);
     if (d >= 0) H5Dclose(d);
-    h5_restore(&q);
+    ds_h5_quiet_end(&q);
     if (rc) ds_err("%s: cannot read images [%zu, %zu) from /images", s->path, start, start + count);
     return rc;
 }
