@@ -24,4 +24,25 @@ expect_status() {
     if [ "$rc" -eq "$want" ]; then pass "$name"; else
         fail "$name" "exit $rc, want $want: $*"; sed 's/^/      /' "$T/err" | head -5; fi
 }
+# make_bar_images OUT N_PER_CLASS CLASSES SEED: a tiny learnable class-folder tree of 20x20
+# PNGs (noise plus a bright bar whose orientation and colour give the class).
+make_bar_images() {
+    "$PYTHON" - "$@" <<'PY'
+import os, sys
+import numpy as np
+from PIL import Image
+out, n, classes, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rng = np.random.default_rng(seed)
+for c in range(classes):
+    d = os.path.join(out, "class%d" % c)
+    os.makedirs(d, exist_ok=True)
+    for i in range(n):
+        img = rng.integers(0, 90, (20, 20, 3)).astype(np.int32)
+        k = rng.integers(0, 16)
+        if c % 2 == 0: img[k:k + 4, :, c % 3] += 150
+        else: img[:, k:k + 4, c % 3] += 150
+        Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(os.path.join(d, "%03d.png" % i))
+PY
+}
+
 finish() { exit $((_failures > 0)); }

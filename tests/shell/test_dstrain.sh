@@ -5,27 +5,8 @@
 # invariance to threads and to shards vs manifest, and every refusal.
 . "$(dirname "$0")/lib.sh"
 
-mkdata() {  # OUT N_PER_CLASS CLASSES SEED
-    "$PYTHON" - "$@" <<'PY'
-import os, sys
-import numpy as np
-from PIL import Image
-out, n, classes, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-rng = np.random.default_rng(seed)
-for c in range(classes):
-    d = os.path.join(out, "class%d" % c)
-    os.makedirs(d, exist_ok=True)
-    for i in range(n):
-        img = rng.integers(0, 90, (20, 20, 3)).astype(np.int32)
-        k = rng.integers(0, 16)
-        if c % 2 == 0: img[k:k + 4, :, c % 3] += 150
-        else: img[:, k:k + 4, c % 3] += 150
-        Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(os.path.join(d, "%03d.png" % i))
-PY
-}
-
-mkdata "$T/tree" 32 4 1 || { fail data "cannot make the synthetic set"; finish; }
-mkdata "$T/tree3" 16 3 2
+make_bar_images "$T/tree" 32 4 1 || { fail data "cannot make the synthetic set"; finish; }
+make_bar_images "$T/tree3" 16 3 2
 dsplit -q --val 0.25 -o "$T/split" "$T/tree" >/dev/null &&
     dspack -q --size 16 -o "$T/train" "$T/split/train.txt" >/dev/null &&
     dspack -q --size 16 -o "$T/val" "$T/split/val.txt" >/dev/null &&

@@ -14,28 +14,9 @@ mpi() {  # N CMD...: N ranks, bounded so that a hang fails instead of blocking t
     timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$n" "$@"
 }
 
-mkdata() {  # OUT N_PER_CLASS CLASSES SEED (the bar images of test_dstrain.sh)
-    "$PYTHON" - "$@" <<'PY'
-import os, sys
-import numpy as np
-from PIL import Image
-out, n, classes, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-rng = np.random.default_rng(seed)
-for c in range(classes):
-    d = os.path.join(out, "class%d" % c)
-    os.makedirs(d, exist_ok=True)
-    for i in range(n):
-        img = rng.integers(0, 90, (20, 20, 3)).astype(np.int32)
-        k = rng.integers(0, 16)
-        if c % 2 == 0: img[k:k + 4, :, c % 3] += 150
-        else: img[:, k:k + 4, c % 3] += 150
-        Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(os.path.join(d, "%03d.png" % i))
-PY
-}
-
 # 88 training images (7 steps of G = 12), 40 val images (no rank count of 3 divides them);
 # an evaluation set of 37 images (prime: 2 and 3 ranks both split it unevenly).
-mkdata "$T/tree" 32 4 1 && mkdata "$T/evtree" 10 4 3 && rm "$T"/evtree/class3/00[789].png ||
+make_bar_images "$T/tree" 32 4 1 && make_bar_images "$T/evtree" 10 4 3 && rm "$T"/evtree/class3/00[789].png ||
     { fail data "cannot make the synthetic sets"; finish; }
 dsplit -q --val 0.3 -o "$T/split" "$T/tree" >/dev/null &&
     dspack -q --size 16 -o "$T/train" "$T/split/train.txt" >/dev/null &&
