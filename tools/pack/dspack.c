@@ -64,18 +64,26 @@ int main(int argc, char **argv)
     ds_manifest m;
     if (ds_manifest_read(&m, manifest_file)) return 1;
     char *classes_file = ds_classes_path_for(manifest_file);
-    char **classes;
-    int num_classes;
-    if (ds_classes_read(classes_file, &classes, &num_classes)) return 1;
-    if (num_classes <= 0) return ds_err("%s: no classes", classes_file), 1;
+    char **classes = NULL;
+    int num_classes = 0, status = 1;
+    ds_pack_result r;
+    if (ds_classes_read(classes_file, &classes, &num_classes)) goto out;
+    if (num_classes <= 0) {
+        ds_err("%s: no classes", classes_file);
+        goto out;
+    }
     for (size_t i = 0; i < m.n; i++)
-        if (m.items[i].label >= num_classes)
-            return ds_err("%s:%zu: label %d is out of range for the %d classes of %s", manifest_file, i + 2,
-                          m.items[i].label, num_classes, classes_file), 1;
+        if (m.items[i].label >= num_classes) {
+            ds_err("%s:%zu: label %d is out of range for the %d classes of %s", manifest_file, i + 2,
+                   m.items[i].label, num_classes, classes_file);
+            goto out;
+        }
     if (!root) root = m.root;
     struct stat st;
-    if (stat(root, &st) || !S_ISDIR(st.st_mode))
-        return ds_err("image root %s: %s", root, stat(root, &st) ? strerror(errno) : "not a directory"), 1;
+    if (stat(root, &st) || !S_ISDIR(st.st_mode)) {
+        ds_err("image root %s: %s", root, stat(root, &st) ? strerror(errno) : "not a directory");
+        goto out;
+    }
 
     ds_pack_options o = {
         .root = root, .out = out, .size = (int)size, .fit = (ds_fit)ds_fit_parse(fit),
@@ -83,8 +91,7 @@ int main(int argc, char **argv)
         .seed = (uint64_t)seed, .shuffle = !no_shuffle, .max_pixels = (uint64_t)max_pixels, .resume = resume,
         .progress = ds_cli_progress_mode(),
     };
-    ds_pack_result r;
-    if (ds_pack_run(&o, &m, classes, num_classes, &r)) return 1;
+    if (ds_pack_run(&o, &m, classes, num_classes, &r)) goto out;
 
     double rate = r.seconds > 0 ? r.packed / r.seconds : 0;
     ds_info("packed %zu, rejected %zu (listed in %s/rejected.txt) into %d shards in %.1f s, %.1f images/s",
@@ -97,12 +104,13 @@ int main(int argc, char **argv)
         ds_json_string(stdout, out);
         printf("}\n");
     }
-    int status = 0;
+    status = 0;
     if ((long long)r.rejected > max_reject) {
         ds_err("%zu images rejected, more than --max-reject %lld (see %s/rejected.txt)", r.rejected, max_reject, out);
         status = 1;
     }
-    ds_classes_free(classes, num_classes);
+out:
+    if (classes) ds_classes_free(classes, num_classes);
     free(classes_file);
     ds_manifest_free(&m);
     return status;
