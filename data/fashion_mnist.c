@@ -137,6 +137,11 @@ static int load_set(idx_set *s, const char *prefix, uint32_t want_n)
     s->n = n;
     rc = 0;
 out:
+    if (rc) {
+        free(s->images_buf);
+        free(s->labels_buf);
+        memset(s, 0, sizeof *s);
+    }
     free(ipath);
     free(lpath);
     return rc;
@@ -239,18 +244,21 @@ int main(int argc, char **argv)
     static const struct { const char *prefix, *split; uint32_t n; } sets[2] = {
         {"train", "train", 60000}, {"t10k", "test", 10000},
     };
+    int status = 1;
     for (int k = 0; k < 2; k++) {
         idx_set s;
-        if (load_set(&s, sets[k].prefix, sets[k].n)) return 1;
+        if (load_set(&s, sets[k].prefix, sets[k].n)) goto out;
         int rc = write_split(out, sets[k].split, &s);
         free_set(&s);
-        if (rc) return 1;
+        if (rc) goto out;
     }
     ds_atomic a;
-    if (ds_atomic_open(&a, marker)) return 1;
+    if (ds_atomic_open(&a, marker)) goto out;
     fputs(MARKER_TEXT, a.f);
-    if (ds_atomic_commit(&a)) return 1;
+    if (ds_atomic_commit(&a)) goto out;
     ds_info("wrote %s/train (60000) and %s/test (10000) in %.1fs", out, out, ds_now() - t0);
+    status = 0;
+out:
     free(marker);
-    return 0;
+    return status;
 }
