@@ -1,7 +1,8 @@
 # ds: one build for the libcommon library, the four tools, the data generators and the tests.
 #   make            build everything into build/ and bin/
 #   make demo       install what is missing, then Fashion-MNIST -> trained, evaluated network
-#   make test       install what is missing, then run the whole suite
+#   make test       install what is missing, then run the whole suite (and again under sanitizers)
+#   make test-san   the sanitizer pass alone
 #   make SAN=1      AddressSanitizer + UndefinedBehaviorSanitizer build (objects in build-san/)
 #   make CUDA=0     never look for nvcc
 # Probes are deferred variables, expanded only by the make that compiles, so `make deps`
@@ -24,9 +25,10 @@ MPI      ?= $(if $(MPICC),1,0)
 MPI_CFLAGS = $(if $(filter 1,$(MPI)),$(shell mpicc --showme:compile) -DDS_HAVE_MPI=1)
 MPI_LIBS   = $(if $(filter 1,$(MPI)),$(shell mpicc --showme:link))
 
-# CUDA: auto-detected from nvcc; CUDA=0 forces a CPU-only build.
+# CUDA: auto-detected from nvcc; CUDA=0 forces a CPU-only build. The sanitizer build is CPU-only
+# (ASan's shadow memory and the CUDA runtime's mappings collide unless ASan is told to give way).
 NVCC     := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
-CUDA     ?= $(if $(NVCC),1,0)
+CUDA     ?= $(if $(filter 1,$(SAN)),0,$(if $(NVCC),1,0))
 CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_SRCS := $(if $(filter 1,$(CUDA)),$(wildcard libcommon/*.cu))
 CUDA_CFLAGS = $(if $(CUDA_SRCS),-DDS_HAVE_CUDA=1 -I$(CUDA_HOME)/include)
@@ -35,7 +37,7 @@ CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_86,code=
               -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=sm_90
 
 SAN_FLAGS := -fsanitize=address -fsanitize=undefined -fno-sanitize-recover=undefined
-OPT      := $(if $(filter 1,$(SAN)),-O1 -fno-omit-frame-pointer $(SAN_FLAGS),-O2 -march=native)
+OPT      := $(if $(filter 1,$(SAN)),-O1 -fno-omit-frame-pointer $(SAN_FLAGS),-O2) -march=native
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -g -fopenmp $(OPT) \
             -MMD -MP -Ilibcommon -DDS_VERSION=\"$(VERSION)\" $(PKG_CFLAGS) $(MPI_CFLAGS) $(CUDA_CFLAGS)
 LDFLAGS  += -fopenmp $(if $(filter 1,$(SAN)),$(SAN_FLAGS))
@@ -59,7 +61,7 @@ DEPS_DEB := libhdf5-dev hdf5-tools libturbojpeg0-dev libpng-dev libopenblas-dev 
             openmpi-bin gnuplot-nox libjpeg-turbo-progs dataset-fashion-mnist zlib1g-dev pkg-config \
             python3-torch python3-torchvision python3-h5py python3-pil python3-numpy
 
-.PHONY: all deps build test test-build demo pipeline plot bench fuzz clean config
+.PHONY: all deps build test test-san test-build demo pipeline plot bench fuzz clean config
 .DEFAULT_GOAL := all
 
 all: config $(LIB) $(TOOLS) $(DATA_BINS) $(TEST_BINS) $(DRV_BINS)
@@ -110,9 +112,17 @@ $(BIN)/$(basename $(notdir $(1))): $(BUILD)/$(1:.c=.o) $(LIB)
 endef
 $(foreach s,$(TOOL_SRCS),$(eval $(call tool_rule,$(s))))
 
+# The whole suite on the normal build, then the unit and pipeline tests again on the
+# sanitizer build (ASan + UBSan + LeakSanitizer; tests/run.sh --san); the last line counts both.
 test: deps
 	@$(MAKE) --no-print-directory all
-	@BIN=$(BIN) BUILD=$(BUILD) tests/run.sh
+	@$(MAKE) --no-print-directory SAN=1 all
+	@BIN=$(BIN) BUILD=$(BUILD) tests/run.sh --san
+
+# The sanitizer pass alone.
+test-san: deps
+	@$(MAKE) --no-print-directory SAN=1 all
+	@tests/run.sh --san-only
 
 demo: deps
 	@$(MAKE) --no-print-directory all

@@ -5,11 +5,12 @@
 # uninterrupted run writes; last.h5 must load in dseval; then --resume continues from what is
 # there, and the finished run must equal the uninterrupted one. Planted garbage .tmp files
 # (and the ones the kills leave) must never be taken for real files.
-#   CRASH_KILLS=N  kills per tool (default 20)
+#   CRASH_KILLS=N  kills per tool (default 20; 5 in the sanitizer pass, where every run is
+#                  several times slower and the kills test the same code)
 . "$(dirname "$0")/lib.sh"
 SYNTH=$BUILD_DIR/data/synth
 [ -x "$SYNTH" ] || { fail synth_built "$SYNTH missing (make)"; finish; }
-KILLS=${CRASH_KILLS:-20}
+KILLS=${CRASH_KILLS:-$([ "${DS_TEST_PASS:-}" = san ] && echo 5 || echo 20)}
 
 "$SYNTH" -q --classes 4 --per-class 16 "$T/tree" && dsplit -q --val 0.25 -o "$T/split" "$T/tree" &&
     dspack -q --size 16 -o "$T/train" "$T/split/train.txt" &&
