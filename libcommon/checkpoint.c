@@ -239,6 +239,7 @@ int ds_ckpt_save(const char *path, ds_model *m, const ds_ckpt_meta *meta)
 
     ds_h5_quiet q;
     ds_h5_quiet_begin(&q);
+    errno = 0; /* what the failing write() set (EFBIG, ENOSPC) names the cause */
     const char *what = "create";
     hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), f = -1;
     int rc = -1;
@@ -252,12 +253,13 @@ int ds_ckpt_save(const char *path, ds_model *m, const ds_ckpt_meta *meta)
     f = -1;
     if (H5Fclose(ff) < 0) goto out;
     rc = 0;
-out:
+out:;
+    int err = rc ? errno : 0;
     if (f >= 0) H5Fclose(f);
     if (fcpl >= 0) H5Pclose(fcpl);
     ds_h5_quiet_end(&q);
     if (rc) {
-        ds_err("%s: cannot write checkpoint (%s failed in HDF5)", tmp, what);
+        ds_err("%s: cannot write checkpoint (%s failed in HDF5%s%s)", tmp, what, err ? ": " : "", err ? strerror(err) : "");
         remove(tmp);
     } else {
         rc = ds_commit_file(tmp, path);

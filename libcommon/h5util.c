@@ -4,6 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* HDF5 closes every file still open from an atexit handler. After an H5Fclose that failed
+ * (a full disk: the final flush got EFBIG or ENOSPC) the file's half-torn-down state makes
+ * that handler crash, turning a clean "exit 1" into a SIGSEGV. ds closes what it opens, so
+ * the handler is not needed: it is switched off before HDF5 initialises. */
+__attribute__((constructor)) static void h5_no_atexit(void) { H5dont_atexit(); }
+
 void ds_h5_quiet_begin(ds_h5_quiet *q)
 {
     H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data);

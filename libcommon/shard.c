@@ -87,6 +87,7 @@ static int write_file(const char *tmp, const ds_shard_meta *meta, const uint8_t 
         return ds_err("%s: bad shard parameters", tmp);
     ds_h5_quiet q;
     ds_h5_quiet_begin(&q);
+    errno = 0; /* what the failing write() set (EFBIG, ENOSPC) names the cause */
     const char *what = "create";
     hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), f = -1, str_t = -1;
     int rc = -1;
@@ -112,13 +113,14 @@ static int write_file(const char *tmp, const ds_shard_meta *meta, const uint8_t 
     f = -1;
     if (H5Fclose(ff) < 0) goto out;
     rc = 0;
-out:
+out:;
+    int err = rc ? errno : 0;
     if (str_t >= 0) H5Tclose(str_t);
     if (f >= 0) H5Fclose(f);
     if (fcpl >= 0) H5Pclose(fcpl);
     ds_h5_quiet_end(&q);
     if (rc) {
-        ds_err("%s: cannot write shard (%s failed in HDF5)", tmp, what);
+        ds_err("%s: cannot write shard (%s failed in HDF5%s%s)", tmp, what, err ? ": " : "", err ? strerror(err) : "");
         remove(tmp);
     }
     return rc;
