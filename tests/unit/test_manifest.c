@@ -1,11 +1,41 @@
-/* The manifest and class-list parsers: round trip, and refusal of malformed input with a
- * message naming the file and line. */
+/* The manifest and class-list parsers: round trip, refusal of malformed input with a
+ * message naming the file and line, and a replay of the fuzzing corpus. */
 #include "../check.h"
+#include "../fuzz/fuzz_manifest.c" /* LLVMFuzzerTestOneInput: the fuzzer's own checks */
 #include "fsutil.h"
 #include "manifest.h"
 
+#include <dirent.h>
 #include <string.h>
 #include <unistd.h>
+
+/* Every input the fuzzer kept goes through both parsers with the harness's checks (which
+ * abort on a broken promise); the SAN build of this test checks memory and leaks too. */
+static void test_fuzz_corpus(void)
+{
+    check_begin("fuzz_corpus_replay");
+    const char *root = getenv("DS_ROOT") ? getenv("DS_ROOT") : ".";
+    char *dir = ds_path_join(root, "tests/fuzz/corpus/manifest");
+    DIR *d = opendir(dir);
+    CHECK(d != NULL, "cannot open %s", dir);
+    int files = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char *p = ds_path_join(dir, e->d_name);
+        size_t len;
+        char *text = ds_read_file(p, &len);
+        CHECK(text != NULL, "cannot read %s", p);
+        if (text) LLVMFuzzerTestOneInput((const uint8_t *)text, len);
+        free(text);
+        free(p);
+        files++;
+    }
+    if (d) closedir(d);
+    CHECK(files >= 5, "only %d corpus files in %s", files, dir);
+    free(dir);
+    check_end();
+}
 
 static int parses(const char *text)
 {
@@ -71,5 +101,6 @@ int main(void)
     free(file);
     free(cf);
     free(tmp);
+    test_fuzz_corpus();
     return check_exit();
 }
