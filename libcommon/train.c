@@ -157,6 +157,23 @@ static int validate(run *r, ds_topk *t)
     return 0;
 }
 
+/* Resident memory (VmRSS in /proc/self/status) in kB, 0 where there is none: printed each
+ * epoch, so a run that grows over days shows it (test_long_run checks it stays flat). */
+static long rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) {
+            kb = strtol(line + 6, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return kb;
+}
+
 /* End of epoch e (0-based; the global step is g): validation, the epoch's lines, the
  * metrics row and the checkpoint. */
 static int end_epoch(run *r, int64_t e, int64_t g, double lr)
@@ -176,22 +193,24 @@ static int end_epoch(run *r, int64_t e, int64_t g, double lr)
                           .seconds = r->epoch_seconds};
     ds_ckpt_meta_add_metrics(p->meta, &row);
     char json[512];
+    long rss = rss_kb();
     if (have_val) {
         ds_info("epoch %lld/%lld  train loss %.4f  val top-1 %.2f%%  top-5 %.2f%%  loss %.4f  (%lld images, "
-                "%.0f img/s, %.0f s)",
+                "%.0f img/s, %.0f s, RSS %.1f MB)",
                 (long long)(e + 1), (long long)p->epochs, loss, 100 * row.val_top1, 100 * row.val_top5,
-                ds_topk_loss(&t), (long long)t.count, ips, r->epoch_seconds);
+                ds_topk_loss(&t), (long long)t.count, ips, r->epoch_seconds, rss / 1024.0);
         snprintf(json, sizeof json,
                  "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f,\"val_top1\":%.6f,"
-                 "\"val_top5\":%.6f,\"val_loss\":%.6g,\"seconds\":%.2f}",
+                 "\"val_top5\":%.6f,\"val_loss\":%.6g,\"seconds\":%.2f,\"rss_kb\":%ld}",
                  (long long)g, (long long)(e + 1), loss, lr, ips, row.val_top1, row.val_top5, ds_topk_loss(&t),
-                 r->epoch_seconds);
+                 r->epoch_seconds, rss);
     } else {
-        ds_info("epoch %lld/%lld  train loss %.4f  (%.0f img/s, %.0f s)", (long long)(e + 1), (long long)p->epochs,
-                loss, ips, r->epoch_seconds);
+        ds_info("epoch %lld/%lld  train loss %.4f  (%.0f img/s, %.0f s, RSS %.1f MB)", (long long)(e + 1),
+                (long long)p->epochs, loss, ips, r->epoch_seconds, rss / 1024.0);
         snprintf(json, sizeof json,
-                 "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f,\"seconds\":%.2f}",
-                 (long long)g, (long long)(e + 1), loss, lr, ips, r->epoch_seconds);
+                 "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f,\"seconds\":%.2f,"
+                 "\"rss_kb\":%ld}",
+                 (long long)g, (long long)(e + 1), loss, lr, ips, r->epoch_seconds, rss);
     }
     log_json(r, json);
     int best = have_val && row.val_top1 > r->best_top1;
