@@ -332,6 +332,7 @@ static int read_meta(hid_t f, const char *path, ds_ckpt_meta *meta)
     const char *bad = NULL;
     int nc = 0;
     if (!arch || strlen(arch) >= sizeof meta->arch) bad = "arch attribute missing";
+    else if (!ds_arch_known(arch)) bad = "arch attribute names no known architecture";
     else if (ds_h5_attr_read(f, "num_classes", H5T_INTEGER, H5T_NATIVE_INT, 1, &nc) || nc < 1)
         bad = "num_classes attribute missing or not positive";
     if (bad) {
@@ -340,15 +341,26 @@ static int read_meta(hid_t f, const char *path, ds_ckpt_meta *meta)
     }
     snprintf(meta->arch, sizeof meta->arch, "%s", arch);
     free(arch);
-    /* Optional fields keep their defaults when a converted file leaves them out. */
-    ds_h5_attr_read(f, "input_size", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->input_size);
+    /* Optional fields keep their defaults when a converted file leaves them out; a field
+     * that is there must be in range (a hostile 0 would size a model or divide). */
+    if (!ds_h5_attr_read(f, "input_size", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->input_size) &&
+        (meta->input_size < 1 || meta->input_size > 65536))
+        return ds_err("%s: input_size attribute %d out of range [1, 65536]", path, meta->input_size);
     ds_h5_attr_read(f, "mean", H5T_FLOAT, H5T_NATIVE_FLOAT, 3, meta->mean);
-    ds_h5_attr_read(f, "std", H5T_FLOAT, H5T_NATIVE_FLOAT, 3, meta->std);
-    ds_h5_attr_read(f, "epoch", H5T_INTEGER, H5T_NATIVE_INT64, 1, &meta->epoch);
-    ds_h5_attr_read(f, "step", H5T_INTEGER, H5T_NATIVE_INT64, 1, &meta->step);
+    if (!ds_h5_attr_read(f, "std", H5T_FLOAT, H5T_NATIVE_FLOAT, 3, meta->std) &&
+        !(meta->std[0] > 0 && meta->std[1] > 0 && meta->std[2] > 0))
+        return ds_err("%s: std attribute not positive", path);
+    if (!ds_h5_attr_read(f, "epoch", H5T_INTEGER, H5T_NATIVE_INT64, 1, &meta->epoch) && meta->epoch < 0)
+        return ds_err("%s: epoch attribute %lld is negative", path, (long long)meta->epoch);
+    if (!ds_h5_attr_read(f, "step", H5T_INTEGER, H5T_NATIVE_INT64, 1, &meta->step) && meta->step < 0)
+        return ds_err("%s: step attribute %lld is negative", path, (long long)meta->step);
     ds_h5_attr_read(f, "seed", H5T_INTEGER, H5T_NATIVE_UINT64, 1, &meta->seed);
-    ds_h5_attr_read(f, "world_size", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->world_size);
-    ds_h5_attr_read(f, "global_batch", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->global_batch);
+    if (!ds_h5_attr_read(f, "world_size", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->world_size) &&
+        meta->world_size < 1)
+        return ds_err("%s: world_size attribute %d not positive", path, meta->world_size);
+    if (!ds_h5_attr_read(f, "global_batch", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->global_batch) &&
+        meta->global_batch < 0)
+        return ds_err("%s: global_batch attribute %d is negative", path, meta->global_batch);
     meta->config = ds_h5_attr_read_str(f, "config");
 
     hsize_t idx = 0;
@@ -446,6 +458,7 @@ static int read_tensor(hid_t f, const char *path, const char *group, const ds_te
     H5Dclose(d);
     if (ok == -1) return ds_err("%s: cannot read /%s (truncated or damaged file)", path, obj);
     if (!ok && counter) return ds_err("%s: /%s is not an integer scalar", path, obj);
+    if (!ok && !got[0] && !want[0]) return ds_err("%s: /%s is not a float dataset", path, obj);
     if (!ok) return ds_err("%s: /%s has shape [%s], the model expects float [%s]", path, obj, got, want);
     return 0;
 }
