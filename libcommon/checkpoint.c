@@ -344,8 +344,8 @@ static int read_meta(hid_t f, const char *path, ds_ckpt_meta *meta)
     /* Optional fields keep their defaults when a converted file leaves them out; a field
      * that is there must be in range (a hostile 0 would size a model or divide). */
     if (!ds_h5_attr_read(f, "input_size", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->input_size) &&
-        (meta->input_size < 1 || meta->input_size > 65536))
-        return ds_err("%s: input_size attribute %d out of range [1, 65536]", path, meta->input_size);
+        (meta->input_size < 0 || meta->input_size > 65536))  /* 0: not recorded */
+        return ds_err("%s: input_size attribute %d out of range [0, 65536]", path, meta->input_size);
     ds_h5_attr_read(f, "mean", H5T_FLOAT, H5T_NATIVE_FLOAT, 3, meta->mean);
     if (!ds_h5_attr_read(f, "std", H5T_FLOAT, H5T_NATIVE_FLOAT, 3, meta->std) &&
         !(meta->std[0] > 0 && meta->std[1] > 0 && meta->std[2] > 0))
