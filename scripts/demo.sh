@@ -8,11 +8,11 @@
 # takes CIFAR-style random 28x28 crops of the image zero-padded by 4, plus flips.
 # Recipe (the usual one for ResNet-20 on 28-32 pixel images): SGD, Nesterov momentum 0.9,
 # lr 0.1 for batch 128 with a 1-epoch warmup and cosine decay, weight decay 5e-4, label
-# smoothing 0.1. Environment: EPOCHS (12), BATCH (128), LR (0.1), DEVICE (auto), OUT (demo).
+# smoothing 0.1. Environment: EPOCHS (18), BATCH (128), LR (0.1), DEVICE (auto), OUT (demo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin} BUILD=${BUILD:-build}
-OUT=${OUT:-demo} EPOCHS=${EPOCHS:-12} BATCH=${BATCH:-128} LR=${LR:-0.1} DEVICE=${DEVICE:-auto}
+OUT=${OUT:-demo} EPOCHS=${EPOCHS:-18} BATCH=${BATCH:-128} LR=${LR:-0.1} DEVICE=${DEVICE:-auto}
 PATH="$PWD/$BIN:$PATH"
 
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
