@@ -10,6 +10,7 @@
 
 CC       ?= cc
 comma    := ,
+NPROC    := $(shell nproc 2>/dev/null || echo 2)
 SAN      ?= 0
 BUILD    := $(if $(filter 1,$(SAN)),build-san,build)
 BIN      := $(if $(filter 1,$(SAN)),bin-san,bin)
@@ -115,21 +116,21 @@ $(foreach s,$(TOOL_SRCS),$(eval $(call tool_rule,$(s))))
 # The whole suite on the normal build, then the unit and pipeline tests again on the
 # sanitizer build (ASan + UBSan + LeakSanitizer; tests/run.sh --san); the last line counts both.
 test: deps
-	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory SAN=1 all
+	@$(MAKE) --no-print-directory -j$(NPROC) all
+	@$(MAKE) --no-print-directory -j$(NPROC) SAN=1 all
 	@BIN=$(BIN) BUILD=$(BUILD) tests/run.sh --san
 
 # The sanitizer pass alone.
 test-san: deps
-	@$(MAKE) --no-print-directory SAN=1 all
+	@$(MAKE) --no-print-directory -j$(NPROC) SAN=1 all
 	@tests/run.sh --san-only
 
 demo: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(NPROC) all
 	@scripts/demo.sh
 
 pipeline: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(NPROC) all
 	@scripts/pipeline.sh
 
 plot:
