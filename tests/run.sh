@@ -12,8 +12,7 @@
 # whose process made it, whatever that process's exit status (reports go to files, so a tool
 # that is expected to exit 1 cannot hide one). Leaks inside third-party libraries are
 # suppressed by tests/lsan.supp. The PyTorch reference tests are left out of that pass:
-# Python and torch are not instrumented, and they would only test the normal build again;
-# so are the two slowest pipeline tests (san_skip below).
+# Python and torch are not instrumented, and they would only test the normal build again.
 set -u
 cd "$(dirname "$0")/.."
 export DS_ROOT=$PWD
@@ -55,10 +54,8 @@ run_one() {  # kind file command...
     fi
 }
 
-# Left out of the sanitizer pass to keep `make test` well under 20 minutes on 2 cores (each
-# takes minutes under ASan): the training and MPI paths they drive run there anyway through
-# test_crash, test_full_disk, test_hostile_files, test_long_run and test_comm_mpi.
-san_skip="test_dstrain.sh test_dstrain_mpi.sh"
+# Every unit and pipeline test also runs in the sanitizer pass (the slowest, test_dstrain_mpi.sh,
+# takes about a minute there); only the reference tests, in Python, are left out.
 
 run_pass() {  # LABEL: every test of $BUILD and $BIN (no reference tests in the san pass)
     local label=$1 prefix=""
@@ -68,7 +65,6 @@ run_pass() {  # LABEL: every test of $BUILD and $BIN (no reference tests in the 
         [ -x "$t" ] && [ -f "$t" ] && run_one "${prefix}unit/$(basename "$t")" "$t"
     done
     for t in tests/shell/test_*.sh; do
-        [ "$label" = san ] && [[ " $san_skip " == *" $(basename "$t") "* ]] && continue
         [ -f "$t" ] && run_one "${prefix}shell/$(basename "$t")" bash "$t"
     done
     [ "$label" = san ] && return
