@@ -60,7 +60,7 @@ FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
 DEPS_DEB := libhdf5-dev hdf5-tools libturbojpeg0-dev libpng-dev libopenblas-dev libopenmpi-dev \
             openmpi-bin gnuplot-nox libjpeg-turbo-progs dataset-fashion-mnist zlib1g-dev pkg-config \
-            python3-torch python3-torchvision python3-h5py python3-pil python3-numpy
+            python3-torch python3-torchvision python3-h5py python3-pil python3-numpy time
 
 .PHONY: all deps build test test-san test-build demo pipeline plot bench fuzz clean config
 .DEFAULT_GOAL := all
