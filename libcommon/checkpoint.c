@@ -238,32 +238,12 @@ int ds_ckpt_save(const char *path, ds_model *m, const ds_ckpt_meta *meta)
     memcpy(tmp + len, ".tmp", 5);
 
     ds_h5_quiet q;
-    ds_h5_quiet_begin(&q);
-    errno = 0; /* what the failing write() set (EFBIG, ENOSPC) names the cause */
     const char *what = "create";
-    hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), f = -1;
-    int rc = -1;
-    if (fcpl < 0 || H5Pset_obj_track_times(fcpl, 0) < 0) goto out;
-    if ((f = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, H5P_DEFAULT)) < 0) goto out;
-    if (write_meta(f, m, meta, &what)) goto out;
-    if (write_tensors(f, "model", m, 0, &what)) goto out;
-    if (ds_model_momentum_started(m) && write_tensors(f, "optimizer", m, 1, &what)) goto out;
-    what = "close";
-    hid_t ff = f;
-    f = -1;
-    if (H5Fclose(ff) < 0) goto out;
-    rc = 0;
-out:;
-    int err = rc ? errno : 0;
-    if (f >= 0) H5Fclose(f);
-    if (fcpl >= 0) H5Pclose(fcpl);
-    ds_h5_quiet_end(&q);
-    if (rc) {
-        ds_err("%s: cannot write checkpoint (%s failed in HDF5%s%s)", tmp, what, err ? ": " : "", err ? strerror(err) : "");
-        remove(tmp);
-    } else {
-        rc = ds_commit_file(tmp, path);
-    }
+    hid_t f = ds_h5_file_create(&q, tmp);
+    int ok = f >= 0 && !write_meta(f, m, meta, &what) && !write_tensors(f, "model", m, 0, &what) &&
+             !(ds_model_momentum_started(m) && write_tensors(f, "optimizer", m, 1, &what));
+    int rc = ds_h5_file_finish(&q, f, ok, tmp, "checkpoint", what);
+    if (rc == 0) rc = ds_commit_file(tmp, path);
     free(tmp);
     return rc;
 }

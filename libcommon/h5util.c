@@ -1,5 +1,9 @@
 #include "h5util.h"
 #include "fsutil.h"
+#include "log.h"
+
+#include <errno.h>
+#include <stdio.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +21,32 @@ void ds_h5_quiet_begin(ds_h5_quiet *q)
 }
 
 void ds_h5_quiet_end(const ds_h5_quiet *q) { H5Eset_auto2(H5E_DEFAULT, q->func, q->data); }
+
+hid_t ds_h5_file_create(ds_h5_quiet *q, const char *tmp)
+{
+    ds_h5_quiet_begin(q);
+    errno = 0; /* what a failing write() sets (EFBIG, ENOSPC) names the cause in finish */
+    hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), f = -1;
+    if (fcpl >= 0 && H5Pset_obj_track_times(fcpl, 0) >= 0) f = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, H5P_DEFAULT);
+    if (fcpl >= 0) H5Pclose(fcpl);
+    return f;
+}
+
+int ds_h5_file_finish(ds_h5_quiet *q, hid_t f, int ok, const char *tmp, const char *kind, const char *what)
+{
+    int err = errno;
+    if (f < 0) ok = 0;
+    if (f >= 0 && H5Fclose(f) < 0 && ok) {
+        ok = 0;
+        what = "close";
+        err = errno;
+    }
+    ds_h5_quiet_end(q);
+    if (ok) return 0;
+    ds_err("%s: cannot write %s (%s failed in HDF5%s%s)", tmp, kind, what, err ? ": " : "", err ? strerror(err) : "");
+    remove(tmp);
+    return -1;
+}
 
 hid_t ds_h5_vlen_utf8(void)
 {

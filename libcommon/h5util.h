@@ -21,6 +21,14 @@ typedef struct {
 void ds_h5_quiet_begin(ds_h5_quiet *q);
 void ds_h5_quiet_end(const ds_h5_quiet *q);
 
+/* A file written whole: ds_h5_file_create silences HDF5's error printing (into q) and
+ * creates tmp with object time tracking off; ds_h5_file_finish closes it and restores the
+ * printing. When ok is 0 or the close fails, finish prints "TMP: cannot write KIND (WHAT
+ * failed in HDF5: <errno's reason>)", removes tmp and returns -1; the caller renames a
+ * finished tmp into place (ds_commit_file). */
+hid_t ds_h5_file_create(ds_h5_quiet *q, const char *tmp);
+int ds_h5_file_finish(ds_h5_quiet *q, hid_t f, int ok, const char *tmp, const char *kind, const char *what);
+
 /* A variable-length UTF-8 string type (caller closes it). */
 hid_t ds_h5_vlen_utf8(void);
 

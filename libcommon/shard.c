@@ -86,13 +86,10 @@ static int write_file(const char *tmp, const ds_shard_meta *meta, const uint8_t 
         meta->compress > 9 || !meta->fit)
         return ds_err("%s: bad shard parameters", tmp);
     ds_h5_quiet q;
-    ds_h5_quiet_begin(&q);
-    errno = 0; /* what the failing write() set (EFBIG, ENOSPC) names the cause */
     const char *what = "create";
-    hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), f = -1, str_t = -1;
-    int rc = -1;
-    if (fcpl < 0 || H5Pset_obj_track_times(fcpl, 0) < 0) goto out;
-    if ((f = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, H5P_DEFAULT)) < 0) goto out;
+    hid_t f = ds_h5_file_create(&q, tmp), str_t = -1;
+    int ok = 0;
+    if (f < 0) goto out;
     what = "attributes";
     if (attr_int(f, "ds_format", DS_FORMAT_VERSION) || ds_h5_attr_write_str(f, "ds_kind", "shard") ||
         attr_int(f, "height", meta->height) || attr_int(f, "width", meta->width) ||
@@ -108,22 +105,10 @@ static int write_file(const char *tmp, const ds_shard_meta *meta, const uint8_t 
     if ((str_t = ds_h5_vlen_utf8()) < 0 || write_1d(f, "paths", str_t, str_t, paths, n)) goto out;
     what = "/classes";
     if (write_1d(f, "classes", str_t, str_t, meta->classes, (size_t)meta->num_classes)) goto out;
-    what = "close";
-    hid_t ff = f;
-    f = -1;
-    if (H5Fclose(ff) < 0) goto out;
-    rc = 0;
-out:;
-    int err = rc ? errno : 0;
+    ok = 1;
+out:
     if (str_t >= 0) H5Tclose(str_t);
-    if (f >= 0) H5Fclose(f);
-    if (fcpl >= 0) H5Pclose(fcpl);
-    ds_h5_quiet_end(&q);
-    if (rc) {
-        ds_err("%s: cannot write shard (%s failed in HDF5%s%s)", tmp, what, err ? ": " : "", err ? strerror(err) : "");
-        remove(tmp);
-    }
-    return rc;
+    return ds_h5_file_finish(&q, f, ok, tmp, "shard", what);
 }
 
 int ds_shard_write(const char *path, const ds_shard_meta *meta, const uint8_t *images,
