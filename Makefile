@@ -28,9 +28,16 @@ MPI_LIBS   = $(if $(filter 1,$(MPI)),$(shell mpicc --showme:link))
 
 # CUDA: auto-detected from nvcc; CUDA=0 forces a CPU-only build. The sanitizer build is CPU-only
 # (ASan's shadow memory and the CUDA runtime's mappings collide unless ASan is told to give way).
+# nvcc on PATH may be a wrapper script, so the toolkit's home is asked of nvcc itself (its
+# --dryrun names the directory it really runs from); CUDA_HOME=... overrides. The GPU build also
+# needs cuDNN, cuBLAS and NCCL headers there; without them the build is CPU-only and says why.
 NVCC     := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
-CUDA     ?= $(if $(filter 1,$(SAN)),0,$(if $(NVCC),1,0))
-CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+ifeq ($(origin CUDA_HOME),undefined)
+CUDA_HOME := $(if $(NVCC),$(patsubst %/bin,%,$(shell $(NVCC) --dryrun -x cu /dev/null 2>&1 | sed -n 's/^\#\$$ _HERE_=//p' | head -n1)))
+endif
+CUDA_HDRS := cuda_runtime_api.h cudnn.h cublas_v2.h cublasLt.h nccl.h
+CUDA_MISSING := $(if $(NVCC),$(filter-out $(notdir $(wildcard $(addprefix $(CUDA_HOME)/include/,$(CUDA_HDRS)))),$(CUDA_HDRS)))
+CUDA     ?= $(if $(filter 1,$(SAN)),0,$(if $(and $(NVCC),$(CUDA_HOME),$(if $(CUDA_MISSING),,ok)),1,0))
 CUDA_SRCS := $(if $(filter 1,$(CUDA)),$(wildcard libcommon/*.cu))
 CUDA_CFLAGS = $(if $(CUDA_SRCS),-DDS_HAVE_CUDA=1 -I$(CUDA_HOME)/include)
 CUDA_LIBS   = $(if $(CUDA_SRCS),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lnccl -lcudart)
@@ -68,7 +75,7 @@ DEPS_DEB := libhdf5-dev hdf5-tools libturbojpeg0-dev libpng-dev libopenblas-dev 
 all: config $(LIB) $(TOOLS) $(DATA_BINS) $(TEST_BINS) $(DRV_BINS)
 
 config:
-	@echo "ds $(VERSION): MPI=$(MPI)$(if $(filter 1,$(MPI)), ($(MPICC)))  CUDA=$(CUDA)$(if $(filter 1,$(CUDA)), ($(NVCC), $(words $(CUDA_SRCS)) .cu files))  SAN=$(SAN)"
+	@echo "ds $(VERSION): MPI=$(MPI)$(if $(filter 1,$(MPI)), ($(MPICC)))  CUDA=$(CUDA)$(if $(filter 1,$(CUDA)), ($(CUDA_HOME), $(words $(CUDA_SRCS)) .cu files),$(if $(CUDA_MISSING), (not in $(or $(CUDA_HOME),the toolkit): $(CUDA_MISSING))))  SAN=$(SAN)"
 	@pkg-config --exists $(PKGS_C) || { echo "missing libraries ($(PKGS_C)): run 'make deps'"; exit 1; }
 
 # Installs the Debian packages that are missing; does nothing when all are there.
