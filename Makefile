@@ -50,7 +50,7 @@ CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -g -fopen
             -MMD -MP -Ilibcommon -DDS_VERSION=\"$(VERSION)\" $(PKG_CFLAGS) $(MPI_CFLAGS) $(CUDA_CFLAGS)
 LDFLAGS  += -fopenmp $(if $(filter 1,$(SAN)),$(SAN_FLAGS))
 LDLIBS   += $(PKG_LIBS) $(MPI_LIBS) $(CUDA_LIBS) -lz -lm -lpthread
-NVFLAGS  := -O3 -std=c++17 $(CUDA_ARCHS) -Ilibcommon -DDS_HAVE_CUDA=1 $(if $(MPI_CFLAGS),$(shell mpicc --showme:compile)) -Xcompiler -fPIC$(comma)-Wall
+NVFLAGS  := -O3 -MMD -MP -std=c++17 $(CUDA_ARCHS) -Ilibcommon -DDS_HAVE_CUDA=1 $(if $(MPI_CFLAGS),$(shell mpicc --showme:compile)) -Xcompiler -fPIC$(comma)-Wall
 
 LIB_SRCS  := $(sort $(wildcard libcommon/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
