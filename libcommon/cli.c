@@ -20,7 +20,7 @@ void ds_usage_error(const ds_cli *cli, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s: %s\n%s: try '%s --help'\n", cli->prog, msg, cli->prog, cli->prog);
+    if (ds_log_rank() == 0) fprintf(stderr, "%s: %s\n%s: try '%s --help'\n", cli->prog, msg, cli->prog, cli->prog);
     exit(2);
 }
 
@@ -126,8 +126,8 @@ int ds_cli_parse(ds_cli *cli, int argc, char **argv, char ***pos)
             continue;
         }
         if (strcmp(a, "--") == 0) { only_pos = 1; continue; }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { print_help(cli); exit(0); }
-        if (!strcmp(a, "--version")) { printf("%s (ds) %s\n", cli->prog, DS_VERSION); exit(0); }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { if (ds_log_rank() == 0) print_help(cli); exit(0); }
+        if (!strcmp(a, "--version")) { if (ds_log_rank() == 0) printf("%s (ds) %s\n", cli->prog, DS_VERSION); exit(0); }
         if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) { ds_verbosity = -1; continue; }
         if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { ds_verbosity = 1; continue; }
         if (!strcmp(a, "--progress")) { ds_cli_progress = 1; continue; }

@@ -81,6 +81,7 @@ int ds_comm_init(int *argc, char ***argv)
         ds_warn("MPI provides thread level %d, below MPI_THREAD_SERIALIZED", provided);
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
     mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+    ds_log_set_rank(world_rank);
     /* The processes that share memory are the ones on this node; their order among
      * themselves (key = world rank) is the GPU each one drives. */
     MPI_Comm node;

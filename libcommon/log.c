@@ -8,21 +8,28 @@
 
 static const char *prog_name = "ds";
 static void (*abort_hook)(int);
+static int log_rank;
 int ds_verbosity = 0;
 
 void ds_log_init(const char *prog) { prog_name = prog; }
 const char *ds_prog(void) { return prog_name; }
+void ds_log_set_rank(int rank) { log_rank = rank; }
+int ds_log_rank(void) { return log_rank; }
 void ds_set_abort_hook(void (*hook)(int)) { abort_hook = hook; }
 
 /* One fprintf per message so lines from threads or ranks do not interleave mid-line. */
 static void emit(const char *kind, const char *fmt, va_list ap)
 {
-    char msg[4096];
+    char msg[4096], who[64];
     vsnprintf(msg, sizeof msg, fmt, ap);
-    if (kind)
-        fprintf(stderr, "%s: %s: %s\n", prog_name, kind, msg);
+    if (log_rank > 0)
+        snprintf(who, sizeof who, "%s (rank %d)", prog_name, log_rank);
     else
-        fprintf(stderr, "%s: %s\n", prog_name, msg);
+        snprintf(who, sizeof who, "%s", prog_name);
+    if (kind)
+        fprintf(stderr, "%s: %s: %s\n", who, kind, msg);
+    else
+        fprintf(stderr, "%s: %s\n", who, msg);
 }
 
 int ds_err(const char *fmt, ...)

@@ -13,6 +13,12 @@
 void ds_log_init(const char *prog);
 const char *ds_prog(void);
 
+/* The process's rank in a job of several (set by ds_comm_init). Messages from ranks other
+ * than 0 say which rank they come from ("dstrain (rank 2): warning: ..."); usage errors and
+ * --help, the same on every rank, are printed by rank 0 alone. */
+void ds_log_set_rank(int rank);
+int ds_log_rank(void);
+
 /* 0: normal, -1: quiet (-q: only errors and warnings), 1: verbose. */
 extern int ds_verbosity;
 

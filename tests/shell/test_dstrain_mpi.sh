@@ -90,6 +90,19 @@ PY
     fail dseval_same_under_1_2_3_ranks
 check dseval_per_class_same_under_1_2_3_ranks sh -c "cmp -s '$T/pc1.csv' '$T/pc2.csv' && cmp -s '$T/pc1.csv' '$T/pc3.csv'"
 
+# A warning about one rank's own slice says which rank; usage errors, the same on every
+# rank, are said once. The last image of the manifest falls to the last rank.
+cp -r "$T/evtree" "$T/evbad" && cp -r "$T/evsplit" "$T/evbadsplit" &&
+    sed -i "1s|root=.*|root=$T/evbad|" "$T/evbadsplit/train.txt"
+last=$(tail -n 1 "$T/evbadsplit/train.txt" | cut -f 2) && echo "not an image" >"$T/evbad/$last"
+mpi 3 dseval --json --threads 1 --batch 5 "$ck" "$T/evbadsplit/train.txt" >"$T/evbad.json" 2>"$T/evbad.err"
+check np3_warning_names_its_rank test "$(grep -c "^dseval (rank 2): warning: .*skipping .*$last" "$T/evbad.err")" = 1
+check np3_warning_only_from_that_rank test "$(grep -c 'skipping' "$T/evbad.err")" = 1
+check np3_skip_summed_by_rank_0 grep -q '^dseval: warning: 1 undecodable image skipped' "$T/evbad.err"
+check np3_skipped_counted_once grep -q '"skipped": *1' "$T/evbad.json"
+mpi 3 dstrain --no-such-option 2>"$T/usage.err"
+check np3_usage_error_said_once test "$(grep -c "unknown option '--no-such-option'" "$T/usage.err")" = 1
+
 # ---- resume across world sizes at the same global batch (12) ----
 # w3 (saved by 3 ranks) continues as 1 rank x accum 3; a3 (saved by 1 rank) continues as 3
 # ranks. Both were equal at step 20, so both must end equal at step 28.

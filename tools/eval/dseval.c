@@ -134,7 +134,7 @@ int main(int argc, char **argv)
                 ds_die("cannot write --logits");
             free(paths);
         }
-        if (skipped) ds_warn("%lld undecodable images skipped (not counted)", (long long)skipped);
+        if (skipped) ds_warn("%lld undecodable image%s skipped (not counted)", (long long)skipped, skipped == 1 ? "" : "s");
         if (json)
             printf("{\"top1\": %.6f, \"top5\": %.6f, \"loss\": %.6f, \"count\": %lld, \"images_per_sec\": %.1f, "
                    "\"skipped\": %lld}\n",
