@@ -94,16 +94,6 @@ done:
     return 0;
 }
 
-void ds_comm_free(void)
-{
-#ifdef DS_HAVE_CUDA
-    ds_nccl_free();
-#endif
-    if (!mpi_live) return;
-    mpiCheck(MPI_Finalize());
-    mpi_live = 0;
-}
-
 /* Elements rank 0 receives from one rank at a time: bounds its scratch (4 or 8 MB). */
 #define ORDERED_PIECE ((size_t)1 << 20)
 #define TAG_SUM 17
@@ -180,13 +170,6 @@ int ds_comm_init(int *argc, char ***argv)
     return 0;
 }
 
-void ds_comm_free(void)
-{
-#ifdef DS_HAVE_CUDA
-    ds_nccl_free();
-#endif
-}
-
 void ds_comm_allreduce_sum_f32(float *buf, size_t n) {}
 void ds_comm_allreduce_sum_f64(double *buf, size_t n) {}
 void ds_comm_allreduce_sum_i64(int64_t *buf, size_t n) {}
@@ -195,3 +178,15 @@ void ds_comm_barrier(void) {}
 int ds_comm_any(int flag) { return flag != 0; }
 
 #endif
+
+void ds_comm_free(void)
+{
+#ifdef DS_HAVE_CUDA
+    ds_nccl_free();
+#endif
+#ifdef DS_HAVE_MPI
+    if (!mpi_live) return;
+    mpiCheck(MPI_Finalize());
+    mpi_live = 0;
+#endif
+}

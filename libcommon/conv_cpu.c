@@ -229,6 +229,17 @@ static void im2col(float *col, const float *in, const ds_conv_desc *d, long m0, 
     }
 }
 
+/* Rows m0 .. m0+rows-1 of the im2col matrix: the input itself for a pointwise (1x1, stride
+ * 1, no padding) convolution, else gathered into this thread's slot. */
+static const float *chunk_cols(const float *in, const ds_conv_desc *d, int pointwise, long m0, long rows,
+                               float *slots, long slot)
+{
+    if (pointwise) return in + m0 * d->c;
+    float *buf = slots + omp_get_thread_num() * slot;
+    im2col(buf, in, d, m0, rows);
+    return buf;
+}
+
 /* The adjoint of im2col: din += col scattered back to where im2col gathered it from. */
 static void col2im_add(float *din, const float *col, const ds_conv_desc *d, long m0, long rows)
 {
@@ -260,12 +271,7 @@ static void conv_fwd_slots(float *out, const float *in, const float *wt, const d
 #pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
     for (long ch = 0; ch < chunks; ch++) {
         long m0 = ch * rows, mr = m - m0 < rows ? m - m0 : rows;
-        const float *col = in + m0 * d->c;
-        if (!pointwise) {
-            float *buf = slots + omp_get_thread_num() * slot;
-            im2col(buf, in, d, m0, mr);
-            col = buf;
-        }
+        const float *col = chunk_cols(in, d, pointwise, m0, mr, slots, slot);
         // out (mr, k) = col (mr, rsc) * wt (rsc, k)
         ds_sgemm_small(mr, d->k, rsc, col, rsc, 1, wt, d->k, out + m0 * d->k, d->k, 0);
     }
@@ -410,12 +416,7 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
         float *pg = part + g * part_stride;
         for (long ch = c0; ch < c1; ch++) {
             long m0 = ch * rows, mr = m - m0 < rows ? m - m0 : rows;
-            const float *col = in + m0 * d->c;
-            if (!pointwise) {
-                float *buf = slots + omp_get_thread_num() * slot;
-                im2col(buf, in, d, m0, mr);
-                col = buf;
-            }
+            const float *col = chunk_cols(in, d, pointwise, m0, mr, slots, slot);
             if (small)  // pg (rsc, k) (+)= col^T (rsc, mr) * dout (mr, k)
                 ds_sgemm_small(rsc, d->k, mr, col, 1, pointwise ? d->c : rsc, dout + m0 * d->k, d->k, pg,
                                d->k, ch != c0);

@@ -192,29 +192,20 @@ static int build_bn_layer(ds_model *m, int tensors, int in, int res, int relu)
 static int build_block(ds_model *m, const ds_arch *A, const char *pre, int x, int planes, int stride)
 {
     char name[64];
-    int cin = m->acts[x].c, cout = A->bottleneck ? planes * 4 : planes, t, b;
-    if (A->bottleneck) {
-        snprintf(name, sizeof name, "%s.conv1", pre);
-        if ((t = build_conv(m, name, x, planes, 1, 1, 0)) < 0) return -1;
-        snprintf(name, sizeof name, "%s.bn1", pre);
-        t = build_bn_layer(m, build_bn_tensors(m, name, planes), t, -1, 1);
-        snprintf(name, sizeof name, "%s.conv2", pre);
-        if ((t = build_conv(m, name, t, planes, 3, stride, 1)) < 0) return -1;
-        snprintf(name, sizeof name, "%s.bn2", pre);
-        t = build_bn_layer(m, build_bn_tensors(m, name, planes), t, -1, 1);
-        snprintf(name, sizeof name, "%s.conv3", pre);
-        if ((t = build_conv(m, name, t, cout, 1, 1, 0)) < 0) return -1;
-        snprintf(name, sizeof name, "%s.bn3", pre);
-        b = build_bn_tensors(m, name, cout);
-    } else {
-        snprintf(name, sizeof name, "%s.conv1", pre);
-        if ((t = build_conv(m, name, x, planes, 3, stride, 1)) < 0) return -1;
-        snprintf(name, sizeof name, "%s.bn1", pre);
-        t = build_bn_layer(m, build_bn_tensors(m, name, planes), t, -1, 1);
-        snprintf(name, sizeof name, "%s.conv2", pre);
-        if ((t = build_conv(m, name, t, planes, 3, 1, 1)) < 0) return -1;
-        snprintf(name, sizeof name, "%s.bn2", pre);
-        b = build_bn_tensors(m, name, cout);
+    int cin = m->acts[x].c, cout = A->bottleneck ? planes * 4 : planes, t = x, b = -1;
+    /* conv1..convN, each followed by its BN (+ReLU); the last BN waits for the residual.
+     * Bottleneck (v1.5: the stride on the 3x3): 1x1, 3x3, 1x1 to 4x planes; basic: 3x3, 3x3. */
+    typedef struct { int k, r, stride, pad; } conv_spec;
+    const conv_spec bottleneck[] = {{planes, 1, 1, 0}, {planes, 3, stride, 1}, {cout, 1, 1, 0}},
+                    basic[] = {{planes, 3, stride, 1}, {cout, 3, 1, 1}};
+    const conv_spec *spec = A->bottleneck ? bottleneck : basic;
+    const int n = A->bottleneck ? 3 : 2;
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "%s.conv%d", pre, i + 1);
+        if ((t = build_conv(m, name, t, spec[i].k, spec[i].r, spec[i].stride, spec[i].pad)) < 0) return -1;
+        snprintf(name, sizeof name, "%s.bn%d", pre, i + 1);
+        b = build_bn_tensors(m, name, spec[i].k);
+        if (i < n - 1) t = build_bn_layer(m, b, t, -1, 1);
     }
     int res = x;
     if (stride != 1 || cin != cout) {
