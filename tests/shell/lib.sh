@@ -45,4 +45,12 @@ for c in range(classes):
 PY
 }
 
+# split_pack TREE VAL SPLIT TRAIN [VALSHARDS]: dsplit TREE with --val VAL into SPLIT, then
+# pack its train list into TRAIN (and its val list into VALSHARDS) as 16x16 shards.
+split_pack() {
+    dsplit -q --val "$2" -o "$3" "$1" >/dev/null &&
+        dspack -q --size 16 -o "$4" "$3/train.txt" >/dev/null &&
+        { [ -z "${5:-}" ] || dspack -q --size 16 -o "$5" "$3/val.txt" >/dev/null; }
+}
+
 finish() { exit $((_failures > 0)); }

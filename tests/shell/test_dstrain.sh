@@ -7,11 +7,8 @@
 
 make_bar_images "$T/tree" 32 4 1 || { fail data "cannot make the synthetic set"; finish; }
 make_bar_images "$T/tree3" 16 3 2
-dsplit -q --val 0.25 -o "$T/split" "$T/tree" >/dev/null &&
-    dspack -q --size 16 -o "$T/train" "$T/split/train.txt" >/dev/null &&
-    dspack -q --size 16 -o "$T/val" "$T/split/val.txt" >/dev/null &&
-    dsplit -q --val 0.25 -o "$T/split3" "$T/tree3" >/dev/null &&
-    dspack -q --size 16 -o "$T/train3" "$T/split3/train.txt" >/dev/null ||
+split_pack "$T/tree" 0.25 "$T/split" "$T/train" "$T/val" &&
+    split_pack "$T/tree3" 0.25 "$T/split3" "$T/train3" ||
     { fail pack "dsplit/dspack failed"; finish; }
 
 # 96 training images, batch 8: 12 steps per epoch, 36 in all; CIFAR-style pad-2 random crops.

@@ -18,11 +18,8 @@ mpi() {  # N CMD...: N ranks, bounded so that a hang fails instead of blocking t
 # an evaluation set of 37 images (prime: 2 and 3 ranks both split it unevenly).
 make_bar_images "$T/tree" 32 4 1 && make_bar_images "$T/evtree" 10 4 3 && rm "$T"/evtree/class3/00[789].png ||
     { fail data "cannot make the synthetic sets"; finish; }
-dsplit -q --val 0.3 -o "$T/split" "$T/tree" >/dev/null &&
-    dspack -q --size 16 -o "$T/train" "$T/split/train.txt" >/dev/null &&
-    dspack -q --size 16 -o "$T/val" "$T/split/val.txt" >/dev/null &&
-    dsplit -q --val 0 -o "$T/evsplit" "$T/evtree" >/dev/null &&
-    dspack -q --size 16 -o "$T/ev" "$T/evsplit/train.txt" >/dev/null ||
+split_pack "$T/tree" 0.3 "$T/split" "$T/train" "$T/val" &&
+    split_pack "$T/evtree" 0 "$T/evsplit" "$T/ev" ||
     { fail pack "dsplit/dspack failed"; finish; }
 
 # One compute thread per rank: three ranks share the machine's cores.
