@@ -29,14 +29,16 @@ MPI_LIBS   = $(if $(filter 1,$(MPI)),$(shell mpicc --showme:link))
 # CUDA: auto-detected from nvcc; CUDA=0 forces a CPU-only build. The sanitizer build is CPU-only
 # (ASan's shadow memory and the CUDA runtime's mappings collide unless ASan is told to give way).
 # nvcc on PATH may be a wrapper script, so the toolkit's home is asked of nvcc itself (its
-# --dryrun names the directory it really runs from); CUDA_HOME=... overrides. The GPU build also
-# needs cuDNN, cuBLAS and NCCL headers there; without them the build is CPU-only and says why.
+# --dryrun names the directory it really runs from); CUDA_HOME=... overrides. The GPU build
+# also needs the cuDNN, cuBLAS and NCCL headers and libraries there; without them the build
+# is CPU-only and the config line names what is missing.
 NVCC     := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 ifeq ($(origin CUDA_HOME),undefined)
 CUDA_HOME := $(if $(NVCC),$(patsubst %/bin,%,$(shell $(NVCC) --dryrun -x cu /dev/null 2>&1 | sed -n 's/^\#\$$ _HERE_=//p' | head -n1)))
 endif
-CUDA_HDRS := cuda_runtime_api.h cudnn.h cublas_v2.h cublasLt.h nccl.h
-CUDA_MISSING := $(if $(NVCC),$(filter-out $(notdir $(wildcard $(addprefix $(CUDA_HOME)/include/,$(CUDA_HDRS)))),$(CUDA_HDRS)))
+CUDA_NEEDS := include/cuda_runtime_api.h include/cudnn.h include/cublas_v2.h include/cublasLt.h include/nccl.h \
+              lib64/libcudart.so lib64/libcudnn.so lib64/libcublas.so lib64/libcublasLt.so lib64/libnccl.so
+CUDA_MISSING := $(if $(NVCC),$(notdir $(filter-out $(wildcard $(addprefix $(CUDA_HOME)/,$(CUDA_NEEDS))),$(addprefix $(CUDA_HOME)/,$(CUDA_NEEDS)))))
 CUDA     ?= $(if $(filter 1,$(SAN)),0,$(if $(and $(NVCC),$(CUDA_HOME),$(if $(CUDA_MISSING),,ok)),1,0))
 CUDA_SRCS := $(if $(filter 1,$(CUDA)),$(wildcard libcommon/*.cu))
 CUDA_CFLAGS = $(if $(CUDA_SRCS),-DDS_HAVE_CUDA=1 -I$(CUDA_HOME)/include)
