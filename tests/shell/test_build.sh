@@ -1,0 +1,34 @@
+#!/bin/bash
+# The build's CUDA probe (Makefile): the toolkit is found through nvcc itself, also when
+# nvcc on PATH is a wrapper script outside the toolkit, and a toolkit that lacks cuDNN,
+# cuBLAS or NCCL gives a CPU-only build that names what is missing, never a failed compile.
+. "$(dirname "$0")/lib.sh"
+
+config() { make -s -C "$DS_ROOT" config SAN=0 "$@" 2>&1 | head -n 1; }
+
+nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+if [ -z "$nvcc" ]; then
+    pass "build probe: no nvcc here, nothing to probe"
+else
+    home=$("$nvcc" --dryrun -x cu /dev/null 2>&1 | sed -n 's/^#\$ _HERE_=//p' | head -n 1)
+    home=${home%/bin}
+    mkdir -p "$T/wrap"
+    printf '#!/bin/sh\nexec %s "$@"\n' "$nvcc" >"$T/wrap/nvcc" && chmod +x "$T/wrap/nvcc"
+    line=$(PATH="$T/wrap:/usr/bin:/bin" config)
+    case "$line" in
+        *"CUDA=1 ($home,"*) pass "build probe: a wrapper nvcc on PATH leads to its toolkit ($home)" ;;
+        *"CUDA=0 (not in $home:"*) pass "build probe: the toolkit behind the wrapper lacks a library, said so" ;;
+        *) fail "build probe: wrapper nvcc" "$line" ;;
+    esac
+fi
+
+# A toolkit directory with headers but none of the libraries: CPU-only, and the line says why.
+mkdir -p "$T/toolkit/include" && : >"$T/toolkit/include/cudnn.h"
+line=$(config CUDA_HOME="$T/toolkit")
+case "$line" in
+    *CUDA=0*"not in $T/toolkit:"*cuda_runtime_api.h*libnccl.so*) pass "build probe: missing parts named, CPU-only" ;;
+    *) if [ -z "$nvcc" ]; then pass "build probe: no nvcc, CPU-only"; else fail "build probe: missing parts" "$line"; fi ;;
+esac
+line=$(config CUDA=0)
+case "$line" in *"CUDA=0  SAN=0"*) pass "build probe: CUDA=0 is CPU-only" ;; *) fail "build probe: CUDA=0" "$line" ;; esac
+finish
