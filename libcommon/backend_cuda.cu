@@ -248,21 +248,26 @@ static conv_plan *plan_make(const ds_conv_desc *d)
     size_t ws_ = 0;
     cudnnMathType_t math_[3];
     /* cudnnFind* runs every algorithm once on buffers it allocates itself: exact choices for
-     * this GPU, paid once per shape at planning time. */
+     * this GPU, paid once per shape at planning time. Timing can rank two algorithms either
+     * way from one process to the next, so under --deterministic the choice comes from
+     * cuDNN's heuristics instead (same arguments): a pure function of the shape, the GPU and
+     * the cuDNN version, so a resumed run computes with the algorithms the first run used. */
+#define CHOOSE(op, ...) (g.deterministic ? cudnnGet##op##Algorithm_v7(__VA_ARGS__) : cudnnFind##op##Algorithm(__VA_ARGS__))
     cudnnConvolutionFwdAlgoPerf_t rf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    cudnnCheck(cudnnFindConvolutionForwardAlgorithm(g.cudnn, p->x, p->w, p->conv[0], p->y,
-                                                    CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, rf));
+    cudnnCheck(CHOOSE(ConvolutionForward, g.cudnn, p->x, p->w, p->conv[0], p->y,
+                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, rf));
     PICK(rf, n, p->fwd, "forward", d);
     op_ = 1;
     cudnnConvolutionBwdDataAlgoPerf_t rd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    cudnnCheck(cudnnFindConvolutionBackwardDataAlgorithm(g.cudnn, p->w, p->y, p->conv[1], p->x,
-                                                         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, rd));
+    cudnnCheck(CHOOSE(ConvolutionBackwardData, g.cudnn, p->w, p->y, p->conv[1], p->x,
+                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, rd));
     PICK(rd, n, p->bwd_data, "backward-data", d);
     op_ = 2;
     cudnnConvolutionBwdFilterAlgoPerf_t rw[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    cudnnCheck(cudnnFindConvolutionBackwardFilterAlgorithm(g.cudnn, p->x, p->y, p->conv[2], p->w,
-                                                           CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, rw));
+    cudnnCheck(CHOOSE(ConvolutionBackwardFilter, g.cudnn, p->x, p->y, p->conv[2], p->w,
+                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, rw));
     PICK(rw, n, p->bwd_filter, "backward-filter", d);
+#undef CHOOSE
     /* run each op with the math type its algorithm was measured with */
     for (int i = 0; i < 3; i++) cudnnCheck(cudnnSetConvolutionMathType(p->conv[i], math_[i]));
     p->cudnn_ws = ws_;

@@ -26,7 +26,8 @@ extern "C" {
 int ds_cuda_init(void);
 /* "fp32", "tf32" or "bf16". Returns 0, or -1 with a message for an unknown name. */
 int ds_cuda_set_precision(const char *name);
-/* 1: only deterministic cuDNN algorithms (--deterministic). Set before planning. */
+/* 1: only deterministic cuDNN algorithms, chosen by cuDNN's heuristics (the same in every
+ * process) instead of by timing (--deterministic). Set before planning. */
 void ds_cuda_set_deterministic(int on);
 /* The stream every op runs on: NCCL reductions of gradients are queued behind it. */
 cudaStream_t ds_cuda_stream(void);

@@ -2,7 +2,9 @@
 # Runs the whole suite: C unit tests (build/tests/*), pipeline tests (tests/shell/*.sh) and
 # reference tests against PyTorch (tests/ref/*.py, Debian's /usr/bin/python3).
 # Every test prints "PASS name" / "FAIL name" lines; a test that exits non-zero without a
-# FAIL line counts as one failure. Ends with "N passed, N failed"; exits 1 on any failure.
+# FAIL line counts as one failure. "SKIP name: reason" marks a check this machine cannot
+# make (the GPU tests without a GPU): counted apart, listed, never a pass. Ends with
+# "N passed, N failed"; exits 1 on any failure.
 #   tests/run.sh [PATTERN]          only tests whose file name contains PATTERN
 #   tests/run.sh --san [PATTERN]    then the unit and pipeline tests again on the sanitizer
 #                                   build (make SAN=1: bin-san/, build-san/); the last line
@@ -27,15 +29,16 @@ pattern=${1:-}
 work=$(mktemp -d "${TMPDIR:-/tmp}/ds-test.XXXXXX")
 export DS_TEST_TMP=$work
 trap 'rm -rf "$work"' EXIT
-passed=0 failed=0 failed_names=()
+passed=0 failed=0 skipped=0 failed_names=() skip_lines=()
 run_one() {  # kind file command...
     local name=$1; shift
     [ -n "$pattern" ] && [[ "$name" != *"$pattern"* ]] && return
     local log="$work/$(basename "$name").log" t0=$SECONDS
     timeout 900 "$@" >"$log" 2>&1
-    local rc=$? p f
+    local rc=$? p f k
     p=$(grep -c '^PASS ' "$log")
     f=$(grep -c '^FAIL ' "$log")
+    k=$(grep -c '^SKIP ' "$log")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
         echo "FAIL $name (exit $rc)" >>"$log"
         f=1
@@ -46,8 +49,10 @@ run_one() {  # kind file command...
         rm -f "$san_logs"/*
         f=$((f + 1))
     fi
-    passed=$((passed + p)); failed=$((failed + f))
-    printf '%-40s %3d passed, %d failed  (%ds)\n' "$name" "$p" "$f" $((SECONDS - t0))
+    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + k))
+    [ "$k" -gt 0 ] && mapfile -t -O "${#skip_lines[@]}" skip_lines < <(grep '^SKIP ' "$log" | sed "s|^SKIP |$name: |")
+    printf '%-40s %3d passed, %d failed%s  (%ds)\n' "$name" "$p" "$f" "$([ "$k" -gt 0 ] && echo ", $k skipped")" \
+        $((SECONDS - t0))
     if [ "$f" -ne 0 ]; then
         failed_names+=("$name")
         sed 's/^/    /' "$log" | tail -60
@@ -93,6 +98,10 @@ for pass in $passes; do
     run_pass "$pass"
 done
 
+if [ "$skipped" -gt 0 ]; then
+    echo "$skipped skipped (checks this machine cannot make; not counted as passed):"
+    printf '    %s\n' "${skip_lines[@]}" | sort -u | head -20
+fi
 [ ${#failed_names[@]} -gt 0 ] && echo "failed: ${failed_names[*]}"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
