@@ -30,8 +30,9 @@ dseval --device "$GPU" --json "$ck" "$T/ev" >"$T/g32.json" 2>"$T/probe.err"
 rc=$?
 if [ $rc -ne 0 ]; then
     if grep -Eq 'error: --device cuda: (no CUDA device is visible|this build has no CUDA support)' "$T/probe.err"; then
-        pass "cuda: --device cuda without a GPU fails with a clear message ($(sed 's/.*error: //' "$T/probe.err" | head -1))"
-        for c in dseval_fp32 dseval_tf32_bf16 step_fp32 resume_bitwise bf16_learns; do echo "SKIP cuda $c: no GPU"; done
+        why=$(sed -n 's/.*error: --device cuda: //p' "$T/probe.err" | head -1)
+        pass "cuda: --device cuda without a GPU fails with a clear message ($why)"
+        for c in dseval_fp32 dseval_tf32_bf16 step_fp32 resume_bitwise bf16_learns; do echo "SKIP cuda $c: ${why% (*}"; done
     else
         fail "cuda: dseval --device cuda" "exit $rc: $(head -3 "$T/probe.err")"
     fi
