@@ -249,7 +249,7 @@ static void test_bn(int m, int c, int residual, int relu, double offset, double 
         float *dgamma = randn(c, 1), *dbeta = randn(c, 1);
         float *dg0 = dup_f(dgamma, c), *db0 = dup_f(dbeta, c), *dout = dup_f(g, n);
         be->bn_bwd(din, dres, dgamma, dbeta, dout, out, in, gamma, mean, invstd, relu, m, c);
-        double *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+        double *want = malloc(n * sizeof *want), *got = calloc(n, sizeof *got);
         fd_grad(want, b.in, n, bn_loss, &b);
         for (size_t i = 0; i < n; i++) got[i] = din[i];
         check_close_d("d input", got, want, n, 1e-4, 1e-3);
