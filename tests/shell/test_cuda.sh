@@ -13,7 +13,8 @@
 . "$(dirname "$0")/lib.sh"
 GPU=${DS_TEST_GPU_DEVICE:-cuda}
 
-# 4 classes: 2 x 40 images to train on, 4 x 250 to evaluate (0.2 points = 2 images)
+# 4 classes: 160 images, half to train on (5 steps of 16 per epoch) and half to validate;
+# 4 x 250 to evaluate (0.2 points = 2 images)
 make_bar_images "$T/tree" 40 4 11 && make_bar_images "$T/evtree" 250 4 12 ||
     { fail data "cannot make the synthetic sets"; finish; }
 split_pack "$T/tree" 0.5 "$T/split" "$T/train" "$T/val" && split_pack "$T/evtree" 0 "$T/evsplit" "$T/ev" ||
