@@ -2,6 +2,7 @@
 # The build's CUDA probe (Makefile): the toolkit is found through nvcc itself, also when
 # nvcc on PATH is a wrapper script outside the toolkit, and a toolkit that lacks cuDNN,
 # cuBLAS or NCCL gives a CPU-only build that names what is missing, never a failed compile.
+# CUDA_HOME, when set (in the environment or on make's command line), is taken as it is.
 . "$(dirname "$0")/lib.sh"
 
 config() { make -s -C "$DS_ROOT" config SAN=0 "$@" 2>&1 | head -n 1; }
@@ -14,11 +15,17 @@ else
     home=${home%/bin}
     mkdir -p "$T/wrap"
     printf '#!/bin/sh\nexec %s "$@"\n' "$nvcc" >"$T/wrap/nvcc" && chmod +x "$T/wrap/nvcc"
-    line=$(PATH="$T/wrap:/usr/bin:/bin" config)
+    line=$(env -u CUDA_HOME PATH="$T/wrap:/usr/bin:/bin" make -s -C "$DS_ROOT" config SAN=0 2>&1 | head -n 1)
     case "$line" in
         *"CUDA=1 ($home,"*) pass "build probe: a wrapper nvcc on PATH leads to its toolkit ($home)" ;;
         *"CUDA=0 (not in $home:"*) pass "build probe: the toolkit behind the wrapper lacks a library, said so" ;;
         *) fail "build probe: wrapper nvcc" "$line" ;;
+    esac
+    # CUDA_HOME from the environment wins over the probe (the usual way to point at a toolkit).
+    line=$(CUDA_HOME="$T/elsewhere" config)
+    case "$line" in
+        *"CUDA=0 (not in $T/elsewhere:"*) pass "build probe: CUDA_HOME in the environment is used as it is" ;;
+        *) fail "build probe: CUDA_HOME from the environment" "$line" ;;
     esac
 fi
 
