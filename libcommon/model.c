@@ -467,25 +467,21 @@ int ds_model_tensor_find(const ds_model *m, const char *name)
     return -1;
 }
 
-/* PyTorch [k, c, r, s] <-> engine [k, r, s, c]. */
-static void oihw_from_ohwi(float *dst, const float *src, const int64_t *shape)
+/* PyTorch [k, c, r, s] <-> engine [k, r, s, c]: to_torch copies src [k, r, s, c] into
+ * dst [k, c, r, s], else the other way. */
+static void permute_conv(float *dst, const float *src, const int64_t *shape, int to_torch)
 {
     int64_t K = shape[0], C = shape[1], R = shape[2], S = shape[3];
     for (int64_t k = 0; k < K; k++)
         for (int64_t c = 0; c < C; c++)
             for (int64_t r = 0; r < R; r++)
-                for (int64_t s = 0; s < S; s++)
-                    dst[((k * C + c) * R + r) * S + s] = src[((k * R + r) * S + s) * C + c];
-}
-
-static void ohwi_from_oihw(float *dst, const float *src, const int64_t *shape)
-{
-    int64_t K = shape[0], C = shape[1], R = shape[2], S = shape[3];
-    for (int64_t k = 0; k < K; k++)
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t r = 0; r < R; r++)
-                for (int64_t s = 0; s < S; s++)
-                    dst[((k * R + r) * S + s) * C + c] = src[((k * C + c) * R + r) * S + s];
+                for (int64_t s = 0; s < S; s++) {
+                    int64_t torch = ((k * C + c) * R + r) * S + s, engine = ((k * R + r) * S + s) * C + c;
+                    if (to_torch)
+                        dst[torch] = src[engine];
+                    else
+                        dst[engine] = src[torch];
+                }
 }
 
 /* Copies base[off..] of tensor i to host in PyTorch's layout. */
@@ -499,7 +495,7 @@ static void tensor_download(ds_model *m, int i, const float *base, float *host)
     }
     float *tmp = ds_xmalloc(t->count * sizeof *tmp);
     m->be->download(tmp, src, t->count * sizeof(float));
-    oihw_from_ohwi(host, tmp, t->shape);
+    permute_conv(host, tmp, t->shape, 1);
     free(tmp);
 }
 
@@ -512,7 +508,7 @@ static void tensor_upload(ds_model *m, int i, float *base, const float *host)
         return;
     }
     float *tmp = ds_xmalloc(t->count * sizeof *tmp);
-    ohwi_from_oihw(tmp, host, t->shape);
+    permute_conv(tmp, host, t->shape, 0);
     m->be->upload(dst, tmp, t->count * sizeof(float));
     free(tmp);
 }
