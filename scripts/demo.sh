@@ -8,11 +8,12 @@
 # takes CIFAR-style random 28x28 crops of the image zero-padded by 4, plus flips.
 # Recipe (the usual one for ResNet-20 on 28-32 pixel images): SGD, Nesterov momentum 0.9,
 # lr 0.1 for batch 128 with a 1-epoch warmup and cosine decay, weight decay 5e-4, label
-# smoothing 0.1. Environment: EPOCHS (18), BATCH (128), LR (0.1), DEVICE (auto), OUT (demo).
+# smoothing 0.1. Environment: EPOCHS (18), BATCH (128), LR (0.1), SEED (42), DEVICE (auto),
+# OUT (demo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin} BUILD=${BUILD:-build}
-OUT=${OUT:-demo} EPOCHS=${EPOCHS:-18} BATCH=${BATCH:-128} LR=${LR:-0.1} DEVICE=${DEVICE:-auto}
+OUT=${OUT:-demo} EPOCHS=${EPOCHS:-18} BATCH=${BATCH:-128} LR=${LR:-0.1} SEED=${SEED:-42} DEVICE=${DEVICE:-auto}
 PATH="$PWD/$BIN:$PATH"
 
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
@@ -41,7 +42,7 @@ stage "dstrain: resnet20, $EPOCHS epochs"
 rm -rf "$OUT/run"
 dstrain --train "$OUT/packed/train" --val "$OUT/packed/val" -o "$OUT/run" --arch resnet20 \
     --crop 28 --pad 4 --batch "$BATCH" --epochs "$EPOCHS" --lr "$LR" --lr-scaling none --warmup-epochs 1 \
-    --wd 5e-4 --label-smoothing 0.1 --device "$DEVICE" --log-every 50
+    --wd 5e-4 --label-smoothing 0.1 --seed "$SEED" --device "$DEVICE" --log-every 50
 done_stage "dstrain"
 
 stage "dseval: the official test set, decoded from its manifest"
