@@ -15,7 +15,7 @@ else
     home=${home%/bin}
     mkdir -p "$T/wrap"
     printf '#!/bin/sh\nexec %s "$@"\n' "$nvcc" >"$T/wrap/nvcc" && chmod +x "$T/wrap/nvcc"
-    line=$(env -u CUDA_HOME PATH="$T/wrap:/usr/bin:/bin" make -s -C "$DS_ROOT" config SAN=0 2>&1 | head -n 1)
+    line=$(unset CUDA_HOME; PATH="$T/wrap:/usr/bin:/bin" config)
     case "$line" in
         *"CUDA=1 ($home,"*) pass "build probe: a wrapper nvcc on PATH leads to its toolkit ($home)" ;;
         *"CUDA=0 (not in $home:"*) pass "build probe: the toolkit behind the wrapper lacks a library, said so" ;;
