@@ -29,7 +29,8 @@ MPI_LIBS   = $(if $(filter 1,$(MPI)),$(shell mpicc --showme:link))
 # CUDA: auto-detected from nvcc; CUDA=0 forces a CPU-only build. The sanitizer build is CPU-only
 # (ASan's shadow memory and the CUDA runtime's mappings collide unless ASan is told to give way).
 # nvcc on PATH may be a wrapper script, so the toolkit's home is asked of nvcc itself (its
-# --dryrun names the directory it really runs from); CUDA_HOME=... overrides. The GPU build
+# --dryrun names the directory it really runs from); CUDA_HOME, in the environment or on the
+# command line, overrides that. The GPU build
 # also needs the cuDNN, cuBLAS and NCCL headers and libraries there; without them the build
 # is CPU-only and the config line names what is missing.
 NVCC     := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
