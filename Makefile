@@ -30,9 +30,9 @@ MPI_LIBS   = $(if $(filter 1,$(MPI)),$(shell mpicc --showme:link))
 # (ASan's shadow memory and the CUDA runtime's mappings collide unless ASan is told to give way).
 # nvcc on PATH may be a wrapper script, so the toolkit's home is asked of nvcc itself (its
 # --dryrun names the directory it really runs from); CUDA_HOME, in the environment or on the
-# command line, overrides that. The GPU build
-# also needs the cuDNN, cuBLAS and NCCL headers and libraries there; without them the build
-# is CPU-only and the config line names what is missing.
+# command line, overrides that. The GPU build also needs the cuDNN, cuBLAS and NCCL headers
+# and libraries there; without them the build is CPU-only and the config line names what is
+# missing.
 NVCC     := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 ifeq ($(origin CUDA_HOME),undefined)
 CUDA_HOME := $(if $(NVCC),$(patsubst %/bin,%,$(shell $(NVCC) --dryrun -x cu /dev/null 2>&1 | sed -n 's/^\#\$$ _HERE_=//p' | head -n1)))
