@@ -3,14 +3,17 @@
  * Reductions (batch-norm statistics and gradients, bias gradients) run over a fixed
  * chunking of the rows that does not depend on the thread count, and the partial sums are
  * added in chunk order, so every op here gives bitwise the same result for any number of
- * threads. The convolutions live in conv_cpu.c. */
+ * threads. They are also the same on every CPU: the loops below never fuse a multiply and
+ * an add unless they say so with fmaf (the build forbids contraction, -ffp-contract=off),
+ * so a wider vector only changes which elements are computed together, and the products
+ * (convolutions, fully connected) follow ds_sgemm_small's sum rule on every instruction
+ * set. The convolutions live in conv_cpu.c. */
 #include "backend.h"
 #include "conv_cpu.h"
+#include "sgemm_small.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -265,28 +268,28 @@ static void cpu_avgpool_bwd(float *din, const float *dout, int n, int hw, int c)
                 din[((long)i * hw + k) * c + j] = dout[(long)i * c + j] / (float)hw;
 }
 
-/* ---- fully connected: split over output columns, one sgemm per block ---- */
+/* ---- fully connected: ds_sgemm_small, one block of 64 output columns per task ---- */
 
-/* OpenBLAS is only ever called from inside OpenMP regions, one call per thread, so its own
- * thread pool must stay at one thread (its pthread build serialises concurrent callers). */
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-
-static void blas_single_thread(void) { openblas_set_num_threads(1); }
-
-static void blas_init(void) { pthread_once(&blas_once, blas_single_thread); }
-
-#define LIN_BLOCK 128
+/* The reduction over the inputs runs in blocks of this many, each block's sum added to the
+ * output in order: the forward transposes one (LIN_KC, 64) block of the weights at a time
+ * into a buffer on the stack. */
+#define LIN_KC 256
 
 static void cpu_linear_fwd(float *out, const float *in, const float *w, const float *b, int n,
                            int i, int o)
 {
-    blas_init();
 #pragma omp parallel for schedule(static)
-    for (int o0 = 0; o0 < o; o0 += LIN_BLOCK) {
-        int ob = o - o0 < LIN_BLOCK ? o - o0 : LIN_BLOCK;
-        // out[:, o0:o0+ob] (n, ob) = in (n, i) * w[o0:o0+ob]^T (i, ob)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, ob, i, 1.0f, in, i,
-                    w + (long)o0 * i, i, 0.0f, out + o0, o);
+    for (int o0 = 0; o0 < o; o0 += 64) {
+        const int ob = o - o0 < 64 ? o - o0 : 64;
+        float wt[LIN_KC * 64];
+        for (int k0 = 0; k0 < i; k0 += LIN_KC) {
+            const int kb = i - k0 < LIN_KC ? i - k0 : LIN_KC;
+            // wt (kb, ob) = w[o0:o0+ob, k0:k0+kb]^T
+            for (int r = 0; r < ob; r++)
+                for (int k = 0; k < kb; k++) wt[k * ob + r] = w[(long)(o0 + r) * i + k0 + k];
+            // out[:, o0:o0+ob] (n, ob) (+)= in[:, k0:k0+kb] (n, kb) * wt (kb, ob)
+            ds_sgemm_small(n, ob, kb, in + k0, i, 1, wt, ob, out + o0, o, k0 > 0);
+        }
         if (b)
             for (int r = 0; r < n; r++)
                 for (int j = 0; j < ob; j++) out[(long)r * o + o0 + j] += b[o0 + j];
@@ -296,22 +299,18 @@ static void cpu_linear_fwd(float *out, const float *in, const float *w, const fl
 static void cpu_linear_bwd(float *din, float *dw, float *db, const float *dout, const float *in,
                            const float *w, int n, int i, int o)
 {
-    blas_init();
     if (din) {
 #pragma omp parallel for schedule(static)
-        for (int i0 = 0; i0 < i; i0 += LIN_BLOCK) {
-            int ib = i - i0 < LIN_BLOCK ? i - i0 : LIN_BLOCK;
-            // din[:, i0:i0+ib] (n, ib) = dout (n, o) * w[:, i0:i0+ib] (o, ib)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, ib, o, 1.0f, dout, o,
-                        w + i0, i, 0.0f, din + i0, i);
+        for (int i0 = 0; i0 < i; i0 += 64) {
+            // din[:, i0:i0+64] (n, ib) = dout (n, o) * w[:, i0:i0+64] (o, ib)
+            ds_sgemm_small(n, i - i0 < 64 ? i - i0 : 64, o, dout, o, 1, w + i0, i, din + i0, i, 0);
         }
     }
 #pragma omp parallel for schedule(static)
-    for (int o0 = 0; o0 < o; o0 += LIN_BLOCK) {
-        int ob = o - o0 < LIN_BLOCK ? o - o0 : LIN_BLOCK;
+    for (int o0 = 0; o0 < o; o0 += 64) {
+        const int ob = o - o0 < 64 ? o - o0 : 64;
         // dw[o0:o0+ob] (ob, i) += dout[:, o0:o0+ob]^T (ob, n) * in (n, i)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ob, i, n, 1.0f, dout + o0, o, in, i,
-                    1.0f, dw + (long)o0 * i, i);
+        ds_sgemm_small(ob, i, n, dout + o0, 1, o, in, i, dw + (long)o0 * i, i, 1);
         if (db)
             for (int j = o0; j < o0 + ob; j++) {
                 float s = 0;

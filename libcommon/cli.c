@@ -1,4 +1,6 @@
 #include "cli.h"
+
+#include "cpu_isa.h"
 #include "log.h"
 
 #include <errno.h>
@@ -113,6 +115,15 @@ static void set_value(ds_cli *cli, const ds_option *o, const char *v)
     }
 }
 
+/* The version, and the CPU kernels this machine would use (or why DS_CPU_KERNELS cannot be
+ * honoured). */
+static void print_version(const ds_cli *cli)
+{
+    if (ds_log_rank() != 0) return;
+    printf("%s (ds) %s\n", cli->prog, DS_VERSION);
+    if (ds_cpu_isa_init() == 0) printf("cpu kernels: %s\n", ds_cpu_isa_name(ds_cpu_isa_get()));
+}
+
 int ds_cli_parse(ds_cli *cli, int argc, char **argv, char ***pos)
 {
     ds_log_init(cli->prog);
@@ -127,7 +138,7 @@ int ds_cli_parse(ds_cli *cli, int argc, char **argv, char ***pos)
         }
         if (strcmp(a, "--") == 0) { only_pos = 1; continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { if (ds_log_rank() == 0) print_help(cli); exit(0); }
-        if (!strcmp(a, "--version")) { if (ds_log_rank() == 0) printf("%s (ds) %s\n", cli->prog, DS_VERSION); exit(0); }
+        if (!strcmp(a, "--version")) { print_version(cli); exit(0); }
         if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) { ds_verbosity = -1; continue; }
         if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { ds_verbosity = 1; continue; }
         if (!strcmp(a, "--progress")) { ds_cli_progress = 1; continue; }
@@ -164,6 +175,10 @@ int ds_cli_parse(ds_cli *cli, int argc, char **argv, char ***pos)
         ds_usage_error(cli, "missing argument: %s", cli->args);
     if (cli->max_pos >= 0 && npos > cli->max_pos)
         ds_usage_error(cli, "unexpected argument '%s'", out[cli->max_pos]);
+    // The CPU kernels are chosen here, once, so that a DS_CPU_KERNELS this CPU cannot honour
+    // is an error before any work starts.
+    if (ds_cpu_isa_init()) exit(1);
+    ds_debug("cpu kernels: %s", ds_cpu_isa_name(ds_cpu_isa_get()));
     *pos = out;
     return npos;
 }

@@ -13,13 +13,14 @@
  *   - Otherwise im2col on chunks of output pixels small enough to stay in L2, one per
  *     thread, then a GEMM per chunk; strided backward-data scatters each chunk back
  *     (col2im), one image per thread so scatters never overlap.
- * Every GEMM runs on ds_sgemm_small's AVX-512 register tiles, single-threaded: the threads
- * come from OpenMP, one chunk, image or group each. (Debian's OpenBLAS runs its AVX2
- * kernels on this class of CPU, at half the speed.)
+ * Every GEMM runs on ds_sgemm_small's register tiles (the CPU's instruction set),
+ * single-threaded: the threads come from OpenMP, one chunk, image or group each.
  *
- * Determinism: the chunking depends only on the shape, and every output element is
- * produced by one GEMM call (forward, backward-data) or by per-group partial sums added in
- * group order (backward-weight), so the results are bitwise the same for any thread count.
+ * Determinism: the chunking and the choice of method depend only on the shape (never on
+ * the thread count or the instruction set), and every output element is produced by one
+ * GEMM call (forward, backward-data) or by per-group partial sums added in group order
+ * (backward-weight), so with ds_sgemm_small's sum rule the results are bitwise the same for
+ * any thread count on any CPU.
  */
 #include "conv_cpu.h"
 #include "sgemm_small.h"

@@ -6,6 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpu_isa.h"
+#include "image.h"
+
 typedef struct {
     int32_t *kx, *ky;      /* [out, ksize] fixed-point weights per output column / row */
     int *bx, *by;          /* [out, 2]: first input index, number of taps */
@@ -28,5 +31,10 @@ struct ds_decoder {
 /* Grows *p to at least `need` bytes (keeping its contents); -1 when memory runs out. */
 int ds_scratch_grow(void **p, size_t *cap, size_t need);
 void ds_resize_scratch_free(ds_resize_scratch *s);
+
+/* ds_resize_bilinear with the passes of a given level (one the CPU supports), whatever the
+ * process's: lets the tests compare the vector passes with the plain ones. */
+int ds_resize_bilinear_isa(ds_cpu_isa isa, ds_decoder *d, uint8_t *out, int out_w, int out_h, const uint8_t *in,
+                           int in_w, int in_h, const ds_fit_geometry *g, char *reason, size_t cap);
 
 #endif

@@ -779,3 +779,28 @@ void ds_model_step(ds_model *m, const ds_sgd *sgd, int micro_batches)
              m->nbuffer);
     for (int i = 0; i < m->nbn; i++) m->bn_tracked[i]++;
 }
+
+/* The index of the layer that is the i-th to end in a ReLU, or -1. */
+static int relu_layer(const ds_model *m, int i)
+{
+    for (int l = 0; l < m->nlayers; l++)
+        if (m->layers[l].type == L_BN && m->layers[l].relu && i-- == 0) return l;
+    return -1;
+}
+
+int ds_model_relu_count(const ds_model *m)
+{
+    int count = 0;
+    while (relu_layer(m, count) >= 0) count++;
+    return count;
+}
+
+size_t ds_model_relu_output(ds_model *m, int i, float *host)
+{
+    int l = relu_layer(m, i);
+    if (l < 0) return 0;
+    const ds_act *a = &m->acts[m->layers[l].out];
+    size_t count = (size_t)m->last_n * a->h * a->w * a->c;
+    if (host) m->be->download(host, A(m, m->layers[l].out), count * sizeof *host);
+    return count;
+}

@@ -153,4 +153,13 @@ int ds_model_grad_get(ds_model *m, int i, float *host);
 int ds_model_momentum_get(ds_model *m, int i, float *host);
 int ds_model_momentum_set(ds_model *m, int i, const float *host);
 
+/* ---- the ReLU decisions of the last forward (tests) ---- */
+
+/* The layers that end in a ReLU (batch norm fused with it), in forward order, which is the
+ * order of PyTorch's ReLU calls: how many, and a copy of layer i's output [n, h, w, c]
+ * (host; n = the last forward's batch; host NULL: size only). Returns the element count, 0
+ * for an index out of range. A zero is where the ReLU cut: what backward masks with. */
+int ds_model_relu_count(const ds_model *m);
+size_t ds_model_relu_output(ds_model *m, int i, float *host);
+
 #endif

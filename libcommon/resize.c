@@ -13,10 +13,15 @@
 #include "image.h"
 #include "image_internal.h"
 
+#include "cpu_isa.h"
+
 #include <math.h>
 #include <stdarg.h>
-#if defined(__AVX2__)
+#if defined(__x86_64__) || defined(__i386__)
+#define RESIZE_AVX2 1
 #include <immintrin.h>
+/* The vector passes are compiled for AVX2 and run only where cpu_isa allows. */
+#define AVX2 __attribute__((target("avx2")))
 #endif
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +30,8 @@
 #define PRECISION_BITS (32 - 8 - 2)
 
 /* The horizontal tap table's stride is a multiple of this: the vector pass takes 5 taps
- * (15 bytes) per load. */
-#if defined(__AVX2__)
+ * (15 bytes) per load (the zero taps this adds cost the plain pass nothing). */
+#if RESIZE_AVX2
 #define H_TAP_PAD 5
 #else
 #define H_TAP_PAD 1
@@ -138,7 +143,7 @@ static void pass_vertical_plain(uint8_t *out, int out_w, int out_h, const uint8_
     }
 }
 
-#if defined(__AVX2__)
+#if RESIZE_AVX2
 /* The horizontal pass computes two output pixels (j, j + 1) per step, one per 128-bit half:
  * each half loads 16 bytes at its pixel's first tap, a byte shuffle per tap widens that tap's
  * RGB to int32 lanes [R G B 0], and one 8-lane multiply-add covers the tap for both pixels.
@@ -166,7 +171,7 @@ static int expand_kx(ds_resize_scratch *s, int out_w, int stride)
 /* Both pixels' RGB sums plus the rounding half, [R G B 0 | R G B 0], over `taps` taps from
  * the pixels at p0 and p1 with weights kv (8 lanes per tap): whole groups of five taps per
  * load, then the remaining one to four from one more load. */
-static inline __m256i h_pair(const uint8_t *p0, const uint8_t *p1, const int32_t *kv, int taps)
+static inline AVX2 __m256i h_pair(const uint8_t *p0, const uint8_t *p1, const int32_t *kv, int taps)
 {
     const __m256i sh0 = _mm256_setr_epi8(0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, -1, -1, -1, -1,
                                          0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, -1, -1, -1, -1);
@@ -199,7 +204,7 @@ static inline __m256i h_pair(const uint8_t *p0, const uint8_t *p1, const int32_t
 
 /* One output pixel's sums from the plain loop, for pixels whose 16-byte loads would run past
  * the end of the input. */
-static inline __m128i h_pixel_plain(const uint8_t *p, const int32_t *k, int n)
+static inline AVX2 __m128i h_pixel_plain(const uint8_t *p, const int32_t *k, int n)
 {
     int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
     for (int t = 0; t < n; t++) {
@@ -211,7 +216,7 @@ static inline __m128i h_pixel_plain(const uint8_t *p, const int32_t *k, int n)
 }
 
 /* >> 22, then saturating packs clamp to [0, 255] exactly like clip8; RGB in the low 3 bytes. */
-static inline int32_t h_bytes(__m128i sum)
+static inline AVX2 int32_t h_bytes(__m128i sum)
 {
     __m128i v = _mm_srai_epi32(sum, PRECISION_BITS);
     v = _mm_packs_epi32(v, v);
@@ -223,8 +228,8 @@ static inline int32_t h_bytes(__m128i sum)
  * 4th overwritten by the next pixel's store (that pair comes later); the row's last pixel is
  * stored as 3. kxv: expand_kx's table for kx. */
 #define H_ROW_BLOCK 8
-static void pass_horizontal(uint8_t *out, int out_w, int rows, const uint8_t *in, size_t in_stride,
-                            const int32_t *kx, const int32_t *kxv, const int *bx, int stride)
+static AVX2 void pass_horizontal(uint8_t *out, int out_w, int rows, const uint8_t *in, size_t in_stride,
+                                 const int32_t *kx, const int32_t *kxv, const int *bx, int stride)
 {
     const uint8_t *end = in + (size_t)rows * in_stride;
     size_t out_stride = (size_t)out_w * 3;
@@ -264,8 +269,8 @@ static void pass_horizontal(uint8_t *out, int out_w, int rows, const uint8_t *in
 
 /* 32 output bytes at a time in four accumulators, each tap's weight broadcast once per
  * block; the row's last (out_w * 3) % 32 bytes go through the plain loop. */
-static void pass_vertical(uint8_t *out, int out_w, int out_h, const uint8_t *in, size_t in_stride,
-                          const int32_t *ky, const int *by, int stride)
+static AVX2 void pass_vertical(uint8_t *out, int out_w, int out_h, const uint8_t *in, size_t in_stride,
+                               const int32_t *ky, const int *by, int stride)
 {
     const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
     /* packs/packus interleave the 128-bit halves; this puts the 32 bytes back in order. */
@@ -299,33 +304,22 @@ static void pass_vertical(uint8_t *out, int out_w, int out_h, const uint8_t *in,
         }
     }
 }
-#else
-static int expand_kx(ds_resize_scratch *s, int out_w, int stride) { return 0; }
-
-static void pass_horizontal(uint8_t *out, int out_w, int rows, const uint8_t *in, size_t in_stride,
-                            const int32_t *kx, const int32_t *kxv, const int *bx, int stride)
-{
-    pass_horizontal_plain(out, out_w, rows, in, in_stride, kx, bx, stride);
-}
-
-static void pass_vertical(uint8_t *out, int out_w, int out_h, const uint8_t *in, size_t in_stride,
-                          const int32_t *ky, const int *by, int stride)
-{
-    pass_vertical_plain(out, out_w, out_h, in, in_stride, ky, by, stride);
-}
 #endif
-
-/* Whether the plain passes are forced (DS_RESIZE_PLAIN=1 in the environment): lets the
- * tests compare the vector passes against the plain ones on the same input. */
-static int use_plain(void)
-{
-    const char *e = getenv("DS_RESIZE_PLAIN");
-    return e && *e == '1';
-}
 
 int ds_resize_bilinear(ds_decoder *d, uint8_t *out, int out_w, int out_h, const uint8_t *in, int in_w, int in_h,
                        const ds_fit_geometry *g, char *reason, size_t cap)
 {
+    return ds_resize_bilinear_isa(ds_cpu_isa_get(), d, out, out_w, out_h, in, in_w, in_h, g, reason, cap);
+}
+
+int ds_resize_bilinear_isa(ds_cpu_isa isa, ds_decoder *d, uint8_t *out, int out_w, int out_h, const uint8_t *in,
+                           int in_w, int in_h, const ds_fit_geometry *g, char *reason, size_t cap)
+{
+#if RESIZE_AVX2
+    const int vector = isa >= DS_CPU_AVX2;
+#else
+    const int vector = 0;
+#endif
     ds_resize_scratch *s = &d->rs;
     if (in_w <= 0 || in_h <= 0 || out_w <= 0 || out_h <= 0 || g->left < 0 || g->top < 0 ||
         g->left + out_w > g->resized_w || g->top + out_h > g->resized_h) {
@@ -345,12 +339,14 @@ int ds_resize_bilinear(ds_decoder *d, uint8_t *out, int out_w, int out_h, const 
     if (need_h) {
         if (ds_scratch_grow((void **)&s->tmp, &s->tmp_cap, (size_t)(y_last - y_first) * out_w * 3)) goto oom;
         const uint8_t *rows = in + (size_t)y_first * in_stride;
-        if (use_plain())
+        if (!vector)
             pass_horizontal_plain(s->tmp, out_w, y_last - y_first, rows, in_stride, s->kx, s->bx, ksx);
+#if RESIZE_AVX2
         else if (expand_kx(s, out_w, ksx))
             goto oom;
         else
             pass_horizontal(s->tmp, out_w, y_last - y_first, rows, in_stride, s->kx, s->kxv, s->bx, ksx);
+#endif
         src = s->tmp, src_stride = (size_t)out_w * 3;
     } else {
         src = in + (size_t)y_first * in_stride + (size_t)g->left * 3, src_stride = in_stride;
@@ -362,10 +358,12 @@ int ds_resize_bilinear(ds_decoder *d, uint8_t *out, int out_w, int out_h, const 
         return 0;
     }
     for (int i = 0; i < out_h; i++) s->by[2 * i] -= y_first;
-    if (use_plain())
+    if (!vector)
         pass_vertical_plain(out, out_w, out_h, src, src_stride, s->ky, s->by, ksy);
+#if RESIZE_AVX2
     else
         pass_vertical(out, out_w, out_h, src, src_stride, s->ky, s->by, ksy);
+#endif
     return 0;
 oom:
     if (reason && cap) snprintf(reason, cap, "out of memory resizing %dx%d", in_w, in_h);

@@ -22,7 +22,7 @@ for h in "$@"; do
     # Only what the harness needs. The parsers report each refusal on stderr: closed
     # (libFuzzer keeps its own reports on a copy of it).
     case $name in
-    decode) srcs="libcommon/image.c libcommon/resize.c" fdmask=0 ;;
+    decode) srcs="libcommon/image.c libcommon/resize.c libcommon/cpu_isa.c libcommon/log.c" fdmask=0 ;;
     manifest) srcs="libcommon/manifest.c libcommon/fsutil.c libcommon/log.c" fdmask=2 ;;
     *) echo "fuzz: no source list for $name in $0"; exit 1 ;;
     esac

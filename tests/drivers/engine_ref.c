@@ -14,6 +14,8 @@
  *   /loss<k>              summed cross-entropy of step k+1's forward
  *   /g<k>/<name>          gradient of loss / n for every parameter (PyTorch layout)
  *   /m<k+1>/<name>        momentum buffers after step k+1
+ *   /relu<k>/<i>          uint8, flat NHWC: 1 where the i-th ReLU of step k+1's forward
+ *                         passed its input (the engine's decision, which its backward used)
  * and, when given, OUT_CKPT.h5: the model after `steps` steps as a ds checkpoint. */
 #include <hdf5.h>
 #include <stdio.h>
@@ -68,6 +70,33 @@ static void write_group(hid_t f, const char *group, ds_model *m, char which)
         for (int d = 0; d < t->ndim; d++) dims[d] = (hsize_t)t->shape[d];
         write_floats(g, t->name, v, t->ndim, dims);
         free(v);
+    }
+    H5_OK(H5Gclose(g));
+}
+
+/* The ReLU decisions of the last forward, one flat uint8 dataset per ReLU ("0", "1", ...). */
+static void write_relu_masks(hid_t f, const char *group, ds_model *m)
+{
+    hid_t g = H5Gcreate2(f, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5_OK(g);
+    for (int i = 0; i < ds_model_relu_count(m); i++) {
+        size_t count = ds_model_relu_output(m, i, NULL);
+        float *v = ds_xmalloc(count * sizeof *v);
+        uint8_t *mask = ds_xmalloc(count);
+        ds_model_relu_output(m, i, v);
+        for (size_t j = 0; j < count; j++) mask[j] = v[j] > 0;
+        char name[16];
+        snprintf(name, sizeof name, "%d", i);
+        hsize_t dims[1] = {count};
+        hid_t sp = H5Screate_simple(1, dims, NULL);
+        H5_OK(sp);
+        hid_t d = H5Dcreate2(g, name, H5T_STD_U8LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        H5_OK(d);
+        H5_OK(H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, mask));
+        H5_OK(H5Dclose(d));
+        H5_OK(H5Sclose(sp));
+        free(v);
+        free(mask);
     }
     H5_OK(H5Gclose(g));
 }
@@ -128,6 +157,8 @@ int main(int argc, char **argv)
         write_group(out, name, m, 'w');
         ds_model_zero_reduction(m);
         if (!(y = ds_model_forward(m, n, 1))) return 1;
+        snprintf(name, sizeof name, "relu%d", s);
+        write_relu_masks(out, name, m);
         float loss = (float)ds_model_backward(m, labels, n, 1.0f / n, smoothing);
         snprintf(name, sizeof name, "loss%d", s);
         write_floats(out, name, &loss, 0, NULL);

@@ -12,11 +12,14 @@
  * multiply-add). The totals weight each shape by its count: the convolution time of one
  * training step. */
 #include "backend.h"
+#include "cpu_isa.h"
 #include "log.h"
 #include "model.h"
 #include "rng.h"
 
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -79,32 +82,69 @@ static double bench_now(void)
     return (ts.tv_sec + ts.tv_nsec * 1e-9) / omp_get_max_threads();
 }
 
-/* Peak fp32 FMA rate: 12 independent AVX-512 FMA chains per thread, each thread timing its
- * own loop (best of 5), summed over the threads: a thread that starts late or is briefly
- * descheduled by a hypervisor does not halve the figure, as timing them together did. The
- * empty asm keeps the accumulators in registers and the loop from being folded away. */
+/* Peak fp32 FMA rate of one thread on the instruction set in use: 12 independent FMA
+ * chains, best of 5. The empty asm keeps the accumulators in registers and the loop from
+ * being folded away. */
+#if defined(__x86_64__) || defined(__i386__)
+#define PEAK_LOOP(T, SET1, FMA, LANES, attr)                                                       \
+    static attr double peak_##T(long iters)                                                       \
+    {                                                                                             \
+        double best = 0;                                                                          \
+        for (int rep = 0; rep < 5; rep++) {                                                       \
+            double t0 = ds_now();                                                                 \
+            T x = SET1(1.0000001f), y = SET1(0.999f);                                             \
+            T a0 = x, a1 = x, a2 = x, a3 = x, a4 = x, a5 = x, a6 = x, a7 = x, a8 = x, a9 = x, a10 = x, a11 = x; \
+            for (long it = 0; it < iters; it++) {                                                 \
+                a0 = FMA(a0, x, y), a1 = FMA(a1, x, y), a2 = FMA(a2, x, y), a3 = FMA(a3, x, y);   \
+                a4 = FMA(a4, x, y), a5 = FMA(a5, x, y), a6 = FMA(a6, x, y), a7 = FMA(a7, x, y);   \
+                a8 = FMA(a8, x, y), a9 = FMA(a9, x, y), a10 = FMA(a10, x, y), a11 = FMA(a11, x, y); \
+                __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5), \
+                                 "+x"(a6), "+x"(a7), "+x"(a8), "+x"(a9), "+x"(a10), "+x"(a11));   \
+            }                                                                                     \
+            double rate = (double)iters * 12 * (LANES) * 2 / (ds_now() - t0) / 1e9;               \
+            best = rate > best ? rate : best;                                                     \
+        }                                                                                         \
+        return best;                                                                              \
+    }
+PEAK_LOOP(__m512, _mm512_set1_ps, _mm512_fmadd_ps, 16, __attribute__((target("avx512f"))))
+PEAK_LOOP(__m256, _mm256_set1_ps, _mm256_fmadd_ps, 8, __attribute__((target("avx2,fma"))))
+#endif
+
+/* The plain kernels' rate: scalar fmaf chains, as sgemm_small's plain loop runs them. */
+static double peak_plain(long iters)
+{
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = ds_now();
+        volatile float seed = 1.0000001f;
+        float x = seed, y = 0.999f, a[12];
+        for (int k = 0; k < 12; k++) a[k] = x;
+        for (long it = 0; it < iters; it++)
+            for (int k = 0; k < 12; k++) a[k] = fmaf(a[k], x, y);
+        double rate = (double)iters * 12 * 2 / (ds_now() - t0) / 1e9;
+        best = rate > best ? rate : best;
+        seed = a[0];
+    }
+    return best;
+}
+
+/* Summed over the threads, each timing its own loop: a thread that starts late or is
+ * briefly descheduled by a hypervisor does not halve the figure, as timing them together
+ * did. */
 static double measure_peak(void)
 {
-    const long iters = 20000000;
+    const ds_cpu_isa isa = ds_cpu_isa_get();
     double total = 0;
 #pragma omp parallel reduction(+ : total)
     {
-        double best = 0;
-        for (int rep = 0; rep < 5; rep++) {
-            double t0 = ds_now();
-            __m512 x = _mm512_set1_ps(1.0000001f), y = _mm512_set1_ps(0.999f);
-            __m512 a0 = x, a1 = x, a2 = x, a3 = x, a4 = x, a5 = x, a6 = x, a7 = x, a8 = x, a9 = x, a10 = x, a11 = x;
-            for (long it = 0; it < iters; it++) {
-#define FMA_(a) a = _mm512_fmadd_ps(a, x, y);
-                FMA_(a0) FMA_(a1) FMA_(a2) FMA_(a3) FMA_(a4) FMA_(a5)
-                FMA_(a6) FMA_(a7) FMA_(a8) FMA_(a9) FMA_(a10) FMA_(a11)
-                __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5),
-                                 "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
-            }
-            double rate = (double)iters * 12 * 16 * 2 / (ds_now() - t0) / 1e9;
-            best = rate > best ? rate : best;
-        }
-        total += best;
+#if defined(__x86_64__) || defined(__i386__)
+        if (isa == DS_CPU_AVX512)
+            total += peak___m512(20000000);
+        else if (isa == DS_CPU_AVX2)
+            total += peak___m256(20000000);
+        else
+#endif
+            total += peak_plain(2000000);
     }
     return total;
 }
@@ -213,9 +253,10 @@ static int bench_step(const char *arch, int batch, int size, int steps, int trai
         if (s > 0 && t < best) best = t;
         if (s > 0 && c < best_cpu) best_cpu = c;
     }
-    printf("%s %s %dx%d batch %d, %d threads: best step %.1f ms = %.0f images/s (wall); "
+    printf("%s %s %dx%d batch %d, %d threads, cpu kernels %s: best step %.1f ms = %.0f images/s (wall); "
            "%.1f CPU-ms per step = %.0f images per CPU-second\n",
-           training ? "training" : "inference", arch, size, size, batch, omp_get_max_threads(), best * 1e3, batch / best, best_cpu * 1e3,
+           training ? "training" : "inference", arch, size, size, batch, omp_get_max_threads(),
+           ds_cpu_isa_name(ds_cpu_isa_get()), best * 1e3, batch / best, best_cpu * 1e3,
            batch / best_cpu);
     free(labels);
     ds_model_free(m);
@@ -225,6 +266,7 @@ static int bench_step(const char *arch, int batch, int size, int steps, int trai
 int main(int argc, char **argv)
 {
     ds_log_init("ops_bench");
+    if (ds_cpu_isa_init()) return 1;
     const char *clk = getenv("DS_BENCH_CLOCK");
     cpu_clock = clk && !strcmp(clk, "cpu");
     const char *which = argc > 1 ? argv[1] : "all";
@@ -239,7 +281,8 @@ int main(int argc, char **argv)
     int reps = argc > 2 ? atoi(argv[2]) : 3;
     if (reps < 1) reps = 1;
     double peak = measure_peak();
-    printf("peak fp32 FMA: %.0f GFLOP/s on %d threads\n", peak, omp_get_max_threads());
+    printf("peak fp32 FMA: %.0f GFLOP/s on %d threads (cpu kernels: %s)\n", peak, omp_get_max_threads(),
+           ds_cpu_isa_name(ds_cpu_isa_get()));
     if (!strcmp(which, "resnet20") || !strcmp(which, "all"))
         bench_net("resnet20 32x32 batch 128", resnet20, sizeof resnet20 / sizeof *resnet20, reps, peak);
     if (!strcmp(which, "resnet50") || !strcmp(which, "all"))

@@ -17,7 +17,6 @@
 
 static const ds_backend *be = &ds_backend_cpu;
 static ds_rng rng;
-static const char *conv_label = "";  /* names the GEMM path under test */
 
 static float *randn(size_t n, double scale)
 {
@@ -130,8 +129,8 @@ static double conv_loss(void *p)
 static void test_conv(ds_conv_desc d, int fd)
 {
     char name[160];
-    snprintf(name, sizeof name, "conv n%d %dx%dx%d -> k%d %dx%d/%d pad %d%s%s", d.n, d.h, d.w, d.c,
-             d.k, d.r, d.s, d.stride, d.pad, fd ? " (finite differences)" : "", conv_label);
+    snprintf(name, sizeof name, "conv n%d %dx%dx%d -> k%d %dx%d/%d pad %d%s", d.n, d.h, d.w, d.c,
+             d.k, d.r, d.s, d.stride, d.pad, fd ? " (finite differences)" : "");
     check_begin(name);
     size_t ni = (size_t)d.n * d.h * d.w * d.c, nw = (size_t)d.k * d.r * d.s * d.c,
            no = (size_t)d.n * d.p * d.q * d.k;
@@ -574,47 +573,110 @@ static void test_normalize(void)
 
 /* ---------------------------------------------------------------- determinism */
 
-/* Runs a small training step's ops with t threads into one buffer of results. */
+/* A results buffer that grows as ops append to it. */
+typedef struct {
+    float *v;
+    size_t len, cap;
+} results;
+
+static float *take(results *r, size_t n)
+{
+    if (r->len + n > r->cap) {
+        r->cap = (r->len + n) * 2;
+        r->v = realloc(r->v, r->cap * sizeof *r->v);
+    }
+    float *p = r->v + r->len;
+    memset(p, 0, n * sizeof *p);
+    r->len += n;
+    return p;
+}
+
+/* Runs every op of the backend with t threads on fixed random data (a convolution of each
+ * kind of main's list: implicit, row by row, im2col with blocked reductions, pointwise,
+ * strided backward-data, transposed weight tiles) into one buffer of results: for the
+ * thread-count test here, and with --bits for the comparison of the kernel sets across
+ * processes (tests/shell/test_cpu_kernels.sh). */
 static float *run_ops(int threads, size_t *len)
 {
     omp_set_num_threads(threads);
     ds_rng_init(&rng, 7, DS_RNG_DATA, 99);
-    ds_conv_desc cs[3] = {conv_desc(12, 16, 16, 64, 16, 3, 3, 1, 1), conv_desc(6, 12, 12, 16, 32, 3, 3, 2, 1),
-                          conv_desc(6, 12, 12, 256, 24, 1, 1, 1, 0)};
-    size_t total = 0, at = 0;
-    for (int k = 0; k < 3; k++)
-        total += (size_t)cs[k].n * cs[k].p * cs[k].q * cs[k].k + (size_t)cs[k].n * cs[k].h * cs[k].w * cs[k].c +
-                 (size_t)cs[k].k * cs[k].r * cs[k].s * cs[k].c;
-    const int m = 6 * 12 * 12, c = 64;
-    total += 2 * (size_t)m * c + 5 * c + 40 * 100 + 2 * 100 * 50;
-    float *res = calloc(total, sizeof *res);
-    for (int k = 0; k < 3; k++) {
-        ds_conv_desc *d = &cs[k];
+    results res = {0};
+    const ds_conv_desc cs[] = {
+        conv_desc(12, 16, 16, 64, 16, 3, 3, 1, 1), conv_desc(6, 12, 12, 16, 32, 3, 3, 2, 1),
+        conv_desc(6, 12, 12, 256, 24, 1, 1, 1, 0),  conv_desc(3, 15, 13, 3, 8, 7, 7, 2, 3),
+        conv_desc(5, 11, 11, 16, 16, 3, 3, 1, 1),   conv_desc(8, 12, 12, 64, 32, 3, 3, 1, 1),
+        conv_desc(4, 9, 9, 32, 64, 3, 3, 2, 1),     conv_desc(3, 9, 9, 24, 48, 1, 1, 2, 0),
+        conv_desc(1, 7, 7, 8, 8, 5, 5, 1, 2),       conv_desc(2, 6, 6, 160, 20, 3, 3, 1, 1),
+        conv_desc(2, 7, 7, 144, 24, 3, 3, 2, 1),    conv_desc(2, 5, 5, 300, 260, 1, 1, 1, 0),
+        conv_desc(2, 5, 5, 40, 1200, 1, 1, 2, 0),   conv_desc(1, 14, 14, 128, 24, 3, 3, 1, 1),
+        conv_desc(2, 24, 24, 288, 8, 3, 3, 1, 1),   conv_desc(2, 7, 7, 600, 40, 3, 3, 1, 1),
+    };
+    for (size_t k = 0; k < sizeof cs / sizeof *cs; k++) {
+        const ds_conv_desc *d = &cs[k];
         size_t ni = (size_t)d->n * d->h * d->w * d->c, no = (size_t)d->n * d->p * d->q * d->k,
                nw = (size_t)d->k * d->r * d->s * d->c;
         float *in = randn(ni, 1), *w = randn(nw, 0.1), *g = randn(no, 1);
         void *ws = be->alloc(be->conv_workspace(d));
-        be->conv_fwd(res + at, in, w, d, ws), at += no;
-        be->conv_bwd_data(res + at, g, w, d, ws), at += ni;
-        be->conv_bwd_weight(res + at, g, in, d, ws), at += nw;
+        be->conv_fwd(take(&res, no), in, w, d, ws);
+        be->conv_bwd_data(take(&res, ni), g, w, d, ws);
+        float *dw = take(&res, nw);
+        memcpy(dw, w, nw * sizeof *dw);  // accumulates into what is there
+        be->conv_bwd_weight(dw, g, in, d, ws);
         be->free(ws), free(in), free(w), free(g);
     }
-    float *x = randn((size_t)m * c, 2), *gm = randn(c, 1), *bt = randn(c, 1), *g = randn((size_t)m * c, 1);
-    float *out = res + at, *din = out + (size_t)m * c, *st = din + (size_t)m * c;
-    be->bn_fwd_train(out, st, st + c, st + 2 * c, x, gm, bt, NULL, 1, m, c, 1e-5f);
-    be->bn_bwd(din, NULL, st + 3 * c, st + 4 * c, g, out, x, gm, st, st + 2 * c, 1, m, c);
-    at += 2 * (size_t)m * c + 5 * c;
-    float *li = randn(40 * 50, 1), *lw = randn(100 * 50, 1), *lg = randn(40 * 100, 1);
-    be->linear_fwd(res + at, li, lw, NULL, 40, 50, 100), at += 40 * 100;
-    be->linear_bwd(res + at, res + at + 40 * 50, NULL, lg, li, lw, 40, 50, 100);
-    free(x), free(gm), free(bt), free(g), free(li), free(lw), free(lg);
-    *len = total;
-    return res;
+    const int m = 6 * 12 * 12, c = 64;
+    float *x = randn((size_t)m * c, 2), *gm = randn(c, 1), *bt = randn(c, 1), *g = randn((size_t)m * c, 1),
+          *rs = randn((size_t)m * c, 1);
+    float *out = take(&res, (size_t)m * c), *st = take(&res, 5 * c);
+    be->bn_fwd_train(out, st, st + c, st + 2 * c, x, gm, bt, rs, 1, m, c, 1e-5f);
+    be->bn_bwd(take(&res, (size_t)m * c), take(&res, (size_t)m * c), st + 3 * c, st + 4 * c, g, out, x, gm, st,
+               st + 2 * c, 1, m, c);
+    be->bn_fwd_infer(take(&res, (size_t)m * c), x, gm, bt, st, st + c, rs, 1, m, c, 1e-5f);
+    ds_pool_desc pd = {6, 12, 12, c, 3, 2, 1, 6, 6};
+    float *po = take(&res, 6 * 6 * 6 * c);
+    be->maxpool_fwd(po, x, &pd);
+    be->maxpool_bwd(take(&res, (size_t)m * c), g, x, po, &pd);
+    be->avgpool_fwd(take(&res, 6 * c), x, 6, 144, c);
+    be->avgpool_bwd(take(&res, (size_t)m * c), g, 6, 144, c);
+    float *li = randn(40 * 300, 1), *lw = randn(600 * 300, 1), *lb = randn(600, 1), *lg = randn(40 * 600, 1);
+    be->linear_fwd(take(&res, 40 * 600), li, lw, lb, 40, 300, 600);
+    float *ldw = take(&res, 600 * 300), *ldb = take(&res, 600);
+    be->linear_bwd(take(&res, 40 * 300), ldw, ldb, lg, li, lw, 40, 300, 600);
+    int32_t labels[40];
+    for (int i = 0; i < 40; i++) labels[i] = i % 7 == 3 ? -1 : (int32_t)ds_rng_below(&rng, 600);
+    be->softmax_xent(take(&res, 40), take(&res, 40 * 600), lg, labels, 40, 600, 0.1f, 1.0f / 40);
+    float *sw = take(&res, 600 * 300), *sb = take(&res, 600 * 300);
+    memcpy(sw, lw, 600 * 300 * sizeof *sw);
+    be->sgd_step(sw, sb, li, 600 * 300 < 40 * 300 ? 600 * 300 : 40 * 300, 0.1f, 0.9f, 5e-4f, 1, 1);
+    be->sgd_step(sw, sb, lw, 600 * 300, 0.1f, 0.9f, 5e-4f, 1, 0);
+    be->scale(sw, 0.37f, 600 * 300);
+    be->axpy(sw, -1.3f, lw, 600 * 300);
+    uint8_t *px = malloc(4 * 20 * 18 * 3), flip[4] = {0, 1, 1, 0};
+    int32_t y0[4] = {0, 3, 2, 1}, x0[4] = {1, 0, 2, 2};
+    for (int i = 0; i < 4 * 20 * 18 * 3; i++) px[i] = (uint8_t)ds_rng_below(&rng, 256);
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+    be->normalize_u8(take(&res, 4 * 16 * 16 * 3), px, 4, 20, 18, 16, 16, y0, x0, flip, mean, sd);
+    free(x), free(gm), free(bt), free(g), free(rs), free(li), free(lw), free(lb), free(lg), free(px);
+    *len = res.len;
+    return res.v;
+}
+
+/* --bits FILE: the raw results of run_ops on 2 threads. */
+static int write_bits(const char *path)
+{
+    size_t n;
+    float *v = run_ops(2, &n);
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(v, sizeof *v, n, f) == n;
+    if (f && fclose(f)) ok = 0;
+    free(v);
+    if (!ok) fprintf(stderr, "test_ops: cannot write %s\n", path);
+    return ok ? 0 : 1;
 }
 
 static void test_thread_independence(void)
 {
-    check_begin("conv, batchnorm and linear are bitwise the same for 1, 2 and 3 threads");
+    check_begin("every op is bitwise the same for 1, 2 and 3 threads");
     int saved = omp_get_max_threads();
     size_t n1, n2, n3;
     float *a = run_ops(1, &n1), *b = run_ops(2, &n2), *c = run_ops(3, &n3);
@@ -645,8 +707,13 @@ static void test_select(void)
     check_end();
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 3 && !strcmp(argv[1], "--bits")) return write_bits(argv[2]);
+    if (argc != 1) {
+        fprintf(stderr, "usage: test_ops [--bits FILE]\n");
+        return 2;
+    }
     ds_rng_init(&rng, 42, DS_RNG_DATA, 4);
 
     // Finite differences on small shapes, every kernel/stride/pad kind ResNets use.
@@ -673,16 +740,6 @@ int main(void)
     test_conv(conv_desc(2, 5, 5, 40, 1200, 1, 1, 2, 0), 0);
     test_conv(conv_desc(1, 14, 14, 128, 24, 3, 3, 1, 1), 0);  // wide window, one row at a time
     test_conv(conv_desc(2, 24, 24, 288, 8, 3, 3, 1, 1), 0);   // im2col: more chunks than groups
-    // The plain GEMM loops (what CPUs without AVX-512 run) on one shape of each path.
-    ds_sgemm_force_plain(1);
-    conv_label = " (plain GEMM)";
-    test_conv(conv_desc(2, 6, 7, 3, 4, 3, 3, 2, 1), 1);
-    test_conv(conv_desc(5, 11, 11, 16, 16, 3, 3, 1, 1), 0);
-    test_conv(conv_desc(4, 16, 16, 256, 16, 1, 1, 1, 0), 0);
-    test_conv(conv_desc(2, 5, 5, 300, 260, 1, 1, 1, 0), 0);
-    test_conv(conv_desc(2, 24, 24, 288, 8, 3, 3, 1, 1), 0);
-    ds_sgemm_force_plain(0);
-    conv_label = "";
 
     test_bn(24, 5, 0, 0, 0, 1);
     test_bn(24, 5, 1, 1, 0, 1);

@@ -1,5 +1,6 @@
 /* dspack: decode, resize and pack a manifest's images into HDF5 shards (DESIGN §2, §6). */
 #include "cli.h"
+#include "cpu_isa.h"
 #include "fsutil.h"
 #include "image.h"
 #include "log.h"
@@ -94,8 +95,8 @@ int main(int argc, char **argv)
     if (ds_pack_run(&o, &m, classes, num_classes, &r)) goto out;
 
     double rate = r.seconds > 0 ? r.packed / r.seconds : 0;
-    ds_info("packed %zu, rejected %zu (listed in %s/rejected.txt) into %d shards in %.1f s, %.1f images/s",
-            r.packed, r.rejected, out, r.shards, r.seconds, rate);
+    ds_info("packed %zu, rejected %zu (listed in %s/rejected.txt) into %d shards in %.1f s, %.1f images/s (%s kernels)",
+            r.packed, r.rejected, out, r.shards, r.seconds, rate, ds_cpu_isa_name(ds_cpu_isa_get()));
     if (resume) ds_info("resume: kept %d of %d shards", r.shards_kept, r.shards);
     if (json) {
         printf("{\"packed\": %zu, \"rejected\": %zu, \"shards\": %d, \"shards_kept\": %d, \"seconds\": %.3f, "

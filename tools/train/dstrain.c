@@ -4,6 +4,7 @@
 #include "checkpoint.h"
 #include "cli.h"
 #include "comm.h"
+#include "cpu_isa.h"
 #include "fsutil.h"
 #include "log.h"
 #include "model.h"
@@ -215,8 +216,10 @@ int main(int argc, char **argv)
         .smoothing = (float)label_smoothing, .log_every = (int)log_every, .ckpt_steps = ckpt_steps,
         .max_steps = max_steps, .keep = (int)keep, .start_step = start_step, .meta = &meta,
     };
-    ds_info("%s on %s (%d threads), %d rank%s; %zu training images of %dx%d, %d classes; lr %g", arch, be->name,
-            nthreads, world, world > 1 ? "s" : "", tr.n, tr.height, tr.width, tr.num_classes, base_lr);
+    char kernels[64] = "";
+    if (be == &ds_backend_cpu) snprintf(kernels, sizeof kernels, ", %s kernels", ds_cpu_isa_name(ds_cpu_isa_get()));
+    ds_info("%s on %s (%d threads%s), %d rank%s; %zu training images of %dx%d, %d classes; lr %g", arch, be->name,
+            nthreads, kernels, world, world > 1 ? "s" : "", tr.n, tr.height, tr.width, tr.num_classes, base_lr);
     if (ds_signals_install()) ds_die("cannot handle signals");
     int rc = ds_train(m, &plan);
     int sig = ds_signals_pending();

@@ -1,0 +1,37 @@
+/* cpu_isa: which instruction set the CPU kernels use, decided once per process.
+ *
+ * The build targets the architecture's baseline (plain x86-64): no -march=native, so a
+ * binary carried to another machine runs there. The hot kernels (GEMM register tiles, the
+ * resize passes) are compiled once per instruction set with target attributes, and every
+ * module that has such kernels picks its version from the level chosen here:
+ *   - DS_CPU_KERNELS=plain|avx2|avx512 in the environment forces one (it must be one the CPU
+ *     and the operating system support);
+ *   - otherwise the best the CPU supports (cpuid, with the OS's XSAVE state checked).
+ * Every level computes bitwise the same results (sgemm_small.h states the rule), so the
+ * level changes speed, never numbers. */
+#ifndef DS_CPU_ISA_H
+#define DS_CPU_ISA_H
+
+typedef enum {
+    DS_CPU_PLAIN,   /* portable C: any CPU, any architecture */
+    DS_CPU_AVX2,    /* x86-64 with AVX2 and FMA (Haswell, Zen 1 and later) */
+    DS_CPU_AVX512,  /* x86-64 with AVX-512F (Skylake-SP, Ice Lake, Zen 4 and later) */
+    DS_CPU_LEVELS
+} ds_cpu_isa;
+
+/* Decides the level (first call only) and returns 0, or -1 with an error naming what is
+ * wrong with DS_CPU_KERNELS (an unknown name, or a level this CPU lacks). Tools call it at
+ * start-up so that a bad setting is an error message, not a surprise later. */
+int ds_cpu_isa_init(void);
+
+/* The level in use. A bad DS_CPU_KERNELS that no one checked with ds_cpu_isa_init ends the
+ * process here with the same message (ds_die). */
+ds_cpu_isa ds_cpu_isa_get(void);
+
+/* Whether this CPU (and its OS) can run the level's kernels. */
+int ds_cpu_isa_supported(ds_cpu_isa isa);
+
+/* "plain", "avx2+fma", "avx512": the words start-up lines use. */
+const char *ds_cpu_isa_name(ds_cpu_isa isa);
+
+#endif

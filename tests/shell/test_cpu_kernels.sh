@@ -1,0 +1,88 @@
+#!/bin/bash
+# The CPU kernel sets (libcommon/cpu_isa.h: plain, avx2, avx512) compute bitwise the same
+# results, so a run gives the same numbers on every CPU. Each set this CPU can run is forced
+# with DS_CPU_KERNELS and compared with the plain one: every op (test_ops --bits, and
+# test_ops's own checks under that set), dspack's shards (the resize passes), a short
+# resnet20 training run with validation and two resnet50 training steps (checkpoints value
+# for value), and dseval's logits. A set the CPU lacks is a SKIP line, never a pass.
+# Also: the tools name the set in use, and an unknown or unsupported DS_CPU_KERNELS is a
+# clear error (exit 1), never a crash.
+. "$(dirname "$0")/lib.sh"
+
+same_state() {  # A B: /model and /optimizer identical, value for value
+    h5diff -r "$1" "$2" /model /model >/dev/null && h5diff -r "$1" "$2" /optimizer /optimizer >/dev/null
+}
+
+# The sets this CPU can run, as `--version` reports them under each setting.
+levels=()
+for k in plain avx2 avx512; do
+    if DS_CPU_KERNELS=$k dsplit --version 2>/dev/null | grep -q '^cpu kernels: '; then
+        levels+=("$k")
+    else
+        echo "SKIP kernels_$k: this CPU cannot run the $k kernels"
+    fi
+done
+best=${levels[${#levels[@]}-1]}
+check default_is_best_supported sh -c "dsplit --version | grep -q '^cpu kernels: $best'"
+
+# Errors: an unknown name everywhere; a set this CPU lacks where there is one.
+expect_status unknown_set_refused 1 env DS_CPU_KERNELS=sse9 dspack -o "$T/none" "$T/none.txt"
+check unknown_set_message grep -q 'DS_CPU_KERNELS=sse9: unknown kernel set' "$T/err"
+missing=""
+for k in avx2 avx512; do [[ " ${levels[*]} " == *" $k "* ]] || { missing=$k; break; }; done
+if [ -n "$missing" ]; then
+    expect_status unsupported_set_refused 1 env DS_CPU_KERNELS=$missing dstrain --train "$T/none" -o "$T/none"
+    check unsupported_set_message grep -q "DS_CPU_KERNELS=$missing: this CPU cannot run" "$T/err"
+else
+    echo "SKIP unsupported_set_refused: this CPU runs every kernel set"
+fi
+
+# Portable binaries: outside the kernels that cpu_isa dispatches to, no instruction of the
+# tools is VEX or EVEX encoded (AVX, AVX2, FMA, AVX-512 all are), so they start and run on
+# any x86-64 CPU. The kernels: sgemm_avx2.c/sgemm_avx512.c's tiles, resize.c's AVX2 passes.
+if ! command -v objdump >/dev/null || [ "$(uname -m)" != x86_64 ]; then
+    echo "SKIP binaries_baseline_x86_64: needs objdump on x86-64"
+elif grep -q -- '-march=' "$BUILD_DIR/.flags" 2>/dev/null; then
+    echo "SKIP binaries_baseline_x86_64: this build was made with -march (NATIVE=1)"
+else
+    for t in dsplit dspack dstrain dseval; do
+        objdump -d --no-show-raw-insn "$DS_ROOT/$BIN/$t" |
+            awk '/^[0-9a-f]+ <.*>:$/ { fn = $2 } $2 ~ /^v/ { print fn }' | sort -u |
+            grep -v -E '^<(tile_nv[1-4](_unit|_wide)?|ds_sgemm_avx(2|512)|pass_(horizontal|vertical)|h_(pair|pixel_plain|bytes))(\.[a-z0-9.]+)?>:$' \
+            >"$T/vex-$t"
+        check "binary_${t}_baseline_x86_64" test ! -s "$T/vex-$t"
+        [ -s "$T/vex-$t" ] && sed 's/^/      AVX outside the kernels: /' "$T/vex-$t" | head -5
+    done
+fi
+
+make_bar_images "$T/tree" 12 4 3 || { fail data "cannot make the synthetic set"; finish; }
+dsplit -q --val 0.25 -o "$T/split" "$T/tree" >/dev/null || { fail split "dsplit failed"; finish; }
+
+TRAIN=(--arch resnet20 --crop 16 --pad 2 --batch 6 --epochs 2 --lr 0.05 --lr-scaling none --warmup-epochs 0.5
+       --threads 2 --log-every 0)
+R50=(--arch resnet50 --crop 32 --batch 3 --max-steps 2 --lr 0.05 --lr-scaling none --threads 2 --log-every 0 -q)
+for k in "${levels[@]}"; do
+    export DS_CPU_KERNELS=$k
+    check "test_ops_$k" sh -c "'$BUILD_DIR/tests/test_ops' >'$T/ops-$k.log' 2>&1"
+    "$BUILD_DIR/tests/test_ops" --bits "$T/bits-$k"
+    dspack -q --size 16 -o "$T/p16-$k/train" "$T/split/train.txt" &&
+        dspack -q --size 16 -o "$T/p16-$k/val" "$T/split/val.txt" &&
+        dspack -q --size 36 -o "$T/p36-$k" "$T/split/train.txt" 2>"$T/pack-$k.err"
+    dstrain "${TRAIN[@]}" --train "$T/p16-plain/train" --val "$T/p16-plain/val" -o "$T/r20-$k" 2>"$T/r20-$k.err"
+    dstrain "${R50[@]}" --train "$T/p36-plain" -o "$T/r50-$k" 2>"$T/r50-$k.err"
+    dseval -q --json --logits "$T/logits-$k.h5" "$T/r20-$k/last.h5" "$T/split/val.txt" |
+        sed 's/"images_per_sec": [0-9.]*//' >"$T/eval-$k.txt"
+    unset DS_CPU_KERNELS
+    [ "$k" = plain ] && continue
+    check "ops_bits_${k}_equal_plain" cmp -s "$T/bits-plain" "$T/bits-$k"
+    check "dspack_${k}_shards_equal_plain" sh -c "cmp -s '$T/p16-plain/train/shard-00000.h5' '$T/p16-$k/train/shard-00000.h5' &&
+        cmp -s '$T/p36-plain/shard-00000.h5' '$T/p36-$k/shard-00000.h5'"
+    check "resnet20_run_${k}_equal_plain" same_state "$T/r20-plain/last.h5" "$T/r20-$k/last.h5"
+    check "resnet50_steps_${k}_equal_plain" same_state "$T/r50-plain/last.h5" "$T/r50-$k/last.h5"
+    check "dseval_logits_${k}_equal_plain" sh -c "h5diff '$T/logits-plain.h5' '$T/logits-$k.h5' /logits /logits >/dev/null &&
+        cmp -s '$T/eval-plain.txt' '$T/eval-$k.txt'"
+done
+# The runs really ran: a checkpoint per run, and the start-up line names the set.
+check runs_wrote_checkpoints test -f "$T/r20-plain/last.h5" -a -f "$T/r50-plain/last.h5"
+check startup_line_names_set grep -q "cpu (2 threads, ${best/avx2/avx2+fma} kernels)" "$T/r20-$best.err"
+finish
