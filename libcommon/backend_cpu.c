@@ -10,6 +10,7 @@
  * set. The convolutions live in conv_cpu.c. */
 #include "backend.h"
 #include "conv_cpu.h"
+#include "cpu_loops.h"
 #include "sgemm_small.h"
 
 #include <math.h>
@@ -38,9 +39,12 @@ static void cpu_sync(void) {}
 #define BN_CHUNKS 16
 /* Channels reduced at a time: bounds the partial sums kept on the stack. */
 #define BN_CBLOCK 256
-/* Rows summed in float before flushing into the double sums: short enough that float
- * rounding stays far below the statistics' own noise, long enough to run at SIMD speed. */
-#define BN_FLUSH 32
+
+/* The row loops of this CPU's instruction set (cpu_loops.h). */
+static const ds_cpu_loops *loops(void) { return ds_cpu_loops_for(ds_cpu_isa_get()); }
+
+/* Rows per task of the elementwise batch-norm loops: about 16 KiB of each operand. */
+static long bn_rows_per_task(int c) { return c >= 4096 ? 1 : 4096 / c; }
 
 /* Per-channel sums over m rows, for channels [c0, c0+cb), in double:
  *     su[j] = sum_i u,   suv[j] = sum_i u * v,   u = p[i, c0+j] - pu[j],  v = q[i, c0+j] - qv[j]
@@ -50,30 +54,12 @@ static void bn_sums(double *su, double *suv, float *p, const float *pu, const fl
                     const float *qv, const float *relu_out, long m, int c, int c0, int cb)
 {
     double part[BN_CHUNKS][2][BN_CBLOCK];
+    const ds_cpu_loops *L = loops();
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < BN_CHUNKS; t++) {
         double *da = part[t][0], *db = part[t][1];
         for (int j = 0; j < cb; j++) da[j] = db[j] = 0;
-        long r1 = (t + 1) * m / BN_CHUNKS;
-        for (long i0 = t * m / BN_CHUNKS; i0 < r1; i0 += BN_FLUSH) {
-            float fa[BN_CBLOCK] = {0}, fb[BN_CBLOCK] = {0};
-            long i1 = i0 + BN_FLUSH < r1 ? i0 + BN_FLUSH : r1;
-            for (long i = i0; i < i1; i++) {
-                float *pr = p + i * c + c0;
-                const float *qr = q + i * c + c0, *mr = relu_out ? relu_out + i * c + c0 : NULL;
-                if (mr) {
-#pragma omp simd
-                    for (int j = 0; j < cb; j++) pr[j] = mr[j] > 0 ? pr[j] : 0;
-                }
-#pragma omp simd
-                for (int j = 0; j < cb; j++) {
-                    float u = pr[j] - pu[j], v = qr[j] - qv[j];
-                    fa[j] += u;
-                    fb[j] += u * v;
-                }
-            }
-            for (int j = 0; j < cb; j++) da[j] += fa[j], db[j] += fb[j];
-        }
+        L->bn_sums(da, db, p, pu, q, qv, relu_out, t * m / BN_CHUNKS, (t + 1) * m / BN_CHUNKS, c, c0, cb);
     }
     for (int j = 0; j < cb; j++) {
         double a = 0, b = 0;
@@ -88,24 +74,11 @@ static void bn_sums(double *su, double *suv, float *p, const float *pu, const fl
 static void bn_apply(float *out, const float *in, const float *mean, const float *a,
                      const float *beta, const float *residual, int relu, int m, int c)
 {
+    const ds_cpu_loops *L = loops();
+    const long rows = bn_rows_per_task(c);
 #pragma omp parallel for schedule(static)
-    for (long i = 0; i < m; i++) {
-        const float *x = in + i * c, *res = residual ? residual + i * c : NULL;
-        float *y = out + i * c;
-        if (res) {
-#pragma omp simd
-            for (int j = 0; j < c; j++) {
-                float v = (x[j] - mean[j]) * a[j] + beta[j] + res[j];
-                y[j] = relu && v < 0 ? 0 : v;
-            }
-        } else {
-#pragma omp simd
-            for (int j = 0; j < c; j++) {
-                float v = (x[j] - mean[j]) * a[j] + beta[j];
-                y[j] = relu && v < 0 ? 0 : v;
-            }
-        }
-    }
+    for (long i0 = 0; i0 < m; i0 += rows)
+        L->bn_apply(out, in, mean, a, beta, residual, relu, i0, i0 + rows < m ? i0 + rows : m, c);
 }
 
 static void cpu_bn_fwd_train(float *out, float *mean, float *var, float *invstd, const float *in,
@@ -166,15 +139,12 @@ static void cpu_bn_bwd(float *din, float *dresidual, float *dgamma, float *dbeta
             kc[k] = (float)(-g * mdy);
         }
     }
-    int copy_res = dresidual && dresidual != dout;
+    float *dres = dresidual && dresidual != dout ? dresidual : NULL;
+    const ds_cpu_loops *L = loops();
+    const long rows = bn_rows_per_task(c);
 #pragma omp parallel for schedule(static)
-    for (long i = 0; i < m; i++) {
-        const float *dy = dout + i * c, *x = in + i * c;
-        float *dx = din + i * c;
-        if (copy_res) memcpy(dresidual + i * c, dy, (size_t)c * sizeof(float));
-#pragma omp simd
-        for (int j = 0; j < c; j++) dx[j] = dy[j] * ka[j] + (x[j] - mean[j]) * kb[j] + kc[j];
-    }
+    for (long i0 = 0; i0 < m; i0 += rows)
+        L->bn_dx(din, dres, dout, in, mean, ka, kb, kc, i0, i0 + rows < m ? i0 + rows : m, c);
 }
 
 /* ---- pooling ---- */
@@ -355,21 +325,14 @@ static void cpu_softmax_xent(float *loss, float *dlogits, const float *logits,
 
 /* ---- optimizer ---- */
 
-/* Rounds like torch's vectorised CPU kernels: `add(x, alpha=a)` is one fused multiply-add,
- * `buf.mul_(momentum).add_(g)` is a multiply then an add. */
 static void cpu_sgd_step(float *w, float *buf, const float *grad, size_t n, float lr,
                          float momentum, float wd, int nesterov, int first)
 {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float g = wd != 0 ? fmaf(wd, w[i], grad[i]) : grad[i];
-        if (momentum != 0) {
-            float b = first ? g : buf[i] * momentum + g;
-            buf[i] = b;
-            g = nesterov ? fmaf(momentum, b, g) : b;
-        }
-        w[i] = fmaf(-lr, g, w[i]);
-    }
+    const ds_cpu_loops *L = loops();
+    const size_t block = 16384;
+#pragma omp parallel for schedule(static)
+    for (size_t i0 = 0; i0 < n; i0 += block)
+        L->sgd(w, buf, grad, i0, i0 + block < n ? i0 + block : n, lr, momentum, wd, nesterov, first);
 }
 
 /* ---- elementwise ---- */

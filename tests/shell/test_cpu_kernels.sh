@@ -48,7 +48,7 @@ else
     for t in dsplit dspack dstrain dseval; do
         objdump -d --no-show-raw-insn "$DS_ROOT/$BIN/$t" |
             awk '/^[0-9a-f]+ <.*>:$/ { fn = $2 } $2 ~ /^v/ { print fn }' | sort -u |
-            grep -v -E '^<(tile_nv[1-4](_unit|_wide)?|ds_sgemm_avx(2|512)|pass_(horizontal|vertical)|h_(pair|pixel_plain|bytes))(\.[a-z0-9.]+)?>:$' \
+            grep -v -E '^<(tile_nv[1-4](_unit|_wide)?|ds_sgemm_avx(2|512)|loops_avx(2|512)_[a-z_]+|pass_(horizontal|vertical)|h_(pair|pixel_plain|bytes))(\.[a-z0-9.]+)?>:$' \
             >"$T/vex-$t"
         check "binary_${t}_baseline_x86_64" test ! -s "$T/vex-$t"
         [ -s "$T/vex-$t" ] && sed 's/^/      AVX outside the kernels: /' "$T/vex-$t" | head -5

@@ -1,0 +1,42 @@
+/* cpu_loops: the row loops of the CPU backend's batch norm and SGD step, compiled once per
+ * instruction set from one source (cpu_loops.inc) and chosen by cpu_isa's level.
+ *
+ * They never fuse a multiply and an add unless they say so with fmaf (the build forbids
+ * contraction), and a wider vector only changes which elements are computed together, so
+ * every level gives the same bits; the wider ones are faster (batch norm is ~10% of a
+ * training step, and SGD's fmaf is a library call in a baseline build). The OpenMP loops
+ * that split rows across threads, and the order partial sums are added in, stay in
+ * backend_cpu.c. */
+#ifndef DS_CPU_LOOPS_H
+#define DS_CPU_LOOPS_H
+
+#include <stddef.h>
+
+#include "cpu_isa.h"
+
+/* Rows summed in float before flushing into the double sums: short enough that float
+ * rounding stays far below the statistics' own noise, long enough to run at SIMD speed. */
+#define DS_BN_FLUSH 32
+
+typedef struct {
+    /* Rows [r0, r1) of channels [c0, c0 + cb) of p and q (rows of c floats):
+     *     da[j] += sum u,   db[j] += sum u * v,   u = p[i, c0+j] - pu[j],  v = q[i, c0+j] - qv[j]
+     * with u = 0 where relu_out[i, c0+j] <= 0 (p is then written back with that zero: the
+     * ReLU mask applied in place), summed in float over DS_BN_FLUSH rows at a time. */
+    void (*bn_sums)(double *da, double *db, float *p, const float *pu, const float *q, const float *qv,
+                    const float *relu_out, long r0, long r1, int c, int c0, int cb);
+    /* Rows [r0, r1): out = relu?((in - mean) * a + beta + residual?) */
+    void (*bn_apply)(float *out, const float *in, const float *mean, const float *a, const float *beta,
+                     const float *residual, int relu, long r0, long r1, int c);
+    /* Rows [r0, r1): din = dout * ka + (in - mean) * kb + kc; dresidual (when not NULL) = dout */
+    void (*bn_dx)(float *din, float *dresidual, const float *dout, const float *in, const float *mean,
+                  const float *ka, const float *kb, const float *kc, long r0, long r1, int c);
+    /* Elements [i0, i1) of torch.optim.SGD's step (backend.h's sgd_step) */
+    void (*sgd)(float *w, float *buf, const float *grad, size_t i0, size_t i1, float lr, float momentum, float wd,
+                int nesterov, int first);
+} ds_cpu_loops;
+
+/* The loops of a level (one the CPU supports). */
+const ds_cpu_loops *ds_cpu_loops_for(ds_cpu_isa isa);
+
+#endif
