@@ -22,7 +22,7 @@ static const int32_t lane_mask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0
     if ((i) < MR && (j) < NV) {                                                      \
         float *cp_ = C + (i) * ldc + 8 * (j);                                        \
         __m256 v_ = c##i##_##j;                                                      \
-        if ((j) == NV - 1) {                                                         \
+        if ((j) == NV - 1 && !FULL) {                                                \
             if (acc) v_ = _mm256_add_ps(v_, _mm256_maskload_ps(cp_, last));          \
             _mm256_maskstore_ps(cp_, last, v_);                                      \
         } else {                                                                     \
@@ -48,11 +48,12 @@ typedef struct {
 } gemm_args;
 
 /* One MR x (8 NV) tile of C (MR <= 12, NV <= 3), accumulators in named registers, the last
- * vector masked to the columns that exist. MR, NV and SAI (the row stride of A when known
- * at compile time, else 0) are constants at every call. */
+ * vector masked to the columns that exist unless FULL (a masked load costs extra micro-ops
+ * on every step, and most tiles are whole vectors). MR, NV, SAI (the row stride of A when
+ * known at compile time, else 0) and FULL are constants at every call. */
 static inline AVX2 __attribute__((always_inline)) void tile(const int MR, const int NV, const long SAI,
-                                                            const gemm_args *g, const float *A,
-                                                            const float *B, float *C)
+                                                            const int FULL, const gemm_args *g,
+                                                            const float *A, const float *B, float *C)
 {
     const long sai = SAI ? SAI : g->sai, sap = g->sap, ldb = g->ldb, ldc = g->ldc, kseg = g->kseg;
     const __m256i last = g->last;
@@ -63,29 +64,35 @@ static inline AVX2 __attribute__((always_inline)) void tile(const int MR, const 
         const float *as = A + sg * g->seg_a, *bs = B + sg * g->seg_b;
         for (long p = 0; p < kseg; p++) {
             const float *b = bs + p * ldb, *a = as + p * sap;
-            __m256 b0 = NV == 1 ? _mm256_maskload_ps(b, last) : _mm256_loadu_ps(b), b1 = z, b2 = z;
-            if (NV > 1) b1 = NV == 2 ? _mm256_maskload_ps(b + 8, last) : _mm256_loadu_ps(b + 8);
-            if (NV > 2) b2 = _mm256_maskload_ps(b + 16, last);
+            __m256 b0 = NV == 1 && !FULL ? _mm256_maskload_ps(b, last) : _mm256_loadu_ps(b), b1 = z, b2 = z;
+            if (NV > 1) b1 = NV == 2 && !FULL ? _mm256_maskload_ps(b + 8, last) : _mm256_loadu_ps(b + 8);
+            if (NV > 2) b2 = !FULL ? _mm256_maskload_ps(b + 16, last) : _mm256_loadu_ps(b + 16);
             TILE_ALL(TILE_ROW)
         }
     }
     TILE_ALL(TILE_STORE_ROW)
 }
 
-#define CASE(mr, nv, sai) case mr: tile(mr, nv, sai, g, A, B, C); break;
-#define CASES_1(S) CASE(1, 1, S) CASE(2, 1, S) CASE(3, 1, S) CASE(4, 1, S) CASE(5, 1, S) CASE(6, 1, S) \
-    CASE(7, 1, S) CASE(8, 1, S) CASE(9, 1, S) CASE(10, 1, S) CASE(11, 1, S) CASE(12, 1, S)
-#define CASES_2(S) CASE(1, 2, S) CASE(2, 2, S) CASE(3, 2, S) CASE(4, 2, S) CASE(5, 2, S) CASE(6, 2, S)
-#define CASES_3(S) CASE(1, 3, S) CASE(2, 3, S) CASE(3, 3, S) CASE(4, 3, S)
+#define CASE(mr, nv, sai, full) case mr: tile(mr, nv, sai, full, g, A, B, C); break;
+#define CASES_1(S, F) CASE(1, 1, S, F) CASE(2, 1, S, F) CASE(3, 1, S, F) CASE(4, 1, S, F) CASE(5, 1, S, F) \
+    CASE(6, 1, S, F) CASE(7, 1, S, F) CASE(8, 1, S, F) CASE(9, 1, S, F) CASE(10, 1, S, F) CASE(11, 1, S, F) \
+    CASE(12, 1, S, F)
+#define CASES_2(S, F) CASE(1, 2, S, F) CASE(2, 2, S, F) CASE(3, 2, S, F) CASE(4, 2, S, F) CASE(5, 2, S, F) \
+    CASE(6, 2, S, F)
+#define CASES_3(S, F) CASE(1, 3, S, F) CASE(2, 3, S, F) CASE(3, 3, S, F) CASE(4, 3, S, F)
 
-#define DEF_TILES(nv, S, name)                                                                 \
+/* The row tail of a block takes the kernel of its exact height. */
+#define DEF_TILES(nv, S, F, name)                                                              \
     static AVX2 void name(int mr, const gemm_args *g, const float *A, const float *B, float *C) \
     {                                                                                          \
-        switch (mr) { CASES_##nv(S) }                                                          \
+        switch (mr) { CASES_##nv(S, F) }                                                       \
     }
-DEF_TILES(1, 0, tile_nv1) DEF_TILES(1, 1, tile_nv1_unit)
-DEF_TILES(2, 0, tile_nv2) DEF_TILES(2, 1, tile_nv2_unit)
-DEF_TILES(3, 0, tile_nv3) DEF_TILES(3, 1, tile_nv3_unit)
+DEF_TILES(1, 0, 0, tile_nv1) DEF_TILES(1, 1, 0, tile_nv1_unit)
+DEF_TILES(2, 0, 0, tile_nv2) DEF_TILES(2, 1, 0, tile_nv2_unit)
+DEF_TILES(3, 0, 0, tile_nv3) DEF_TILES(3, 1, 0, tile_nv3_unit)
+DEF_TILES(1, 0, 1, tile_nv1_full) DEF_TILES(1, 1, 1, tile_nv1_unit_full)
+DEF_TILES(2, 0, 1, tile_nv2_full) DEF_TILES(2, 1, 1, tile_nv2_unit_full)
+DEF_TILES(3, 0, 1, tile_nv3_full) DEF_TILES(3, 1, 1, tile_nv3_unit_full)
 
 typedef void tile_fn(int, const gemm_args *, const float *, const float *, float *);
 
@@ -94,9 +101,11 @@ AVX2 void ds_sgemm_avx2(long m, int n, long nseg, long kseg, const float *A, lon
 {
     // Tile heights keep MR x NV <= 12 accumulators of the 16 vector registers.
     static const int mr_of[4] = {0, 12, 6, 4};
-    // [0]: any row stride of A; [1]: stride 1 (a transposed A).
-    static tile_fn *const fn_of[2][4] = {{0, tile_nv1, tile_nv2, tile_nv3},
-                                         {0, tile_nv1_unit, tile_nv2_unit, tile_nv3_unit}};
+    // [full][unit]: [0] the last vector masked, [1] whole; [.][0] any row stride of A,
+    // [.][1] stride 1 (a transposed A).
+    static tile_fn *const fn_of[2][2][4] = {
+        {{0, tile_nv1, tile_nv2, tile_nv3}, {0, tile_nv1_unit, tile_nv2_unit, tile_nv3_unit}},
+        {{0, tile_nv1_full, tile_nv2_full, tile_nv3_full}, {0, tile_nv1_unit_full, tile_nv2_unit_full, tile_nv3_unit_full}}};
     gemm_args g = {kseg, nseg, sai, sap, seg_a, ldb, seg_b, ldc, _mm256_setzero_si256(), accumulate};
     for (int n0 = 0; n0 < n; n0 += 64) {
         // The panel's columns in equal tiles of at most 24, whole vectors but the last:
@@ -112,7 +121,7 @@ AVX2 void ds_sgemm_avx2(long m, int n, long nseg, long kseg, const float *A, lon
             for (int j0 = 0; j0 < cols; j0 += width) {
                 int w = cols - j0 < width ? cols - j0 : width, nv = (w + 7) / 8;
                 g.last = _mm256_loadu_si256((const __m256i *)(lane_mask + 8 - (w - 8 * (nv - 1))));
-                fn_of[sai == 1][nv](mr, &g, A + i0 * sai, B + n0 + j0, C + i0 * ldc + n0 + j0);
+                fn_of[w % 8 == 0][sai == 1][nv](mr, &g, A + i0 * sai, B + n0 + j0, C + i0 * ldc + n0 + j0);
             }
         }
     }

@@ -43,15 +43,22 @@ static double attr_double(hid_t f, const char *name)
     return v;
 }
 
-static void write_floats(hid_t loc, const char *name, const float *v, int rank, const hsize_t *dims)
+/* A dataset of `rank` dims (0: a scalar) stored as file_type, written from mem_type. */
+static void write_data(hid_t loc, const char *name, hid_t file_type, hid_t mem_type, const void *v, int rank,
+                       const hsize_t *dims)
 {
     hid_t sp = rank ? H5Screate_simple(rank, dims, NULL) : H5Screate(H5S_SCALAR);
     H5_OK(sp);
-    hid_t d = H5Dcreate2(loc, name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t d = H5Dcreate2(loc, name, file_type, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     H5_OK(d);
-    H5_OK(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v));
+    H5_OK(H5Dwrite(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v));
     H5_OK(H5Dclose(d));
     H5_OK(H5Sclose(sp));
+}
+
+static void write_floats(hid_t loc, const char *name, const float *v, int rank, const hsize_t *dims)
+{
+    write_data(loc, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, v, rank, dims);
 }
 
 /* Writes every PARAM (which = 'g': gradient, 'm': momentum) or every float tensor ('w'). */
@@ -88,13 +95,7 @@ static void write_relu_masks(hid_t f, const char *group, ds_model *m)
         char name[16];
         snprintf(name, sizeof name, "%d", i);
         hsize_t dims[1] = {count};
-        hid_t sp = H5Screate_simple(1, dims, NULL);
-        H5_OK(sp);
-        hid_t d = H5Dcreate2(g, name, H5T_STD_U8LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        H5_OK(d);
-        H5_OK(H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, mask));
-        H5_OK(H5Dclose(d));
-        H5_OK(H5Sclose(sp));
+        write_data(g, name, H5T_STD_U8LE, H5T_NATIVE_UINT8, mask, 1, dims);
         free(v);
         free(mask);
     }

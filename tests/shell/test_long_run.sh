@@ -2,7 +2,7 @@
 # Long runs hold their memory flat: a tiny run of 20 epochs (validation, a checkpoint and
 # pruning every epoch) prints its resident memory (VmRSS) in each epoch line and in
 # metrics.jsonl ("rss_kb"), and it must not grow from epoch 2 to epoch 20 by more than 1 MB.
-# Epoch 1 warms up (thread pools, BLAS and HDF5 buffers, loader slots); after that a run
+# Epoch 1 warms up (thread pools, HDF5 buffers, loader slots); after that a run
 # allocates nothing that lives on, and the 1 MB slack covers page-granular malloc arenas
 # and HDF5's free lists settling (measured growth: under 200 kB), while a leak of 60 kB or
 # more per epoch fails. The sanitizer pass runs 4 epochs and skips the RSS bound (ASan's
