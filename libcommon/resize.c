@@ -171,7 +171,7 @@ static int expand_kx(ds_resize_scratch *s, int out_w, int stride)
 /* Both pixels' RGB sums plus the rounding half, [R G B 0 | R G B 0], over `taps` taps from
  * the pixels at p0 and p1 with weights kv (8 lanes per tap): whole groups of five taps per
  * load, then the remaining one to four from one more load. */
-static inline AVX2 __m256i h_pair(const uint8_t *p0, const uint8_t *p1, const int32_t *kv, int taps)
+static inline AVX2 __m256i h_pair_avx2(const uint8_t *p0, const uint8_t *p1, const int32_t *kv, int taps)
 {
     const __m256i sh0 = _mm256_setr_epi8(0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, -1, -1, -1, -1,
                                          0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, -1, -1, -1, -1);
@@ -204,7 +204,7 @@ static inline AVX2 __m256i h_pair(const uint8_t *p0, const uint8_t *p1, const in
 
 /* One output pixel's sums from the plain loop, for pixels whose 16-byte loads would run past
  * the end of the input. */
-static inline AVX2 __m128i h_pixel_plain(const uint8_t *p, const int32_t *k, int n)
+static inline AVX2 __m128i h_pixel_avx2(const uint8_t *p, const int32_t *k, int n)
 {
     int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
     for (int t = 0; t < n; t++) {
@@ -216,7 +216,7 @@ static inline AVX2 __m128i h_pixel_plain(const uint8_t *p, const int32_t *k, int
 }
 
 /* >> 22, then saturating packs clamp to [0, 255] exactly like clip8; RGB in the low 3 bytes. */
-static inline AVX2 int32_t h_bytes(__m128i sum)
+static inline AVX2 int32_t h_bytes_avx2(__m128i sum)
 {
     __m128i v = _mm_srai_epi32(sum, PRECISION_BITS);
     v = _mm_packs_epi32(v, v);
@@ -228,7 +228,7 @@ static inline AVX2 int32_t h_bytes(__m128i sum)
  * 4th overwritten by the next pixel's store (that pair comes later); the row's last pixel is
  * stored as 3. kxv: expand_kx's table for kx. */
 #define H_ROW_BLOCK 8
-static AVX2 void pass_horizontal(uint8_t *out, int out_w, int rows, const uint8_t *in, size_t in_stride,
+static AVX2 void pass_horizontal_avx2(uint8_t *out, int out_w, int rows, const uint8_t *in, size_t in_stride,
                                  const int32_t *kx, const int32_t *kxv, const int *bx, int stride)
 {
     const uint8_t *end = in + (size_t)rows * in_stride;
@@ -248,13 +248,13 @@ static AVX2 void pass_horizontal(uint8_t *out, int out_w, int rows, const uint8_
                 uint8_t *o = out + (size_t)y * out_stride + 3 * (size_t)j;
                 __m128i s0, s1;
                 if (row + off1 + 15 * groups + 1 <= end) { /* off1 >= off0: bounds grow with j */
-                    __m256i sums = h_pair(row + off0, row + off1, kv, taps);
+                    __m256i sums = h_pair_avx2(row + off0, row + off1, kv, taps);
                     s0 = _mm256_castsi256_si128(sums), s1 = _mm256_extracti128_si256(sums, 1);
                 } else {
-                    s0 = h_pixel_plain(row + off0, kx + (size_t)j * stride, bx[2 * j + 1]);
-                    s1 = h_pixel_plain(row + off1, kx + (size_t)j1 * stride, bx[2 * j1 + 1]);
+                    s0 = h_pixel_avx2(row + off0, kx + (size_t)j * stride, bx[2 * j + 1]);
+                    s1 = h_pixel_avx2(row + off1, kx + (size_t)j1 * stride, bx[2 * j1 + 1]);
                 }
-                int32_t w0 = h_bytes(s0), w1 = h_bytes(s1);
+                int32_t w0 = h_bytes_avx2(s0), w1 = h_bytes_avx2(s1);
                 if (!last) {
                     memcpy(o, &w0, 4);
                     memcpy(o + 3, &w1, 4);
@@ -269,7 +269,7 @@ static AVX2 void pass_horizontal(uint8_t *out, int out_w, int rows, const uint8_
 
 /* 32 output bytes at a time in four accumulators, each tap's weight broadcast once per
  * block; the row's last (out_w * 3) % 32 bytes go through the plain loop. */
-static AVX2 void pass_vertical(uint8_t *out, int out_w, int out_h, const uint8_t *in, size_t in_stride,
+static AVX2 void pass_vertical_avx2(uint8_t *out, int out_w, int out_h, const uint8_t *in, size_t in_stride,
                                const int32_t *ky, const int *by, int stride)
 {
     const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
@@ -345,7 +345,7 @@ int ds_resize_bilinear_isa(ds_cpu_isa isa, ds_decoder *d, uint8_t *out, int out_
         else if (expand_kx(s, out_w, ksx))
             goto oom;
         else
-            pass_horizontal(s->tmp, out_w, y_last - y_first, rows, in_stride, s->kx, s->kxv, s->bx, ksx);
+            pass_horizontal_avx2(s->tmp, out_w, y_last - y_first, rows, in_stride, s->kx, s->kxv, s->bx, ksx);
 #endif
         src = s->tmp, src_stride = (size_t)out_w * 3;
     } else {
@@ -362,7 +362,7 @@ int ds_resize_bilinear_isa(ds_cpu_isa isa, ds_decoder *d, uint8_t *out, int out_
         pass_vertical_plain(out, out_w, out_h, src, src_stride, s->ky, s->by, ksy);
 #if RESIZE_AVX2
     else
-        pass_vertical(out, out_w, out_h, src, src_stride, s->ky, s->by, ksy);
+        pass_vertical_avx2(out, out_w, out_h, src, src_stride, s->ky, s->by, ksy);
 #endif
     return 0;
 oom:

@@ -87,12 +87,12 @@ static inline AVX2 __attribute__((always_inline)) void tile(const int MR, const 
     {                                                                                          \
         switch (mr) { CASES_##nv(S, F) }                                                       \
     }
-DEF_TILES(1, 0, 0, tile_nv1) DEF_TILES(1, 1, 0, tile_nv1_unit)
-DEF_TILES(2, 0, 0, tile_nv2) DEF_TILES(2, 1, 0, tile_nv2_unit)
-DEF_TILES(3, 0, 0, tile_nv3) DEF_TILES(3, 1, 0, tile_nv3_unit)
-DEF_TILES(1, 0, 1, tile_nv1_full) DEF_TILES(1, 1, 1, tile_nv1_unit_full)
-DEF_TILES(2, 0, 1, tile_nv2_full) DEF_TILES(2, 1, 1, tile_nv2_unit_full)
-DEF_TILES(3, 0, 1, tile_nv3_full) DEF_TILES(3, 1, 1, tile_nv3_unit_full)
+DEF_TILES(1, 0, 0, avx2_tile_nv1) DEF_TILES(1, 1, 0, avx2_tile_nv1_unit)
+DEF_TILES(2, 0, 0, avx2_tile_nv2) DEF_TILES(2, 1, 0, avx2_tile_nv2_unit)
+DEF_TILES(3, 0, 0, avx2_tile_nv3) DEF_TILES(3, 1, 0, avx2_tile_nv3_unit)
+DEF_TILES(1, 0, 1, avx2_tile_nv1_full) DEF_TILES(1, 1, 1, avx2_tile_nv1_unit_full)
+DEF_TILES(2, 0, 1, avx2_tile_nv2_full) DEF_TILES(2, 1, 1, avx2_tile_nv2_unit_full)
+DEF_TILES(3, 0, 1, avx2_tile_nv3_full) DEF_TILES(3, 1, 1, avx2_tile_nv3_unit_full)
 
 typedef void tile_fn(int, const gemm_args *, const float *, const float *, float *);
 
@@ -104,8 +104,8 @@ AVX2 void ds_sgemm_avx2(long m, int n, long nseg, long kseg, const float *A, lon
     // [full][unit]: [0] the last vector masked, [1] whole; [.][0] any row stride of A,
     // [.][1] stride 1 (a transposed A).
     static tile_fn *const fn_of[2][2][4] = {
-        {{0, tile_nv1, tile_nv2, tile_nv3}, {0, tile_nv1_unit, tile_nv2_unit, tile_nv3_unit}},
-        {{0, tile_nv1_full, tile_nv2_full, tile_nv3_full}, {0, tile_nv1_unit_full, tile_nv2_unit_full, tile_nv3_unit_full}}};
+        {{0, avx2_tile_nv1, avx2_tile_nv2, avx2_tile_nv3}, {0, avx2_tile_nv1_unit, avx2_tile_nv2_unit, avx2_tile_nv3_unit}},
+        {{0, avx2_tile_nv1_full, avx2_tile_nv2_full, avx2_tile_nv3_full}, {0, avx2_tile_nv1_unit_full, avx2_tile_nv2_unit_full, avx2_tile_nv3_unit_full}}};
     gemm_args g = {kseg, nseg, sai, sap, seg_a, ldb, seg_b, ldc, _mm256_setzero_si256(), accumulate};
     for (int n0 = 0; n0 < n; n0 += 64) {
         // The panel's columns in equal tiles of at most 24, whole vectors but the last:

@@ -86,10 +86,10 @@ static inline AVX512 __attribute__((always_inline)) void tile(const int MR, cons
     {                                                                                            \
         switch (mr) { CASES_##nv(S) }                                                            \
     }
-DEF_TILES(1, 0, tile_nv1) DEF_TILES(1, 1, tile_nv1_unit) DEF_TILES(1, 16, tile_nv1_wide)
-DEF_TILES(2, 0, tile_nv2) DEF_TILES(2, 1, tile_nv2_unit) DEF_TILES(2, 32, tile_nv2_wide)
-DEF_TILES(3, 0, tile_nv3) DEF_TILES(3, 1, tile_nv3_unit) DEF_TILES(3, 48, tile_nv3_wide)
-DEF_TILES(4, 0, tile_nv4) DEF_TILES(4, 1, tile_nv4_unit) DEF_TILES(4, 64, tile_nv4_wide)
+DEF_TILES(1, 0, avx512_tile_nv1) DEF_TILES(1, 1, avx512_tile_nv1_unit) DEF_TILES(1, 16, avx512_tile_nv1_wide)
+DEF_TILES(2, 0, avx512_tile_nv2) DEF_TILES(2, 1, avx512_tile_nv2_unit) DEF_TILES(2, 32, avx512_tile_nv2_wide)
+DEF_TILES(3, 0, avx512_tile_nv3) DEF_TILES(3, 1, avx512_tile_nv3_unit) DEF_TILES(3, 48, avx512_tile_nv3_wide)
+DEF_TILES(4, 0, avx512_tile_nv4) DEF_TILES(4, 1, avx512_tile_nv4_unit) DEF_TILES(4, 64, avx512_tile_nv4_wide)
 
 typedef void tile_fn(int, const gemm_args *, const float *, const float *, float *);
 
@@ -100,9 +100,9 @@ AVX512 void ds_sgemm_avx512(long m, int n, long nseg, long kseg, const float *A,
     static const int mr_of[5] = {0, 16, 12, 8, 6};
     // [0]: any row stride of A; [1]: stride 1 (a transposed A); [2]: stride 16 nv, a
     // convolution's input when c = k (the common case in ResNets).
-    static tile_fn *const fn_of[3][5] = {{0, tile_nv1, tile_nv2, tile_nv3, tile_nv4},
-                                         {0, tile_nv1_unit, tile_nv2_unit, tile_nv3_unit, tile_nv4_unit},
-                                         {0, tile_nv1_wide, tile_nv2_wide, tile_nv3_wide, tile_nv4_wide}};
+    static tile_fn *const fn_of[3][5] = {{0, avx512_tile_nv1, avx512_tile_nv2, avx512_tile_nv3, avx512_tile_nv4},
+                                         {0, avx512_tile_nv1_unit, avx512_tile_nv2_unit, avx512_tile_nv3_unit, avx512_tile_nv4_unit},
+                                         {0, avx512_tile_nv1_wide, avx512_tile_nv2_wide, avx512_tile_nv3_wide, avx512_tile_nv4_wide}};
     gemm_args g = {A, B, C, kseg, nseg, sai, sap, seg_a, ldb, seg_b, ldc, 0, accumulate};
     for (int n0 = 0; n0 < n; n0 += 64) {
         int cols = n - n0 < 64 ? n - n0 : 64, nv = (cols + 15) / 16, MR = mr_of[nv];

@@ -86,8 +86,8 @@ static double bench_now(void)
  * chains, best of 5. The empty asm keeps the accumulators in registers and the loop from
  * being folded away. */
 #if defined(__x86_64__) || defined(__i386__)
-#define PEAK_LOOP(T, SET1, FMA, LANES, attr)                                                       \
-    static attr double peak_##T(long iters)                                                       \
+#define PEAK_LOOP(NAME, T, SET1, FMA, LANES, attr)                                                       \
+    static attr double NAME(long iters)                                                       \
     {                                                                                             \
         double best = 0;                                                                          \
         for (int rep = 0; rep < 5; rep++) {                                                       \
@@ -106,8 +106,8 @@ static double bench_now(void)
         }                                                                                         \
         return best;                                                                              \
     }
-PEAK_LOOP(__m512, _mm512_set1_ps, _mm512_fmadd_ps, 16, __attribute__((target("avx512f"))))
-PEAK_LOOP(__m256, _mm256_set1_ps, _mm256_fmadd_ps, 8, __attribute__((target("avx2,fma"))))
+PEAK_LOOP(peak_avx512, __m512, _mm512_set1_ps, _mm512_fmadd_ps, 16, __attribute__((target("avx512f"))))
+PEAK_LOOP(peak_avx2, __m256, _mm256_set1_ps, _mm256_fmadd_ps, 8, __attribute__((target("avx2,fma"))))
 #endif
 
 /* The plain kernels' rate: scalar fmaf chains, as sgemm_small's plain loop runs them. */
@@ -139,9 +139,9 @@ static double measure_peak(void)
     {
 #if defined(__x86_64__) || defined(__i386__)
         if (isa == DS_CPU_AVX512)
-            total += peak___m512(20000000);
+            total += peak_avx512(20000000);
         else if (isa == DS_CPU_AVX2)
-            total += peak___m256(20000000);
+            total += peak_avx2(20000000);
         else
 #endif
             total += peak_plain(2000000);
