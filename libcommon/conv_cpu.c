@@ -51,6 +51,12 @@ static int conv_threads(void)
 
 static long round16(long x) { return (x + 15) / 16 * 16; }
 
+/* Row stride of the weight copies the forward (and a stride-1 backward-data) multiplies
+ * by, [r*s*c, k]: k floats plus one cache line from 128 on, since rows a multiple of 512
+ * bytes apart fall in a fraction of L1's sets and a (kd, 64) panel of them would not stay
+ * there (resnet50's 1024-channel layers ran at half speed). The layout only, never the sums. */
+static long wt_ld(int k) { return k >= 128 ? k + 16 : k; }
+
 /* Largest reduction length for ds_sgemm_small: a 64-column panel of B is then at most
  * 288 KiB and stays in L2 next to the im2col chunk. */
 #define SMALL_KD 1152
@@ -103,14 +109,44 @@ static long chunk_count(const ds_conv_desc *d)
     return (m + rows - 1) / rows;
 }
 
+/* Rows per chunk where every output element is one GEMM call over the whole reduction
+ * (forward, backward-data), so the chunking does not change the sums: at most chunk_rows,
+ * but as many chunks as a whole number of rounds of the threads, equal in size (resnet50's
+ * 784 rows of 7x7 outputs as 4 x 196, not 256 + 256 + 256 + 16 with one thread idle). */
+static long balanced_rows(const ds_conv_desc *d)
+{
+    long m = (long)d->n * d->p * d->q, threads = conv_threads();
+    long rounds = (chunk_count(d) + threads - 1) / threads, rows = round16((m + rounds * threads - 1) / (rounds * threads));
+    return rows < chunk_rows(d) ? rows : chunk_rows(d);
+}
+
+/* Backward-weight through im2col chunks (or the input itself when pointwise): 1 when it
+ * takes (rsc, k) register tiles, 0 for big weight gradients (1x1 with many channels, wide
+ * windows), which stream too much per such tile and take transposed (k, rsc) tiles, a
+ * (mr, 64) block of col in L1 against all of dout's chunk (measured on resnet50's shapes). */
+static int bwdw_small(const ds_conv_desc *d)
+{
+    return small_rsc(d) && !(d->r == 1 && d->s == 1 && (long)d->c * d->k > 65536);
+}
+
+/* In that product the operand read across its rows (the input for (rsc, k) tiles of a
+ * pointwise layer, dout for (k, rsc) tiles) is copied with rows wt_ld apart when its own
+ * rows are 512 bytes or more apart: a tile's broadcasts then walk rows that fall in a
+ * fraction of L1's sets (resnet50's 1024-channel layers ran at half speed with AVX2).
+ * Returns that row stride, or 0 when no copy is made. */
+static long bwdw_copy_ld(const ds_conv_desc *d)
+{
+    int width = bwdw_small(d) ? (is_pointwise(d) ? d->c : 0) : d->k;
+    return width && wt_ld(width) != width ? wt_ld(width) : 0;
+}
+
 static long slot_floats(const ds_conv_desc *d)
 {
     ds_conv_desc t;
-    long a = round16(chunk_rows(d) * d->r * d->s * d->c);
-    if (bwd_data_as_fwd(d, &t)) {
-        long b = round16(chunk_rows(&t) * t.r * t.s * t.c);
-        if (b > a) a = b;
-    }
+    const long rows = chunk_rows(d), cols = round16(rows * d->r * d->s * d->c);
+    long a = cols, b = (is_pointwise(d) ? 0 : cols) + round16(rows * bwdw_copy_ld(d));
+    if (b > a) a = b;
+    if (bwd_data_as_fwd(d, &t) && round16(chunk_rows(&t) * t.r * t.s * t.c) > a) a = round16(chunk_rows(&t) * t.r * t.s * t.c);
     return a;
 }
 
@@ -122,11 +158,28 @@ static int weight_groups(const ds_conv_desc *d)
     return (int)g;
 }
 
-/* Workspace layout: [weights area: partial weight gradients or flipped weights]
- *                   [conv_slots() slots of im2col scratch]. */
+/* Workspace layout: [weights area: partial weight gradients, or the weights transposed or
+ * flipped with rows wt_ld apart] [conv_slots() slots of im2col scratch]. */
 static long weights_area(const ds_conv_desc *d)
 {
-    return weight_groups(d) * round16((long)d->k * d->r * d->s * d->c);
+    ds_conv_desc t;
+    long rs = (long)d->r * d->s, a = weight_groups(d) * round16(rs * d->k * d->c), b = round16(rs * d->c * wt_ld(d->k));
+    if (b > a) a = b;
+    if (bwd_data_as_fwd(d, &t) && round16(rs * t.c * wt_ld(t.k)) > a) a = round16(rs * t.c * wt_ld(t.k));
+    if (round16(d->k * wt_ld(rs * d->c)) > a) a = round16(d->k * wt_ld(rs * d->c));  // padded_weights
+    return a;
+}
+
+/* The weights [k, rsc] with rows wt_ld(rsc) apart (a copy in ws when that differs from rsc),
+ * for the backward-data products that multiply by them as they are. */
+static const float *padded_weights(const float *w, const ds_conv_desc *d, float *ws, long *ldw)
+{
+    const long rsc = (long)d->r * d->s * d->c;
+    *ldw = wt_ld((int)rsc);
+    if (*ldw == rsc) return w;
+#pragma omp parallel for schedule(static) num_threads(conv_threads())
+    for (int k = 0; k < d->k; k++) memcpy(ws + k * *ldw, w + k * rsc, (size_t)rsc * sizeof *w);
+    return ws;
 }
 
 /* Floats of one image's zero-padded copy, which an implicit-GEMM convolution reads (0: the
@@ -173,10 +226,12 @@ static const float *pad_image(float *dst, const float *img, const ds_conv_desc *
 /* Implicit GEMM, no im2col: for one output row, the window row r of every pixel is a
  * contiguous run of s*c floats of the padded input, pixel after pixel stride*c apart, so
  *     out row (q, k) = sum over r of in_pad rows (q, s*c) * wt[r] (s*c, k),
- * one ds_sgemm_seg call with the r window rows as segments. wt is [r, s, c, k]. */
+ * one ds_sgemm_seg call with the r window rows as segments. wt is [r, s, c, k], rows
+ * wt_ld(k) apart. */
 static void conv_fwd_implicit(float *out, const float *in, const float *wt, const ds_conv_desc *d,
                               float *scratch)
 {
+    const long ldw = wt_ld(d->k);
     const int wp = d->w + 2 * d->pad;
     const long sc = (long)d->s * d->c, hwc = (long)d->h * d->w * d->c, slot = scratch_floats(d) / conv_slots();
     // (Measured on resnet50: row by row wins at 14x14 outputs, loses at 7x7 where a row is
@@ -191,7 +246,7 @@ static void conv_fwd_implicit(float *out, const float *in, const float *wt, cons
             if (!by_row) {  // all window rows in one call: the tile stays in registers
                 for (int p = 0; p < d->p; p++)
                     ds_sgemm_seg(d->q, kb, d->r, sc, src + (long)p * d->stride * wp * d->c, (long)d->stride * d->c,
-                                 1, (long)wp * d->c, wt + k0, d->k, sc * d->k, o + (long)p * d->q * d->k, d->k, 0);
+                                 1, (long)wp * d->c, wt + k0, ldw, sc * ldw, o + (long)p * d->q * d->k, d->k, 0);
                 continue;
             }
             // Wide windows: one window row at a time over all output rows, so that row's
@@ -199,7 +254,7 @@ static void conv_fwd_implicit(float *out, const float *in, const float *wt, cons
             for (int r = 0; r < d->r; r++)
                 for (int p = 0; p < d->p; p++)
                     ds_sgemm_seg(d->q, kb, 1, sc, src + ((long)p * d->stride + r) * wp * d->c, (long)d->stride * d->c,
-                                 1, 0, wt + r * sc * d->k + k0, d->k, 0, o + (long)p * d->q * d->k, d->k, r > 0);
+                                 1, 0, wt + r * sc * ldw + k0, ldw, 0, o + (long)p * d->q * d->k, d->k, r > 0);
         }
     }
 }
@@ -262,19 +317,19 @@ static void col2im_add(float *din, const float *col, const ds_conv_desc *d, long
     }
 }
 
-/* The im2col forward: wt is the weights transposed, [rsc, k]. */
+/* The im2col forward: wt is the weights transposed, [rsc, k], rows wt_ld(k) apart. */
 static void conv_fwd_slots(float *out, const float *in, const float *wt, const ds_conv_desc *d,
                            float *slots, long slot)
 {
     const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c;
-    const long rows = chunk_rows(d), chunks = chunk_count(d);
+    const long rows = balanced_rows(d), chunks = (m + rows - 1) / rows;
     const int pointwise = is_pointwise(d);
 #pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
     for (long ch = 0; ch < chunks; ch++) {
         long m0 = ch * rows, mr = m - m0 < rows ? m - m0 : rows;
         const float *col = chunk_cols(in, d, pointwise, m0, mr, slots, slot);
         // out (mr, k) = col (mr, rsc) * wt (rsc, k)
-        ds_sgemm_small(mr, d->k, rsc, col, rsc, 1, wt, d->k, out + m0 * d->k, d->k, 0);
+        ds_sgemm_small(mr, d->k, rsc, col, rsc, 1, wt, wt_ld(d->k), out + m0 * d->k, d->k, 0);
     }
 }
 
@@ -282,10 +337,11 @@ void ds_cpu_conv_fwd(float *out, const float *in, const float *w, const ds_conv_
 {
     const long rsc = (long)d->r * d->s * d->c;
     float *slots = (float *)ws + weights_area(d), *wt = ws;
+    const long ldw = wt_ld(d->k);
     // wt [rsc, k] = w^T
 #pragma omp parallel for schedule(static) num_threads(conv_threads())
     for (long j = 0; j < rsc; j++)
-        for (int k = 0; k < d->k; k++) wt[j * d->k + k] = w[k * rsc + j];
+        for (int k = 0; k < d->k; k++) wt[j * ldw + k] = w[k * rsc + j];
     if (implicit_ok(d))
         conv_fwd_implicit(out, in, wt, d, slots);
     else
@@ -300,12 +356,14 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
     ds_conv_desc t;
 
     if (is_pointwise(d)) {
-        const long chunks = chunk_count(d);
+        const long prows = balanced_rows(d), chunks = (m + prows - 1) / prows;
+        long ldw;
+        const float *wp = padded_weights(w, d, ws, &ldw);
 #pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
         for (long ch = 0; ch < chunks; ch++) {
-            long m0 = ch * rows, mr = m - m0 < rows ? m - m0 : rows;
+            long m0 = ch * prows, mr = m - m0 < prows ? m - m0 : prows;
             // din (mr, c) = dout (mr, k) * w (k, c)
-            ds_sgemm_small(mr, d->c, d->k, dout + m0 * d->k, d->k, 1, w, d->c, din + m0 * d->c, d->c, 0);
+            ds_sgemm_small(mr, d->c, d->k, dout + m0 * d->k, d->k, 1, wp, ldw, din + m0 * d->c, d->c, 0);
         }
         return;
     }
@@ -313,13 +371,14 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
     if (bwd_data_as_fwd(d, &t)) {
         const int R = d->r, S = d->s, C = d->c, K = d->k;
         float *wt = ws;
-        // The flipped convolution's weights, transposed for ds_sgemm_small:
-        // wt [r, s, k, c] = w [k, R-1-r, S-1-s, c]
+        // The flipped convolution's weights, transposed for ds_sgemm_small (rows wt_ld(C)
+        // apart): wt [r, s, k, c] = w [k, R-1-r, S-1-s, c]
+        const long ldw = wt_ld(C);
 #pragma omp parallel for collapse(2) schedule(static) num_threads(conv_threads())
         for (int r = 0; r < R; r++)
             for (int s = 0; s < S; s++)
                 for (int k = 0; k < K; k++)
-                    memcpy(wt + (((long)r * S + s) * K + k) * C,
+                    memcpy(wt + (((long)r * S + s) * K + k) * ldw,
                            w + (((long)k * R + (R - 1 - r)) * S + (S - 1 - s)) * C, (size_t)C * sizeof(float));
         if (implicit_ok(&t))
             conv_fwd_implicit(din, dout, wt, &t, slots);
@@ -331,6 +390,8 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
     // Strided: per-pixel GEMM into col, then scatter. One image per task, so the scatters
     // of different threads never overlap and each image's sum order is fixed.
     const long pq = (long)d->p * d->q, hwc = (long)d->h * d->w * d->c;
+    long ldw;
+    const float *wp = padded_weights(w, d, ws, &ldw);
 #pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
     for (int n = 0; n < d->n; n++) {
         float *col = slots + omp_get_thread_num() * slot;
@@ -338,7 +399,7 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
         for (long m0 = n * pq; m0 < (n + 1) * pq; m0 += rows) {
             long mr = (n + 1) * pq - m0 < rows ? (n + 1) * pq - m0 : rows;
             // col (mr, rsc) = dout (mr, k) * w (k, rsc)
-            ds_sgemm_small(mr, (int)rsc, d->k, dout + m0 * d->k, d->k, 1, w, rsc, col, rsc, 0);
+            ds_sgemm_small(mr, (int)rsc, d->k, dout + m0 * d->k, d->k, 1, wp, ldw, col, rsc, 0);
             col2im_add(din, col, d, m0, mr);
         }
     }
@@ -349,11 +410,7 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
     const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c, krsc = d->k * rsc;
     const long rows = chunk_rows(d), chunks = chunk_count(d), slot = slot_floats(d);
     const long part_stride = round16(krsc);
-    // Big weight gradients (1x1 with many channels, im2col windows) stream too much per
-    // (rsc, k) register tile: they take transposed (k, rsc) tiles, a (mr, 64) block of col
-    // in L1 against all of dout's chunk (measured on the resnet50 shapes).
-    const int groups = weight_groups(d), pointwise = is_pointwise(d),
-              small = small_rsc(d) && !(d->r == 1 && d->s == 1 && (long)d->c * d->k > 65536);
+    const int groups = weight_groups(d), pointwise = is_pointwise(d), small = bwdw_small(d);
     float *part = ws, *slots = (float *)ws + weights_area(d);
     if (m == 0) return;
 
@@ -411,18 +468,27 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
         return;
     }
 
+    const long copy_ld = bwdw_copy_ld(d);
 #pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
     for (int g = 0; g < groups; g++) {
         long c0 = g * chunks / groups, c1 = (g + 1) * chunks / groups;
         float *pg = part + g * part_stride;
+        // This thread's slot: the im2col chunk, then the copy of the transposed operand.
+        float *copy = slots + omp_get_thread_num() * slot + (pointwise ? 0 : round16(rows * rsc));
         for (long ch = c0; ch < c1; ch++) {
             long m0 = ch * rows, mr = m - m0 < rows ? m - m0 : rows;
             const float *col = chunk_cols(in, d, pointwise, m0, mr, slots, slot);
+            // the transposed operand: col (rsc, k tiles) or dout ((k, rsc) tiles), rows ld apart
+            const float *a = small ? col : dout + m0 * d->k;
+            long ld = small ? rsc : d->k;
+            if (copy_ld) {
+                for (long i = 0; i < mr; i++) memcpy(copy + i * copy_ld, a + i * ld, (size_t)ld * sizeof *a);
+                a = copy, ld = copy_ld;
+            }
             if (small)  // pg (rsc, k) (+)= col^T (rsc, mr) * dout (mr, k)
-                ds_sgemm_small(rsc, d->k, mr, col, 1, pointwise ? d->c : rsc, dout + m0 * d->k, d->k, pg,
-                               d->k, ch != c0);
+                ds_sgemm_small(rsc, d->k, mr, a, 1, ld, dout + m0 * d->k, d->k, pg, d->k, ch != c0);
             else        // pg (k, rsc) (+)= dout^T (k, mr) * col (mr, rsc)
-                ds_sgemm_small(d->k, (int)rsc, mr, dout + m0 * d->k, 1, d->k, col, rsc, pg, rsc, ch != c0);
+                ds_sgemm_small(d->k, (int)rsc, mr, a, 1, ld, col, rsc, pg, rsc, ch != c0);
         }
     }
     // Groups summed in group order: the same result for any thread count.
