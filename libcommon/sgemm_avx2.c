@@ -112,17 +112,19 @@ AVX2 void ds_sgemm_avx2(long m, int n, long nseg, long kseg, const float *A, lon
         // 64 as 24 + 24 + 16, 32 as 16 + 16, 40 as 24 + 16.
         const int cols = n - n0 < 64 ? n - n0 : 64, ntiles = (cols + 23) / 24;
         const int width = (cols / ntiles + 7) / 8 * 8;
-        // The tallest tile any of them allows sets the row tiling: equal heights, as in
-        // the AVX-512 kernel (8 rows as 4 + 4, not 6 + 2).
+        // The tallest tile any of them allows sets the row tiling, in heights that differ by
+        // at most one (32 rows as 6 6 5 5 5 5, not 6 6 6 6 6 2: a thin tile has too few
+        // accumulators to hide the FMA latency).
         const int MR = mr_of[(width + 7) / 8];
-        long tiles = (m + MR - 1) / MR, h = tiles ? (m + tiles - 1) / tiles : 0;
-        for (long i0 = 0; i0 < m; i0 += h) {
-            int mr = m - i0 < h ? (int)(m - i0) : (int)h;
+        const long tiles = (m + MR - 1) / MR, h = tiles ? m / tiles : 0, taller = tiles ? m % tiles : 0;
+        for (long t = 0, i0 = 0; t < tiles; t++) {
+            const int mr = (int)(h + (t < taller));
             for (int j0 = 0; j0 < cols; j0 += width) {
                 int w = cols - j0 < width ? cols - j0 : width, nv = (w + 7) / 8;
                 g.last = _mm256_loadu_si256((const __m256i *)(lane_mask + 8 - (w - 8 * (nv - 1))));
                 fn_of[w % 8 == 0][sai == 1][nv](mr, &g, A + i0 * sai, B + n0 + j0, C + i0 * ldc + n0 + j0);
             }
+            i0 += mr;
         }
     }
 }

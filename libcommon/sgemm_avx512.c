@@ -107,11 +107,13 @@ AVX512 void ds_sgemm_avx512(long m, int n, long nseg, long kseg, const float *A,
     for (int n0 = 0; n0 < n; n0 += 64) {
         int cols = n - n0 < 64 ? n - n0 : 64, nv = (cols + 15) / 16, MR = mr_of[nv];
         g.last = (__mmask16)(0xffffu >> (16 * nv - cols));
-        // Equal tile heights rather than full tiles and a thin tail: 8 rows as 4 + 4, not 6 + 2.
-        long tiles = (m + MR - 1) / MR, h = tiles ? (m + tiles - 1) / tiles : 0;
-        for (long i0 = 0; i0 < m; i0 += h) {
-            int mr = m - i0 < h ? (int)(m - i0) : (int)h;
+        // Tile heights that differ by at most one rather than full tiles and a thin tail: 8
+        // rows as 4 + 4, not 6 + 2 (a thin tile has too few accumulators to hide the FMA latency).
+        const long tiles = (m + MR - 1) / MR, h = tiles ? m / tiles : 0, taller = tiles ? m % tiles : 0;
+        for (long t = 0, i0 = 0; t < tiles; t++) {
+            const int mr = (int)(h + (t < taller));
             fn_of[sai == 1 ? 1 : sai == 16 * nv ? 2 : 0][nv](mr, &g, A + i0 * sai, B + n0, C + i0 * ldc + n0);
+            i0 += mr;
         }
     }
 }
