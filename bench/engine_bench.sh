@@ -11,6 +11,7 @@
 #   REPEAT=N         runs every configuration N times, the three programs taking turns, and
 #                    keeps each one's best (default 1): on a machine shared with other jobs
 #                    the best of a few is the fairer figure
+#   ONLY=PATTERN     only the rows whose "arch size batch mode" contains PATTERN
 #   MALLOC=keep|default  keep (the default): every program runs with glibc's malloc told to
 #                    keep what is freed (GLIBC_TUNABLES below). PyTorch allocates its
 #                    activations afresh every step; by default glibc returns the large blocks
@@ -65,6 +66,7 @@ best() { awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " "); r 
 printf "%-10s %5s %5s %-6s | %9s %8s | %9s %8s | %11s %9s | %s\n" arch size batch mode \
     "ds img/s" "ds MiB" "pt img/s" "pt MiB" "pt-cl img/s" "pt-cl MiB" "ds / faster pt"
 for cfg in "resnet50 224 16 train" "resnet18 224 16 train" "resnet20 32 128 train" "resnet50 224 32 infer"; do
+    [[ "$cfg" == *"${ONLY:-}"* ]] || continue
     set -- $cfg
     ds="0 0" pt="0 0" cl="0 0"
     for _ in $(seq "$REPEAT"); do
