@@ -1,4 +1,4 @@
-/* checkpoint: the HDF5 checkpoint of DESIGN §2, written and read against a model.
+/* checkpoint: the HDF5 checkpoint of docs/DESIGN.md §2, written and read against a model.
  *
  * HDF5's automatic error printing is off while these functions run; each failure becomes one
  * ds_err line naming the file and the object. Loading reads and checks every tensor into

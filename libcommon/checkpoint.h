@@ -1,5 +1,5 @@
 /* checkpoint: a model, its optimizer state and the run's metadata in one HDF5 file
- * (DESIGN §2).
+ * (docs/DESIGN.md §2).
  *
  *   /model/<name>       every parameter and BN buffer, PyTorch state_dict names and layouts
  *                       (float32; num_batches_tracked int64 scalar)

@@ -101,7 +101,7 @@ done:
 /* Sum on rank 0, then broadcast: the one sum that exists is the one every rank gets.
  * Rank 0 adds the ranks' buffers one at a time in rank order, ((b0 + b1) + b2) + ..., which
  * is the order in which one process accumulating micro-batches adds them: a step of world W
- * and accum 1 is then bitwise the step of world 1 and accum W on the CPU (DESIGN §3), not
+ * and accum 1 is then bitwise the step of world 1 and accum W on the CPU (docs/DESIGN.md §3), not
  * only equal up to rounding. MPI_Reduce leaves the order of its additions to the library. */
 static void reduce_bcast(void *buf, size_t n, size_t elem, MPI_Datatype type)
 {

@@ -1,6 +1,6 @@
 /* loader: the micro-batches a rank trains or evaluates on, prepared by background threads.
  *
- * Training (DESIGN §3). Epoch e visits the n samples in the order of a Philox permutation
+ * Training (docs/DESIGN.md §3). Epoch e visits the n samples in the order of a Philox permutation
  * keyed by (seed, DS_RNG_EPOCH, e). A step takes the next global batch of
  * G = batch x world x accum positions; micro-batch m = a x world + rank (a = accumulation
  * index) takes positions [m x batch, (m + 1) x batch) of it, so world 3 x accum 1 and

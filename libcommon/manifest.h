@@ -1,4 +1,4 @@
-/* manifest: the split files dsplit writes and dspack / dseval read (DESIGN §2).
+/* manifest: the split files dsplit writes and dspack / dseval read (docs/DESIGN.md §2).
  *
  *   classes.txt   one class name per line, bytewise sorted; line number = label
  *   train.txt     "# ds-manifest 1 root=<absolute root>" then "label<TAB>path" lines,

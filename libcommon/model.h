@@ -98,7 +98,7 @@ double ds_model_loss(ds_model *m, const int32_t *labels, int n, float smoothing)
 
 /* Loss, then backward through the last forward (which must have been training = 1 with
  * the same n): parameter gradients of (loss summed over the micro-batch) x scale are ADDED
- * to the reduction buffer. scale is 1 / global batch (DESIGN §3). Returns the summed loss
+ * to the reduction buffer. scale is 1 / global batch (docs/DESIGN.md §3). Returns the summed loss
  * as ds_model_loss does. Training models only. */
 double ds_model_backward(ds_model *m, const int32_t *labels, int n, float scale, float smoothing);
 

@@ -1,4 +1,4 @@
-/* rundir: a training run's directory (DESIGN §2).
+/* rundir: a training run's directory (docs/DESIGN.md §2).
  *
  *   ckpt-<global step, 8 digits>.h5   checkpoints; the newest --keep are kept (and the one
  *                                     best.h5 names, whatever its age)

@@ -1,4 +1,4 @@
-/* shard: writing and validating the HDF5 shard files of DESIGN §2.
+/* shard: writing and validating the HDF5 shard files of docs/DESIGN.md §2.
  *
  * HDF5 prints its own error stack on failure by default; these functions turn that off
  * while they run and report one ds_err line naming the file and the object instead. */

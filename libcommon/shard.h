@@ -1,4 +1,4 @@
-/* shard: the HDF5 files dspack writes and the loader / dseval read (DESIGN §2).
+/* shard: the HDF5 files dspack writes and the loader / dseval read (docs/DESIGN.md §2).
  *
  *   /images   uint8 [N, H, W, 3]  RGB NHWC; contiguous, or chunked per image + deflate
  *   /labels   int32 [N]

@@ -1,4 +1,4 @@
-/* split: the class-folder scan and the train/val rule dsplit applies (DESIGN §2).
+/* split: the class-folder scan and the train/val rule dsplit applies (docs/DESIGN.md §2).
  *
  * A class is a directory directly under the root; its images are the regular files
  * directly inside it whose names end in .jpg/.jpeg/.png (any case). Everything else is

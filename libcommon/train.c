@@ -73,7 +73,7 @@ static uint64_t fingerprint(const void *data, size_t bytes)
     return h;
 }
 
-/* DESIGN §3: every rank holds the same weights, BN running statistics and momentum, so rank
+/* docs/DESIGN.md §3: every rank holds the same weights, BN running statistics and momentum, so rank
  * 0's checkpoint stands for all. Checked before each checkpoint: every rank fingerprints
  * each tensor and compares with rank 0's; a rank that differs names the first tensor and
  * the run fails instead of saving one rank's view. Costs one pass over the state. */

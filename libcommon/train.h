@@ -1,4 +1,4 @@
-/* train: the training loop of dstrain (DESIGN §3) — steps, per-epoch validation, logging,
+/* train: the training loop of dstrain (docs/DESIGN.md §3) — steps, per-epoch validation, logging,
  * checkpoints and stopping.
  *
  * One step: for each of the rank's `accum` micro-batches, feed, forward, and backward with

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Write a torchvision ResNet's weights as a ds checkpoint (DESIGN §2).
+"""Write a torchvision ResNet's weights as a ds checkpoint (docs/DESIGN.md §2).
 
   scripts/torchvision_to_ds.py --arch resnet50 --pretrained -o r50.h5
   scripts/torchvision_to_ds.py --arch resnet50 --weights resnet50-11ad3fa6.pth -o r50.h5

@@ -1,4 +1,4 @@
-/* dspack: decode, resize and pack a manifest's images into HDF5 shards (DESIGN §2, §6). */
+/* dspack: decode, resize and pack a manifest's images into HDF5 shards (docs/DESIGN.md §2, §6). */
 #include "cli.h"
 #include "cpu_isa.h"
 #include "fsutil.h"

@@ -1,4 +1,4 @@
-/* dsplit: a class-folder tree -> classes.txt, train.txt, val.txt (DESIGN §2, §6), and
+/* dsplit: a class-folder tree -> classes.txt, train.txt, val.txt (docs/DESIGN.md §2, §6), and
  * optionally the DIR/train/<class>/, DIR/val/<class>/ trees. */
 #include "cli.h"
 #include "fsutil.h"

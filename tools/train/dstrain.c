@@ -1,4 +1,4 @@
-/* dstrain: trains a ResNet on shards (DESIGN §3, §6). This file holds the options and the
+/* dstrain: trains a ResNet on shards (docs/DESIGN.md §3, §6). This file holds the options and the
  * order of calls; the loop lives in libcommon/train.c. */
 #include "backend.h"
 #include "checkpoint.h"
