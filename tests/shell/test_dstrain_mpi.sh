@@ -1,5 +1,5 @@
 #!/bin/bash
-# dstrain and dseval under mpirun (ranks on this machine, CPU, --oversubscribe), DESIGN §3:
+# dstrain and dseval under mpirun (ranks on this machine, CPU, --oversubscribe), docs/DESIGN.md §3:
 # world 3 x accum 1 trains as world 1 x accum 3; the ranks hold identical state; validation
 # and dseval count every image once whatever the rank count; only rank 0 writes; the ranks
 # stop together (signal, NaN); resume across world sizes at the same global batch, refused
@@ -48,6 +48,12 @@ print("max relative difference np 3 vs accum 3 after 20 steps: %.3g (%s)" % (wor
 sys.exit(worst > 1e-4)
 PY
     fail np3_equals_accum3_within_1e-4
+# On the CPU the two are bitwise equal: each rank's part is its micro-batch's sum added to 0,
+# and comm adds the ranks' parts in rank order, as --accum adds its micro-batches
+# (docs/DESIGN.md §7 names the limits: a rank running several micro-batches, micro-batches
+# over 512 images).
+check np3_bitwise_equals_accum3 h5diff -q "$T/w3/ckpt-00000020.h5" "$T/a3/ckpt-00000020.h5" /model /model
+check np3_momentum_bitwise_equals_accum3 h5diff -q "$T/w3/ckpt-00000020.h5" "$T/a3/ckpt-00000020.h5" /optimizer /optimizer
 # Every rank fingerprints its weights, BN running statistics and momentum against rank 0's
 # before each checkpoint (a difference fails the run); --verbose says they agreed.
 check np3_ranks_identical_state grep -q "step 20: the 3 ranks hold identical weights, BN running statistics" \
