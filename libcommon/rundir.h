@@ -36,7 +36,8 @@ int ds_metrics_log_open(ds_metrics_log *m, const char *dir);
 int ds_metrics_log_write(ds_metrics_log *m, const char *json);
 void ds_metrics_log_close(ds_metrics_log *m);
 /* Drops lines whose "step" is greater than `step` (a resumed run rewrites what came after
- * its checkpoint, so the file never holds two lines for one step). */
+ * its checkpoint, so no line is written twice; a step that ends an epoch has two lines, the
+ * step's and the epoch's). */
 int ds_metrics_log_truncate(const char *dir, int64_t step);
 
 #endif

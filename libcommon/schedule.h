@@ -3,7 +3,8 @@
  *
  *   warmup   steps [0, warmup): lr = base x (step + 1) / warmup   (Goyal et al. 2017)
  *   cosine   then lr = base x (1 + cos(pi x t)) / 2, t = (step - warmup) / (total - warmup)
- *            (Loshchilov & Hutter, SGDR, without restarts; reaches 0 at the last step)
+ *            (Loshchilov & Hutter, SGDR, without restarts; the last step, total - 1, has
+ *            t = 1 - 1 / (total - warmup), so a rate just above 0)
  *   step     then lr = base x gamma^floor((step - warmup) / every)   (He et al. 2016)
  *   constant then lr = base */
 #ifndef DS_SCHEDULE_H

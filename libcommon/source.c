@@ -190,6 +190,7 @@ int ds_source_open_manifest(ds_source *s, const char *manifest, const char *root
     s->height = s->width = size;
     snprintf(s->fit, sizeof s->fit, "%s", ds_fit_name(im->fit));
     s->name = manifest;
+    s->decodes = 1;
     s->read = manifest_read;
     s->path = manifest_path;
     s->impl = im;

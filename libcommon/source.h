@@ -25,6 +25,7 @@ struct ds_source {
     char **classes;              /* [num_classes], owned */
     int32_t *labels;             /* [n], owned */
     const char *name;            /* directory or manifest file, for messages */
+    int decodes;                 /* 1: images are decoded on the fly (a manifest) */
     /* Reads image i into out [height, width, 3]. Returns 0; -1 with a message for an I/O
      * error (fatal); 1 with `reason` for an image that cannot be decoded (a manifest's
      * broken file: the caller skips it). */

@@ -90,7 +90,8 @@ int main(int argc, char **argv)
                      : meta.num_classes != src.num_classes ? ds_err("%s has %d classes, %s has %d", ckpt,
                                                                     meta.num_classes, data, src.num_classes) : 0)
         ds_die("cannot evaluate %s on %s: the checkpoint was trained on other classes", ckpt, data);
-    if (loader_threads == 0) loader_threads = 2;
+    /* Decoding a manifest's JPEGs is the slow part of such a run: every core reads. */
+    if (loader_threads == 0) loader_threads = src.decodes ? omp_get_num_procs() : 2;
 
     const ds_backend *be = ds_backend_select(device);
     if (!be) ds_die("no usable --device %s", device);
