@@ -41,7 +41,7 @@ CUDA_NEEDS := include/cuda_runtime_api.h include/cudnn.h include/cublas_v2.h inc
               lib64/libcudart.so lib64/libcudnn.so lib64/libcublas.so lib64/libcublasLt.so lib64/libnccl.so
 CUDA_MISSING := $(if $(NVCC),$(notdir $(filter-out $(wildcard $(addprefix $(CUDA_HOME)/,$(CUDA_NEEDS))),$(addprefix $(CUDA_HOME)/,$(CUDA_NEEDS)))))
 CUDA     ?= $(if $(filter 1,$(SAN)),0,$(if $(and $(NVCC),$(CUDA_HOME),$(if $(CUDA_MISSING),,ok)),1,0))
-CUDA_SRCS := $(if $(filter 1,$(CUDA)),$(wildcard libcommon/*.cu))
+CUDA_SRCS := $(if $(filter 1,$(CUDA)),$(wildcard libcommon/*.cu libcommon/backend/*.cu))
 CUDA_CFLAGS = $(if $(CUDA_SRCS),-DDS_HAVE_CUDA=1 -I$(CUDA_HOME)/include)
 CUDA_LIBS   = $(if $(CUDA_SRCS),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lnccl -lcudart)
 CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_86,code=sm_86 \
@@ -63,7 +63,7 @@ LDFLAGS  += -fopenmp $(if $(filter 1,$(SAN)),$(SAN_FLAGS))
 LDLIBS   += $(PKG_LIBS) $(MPI_LIBS) $(CUDA_LIBS) -lz -lm -lpthread
 NVFLAGS  := -O3 -MMD -MP -std=c++17 $(CUDA_ARCHS) -Ilibcommon -DDS_HAVE_CUDA=1 $(if $(MPI_CFLAGS),$(shell mpicc --showme:compile)) -Xcompiler -fPIC$(comma)-Wall
 
-LIB_SRCS  := $(sort $(wildcard libcommon/*.c))
+LIB_SRCS  := $(sort $(wildcard libcommon/*.c libcommon/backend/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
 LIB       := $(BUILD)/libcommon.a
 TOOL_SRCS := $(sort $(wildcard tools/*/ds*.c))

@@ -3,7 +3,7 @@
 #include "log.h"
 
 #ifdef DS_HAVE_CUDA
-#include "backend_cuda.h"
+#include "backend/cuda.h"
 #endif
 
 #include <string.h>

@@ -1,6 +1,6 @@
 /* backend: the operations a training engine needs, as one struct of function pointers.
  *
- * backend_cpu.c (OpenMP, own GEMM kernels) is the reference; backend_cuda.cu (cuDNN, cuBLAS,
+ * backend/cpu.c (OpenMP, own GEMM kernels) is the reference; backend/cuda.cu (cuDNN, cuBLAS,
  * own kernels) implements the same functions and is tested against it op by op. The model
  * (model.c) owns the layer list and the memory plan and calls only these functions, so it
  * never knows which backend runs.

@@ -7,7 +7,7 @@
  *   - DS_CPU_KERNELS=plain|avx2|avx512 in the environment forces one (it must be one the CPU
  *     and the operating system support);
  *   - otherwise the best the CPU supports (cpuid, with the OS's XSAVE state checked).
- * Every level computes bitwise the same results (sgemm_small.h states the rule), so the
+ * Every level computes bitwise the same results (backend/cpu_sgemm.h states the rule), so the
  * level changes speed, never numbers. A function compiled for an instruction set carries
  * its name (avx2_tile_nv2, loops_avx512_sgd, pass_vertical_avx2): the suite checks that no
  * other function of the tools uses an AVX instruction (tests/shell/test_cpu_kernels.sh). */

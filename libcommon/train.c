@@ -16,7 +16,7 @@
 #include <string.h>
 
 #ifdef DS_HAVE_CUDA
-#include "backend_cuda.h"
+#include "backend/cuda.h"
 #endif
 
 typedef struct {

@@ -110,7 +110,7 @@ PEAK_LOOP(peak_avx512, __m512, _mm512_set1_ps, _mm512_fmadd_ps, 16, __attribute_
 PEAK_LOOP(peak_avx2, __m256, _mm256_set1_ps, _mm256_fmadd_ps, 8, __attribute__((target("avx2,fma"))))
 #endif
 
-/* The plain kernels' rate: scalar fmaf chains, as sgemm_small's plain loop runs them. */
+/* The plain kernels' rate: scalar fmaf chains, as cpu_sgemm.c's plain loop runs them. */
 static double peak_plain(long iters)
 {
     double best = 0;

@@ -18,7 +18,7 @@ int main(void)
 }
 #else
 
-#include "backend_cuda.h"
+#include "backend/cuda.h"
 #include "log.h"
 #include "rng.h"
 

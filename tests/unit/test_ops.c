@@ -8,7 +8,7 @@
 #include "../check.h"
 #include "backend.h"
 #include "rng.h"
-#include "sgemm_small.h"
+#include "backend/cpu_sgemm.h"
 
 #include <math.h>
 #include <omp.h>

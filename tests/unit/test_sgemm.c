@@ -4,13 +4,13 @@
  * the blocked long reduction, both A layouts and accumulation. A level the CPU lacks is a
  * SKIP line, never a pass.
  *
- * Also the sum rule itself (sgemm_small.h), which is what makes the levels agree: each
+ * Also the sum rule itself (backend/cpu_sgemm.h), which is what makes the levels agree: each
  * element is one fma chain from 0, in order, then added to C; checked against a scalar
  * fmaf loop that spells the rule out. */
 #include "../check.h"
 #include "cpu_isa.h"
 #include "rng.h"
-#include "sgemm_small.h"
+#include "backend/cpu_sgemm.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
-/* backend_cuda: the ds_backend interface on one GPU. Convolutions through cuDNN (NHWC,
+/* backend/cuda: the ds_backend interface on one GPU. Convolutions through cuDNN (NHWC,
  * algorithms found once per shape and cached), the linear layer through cuBLAS, the rest
- * in kernels_cuda.cu. Everything runs on one stream; see backend_cuda.h for precision. */
+ * in cuda_kernels.cu. Everything runs on one stream; see cuda.h for precision. */
 #include <cublas_v2.h>
 #include <cudnn.h>
 #include <string.h>
@@ -8,9 +8,9 @@
 #include "cuda_check.h"
 extern "C" {
 #include "backend.h"
-#include "backend_cuda.h"
+#include "cuda.h"
 #include "comm.h"
-#include "kernels_cuda.h"
+#include "cuda_kernels.h"
 }
 
 #define cudnnCheck(call)                                                                   \

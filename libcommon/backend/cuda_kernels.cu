@@ -1,4 +1,4 @@
-/* kernels_cuda: own kernels of the CUDA backend (see kernels_cuda.h). NHWC everywhere: the
+/* cuda_kernels: own kernels of the CUDA backend (see cuda_kernels.h). NHWC everywhere: the
  * channel is the fastest index, so threads of a warp take neighbouring channels and every
  * load is coalesced. Reductions run over a fixed split of the rows and add the partial
  * sums in a fixed order: results are the same from run to run. */
@@ -7,8 +7,8 @@
 
 #include "cuda_check.h"
 extern "C" {
-#include "backend_cuda.h"
-#include "kernels_cuda.h"
+#include "cuda.h"
+#include "cuda_kernels.h"
 }
 
 static double *scratch;   /* DS_CUDA_SCRATCH_BYTES: partial sums, then per-channel coefficients */
@@ -403,7 +403,7 @@ void ds_cuda_softmax_xent(float *loss, float *dlogits, const float *logits, cons
 
 /* ---- optimizer and elementwise ---- */
 
-/* torch.optim.SGD, rounded as backend_cpu.c: fmaf where torch fuses, mul then add where not */
+/* torch.optim.SGD, rounded as cpu.c: fmaf where torch fuses, mul then add where not */
 __global__ void sgd_kernel(float *w, float *buf, const float *grad, size_t n, float lr,
                            float momentum, float wd, int nesterov, int first)
 {

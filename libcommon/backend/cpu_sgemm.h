@@ -1,4 +1,4 @@
-/* sgemm_small: C (+)= A * B for the skinny, cache-resident products of the CPU convolutions
+/* cpu_sgemm: C (+)= A * B for the skinny, cache-resident products of the CPU convolutions
  * and the fully connected layer.
  *
  * Register-blocked kernels without packing, one per instruction set (plain C, AVX2 + FMA,

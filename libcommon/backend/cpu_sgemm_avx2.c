@@ -1,4 +1,4 @@
-/* sgemm_avx2: the AVX2 + FMA register tiles of ds_sgemm_seg (see sgemm_kernels.h).
+/* cpu_sgemm_avx2: the AVX2 + FMA register tiles of ds_sgemm_seg (see cpu_sgemm_kernels.h).
  *
  * The same plan as the AVX-512 kernel with 8-wide vectors and 16 registers: C is walked 64
  * columns at a time, each (kd, 64) panel of B reused from L2 by every row tile; within a
@@ -7,7 +7,7 @@
  * L1, serves the panel's column tiles one after another. Column tails are masked loads and
  * stores. Compiled for AVX2 + FMA by target attributes; the driver calls it only when
  * cpu_isa says the CPU has them. */
-#include "sgemm_kernels.h"
+#include "cpu_sgemm_kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

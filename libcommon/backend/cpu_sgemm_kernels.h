@@ -1,4 +1,4 @@
-/* sgemm_kernels: the per-instruction-set kernels behind ds_sgemm_seg (sgemm_small.c);
+/* cpu_sgemm_kernels: the per-instruction-set kernels behind ds_sgemm_seg (cpu_sgemm.c);
  * internal to those files.
  *
  * Each computes, for every element of C (m, n),
@@ -15,8 +15,8 @@ typedef void ds_sgemm_kernel(long m, int n, long nseg, long kseg, const float *A
                              int accumulate);
 
 #if defined(__x86_64__) || defined(__i386__)
-ds_sgemm_kernel ds_sgemm_avx2;    /* sgemm_avx2.c: 8-wide FMA register tiles */
-ds_sgemm_kernel ds_sgemm_avx512;  /* sgemm_avx512.c: 16-wide FMA register tiles */
+ds_sgemm_kernel ds_sgemm_avx2;    /* cpu_sgemm_avx2.c: 8-wide FMA register tiles */
+ds_sgemm_kernel ds_sgemm_avx512;  /* cpu_sgemm_avx512.c: 16-wide FMA register tiles */
 #endif
 
 #endif

@@ -1,4 +1,4 @@
-/* backend_cuda: what the CUDA backend offers beyond the ds_backend interface (backend.h).
+/* backend/cuda: what the CUDA backend offers beyond the ds_backend interface (backend.h).
  *
  * The backend binds lazily, on its first call, to GPU ds_comm_local_rank() % device count,
  * and runs everything on one stream of that device (cuDNN and cuBLAS are bound to it).

@@ -1,4 +1,4 @@
-/* conv_cpu: convolutions on NHWC activations with [K, R, S, C] weights.
+/* cpu_conv: convolutions on NHWC activations with [K, R, S, C] weights.
  *
  * With M = n*p*q output pixels and RSC = r*s*c, a convolution is the GEMM
  *     out (M, K) = col (M, RSC) * w^T (RSC, K)
@@ -22,8 +22,8 @@
  * (backward-weight), so with ds_sgemm_small's sum rule the results are bitwise the same for
  * any thread count on any CPU.
  */
-#include "conv_cpu.h"
-#include "sgemm_small.h"
+#include "cpu_conv.h"
+#include "cpu_sgemm.h"
 
 #include <omp.h>
 #include <string.h>

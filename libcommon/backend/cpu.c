@@ -1,4 +1,4 @@
-/* backend_cpu: the reference backend, host memory, OpenMP inside every op.
+/* backend/cpu: the reference backend, host memory, OpenMP inside every op.
  *
  * Reductions (batch-norm statistics and gradients, bias gradients) run over a fixed
  * chunking of the rows that does not depend on the thread count, and the partial sums are
@@ -7,11 +7,11 @@
  * an add unless they say so with fmaf (the build forbids contraction, -ffp-contract=off),
  * so a wider vector only changes which elements are computed together, and the products
  * (convolutions, fully connected) follow ds_sgemm_small's sum rule on every instruction
- * set. The convolutions live in conv_cpu.c. */
+ * set. The convolutions live in cpu_conv.c. */
 #include "backend.h"
-#include "conv_cpu.h"
+#include "cpu_conv.h"
 #include "cpu_loops.h"
-#include "sgemm_small.h"
+#include "cpu_sgemm.h"
 
 #include <math.h>
 #include <omp.h>

@@ -6,7 +6,7 @@
  * every level gives the same bits; the wider ones are faster (batch norm is ~10% of a
  * training step, and SGD's fmaf is a library call in a baseline build). The OpenMP loops
  * that split rows across threads, and the order partial sums are added in, stay in
- * backend_cpu.c. */
+ * cpu.c. */
 #ifndef DS_CPU_LOOPS_H
 #define DS_CPU_LOOPS_H
 

@@ -1,9 +1,9 @@
-/* sgemm_small: see sgemm_small.h. The driver and the plain kernel; the vector kernels live
- * in sgemm_avx2.c and sgemm_avx512.c. */
-#include "sgemm_small.h"
+/* cpu_sgemm: see cpu_sgemm.h. The driver and the plain kernel; the vector kernels live
+ * in cpu_sgemm_avx2.c and cpu_sgemm_avx512.c. */
+#include "cpu_sgemm.h"
 
 #include "cpu_isa.h"
-#include "sgemm_kernels.h"
+#include "cpu_sgemm_kernels.h"
 
 #include <math.h>
 

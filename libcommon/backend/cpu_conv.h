@@ -1,5 +1,5 @@
-/* conv_cpu: the CPU backend's convolutions (NHWC activations, [K, R, S, C] weights), split
- * from backend_cpu.c. Semantics are those of the conv entries of ds_backend (backend.h). */
+/* cpu_conv: the CPU backend's convolutions (NHWC activations, [K, R, S, C] weights), split
+ * from cpu.c. Semantics are those of the conv entries of ds_backend (backend.h). */
 #ifndef DS_CONV_CPU_H
 #define DS_CONV_CPU_H
 

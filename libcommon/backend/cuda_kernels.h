@@ -1,6 +1,6 @@
-/* kernels_cuda: the CUDA backend's own kernels, for the ops no library call fits. Each
+/* cuda_kernels: the CUDA backend's own kernels, for the ops no library call fits. Each
  * function has the signature and the semantics of its ds_backend entry (backend.h) and
- * mirrors backend_cpu.c's arithmetic: the same formulas in the same precision (double
+ * mirrors cpu.c's arithmetic: the same formulas in the same precision (double
  * sums for batch-norm statistics, unfused multiply-add where the CPU rounds twice), so
  * the two backends agree far inside the tests' 1e-4. */
 #ifndef DS_KERNELS_CUDA_H

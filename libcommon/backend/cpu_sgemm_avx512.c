@@ -1,11 +1,11 @@
-/* sgemm_avx512: the AVX-512 register tiles of ds_sgemm_seg (see sgemm_kernels.h).
+/* cpu_sgemm_avx512: the AVX-512 register tiles of ds_sgemm_seg (see cpu_sgemm_kernels.h).
  *
  * A plain register-blocked kernel without packing: C is walked 64 columns at a time, so
  * each (kd, 64) panel of B is reused by every row tile from L2, and a tile of MR rows by
  * NV 16-wide vectors (MR x NV <= 24 accumulators of the 32 vector registers) keeps its sums
  * in registers across the whole reduction. Compiled for AVX-512F by target attributes; the
  * driver calls it only when cpu_isa says the CPU has it. */
-#include "sgemm_kernels.h"
+#include "cpu_sgemm_kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
