@@ -1,4 +1,5 @@
-/* backend: choosing the backend a tool runs on (--device). */
+/* backend: choosing and starting the backend a tool runs on (--device, --precision,
+ * --deterministic). */
 #include "backend.h"
 #include "log.h"
 
@@ -8,38 +9,40 @@
 
 #include <string.h>
 
-const ds_backend *ds_backend_select(const char *device)
+static const char *const precision_names[] = {"fp32", "tf32", "bf16"};
+
+const char *ds_precision_name(ds_precision p)
 {
-    if (!device || !strcmp(device, "auto")) {
-#ifdef DS_HAVE_CUDA
-        if (ds_cuda_device_count() > 0) return &ds_backend_cuda;
-#endif
-        return &ds_backend_cpu;
-    }
-    if (!strcmp(device, "cpu")) return &ds_backend_cpu;
-    if (!strcmp(device, "cuda")) {
-#ifdef DS_HAVE_CUDA
-        if (ds_cuda_device_count() > 0) return &ds_backend_cuda;
-        ds_err("--device cuda: no CUDA device is visible (try --device cpu)");
-#else
-        ds_err("--device cuda: this build has no CUDA support (rebuild with nvcc available, or use --device cpu)");
-#endif
-        return NULL;
-    }
-    ds_err("--device %s: unknown device (expected cpu, cuda or auto)", device);
-    return NULL;
+    return (unsigned)p < sizeof precision_names / sizeof *precision_names ? precision_names[p] : "?";
 }
 
-int ds_backend_configure(const ds_backend *be, const char *precision, int deterministic)
+int ds_precision_parse(const char *name, ds_precision *out)
 {
-    if (precision && strcmp(precision, "fp32") && strcmp(precision, "tf32") && strcmp(precision, "bf16"))
-        return ds_err("--precision %s: unknown (expected fp32, tf32 or bf16)", precision);
-    if (strcmp(be->name, "cuda")) return 0;
+    for (unsigned i = 0; i < sizeof precision_names / sizeof *precision_names; i++)
+        if (name && !strcmp(name, precision_names[i])) {
+            *out = (ds_precision)i;
+            return 0;
+        }
+    return ds_err("--precision %s: unknown (expected fp32, tf32 or bf16)", name ? name : "(none)");
+}
+
+const ds_backend *ds_backend_select(const char *device, const ds_backend_opts *opts)
+{
+    static const ds_backend_opts defaults = {.precision = DS_PRECISION_FP32};
+    if (!opts) opts = &defaults;
+    if (!device) device = "auto";
+    if (!strcmp(device, "cpu")) return &ds_backend_cpu;
+    if (strcmp(device, "auto") && strcmp(device, "cuda")) {
+        ds_err("--device %s: unknown device (expected cpu, cuda or auto)", device);
+        return NULL;
+    }
 #ifdef DS_HAVE_CUDA
-    if (precision && ds_cuda_set_precision(precision)) return -1;
-    ds_cuda_set_deterministic(deterministic);
-    return ds_cuda_init();
+    if (ds_cuda_device_count() > 0) return ds_cuda_select(opts);
+    if (!strcmp(device, "auto")) return &ds_backend_cpu;
+    ds_err("--device cuda: no CUDA device is visible (try --device cpu)");
 #else
-    return ds_err("the %s backend is not part of this build", be->name);
+    if (!strcmp(device, "auto")) return &ds_backend_cpu;
+    ds_err("--device cuda: this build has no CUDA support (rebuild with nvcc available, or use --device cpu)");
 #endif
+    return NULL;
 }

@@ -39,8 +39,28 @@ typedef struct {
     int p, q;            /* output */
 } ds_pool_desc;
 
+typedef enum { DS_PRECISION_FP32, DS_PRECISION_TF32, DS_PRECISION_BF16 } ds_precision;
+
+/* "fp32", "tf32", "bf16": the enum's order is the names' order. */
+const char *ds_precision_name(ds_precision p);
+/* Parses one of those names; returns 0, or -1 with a message naming the choices. */
+int ds_precision_parse(const char *name, ds_precision *out);
+
+/* What a tool asks of the backend it selects. */
+typedef struct {
+    ds_precision precision;  /* arithmetic of convolutions and GEMMs on a GPU (the CPU computes fp32) */
+    int deterministic;       /* 1: results repeatable bit for bit between runs (GPU: only
+                                deterministic cuDNN algorithms; the CPU always is) */
+    int data_parallel;       /* 1: the tool reduces gradients over the job's ranks, so the
+                                backend joins them now (CUDA: the NCCL communicator) */
+} ds_backend_opts;
+
 typedef struct ds_backend {
-    const char *name;    /* "cpu", "cuda" */
+    const char *name;        /* "cpu", "cuda" */
+    int host_memory;         /* 1: its pointers are host memory, readable by the caller */
+    /* What the selected backend computes with (set when it is selected). */
+    ds_precision precision;
+    int deterministic;
 
     /* ---- memory ---- */
     void *(*alloc)(size_t bytes);                  /* zeroed; NULL on failure */
@@ -116,26 +136,31 @@ typedef struct ds_backend {
     void (*normalize_u8)(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
                          const int32_t *y0, const int32_t *x0, const uint8_t *flip,
                          const float mean[3], const float std[3]);
+
+    /* ---- gradient reduction over the job's ranks (comm.h), in pieces ("buckets") ----
+     * reduce_start queues the in-place sum over all ranks of buf[0, n) (backend memory),
+     * to run once the work queued before it has produced buf, and returns at once: the
+     * model starts each bucket while backward still computes the next ones. reduce_wait
+     * returns when every started sum is complete; ops queued after it see the sums. Every
+     * rank starts the same buckets in the same order. The sum is the one comm.h promises:
+     * on the CPU formed in rank order, so W ranks give bitwise what --accum W gives in one.
+     * In a world of one both do nothing. Between start and wait the buffers are not
+     * touched and no other comm call is made. */
+    void (*reduce_start)(float *buf, size_t n);
+    void (*reduce_wait)(void);
 } ds_backend;
 
+/* The CPU backend: always there; host memory, fp32, deterministic for any thread count. */
 extern const ds_backend ds_backend_cpu;
-#ifdef DS_HAVE_CUDA
-extern const ds_backend ds_backend_cuda;
-/* Number of visible GPUs (0 when the driver or device is missing, never an error). */
-int ds_cuda_device_count(void);
-#endif
 
-/* Picks the backend for --device ("cpu", "cuda" or "auto": cuda when a GPU is visible).
- * Returns NULL with a message when cuda is asked for and not available. */
-const ds_backend *ds_backend_select(const char *device);
-
-/* Applies a tool's --precision ("fp32", "tf32", "bf16"; NULL keeps the backend's own) and
- * --deterministic to the selected backend. Call it before ds_model_create: the model's
- * planning pass chooses convolution algorithms per precision and determinism. On cuda it
- * also binds the device now (the rank's local index), so a GPU that cannot be used is
- * reported here and NCCL can be set up on the right device afterwards. The CPU backend
- * computes fp32 and is deterministic for any thread count, so both settings are no-ops
- * there. Returns 0, or -1 with a message. */
-int ds_backend_configure(const ds_backend *be, const char *precision, int deterministic);
+/* Picks and starts the backend for --device ("cpu", "cuda" or "auto": cuda when a GPU is
+ * visible), configured with opts (NULL: fp32, not deterministic, not data-parallel). The
+ * CUDA backend binds its GPU (the rank's index on its node) and, for data_parallel under a
+ * launcher, joins the ranks' NCCL communicator now, so a GPU that cannot be used is an
+ * error here and not at the first op; every rank then calls it. One process drives one
+ * GPU: selecting cuda again reconfigures the same backend (tests compare precisions). The
+ * CPU backend ignores precision. Returns NULL with a message when the device is unknown or
+ * unavailable. */
+const ds_backend *ds_backend_select(const char *device, const ds_backend_opts *opts);
 
 #endif

@@ -9,6 +9,9 @@
 
 #ifdef DS_HAVE_MPI
 #include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
 #endif
 
 static int world_rank = 0, world_size = 1, node_rank = 0, node_size = 1;
@@ -94,41 +97,164 @@ done:
     return 0;
 }
 
-/* Elements rank 0 receives from one rank at a time: bounds its scratch (4 or 8 MB). */
+/* Elements sent in one message: bounds rank 0's scratch (4 or 8 MB per other rank). */
 #define ORDERED_PIECE ((size_t)1 << 20)
 #define TAG_SUM 17
+
+/* Waits for one request: in MPI_Wait on the caller's thread; polling with short naps on
+ * the worker, which shares the cores with the backward pass it overlaps (MPI_Wait spins). */
+static void wait_req(MPI_Request *req, int nap)
+{
+    if (!nap) {
+        mpiCheck(MPI_Wait(req, MPI_STATUS_IGNORE));
+        return;
+    }
+    const struct timespec t = {0, 50000};   /* 50 us: short next to a 4 MB piece */
+    for (;;) {
+        int done = 0;
+        mpiCheck(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+        if (done) return;
+        nanosleep(&t, NULL);
+    }
+}
 
 /* Sum on rank 0, then broadcast: the one sum that exists is the one every rank gets.
  * Rank 0 adds the ranks' buffers one at a time in rank order, ((b0 + b1) + b2) + ..., which
  * is the order in which one process accumulating micro-batches adds them: a step of world W
  * and accum 1 is then bitwise the step of world 1 and accum W on the CPU (docs/DESIGN.md §3), not
- * only equal up to rounding. MPI_Reduce leaves the order of its additions to the library. */
-static void reduce_bcast(void *buf, size_t n, size_t elem, MPI_Datatype type)
+ * only equal up to rounding. MPI_Reduce leaves the order of its additions to the library.
+ * Rank 0 receives a piece from every rank at once and adds them in rank order as they come. */
+static void reduce_bcast(void *buf, size_t n, size_t elem, MPI_Datatype type, int nap)
 {
     if (!mpi_live || world_size == 1) return;
     size_t piece = chunk_elems < ORDERED_PIECE ? chunk_elems : ORDERED_PIECE;
-    char *p = buf, *tmp = world_rank == 0 ? ds_xmalloc(piece * elem) : NULL;
+    int others = world_size - 1;
+    char *p = buf, *tmp = world_rank == 0 ? ds_xmalloc((size_t)others * piece * elem) : NULL;
+    MPI_Request *req = ds_xmalloc((size_t)others * sizeof *req);
     for (size_t off = 0; off < n; off += piece) {
         int count = (int)(n - off < piece ? n - off : piece);
         void *chunk = p + off * elem;
         if (world_rank == 0) {
-            for (int r = 1; r < world_size; r++) {
-                mpiCheck(MPI_Recv(tmp, count, type, r, TAG_SUM, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+            for (int r = 1; r <= others; r++)
+                mpiCheck(MPI_Irecv(tmp + (size_t)(r - 1) * piece * elem, count, type, r, TAG_SUM, MPI_COMM_WORLD,
+                                   &req[r - 1]));
+            for (int r = 1; r <= others; r++) {
+                wait_req(&req[r - 1], nap);
+                const void *part = tmp + (size_t)(r - 1) * piece * elem;
                 if (elem == sizeof(float))
-                    for (int i = 0; i < count; i++) ((float *)chunk)[i] += ((const float *)tmp)[i];
+                    for (int i = 0; i < count; i++) ((float *)chunk)[i] += ((const float *)part)[i];
                 else
-                    for (int i = 0; i < count; i++) ((double *)chunk)[i] += ((const double *)tmp)[i];
+                    for (int i = 0; i < count; i++) ((double *)chunk)[i] += ((const double *)part)[i];
             }
         } else {
-            mpiCheck(MPI_Send(chunk, count, type, 0, TAG_SUM, MPI_COMM_WORLD));
+            mpiCheck(MPI_Isend(chunk, count, type, 0, TAG_SUM, MPI_COMM_WORLD, &req[0]));
+            wait_req(&req[0], nap);
         }
-        mpiCheck(MPI_Bcast(chunk, count, type, 0, MPI_COMM_WORLD));
+        mpiCheck(MPI_Ibcast(chunk, count, type, 0, MPI_COMM_WORLD, &req[0]));
+        wait_req(&req[0], nap);
     }
+    free(req);
     free(tmp);
 }
 
-void ds_comm_allreduce_sum_f32(float *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_FLOAT); }
-void ds_comm_allreduce_sum_f64(double *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_DOUBLE); }
+void ds_comm_allreduce_sum_f32(float *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_FLOAT, 0); }
+void ds_comm_allreduce_sum_f64(double *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_DOUBLE, 0); }
+
+/* ---- the worker: queued sums, in order, beside the caller's computation ---- */
+
+typedef struct {
+    float *buf;
+    size_t n;
+} bucket;
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* a bucket queued, one done, or quit */
+    pthread_t thread;
+    int running, quit;
+    bucket *q;              /* this round's buckets: [0, next) taken, [next, nq) waiting */
+    int nq, cap, next, done;
+    uint64_t queued, begun; /* since the process started */
+    uint64_t begun_at_last; /* begun when the newest bucket was queued */
+} wk = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void *worker_main(void *arg)
+{
+    pthread_mutex_lock(&wk.mu);
+    for (;;) {
+        while (!wk.quit && wk.next == wk.nq) pthread_cond_wait(&wk.cv, &wk.mu);
+        if (wk.next == wk.nq) break;   /* quit, and nothing left */
+        bucket b = wk.q[wk.next++];
+        wk.begun++;
+        pthread_mutex_unlock(&wk.mu);
+        reduce_bcast(b.buf, b.n, sizeof *b.buf, MPI_FLOAT, 1);
+        pthread_mutex_lock(&wk.mu);
+        wk.done++;
+        pthread_cond_broadcast(&wk.cv);
+    }
+    pthread_mutex_unlock(&wk.mu);
+    return arg;
+}
+
+void ds_comm_reduce_start(float *buf, size_t n)
+{
+    if (!mpi_live || world_size == 1) return;
+    pthread_mutex_lock(&wk.mu);
+    if (!wk.running) {
+        /* Signals stay with the main thread (dstrain's stop flags); the worker inherits the
+         * mask it is created with. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        int rc = pthread_create(&wk.thread, NULL, worker_main, NULL);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc) {
+            pthread_mutex_unlock(&wk.mu);
+            ds_err("cannot start the reduction thread: %s", strerror(rc));
+            ds_comm_abort(1);
+        }
+        wk.running = 1;
+    }
+    if (wk.nq == wk.cap) {
+        wk.cap = wk.cap ? 2 * wk.cap : 16;
+        wk.q = ds_xrealloc(wk.q, (size_t)wk.cap * sizeof *wk.q);
+    }
+    wk.q[wk.nq++] = (bucket){buf, n};
+    wk.begun_at_last = wk.begun;
+    wk.queued++;
+    pthread_cond_broadcast(&wk.cv);
+    pthread_mutex_unlock(&wk.mu);
+}
+
+void ds_comm_reduce_wait(void)
+{
+    pthread_mutex_lock(&wk.mu);
+    while (wk.done < wk.nq) pthread_cond_wait(&wk.cv, &wk.mu);
+    wk.nq = wk.next = wk.done = 0;
+    pthread_mutex_unlock(&wk.mu);
+}
+
+void ds_comm_reduce_counts(uint64_t *queued, uint64_t *begun_before_last)
+{
+    pthread_mutex_lock(&wk.mu);
+    *queued = wk.queued;
+    *begun_before_last = wk.begun_at_last;
+    pthread_mutex_unlock(&wk.mu);
+}
+
+/* Ends the worker (idle: every caller waits for its sums before it leaves). */
+static void worker_stop(void)
+{
+    pthread_mutex_lock(&wk.mu);
+    int running = wk.running;
+    wk.quit = 1;
+    pthread_cond_broadcast(&wk.cv);
+    pthread_mutex_unlock(&wk.mu);
+    if (running) pthread_join(wk.thread, NULL);
+    free(wk.q);
+    wk.q = NULL;
+    wk.running = wk.quit = wk.nq = wk.cap = wk.next = wk.done = 0;
+}
 
 void ds_comm_allreduce_sum_i64(int64_t *buf, size_t n)
 {
@@ -172,6 +298,9 @@ int ds_comm_init(int *argc, char ***argv)
 
 void ds_comm_allreduce_sum_f32(float *buf, size_t n) {}
 void ds_comm_allreduce_sum_f64(double *buf, size_t n) {}
+void ds_comm_reduce_start(float *buf, size_t n) {}
+void ds_comm_reduce_wait(void) {}
+void ds_comm_reduce_counts(uint64_t *queued, uint64_t *begun_before_last) { *queued = *begun_before_last = 0; }
 void ds_comm_allreduce_sum_i64(int64_t *buf, size_t n) {}
 void ds_comm_bcast(void *buf, size_t bytes, int root) {}
 void ds_comm_barrier(void) {}
@@ -185,6 +314,7 @@ void ds_comm_free(void)
     ds_nccl_free();
 #endif
 #ifdef DS_HAVE_MPI
+    worker_stop();
     if (!mpi_live) return;
     mpiCheck(MPI_Finalize());
     mpi_live = 0;

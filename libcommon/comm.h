@@ -14,7 +14,8 @@
  * which then ends the others.
  *
  * Threads: MPI is initialised with MPI_THREAD_SERIALIZED; call these from one thread at
- * a time. */
+ * a time. comm's own worker thread (ds_comm_reduce_start) calls MPI only between a start
+ * and the wait that follows it, when the caller makes no comm call. */
 #ifndef DS_COMM_H
 #define DS_COMM_H
 
@@ -41,6 +42,21 @@ int ds_comm_launched(void);
  * exceed INT_MAX elements (chunked). */
 void ds_comm_allreduce_sum_f32(float *buf, size_t n);
 void ds_comm_allreduce_sum_f64(double *buf, size_t n);
+/* The same sum, asynchronous: the gradient buckets a data-parallel backward hands over as
+ * it completes them. ds_comm_reduce_start queues the in-place sum of buf[0, n) and returns
+ * at once; comm's worker thread carries the queue out in order, each bucket with the
+ * rank-ordered sum above, while the caller goes on computing (it polls MPI with short
+ * naps instead of spinning, so it leaves the cores to that computation).
+ * ds_comm_reduce_wait returns when every queued sum is complete. Between the two the
+ * caller makes no other comm call and touches none of the queued buffers; every rank
+ * queues the same sums in the same order. In a world of one both do nothing. */
+void ds_comm_reduce_start(float *buf, size_t n);
+void ds_comm_reduce_wait(void);
+/* Since the process started: sums queued; and how many sums the worker had begun (made
+ * its first MPI call for) at the moment the newest one was queued. For a backward that
+ * queues its buckets as it goes, the last one at its very end, the second count minus the
+ * sums queued before that backward is how many began while it still ran (tests, --verbose). */
+void ds_comm_reduce_counts(uint64_t *queued, uint64_t *begun_before_last);
 /* Integer sums are exact; MPI_Allreduce directly. */
 void ds_comm_allreduce_sum_i64(int64_t *buf, size_t n);
 /* Copies `bytes` from root's buf to every other rank's buf. */

@@ -8,7 +8,7 @@ int ds_feed_init(ds_feed *f, const ds_backend *be, int batch, int height, int wi
 {
     memset(f, 0, sizeof *f);
     f->be = be;
-    f->host = !strcmp(be->name, "cpu");
+    f->host = be->host_memory;
     f->batch = batch;
     f->height = height;
     f->width = width;

@@ -102,6 +102,12 @@ struct ds_model {
 
     int momentum_started;
     int last_n, last_training;     /* the last forward, for backward's checks */
+
+    struct {
+        size_t lo, hi;             /* floats of the reduction buffer */
+        int ready;                 /* complete once backward has run layer `ready` (nlayers: before) */
+    } *buckets;                    /* in start order: from the buffer's end towards its start */
+    int nbuckets;
 };
 
 #define ALIGN_FLOATS 64            /* 256 bytes: every region starts aligned for any backend */
@@ -370,6 +376,42 @@ static int plan_memory(ds_model *m)
     return 0;
 }
 
+/* Cuts the reduction buffer into buckets from its end (the BN statistics, then the last
+ * layers' gradients) towards its start (conv1), whole tensors, about bucket_bytes each. A
+ * bucket is complete when backward has run every layer that writes a tensor at or above
+ * its start: the lowest such layer index (tensors written by forward, the BN statistics,
+ * count as complete before backward). */
+static void plan_buckets(ds_model *m)
+{
+    size_t cap = (m->cfg.bucket_bytes ? m->cfg.bucket_bytes : DS_BUCKET_BYTES) / sizeof(float);
+    int *done = ds_xmalloc((size_t)m->ntensors * sizeof *done);
+    for (int t = 0; t < m->ntensors; t++) done[t] = m->nlayers;
+    for (int l = 0; l < m->nlayers; l++) {
+        if (m->layers[l].weight >= 0) done[m->layers[l].weight] = l;
+        if (m->layers[l].bias >= 0) done[m->layers[l].bias] = l;
+    }
+    /* Offsets grow with the tensor index, parameters first, buffers after (plan_memory):
+     * buffers in reverse, then parameters in reverse, is the buffer from its end down. */
+    size_t hi = m->nparam + m->nbuffer, acc = 0;
+    int ready = m->nlayers;
+    for (int pass = 0; pass < 2; pass++)
+        for (int t = m->ntensors - 1; t >= 0; t--) {
+            if (m->tinfo[t].kind != (pass ? DS_TENSOR_PARAM : DS_TENSOR_BUFFER)) continue;
+            if (done[t] < ready) ready = done[t];
+            acc += m->tinfo[t].count;
+            size_t lo = m->tloc[t].off;
+            if (acc >= cap || lo == 0) {
+                m->buckets = ds_xrealloc(m->buckets, (size_t)(m->nbuckets + 1) * sizeof *m->buckets);
+                m->buckets[m->nbuckets].lo = lo;
+                m->buckets[m->nbuckets].hi = hi;
+                m->buckets[m->nbuckets++].ready = ready;
+                hi = lo;
+                acc = 0;
+            }
+        }
+    free(done);
+}
+
 /* ---- lifecycle ---- */
 
 ds_model *ds_model_create(const ds_backend *be, const ds_model_config *cfg)
@@ -410,6 +452,7 @@ ds_model *ds_model_create(const ds_backend *be, const ds_model_config *cfg)
         m->reduction = be->alloc(pbytes);
         m->momentum = be->alloc(m->nparam * sizeof(float));
         ok = ok && m->reduction && m->momentum;
+        plan_buckets(m);
     }
     if (!ok) {
         ds_model_memory mm = ds_model_memory_plan(m);
@@ -436,6 +479,7 @@ void ds_model_free(ds_model *m)
     free(m->tloc);
     free(m->bn_tracked);
     free(m->loss_host);
+    free(m->buckets);
     free(m);
 }
 
@@ -698,18 +742,31 @@ double ds_model_loss(ds_model *m, const int32_t *labels, int n, float smoothing)
     return loss_and_dlogits(m, labels, n, smoothing, 1.0f);
 }
 
-double ds_model_backward(ds_model *m, const int32_t *labels, int n, float scale, float smoothing)
+/* Starts every bucket not yet started that is complete once layer l has run backward. */
+static void start_buckets(ds_model *m, int *next, int l)
+{
+    for (; *next < m->nbuckets && m->buckets[*next].ready >= l; ++*next)
+        m->be->reduce_start(m->reduction + m->buckets[*next].lo, m->buckets[*next].hi - m->buckets[*next].lo);
+}
+
+static double backward(ds_model *m, const int32_t *labels, int n, float scale, float smoothing, int reduce)
 {
     const ds_backend *be = m->be;
+    int next = 0;
     if (!m->cfg.training || !m->last_training || n != m->last_n) {
         ds_err("model: backward needs a training forward of the same %d samples", n);
         return NAN;
     }
     for (int i = 0; i < n; i++)
-        if (labels[i] < 0 || labels[i] >= m->cfg.num_classes)
+        if (labels[i] < 0 || labels[i] >= m->cfg.num_classes) {
+            /* The other ranks' buckets wait for this rank's: send them (the NaN loss
+             * discards the step everywhere) rather than leave the job hanging. */
+            if (reduce) start_buckets(m, &next, -1);
             return ds_err("model: label %d out of range [0, %d)", labels[i], m->cfg.num_classes), NAN;
+        }
     double loss = loss_and_dlogits(m, labels, n, smoothing, scale);
     float *scratch = m->act + m->scratch_off;
+    if (reduce) start_buckets(m, &next, m->nlayers);
     for (int l = m->nlayers - 1; l >= 0; l--) {
         ds_layer *L = &m->layers[l];
         const ds_act *in = &m->acts[L->in];
@@ -749,8 +806,27 @@ double ds_model_backward(ds_model *m, const int32_t *labels, int n, float scale,
             break;
         }
         if (dx && L->in_acc) be->axpy(dA(m, L->in), 1.0f, scratch, in_count);
+        if (reduce) start_buckets(m, &next, l);
     }
     return loss;
+}
+
+double ds_model_backward(ds_model *m, const int32_t *labels, int n, float scale, float smoothing)
+{
+    return backward(m, labels, n, scale, smoothing, 0);
+}
+
+double ds_model_backward_reduce(ds_model *m, const int32_t *labels, int n, float scale, float smoothing)
+{
+    return backward(m, labels, n, scale, smoothing, 1);
+}
+
+void ds_model_reduce_wait(ds_model *m) { m->be->reduce_wait(); }
+
+int ds_model_bucket(const ds_model *m, int i, size_t *lo, size_t *hi)
+{
+    if (i >= 0 && i < m->nbuckets) *lo = m->buckets[i].lo, *hi = m->buckets[i].hi;
+    return m->nbuckets;
 }
 
 /* ---- optimizer ---- */

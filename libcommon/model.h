@@ -26,9 +26,16 @@
  * One training step for world W ranks and A accumulation steps of micro-batch B:
  *     ds_model_zero_reduction(m);
  *     for each micro-batch: write the input (ds_model_input), ds_model_forward(m, n, 1),
- *                           loss += ds_model_backward(m, labels, n, 1.0f / G, smoothing);
- *     allreduce ds_model_reduction(m, &count) across ranks (sum);
+ *                           loss += ds_model_backward(m, labels, n, 1.0f / G, smoothing),
+ *                           the last one ds_model_backward_reduce instead;
+ *     ds_model_reduce_wait(m);   (the reduction buffer is now summed over the ranks)
  *     ds_model_step(m, &sgd, A * W);
+ *
+ * Data-parallel reduction overlaps the last backward: the reduction buffer is cut into
+ * buckets of whole tensors (about bucket_bytes each), taken from its end, where the last
+ * layers' gradients and the BN statistics live, towards conv1 at its start. A bucket is
+ * handed to the backend's reduce_start as soon as backward has written every tensor at or
+ * above its start, so the first ones travel while the early layers are still computed.
  */
 #ifndef DS_MODEL_H
 #define DS_MODEL_H
@@ -49,7 +56,12 @@ typedef struct {
     int max_batch;         /* largest micro-batch forward/backward will be given */
     int height, width;     /* input size */
     int training;          /* 0: inference only (no gradients, momentum or backward) */
+    size_t bucket_bytes;   /* training: gradient reduction bucket size (0: DS_BUCKET_BYTES) */
 } ds_model_config;
+
+/* Buckets of about 25 MiB, as PyTorch's DistributedDataParallel: large enough that a
+ * transfer runs at full speed, small enough that the first starts early in backward. */
+#define DS_BUCKET_BYTES ((size_t)25 << 20)
 
 /* Architecture names, ", "-separated, for --help and error messages. */
 const char *ds_arch_names(void);
@@ -101,6 +113,19 @@ double ds_model_loss(ds_model *m, const int32_t *labels, int n, float smoothing)
  * to the reduction buffer. scale is 1 / global batch (docs/DESIGN.md §3). Returns the summed loss
  * as ds_model_loss does. Training models only. */
 double ds_model_backward(ds_model *m, const int32_t *labels, int n, float scale, float smoothing);
+
+/* The last micro-batch of a step: ds_model_backward, and meanwhile each bucket of the
+ * reduction buffer handed to the backend's reduce_start as soon as backward completes it
+ * (see above; in a world of one the backend does nothing with them). Every rank runs it at
+ * the same point. Follow it with ds_model_reduce_wait before reading the buffer. */
+double ds_model_backward_reduce(ds_model *m, const int32_t *labels, int n, float scale, float smoothing);
+/* Waits until the buckets' sums over the ranks are complete. */
+void ds_model_reduce_wait(ds_model *m);
+
+/* The bucket plan, in the order the buckets are started: returns how many there are, and
+ * sets bucket i's range of the reduction buffer, [lo, hi) in floats (i out of range: left
+ * alone). Together they cover the buffer once. */
+int ds_model_bucket(const ds_model *m, int i, size_t *lo, size_t *hi);
 
 /* ---- optimizer ---- */
 

@@ -15,10 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef DS_HAVE_CUDA
-#include "backend/cuda.h"
-#endif
-
 typedef struct {
     const ds_train_plan *p;
     ds_model *m;
@@ -34,29 +30,21 @@ typedef struct {
     double epoch_seconds;    /* training seconds in the running epoch (saved) */
     int64_t saved_step;      /* global step of the newest checkpoint, -1: none this run */
     char last_path[4096];    /* newest checkpoint written (or resumed from), for messages */
-    int nccl;                /* the reduction buffer is device memory, reduced by NCCL */
 } run;
 
-/* Sums the reduction buffer (gradients + BN statistics) and the loss over all ranks: host
- * memory through MPI (rank-ordered, bitwise as one process accumulating), device memory
- * through NCCL. The loss is a host double and always goes through MPI. */
-static void reduce_step(run *r, double *loss)
+/* The step's last backward has handed its buckets (gradients + BN statistics) to the
+ * backend's reduction as it went; waits for their sums, then sums the loss, a host double,
+ * through comm. --verbose says how many of the host reduction's buckets began while
+ * backward still ran (the last is queued at its very end). */
+static void reduce_step(run *r, int64_t g, double *loss, uint64_t queued0)
 {
+    uint64_t queued, begun;
+    ds_comm_reduce_counts(&queued, &begun);
+    ds_model_reduce_wait(r->m);
     ds_comm_allreduce_sum_f64(loss, 1);
-    size_t count;
-    float *red = ds_model_reduction(r->m, &count);
-    if (!r->nccl) {
-        if (r->p->world > 1) ds_comm_allreduce_sum_f32(red, count);
-        return;
-    }
-#ifdef DS_HAVE_CUDA
-    /* Queued on the backend's stream, behind backward and ahead of SGD, so no host wait is
-     * needed for ordering. The wait below polls NCCL, so a peer that died ends the job here
-     * instead of hanging the next synchronisation. */
-    cudaStream_t stream = ds_cuda_stream();
-    ds_nccl_allreduce_sum_f32(red, count, stream);
-    ds_nccl_sync(stream, 0);
-#endif
+    if (queued > queued0)
+        ds_debug("step %lld: %llu gradient buckets reduced, %llu begun while backward ran", (long long)g + 1,
+                 (unsigned long long)(queued - queued0), (unsigned long long)(begun > queued0 ? begun - queued0 : 0));
 }
 
 /* FNV-1a over 64-bit words (the tail bytewise): a fingerprint of a tensor's bits. */
@@ -240,15 +228,6 @@ static int setup(run *r, ds_model *m, const ds_train_plan *p)
     vc.augment = 0;
     vc.pad = 0;
     if (p->val && !(r->vl = ds_loader_new(p->val, &vc))) return -1;
-#ifdef DS_HAVE_CUDA
-    /* The communicator binds to the GPU ds_backend_configure chose for this rank. Under a
-     * launcher even a world of one reduces through NCCL, so `mpirun -np 1` exercises the
-     * path on a machine with one GPU (NCCL before 2.30 refuses two ranks on one GPU). */
-    if (strcmp(r->be->name, "cpu") && (p->world > 1 || ds_comm_launched())) {
-        if (ds_nccl_init()) return ds_err("cannot set up NCCL between the ranks");
-        r->nccl = 1;
-    }
-#endif
     r->S = ds_loader_steps_per_epoch(r->tl);
     r->G = (int64_t)p->batch * p->world * p->accum;
     r->total = r->S * p->epochs;
@@ -308,12 +287,17 @@ static int train_loop(run *r)
                 return -1;
             }
             ds_model_forward(m, b->n, 1);
-            loss += ds_model_backward(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing);
             int last_micro = b->micro == p->accum - 1;
+            if (!last_micro) {
+                loss += ds_model_backward(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing);
+                ds_loader_release(r->tl, b);
+                continue;
+            }
+            uint64_t queued0, begun0;
+            ds_comm_reduce_counts(&queued0, &begun0);
+            loss += ds_model_backward_reduce(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing);
             ds_loader_release(r->tl, b);
-            if (!last_micro) continue;
-
-            reduce_step(r, &loss);
+            reduce_step(r, g, &loss, queued0);
             double step_loss = loss / (double)r->G;
             if (!isfinite(step_loss)) {
                 ds_loader_stop(r->tl);

@@ -9,6 +9,7 @@
  * (convolutions, fully connected) follow ds_sgemm_small's sum rule on every instruction
  * set. The convolutions live in cpu_conv.c. */
 #include "backend.h"
+#include "comm.h"
 #include "cpu_conv.h"
 #include "cpu_loops.h"
 #include "cpu_sgemm.h"
@@ -369,6 +370,9 @@ static void cpu_normalize_u8(float *out, const uint8_t *in, int n, int H, int W,
 
 const ds_backend ds_backend_cpu = {
     .name = "cpu",
+    .host_memory = 1,
+    .precision = DS_PRECISION_FP32,
+    .deterministic = 1,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,
@@ -394,4 +398,7 @@ const ds_backend ds_backend_cpu = {
     .scale = cpu_scale,
     .axpy = cpu_axpy,
     .normalize_u8 = cpu_normalize_u8,
+    /* host buffers: comm's ordered sums, on its worker thread */
+    .reduce_start = ds_comm_reduce_start,
+    .reduce_wait = ds_comm_reduce_wait,
 };

@@ -1,6 +1,6 @@
 /* backend/cuda: the ds_backend interface on one GPU. Convolutions through cuDNN (NHWC,
  * algorithms found once per shape and cached), the linear layer through cuBLAS, the rest
- * in cuda_kernels.cu. Everything runs on one stream; see cuda.h for precision. */
+ * in cuda_kernels.cu. Everything runs on one stream, NCCL on a second; see cuda.h for precision. */
 #include <cublas_v2.h>
 #include <cudnn.h>
 #include <string.h>
@@ -28,8 +28,6 @@ extern "C" {
                    cublasGetStatusString(s_));                                             \
     } while (0)
 
-enum precision { P_FP32, P_TF32, P_BF16 };
-
 static struct {
     int ready, device;
     cudaStream_t stream;
@@ -37,9 +35,12 @@ static struct {
     cublasHandle_t cublas;
     void *scratch;            /* kernels' reductions, DS_CUDA_SCRATCH_BYTES */
     void *cublas_ws;          /* cuBLAS workspace, fixed so it never allocates mid-step */
-    enum precision precision;
+    ds_precision precision;
     int deterministic;
-} g = {0, 0, 0, 0, 0, 0, 0, P_FP32, 0};
+    int nccl;                 /* joined the ranks' communicator: gradients are reduced */
+    cudaStream_t comm_stream; /* NCCL's stream, beside the compute stream */
+    cudaEvent_t produced;     /* recorded on the compute stream as a bucket is started */
+} g;
 
 #define CUBLAS_WS_BYTES ((size_t)32 << 20)
 
@@ -53,7 +54,9 @@ extern "C" int ds_cuda_device_count(void)
     return n;
 }
 
-extern "C" int ds_cuda_init(void)
+/* Binds the device (the rank's index on its node), the stream, cuDNN, cuBLAS and their
+ * workspaces: once per process. */
+static int bind_device(void)
 {
     if (g.ready) return 0;
     int count = ds_cuda_device_count();
@@ -73,41 +76,15 @@ extern "C" int ds_cuda_init(void)
     cudaCheck(cudaMalloc(&g.scratch, DS_CUDA_SCRATCH_BYTES));
     ds_cuda_kernels_init(g.scratch);
     g.ready = 1;
-    ds_cuda_set_precision(g.precision == P_BF16 ? "bf16" : g.precision == P_TF32 ? "tf32" : "fp32");
     return 0;
 }
 
-/* Every op starts here: the backend binds to its device on first use. */
-static void ready(void)
-{
-    if (!g.ready && ds_cuda_init() != 0) ds_die("--device cuda: cannot start the CUDA backend");
-}
-
-extern "C" cudaStream_t ds_cuda_stream(void)
-{
-    ready();
-    return g.stream;
-}
-
-extern "C" int ds_cuda_set_precision(const char *name)
-{
-    if (!strcmp(name, "fp32")) g.precision = P_FP32;
-    else if (!strcmp(name, "tf32")) g.precision = P_TF32;
-    else if (!strcmp(name, "bf16")) g.precision = P_BF16;
-    else return ds_err("--precision %s: unknown (expected fp32, tf32 or bf16)", name);
-    /* cuBLAS runs only the (small) linear layer: plain fp32 or tf32, also under bf16. */
-    if (g.ready)
-        cublasCheck(cublasSetMathMode(g.cublas, g.precision == P_FP32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_TF32_TENSOR_OP_MATH));
-    return 0;
-}
-
-extern "C" void ds_cuda_set_deterministic(int on) { g.deterministic = on != 0; }
+extern "C" cudaStream_t ds_cuda_stream(void) { return g.stream; }
 
 /* ---- memory ---- */
 
 static void *cuda_alloc(size_t bytes)
 {
-    ready();
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
     if (e != cudaSuccess) {
@@ -128,33 +105,28 @@ static void cuda_free(void *p)
  * pageable memory the wait is short, the copy is staged before cudaMemcpyAsync returns). */
 static void cuda_upload(void *dst, const void *src, size_t bytes)
 {
-    ready();
     cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g.stream));
     cudaCheck(cudaStreamSynchronize(g.stream));
 }
 
 static void cuda_download(void *dst, const void *src, size_t bytes)
 {
-    ready();
     cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g.stream));
     cudaCheck(cudaStreamSynchronize(g.stream));
 }
 
 static void cuda_zero(void *p, size_t bytes)
 {
-    ready();
     cudaCheck(cudaMemsetAsync(p, 0, bytes, g.stream));
 }
 
 static void cuda_copy(void *dst, const void *src, size_t bytes)
 {
-    ready();
     if (dst != src) cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g.stream));
 }
 
 static void cuda_sync(void)
 {
-    ready();
     cudaCheck(cudaStreamSynchronize(g.stream));
 }
 
@@ -165,7 +137,7 @@ static void cuda_sync(void)
  * planning pass) and only looked up afterwards. */
 typedef struct {
     ds_conv_desc d;
-    enum precision precision;
+    ds_precision precision;
     int deterministic;
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
@@ -202,7 +174,7 @@ static conv_plan *plan_find(const ds_conv_desc *d)
         for (int i_ = 0; i_ < (count) && !found_; i_++) {                                    \
             if (results[i_].status != CUDNN_STATUS_SUCCESS || results[i_].memory > CONV_WS_LIMIT) continue; \
             if (g.deterministic && results[i_].determinism != CUDNN_DETERMINISTIC) continue; \
-            if (g.precision == P_FP32 && results[i_].mathType == CUDNN_TENSOR_OP_MATH) continue; \
+            if (g.precision == DS_PRECISION_FP32 && results[i_].mathType == CUDNN_TENSOR_OP_MATH) continue; \
             (out) = results[i_].algo;                                                        \
             math_[op_] = results[i_].mathType;                                               \
             ws_ = results[i_].memory > ws_ ? results[i_].memory : ws_;                       \
@@ -216,7 +188,6 @@ static conv_plan *plan_find(const ds_conv_desc *d)
 
 static conv_plan *plan_make(const ds_conv_desc *d)
 {
-    ready();
     if (nplans == cap_plans) {
         int cap = cap_plans ? 2 * cap_plans : 32;
         conv_plan *p = (conv_plan *)realloc(plans, cap * sizeof *p);
@@ -228,7 +199,7 @@ static conv_plan *plan_make(const ds_conv_desc *d)
     p->d = *d;
     p->precision = g.precision;
     p->deterministic = g.deterministic;
-    cudnnDataType_t type = g.precision == P_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    cudnnDataType_t type = g.precision == DS_PRECISION_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
     /* x [n,h,w,c], y [n,p,q,k], w [k,r,s,c]: cuDNN's NHWC filter layout is exactly KRSC */
     cudnnCheck(cudnnCreateTensorDescriptor(&p->x));
     cudnnCheck(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NHWC, type, d->n, d->c, d->h, d->w));
@@ -237,7 +208,7 @@ static conv_plan *plan_make(const ds_conv_desc *d)
     cudnnCheck(cudnnCreateFilterDescriptor(&p->w));
     cudnnCheck(cudnnSetFilter4dDescriptor(p->w, type, CUDNN_TENSOR_NHWC, d->k, d->c, d->r, d->s));
     /* fp32: FMA only (DEFAULT would allow TF32 on Ampere and later); tf32/bf16: tensor cores */
-    cudnnMathType_t math = g.precision == P_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+    cudnnMathType_t math = g.precision == DS_PRECISION_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
     for (int i = 0; i < 3; i++) {
         cudnnCheck(cudnnCreateConvolutionDescriptor(&p->conv[i]));
         cudnnCheck(cudnnSetConvolution2dDescriptor(p->conv[i], d->pad, d->pad, d->stride, d->stride, 1, 1,
@@ -271,7 +242,7 @@ static conv_plan *plan_make(const ds_conv_desc *d)
     /* run each op with the math type its algorithm was measured with */
     for (int i = 0; i < 3; i++) cudnnCheck(cudnnSetConvolutionMathType(p->conv[i], math_[i]));
     p->cudnn_ws = ws_;
-    if (g.precision == P_BF16) {
+    if (g.precision == DS_PRECISION_BF16) {
         size_t in = (size_t)d->n * d->h * d->w * d->c, w = (size_t)d->k * d->r * d->s * d->c,
                out = (size_t)d->n * d->p * d->q * d->k;
         p->bf16_bytes = align256(in * 2) + align256(w * 2) + align256(out * 2);
@@ -303,7 +274,7 @@ static conv_ws ws_split(const conv_plan *p, void *ws)
 {
     const ds_conv_desc *d = &p->d;
     conv_ws s = {NULL, NULL, NULL, ws};
-    if (p->precision != P_BF16) return s;
+    if (p->precision != DS_PRECISION_BF16) return s;
     char *b = (char *)ws;
     s.in = b;
     b += align256((size_t)d->n * d->h * d->w * d->c * 2);
@@ -325,7 +296,7 @@ static void cuda_conv_fwd(float *out, const float *in, const float *w, const ds_
     conv_plan *p = plan_get(d);
     conv_ws s = ws_split(p, ws);
     const float one = 1, zero = 0;
-    if (p->precision == P_BF16) {
+    if (p->precision == DS_PRECISION_BF16) {
         ds_cuda_to_bf16(s.in, in, n_in(d));
         ds_cuda_to_bf16(s.w, w, n_w(d));
         cudnnCheck(cudnnConvolutionForward(g.cudnn, &one, p->x, s.in, p->w, s.w, p->conv[0], p->fwd,
@@ -343,7 +314,7 @@ static void cuda_conv_bwd_data(float *din, const float *dout, const float *w, co
     conv_plan *p = plan_get(d);
     conv_ws s = ws_split(p, ws);
     const float one = 1, zero = 0;
-    if (p->precision == P_BF16) {
+    if (p->precision == DS_PRECISION_BF16) {
         ds_cuda_to_bf16(s.out, dout, n_out(d));
         ds_cuda_to_bf16(s.w, w, n_w(d));
         cudnnCheck(cudnnConvolutionBackwardData(g.cudnn, &one, p->w, s.w, p->y, s.out, p->conv[1], p->bwd_data,
@@ -361,7 +332,7 @@ static void cuda_conv_bwd_weight(float *dw, const float *dout, const float *in, 
     conv_plan *p = plan_get(d);
     conv_ws s = ws_split(p, ws);
     const float one = 1, zero = 0;
-    if (p->precision == P_BF16) {
+    if (p->precision == DS_PRECISION_BF16) {
         /* this micro-batch's gradient in bf16, added to the fp32 gradient (autocast's rule) */
         ds_cuda_to_bf16(s.out, dout, n_out(d));
         ds_cuda_to_bf16(s.in, in, n_in(d));
@@ -381,7 +352,6 @@ static void cuda_conv_bwd_weight(float *dw, const float *dout, const float *in, 
 /* out [n,o] = in [n,i] w[o,i]^T + b:  out^T (o x n) = w (o x i, stored as col-major i x o, so T) * in^T */
 static void cuda_linear_fwd(float *out, const float *in, const float *w, const float *b, int n, int i, int o)
 {
-    ready();
     const float one = 1, zero = 0;
     cublasCheck(cublasSgemm(g.cublas, CUBLAS_OP_T, CUBLAS_OP_N, o, n, i, &one, w, i, in, i, &zero, out, o));
     if (b) ds_cuda_bias_fwd(out, b, n, o);
@@ -390,7 +360,6 @@ static void cuda_linear_fwd(float *out, const float *in, const float *w, const f
 static void cuda_linear_bwd(float *din, float *dw, float *db, const float *dout, const float *in,
                             const float *w, int n, int i, int o)
 {
-    ready();
     const float one = 1, zero = 0;
     /* din [n,i] = dout [n,o] w [o,i]:  din^T (i x n) = w^T (i x o) * dout^T (o x n) */
     if (din) cublasCheck(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, i, n, o, &one, w, i, dout, o, &zero, din, i));
@@ -399,33 +368,27 @@ static void cuda_linear_bwd(float *din, float *dw, float *db, const float *dout,
     if (db) ds_cuda_bias_bwd(db, dout, n, o);
 }
 
-/* The kernels read the bound device's scratch: make sure the backend is up first. */
-static void cuda_bn_fwd_train(float *out, float *mean, float *var, float *invstd, const float *in,
-                              const float *gamma, const float *beta, const float *residual, int relu,
-                              int m, int c, float eps)
+/* ---- gradient reduction: NCCL on its own stream, each bucket behind the compute work that
+ * produced it (an event), so backward goes on while the bucket travels ---- */
+
+static void cuda_reduce_start(float *buf, size_t n)
 {
-    ready();
-    ds_cuda_bn_fwd_train(out, mean, var, invstd, in, gamma, beta, residual, relu, m, c, eps);
+    if (!g.nccl) return;
+    cudaCheck(cudaEventRecord(g.produced, g.stream));
+    cudaCheck(cudaStreamWaitEvent(g.comm_stream, g.produced, 0));
+    ds_nccl_allreduce_sum_f32(buf, n, g.comm_stream);
 }
 
-static void cuda_bn_fwd_infer(float *out, const float *in, const float *gamma, const float *beta,
-                              const float *running_mean, const float *running_var, const float *residual,
-                              int relu, int m, int c, float eps)
+/* The host waits, polling NCCL, so a peer that died ends the job here instead of hanging
+ * the next synchronisation; what is queued afterwards runs after the sums. */
+static void cuda_reduce_wait(void)
 {
-    ready();
-    ds_cuda_bn_fwd_infer(out, in, gamma, beta, running_mean, running_var, residual, relu, m, c, eps);
+    if (g.nccl) ds_nccl_sync(g.comm_stream, 0);
 }
 
-static void cuda_bn_bwd(float *din, float *dresidual, float *dgamma, float *dbeta, float *dout,
-                        const float *out, const float *in, const float *gamma, const float *mean,
-                        const float *invstd, int relu, int m, int c)
-{
-    ready();
-    ds_cuda_bn_bwd(din, dresidual, dgamma, dbeta, dout, out, in, gamma, mean, invstd, relu, m, c);
-}
-
-extern "C" const ds_backend ds_backend_cuda = {
+static ds_backend cuda_backend = {
     .name = "cuda",
+    .host_memory = 0,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .upload = cuda_upload,
@@ -437,9 +400,9 @@ extern "C" const ds_backend ds_backend_cuda = {
     .conv_fwd = cuda_conv_fwd,
     .conv_bwd_data = cuda_conv_bwd_data,
     .conv_bwd_weight = cuda_conv_bwd_weight,
-    .bn_fwd_train = cuda_bn_fwd_train,
-    .bn_fwd_infer = cuda_bn_fwd_infer,
-    .bn_bwd = cuda_bn_bwd,
+    .bn_fwd_train = ds_cuda_bn_fwd_train,
+    .bn_fwd_infer = ds_cuda_bn_fwd_infer,
+    .bn_bwd = ds_cuda_bn_bwd,
     .maxpool_fwd = ds_cuda_maxpool_fwd,
     .maxpool_bwd = ds_cuda_maxpool_bwd,
     .avgpool_fwd = ds_cuda_avgpool_fwd,
@@ -451,4 +414,30 @@ extern "C" const ds_backend ds_backend_cuda = {
     .scale = ds_cuda_scale,
     .axpy = ds_cuda_axpy,
     .normalize_u8 = ds_cuda_normalize_u8,
+    .reduce_start = cuda_reduce_start,
+    .reduce_wait = cuda_reduce_wait,
 };
+
+extern "C" const ds_backend *ds_cuda_select(const ds_backend_opts *opts)
+{
+    if (bind_device()) return NULL;
+    g.precision = opts->precision;
+    g.deterministic = opts->deterministic != 0;
+    /* cuBLAS runs only the (small) linear layer: plain fp32 or tf32, also under bf16. */
+    cublasCheck(cublasSetMathMode(g.cublas, g.precision == DS_PRECISION_FP32 ? CUBLAS_PEDANTIC_MATH
+                                                                               : CUBLAS_TF32_TENSOR_OP_MATH));
+    cuda_backend.precision = g.precision;
+    cuda_backend.deterministic = g.deterministic;
+    /* Under a launcher even a world of one reduces through NCCL, so `mpirun -np 1` runs the
+     * path on a machine with one GPU (NCCL before 2.30 refuses two ranks on one GPU). */
+    if (opts->data_parallel && !g.nccl && (ds_comm_world() > 1 || ds_comm_launched())) {
+        if (ds_nccl_init()) {
+            ds_err("cannot set up NCCL between the ranks");
+            return NULL;
+        }
+        cudaCheck(cudaStreamCreateWithFlags(&g.comm_stream, cudaStreamNonBlocking));
+        cudaCheck(cudaEventCreateWithFlags(&g.produced, cudaEventDisableTiming));
+        g.nccl = 1;
+    }
+    return &cuda_backend;
+}

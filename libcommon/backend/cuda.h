@@ -1,7 +1,8 @@
 /* backend/cuda: what the CUDA backend offers beyond the ds_backend interface (backend.h).
  *
- * The backend binds lazily, on its first call, to GPU ds_comm_local_rank() % device count,
- * and runs everything on one stream of that device (cuDNN and cuBLAS are bound to it).
+ * ds_backend_select binds it, once per process, to GPU ds_comm_local_rank() % device
+ * count; it runs everything on one stream of that device (cuDNN and cuBLAS are bound to
+ * it), and the gradient reduction on a second, through NCCL (comm.h).
  * Memory arguments of the ops are device pointers, including normalize_u8's y0/x0/flip;
  * its mean[3]/std[3] are host values (constants, passed to the kernel by value).
  *
@@ -10,26 +11,26 @@
  * products), "bf16" (convolutions cast their fp32 operands to bf16 in the workspace, run
  * on bf16 tensor cores with fp32 accumulation, and cast back; weight gradients are added
  * to the fp32 gradient, as PyTorch's autocast does. BN, loss, optimizer and masters stay
- * fp32). Set it before the first conv_workspace: plans are made per precision. */
+ * fp32). Plans are made per precision and determinism, so reselecting with other options
+ * plans afresh. */
 #ifndef DS_BACKEND_CUDA_H
 #define DS_BACKEND_CUDA_H
 
 #ifdef DS_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include "backend.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Binds the backend to a device now (instead of on first use), so a tool can report a
- * missing GPU as an error. Returns 0, or -1 with a message. */
-int ds_cuda_init(void);
-/* "fp32", "tf32" or "bf16". Returns 0, or -1 with a message for an unknown name. */
-int ds_cuda_set_precision(const char *name);
-/* 1: only deterministic cuDNN algorithms, chosen by cuDNN's heuristics (the same in every
- * process) instead of by timing (--deterministic). Set before planning. */
-void ds_cuda_set_deterministic(int on);
-/* The stream every op runs on: NCCL reductions of gradients are queued behind it. */
+/* Number of visible GPUs (0 when the driver or device is missing, never an error). */
+int ds_cuda_device_count(void);
+/* ds_backend_select's CUDA half: binds the device (first call), applies opts, joins NCCL
+ * for data_parallel under a launcher. Returns the backend, or NULL with a message. */
+const ds_backend *ds_cuda_select(const ds_backend_opts *opts);
+/* The compute stream: every op and kernel runs on it. */
 cudaStream_t ds_cuda_stream(void);
 
 #ifdef __cplusplus

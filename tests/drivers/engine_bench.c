@@ -47,8 +47,10 @@ int main(int argc, char **argv)
     int size = atoi(arg[1]), batch = atoi(arg[2]), train = !strcmp(mode, "train"), steps = atoi(arg[4]);
     if (size <= 0 || batch <= 0 || steps <= 0 || (!train && strcmp(mode, "infer"))) return usage();
 
-    const ds_backend *be = ds_backend_select(device);
-    if (!be || ds_backend_configure(be, precision, deterministic)) return 1;
+    ds_backend_opts bo = {.precision = DS_PRECISION_FP32, .deterministic = deterministic};
+    if (precision && ds_precision_parse(precision, &bo.precision)) return usage();
+    const ds_backend *be = ds_backend_select(device, &bo);
+    if (!be) return 1;
     ds_model_config cfg = {.arch = arch, .num_classes = !strcmp(arch, "resnet20") ? 10 : 1000,
                            .max_batch = batch, .height = size, .width = size, .training = train};
     ds_model *m = ds_model_create(be, &cfg);
@@ -56,8 +58,7 @@ int main(int argc, char **argv)
     ds_model_init(m, 1);
     ds_model_memory mem = ds_model_memory_plan(m);
     ds_info("%s on %s%s%s: planned %.0f MiB (parameters %.0f, reduction %.0f, momentum %.0f, activations %.0f, "
-            "workspace %.0f)", arch, be->name, precision && strcmp(be->name, "cpu") ? " " : "",
-            precision && strcmp(be->name, "cpu") ? precision : "",
+            "workspace %.0f)", arch, be->name, be->host_memory ? "" : " ", be->host_memory ? "" : ds_precision_name(be->precision),
             (double)(mem.params + mem.reduction + mem.momentum + mem.activations + mem.workspace) / (1 << 20),
             (double)mem.params / (1 << 20), (double)mem.reduction / (1 << 20), (double)mem.momentum / (1 << 20),
             (double)mem.activations / (1 << 20), (double)mem.workspace / (1 << 20));

@@ -223,7 +223,8 @@ static void bench_net(const char *net, const shape *sh, int count, int reps, dou
 /* Whole training steps: what the ops add up to inside the engine. */
 static int bench_step(const char *arch, int batch, int size, int steps, int training)
 {
-    ds_model_config cfg = {arch, strcmp(arch, "resnet20") ? 1000 : 10, batch, size, size, training};
+    ds_model_config cfg = {.arch = arch, .num_classes = strcmp(arch, "resnet20") ? 1000 : 10, .max_batch = batch,
+                           .height = size, .width = size, .training = training};
     ds_model *m = ds_model_create(&ds_backend_cpu, &cfg);
     if (!m) return 1;
     ds_model_init(m, 1);

@@ -27,7 +27,10 @@ COMMON=(--train "$T/train" --val "$T/val" --arch resnet20 --crop 16 --pad 2 --ba
         --lr-scaling none --warmup-epochs 0.5 --threads 1 --loader-threads 1 --log-every 5)
 
 # ---- world 3 x accum 1 against world 1 x accum 3: 20 steps, across two epoch ends ----
-mpi 3 dstrain "${COMMON[@]}" --max-steps 20 --verbose -o "$T/w3" 2>"$T/w3.err"
+# The ranks sum their gradients in buckets of 0.05 MiB (11 for resnet20's 1.1 MB, whose
+# largest tensors are 0.14 MB), each sent while backward computes the next: the sums are the
+# same whatever the buckets.
+mpi 3 dstrain "${COMMON[@]}" --max-steps 20 --bucket-mb 0.05 --verbose -o "$T/w3" 2>"$T/w3.err"
 check np3_runs test -f "$T/w3/ckpt-00000020.h5"
 dstrain "${COMMON[@]}" --max-steps 20 --accum 3 -q -o "$T/a3" 2>"$T/a3.err"
 check accum3_runs test -f "$T/a3/ckpt-00000020.h5"
@@ -72,6 +75,25 @@ check np3_validation_counts_each_image_once test "$(grep -c 'val top-1 .*(40 ima
 # Only rank 0 logs and writes: each line once, one metrics row per step logged.
 check np3_logs_once test "$(grep -c 'training: 4 epochs' "$T/w3.err")" = 1
 check np3_metrics_once test "$(grep -c '"step":20,' "$T/w3/metrics.jsonl")" = 1
+
+# ---- the buckets overlap backward ----
+# 2 ranks, micro-batch 16: with --verbose rank 0 says per step how many buckets were reduced
+# and how many of them the reduction thread had begun while backward still ran (the last
+# bucket is queued at backward's very end, so any count >= 1 means the first bucket began
+# before backward ended). A loaded machine may keep the thread off the cores for the short
+# rest of a step now and then, so three steps in four must show it, not every one.
+mpi 2 dstrain --train "$T/train" --arch resnet20 --crop 16 --batch 16 --epochs 4 --max-steps 8 --threads 1 \
+    --loader-threads 1 --log-every 0 --bucket-mb 0.05 --verbose -o "$T/ov" 2>"$T/ov.err"
+"$PYTHON" - "$T/ov.err" <<'PY' && pass np2_bucket_reduction_overlaps_backward ||
+import re, sys
+pattern = r"step (\d+): (\d+) gradient buckets reduced, (\d+) begun while backward ran"
+steps = [tuple(map(int, m.groups())) for m in re.finditer(pattern, open(sys.argv[1]).read())]
+print("(step, buckets, begun while backward ran):", steps)
+assert [s[0] for s in steps] == list(range(1, 9)), "one line per step"
+assert all(b == 11 and d < b for _, b, d in steps), "11 buckets per step, the last queued after backward"
+assert sum(d >= 1 for _, _, d in steps) >= 6, "the first bucket began during backward on fewer than 6 of 8 steps"
+PY
+    fail np2_bucket_reduction_overlaps_backward
 
 # ---- dseval: the same counts and accuracies under 1, 2 and 3 ranks ----
 ck="$T/w3/ckpt-00000007.h5"  # one epoch in: top-1 well below 100%, so a miscount shows

@@ -26,7 +26,7 @@ int main(void)
 #include <stdlib.h>
 #include <string.h>
 
-static const ds_backend *C = &ds_backend_cpu, *G = &ds_backend_cuda;
+static const ds_backend *C = &ds_backend_cpu, *G;
 static uint64_t next_id = 1;
 
 static void *xmalloc(size_t bytes)
@@ -289,8 +289,8 @@ int main(void)
         printf("SKIP cuda ops: no GPU\n");
         return 0;
     }
-    if (ds_cuda_set_precision("fp32") != 0) return 1;
-    ds_cuda_set_deterministic(1);
+    ds_backend_opts opts = {.precision = DS_PRECISION_FP32, .deterministic = 1};
+    if (!(G = ds_backend_select("cuda", &opts))) return 1;
     test_conv(2, 9, 7, 16, 24, 3, 1, 1);
     test_conv(3, 8, 8, 32, 16, 1, 2, 0);
     test_conv(2, 15, 15, 3, 8, 7, 2, 3);

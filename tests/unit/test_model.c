@@ -1,5 +1,5 @@
 /* test_model: architectures (parameter counts equal torchvision's), the memory plan, init,
- * refusals, and that a training step allocates nothing. Numerics against PyTorch are in
+ * refusals, that a training step allocates nothing, and the gradient buckets. Numerics against PyTorch are in
  * tests/ref/test_engine_resnet.py. */
 #include <math.h>
 #include <stdint.h>
@@ -265,6 +265,120 @@ static void test_backward_repeatable(const char *arch, int n, int hw)
     check_end();
 }
 
+/* ---- gradient buckets: a recording backend (the CPU one, with reduce_start logging what
+ * it was handed and when) ---- */
+
+#define MAX_STARTS 256
+static struct {
+    const float *base;          /* the model's reduction buffer */
+    int starts;
+    size_t lo[MAX_STARTS], n[MAX_STARTS];
+    float *copy[MAX_STARTS];    /* the bucket as it was when started */
+    int bwd_ops_at[MAX_STARTS]; /* backward convolution ops run before it */
+    int bwd_ops;
+} rec;
+
+static void rec_conv_bwd_weight(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws)
+{
+    rec.bwd_ops++;
+    ds_backend_cpu.conv_bwd_weight(dw, dout, in, d, ws);
+}
+
+static void rec_reduce_start(float *buf, size_t n)
+{
+    if (rec.starts == MAX_STARTS) return;
+    int i = rec.starts++;
+    rec.lo[i] = (size_t)(buf - rec.base);
+    rec.n[i] = n;
+    rec.copy[i] = malloc(n * sizeof *buf);
+    memcpy(rec.copy[i], buf, n * sizeof *buf);
+    rec.bwd_ops_at[i] = rec.bwd_ops;
+}
+
+static void rec_reduce_wait(void) {}
+
+/* The plan covers the reduction buffer once, from its end down, in buckets of at least the
+ * asked size (but the last); the last backward of a step starts each bucket once, in
+ * order, only when every value in it is final (what it held then equals what it holds
+ * after backward), the first one before backward is done; a plain backward starts none. */
+static void test_buckets(const char *arch, int n, int hw, size_t bucket_bytes)
+{
+    char name[96];
+    snprintf(name, sizeof name, "buckets_%s_%zu_bytes", arch, bucket_bytes);
+    check_begin(name);
+    ds_backend be = ds_backend_cpu;
+    be.conv_bwd_weight = rec_conv_bwd_weight;
+    be.reduce_start = rec_reduce_start;
+    be.reduce_wait = rec_reduce_wait;
+    ds_model_config cfg = {.arch = arch, .num_classes = 5, .max_batch = n, .height = hw, .width = hw,
+                           .training = 1, .bucket_bytes = bucket_bytes};
+    ds_model *m = ds_model_create(&be, &cfg);
+    ds_model_init(m, 5);
+    size_t count, lo = 0, hi = 0, want_hi;
+    float *red = ds_model_reduction(m, &count);
+    int nb = ds_model_bucket(m, 0, &lo, &hi);
+    want_hi = count;
+    for (int i = 0; i < nb; i++) {
+        ds_model_bucket(m, i, &lo, &hi);
+        CHECK(hi == want_hi && lo < hi, "bucket %d is [%zu, %zu), expected to end at %zu", i, lo, hi, want_hi);
+        CHECK(i == nb - 1 || (hi - lo) * sizeof(float) >= bucket_bytes, "bucket %d holds %zu bytes, below %zu", i,
+              (hi - lo) * sizeof(float), bucket_bytes);
+        want_hi = lo;
+    }
+    CHECK(nb > 0 && want_hi == 0, "the %d buckets stop at %zu, not at the buffer's start", nb, want_hi);
+
+    int32_t labels[4] = {1, 4, 0, 2};
+    memset(&rec, 0, sizeof rec);
+    rec.base = red;
+    fill_input(m, n, hw);
+    ds_model_zero_reduction(m);
+    ds_model_forward(m, n, 1);
+    ds_model_backward(m, labels, n, 1.0f / n, 0);
+    CHECK(rec.starts == 0, "a plain backward started %d buckets", rec.starts);
+    int total_ops = rec.bwd_ops;
+    rec.bwd_ops = 0;
+    ds_model_forward(m, n, 1);
+    ds_model_backward_reduce(m, labels, n, 1.0f / n, 0);
+    ds_model_reduce_wait(m);
+    CHECK(rec.starts == nb, "%d buckets started, %d planned", rec.starts, nb);
+    for (int i = 0; i < rec.starts && i < nb; i++) {
+        ds_model_bucket(m, i, &lo, &hi);
+        CHECK(rec.lo[i] == lo && rec.n[i] == hi - lo, "start %d was [%zu, +%zu), bucket %d is [%zu, %zu)", i,
+              rec.lo[i], rec.n[i], i, lo, hi);
+        size_t changed = 0;
+        for (size_t j = 0; j < rec.n[i] && rec.lo[i] + j < count; j++)
+            changed += memcmp(&rec.copy[i][j], &red[rec.lo[i] + j], sizeof(float)) != 0;
+        CHECK(changed == 0, "bucket %d: %zu of %zu values changed after it was started", i, changed, rec.n[i]);
+    }
+    if (nb > 1)
+        CHECK(rec.starts > 0 && rec.bwd_ops_at[0] < total_ops,
+              "the first bucket started after all %d backward convolutions", total_ops);
+    if (nb > 1)
+        CHECK(rec.bwd_ops_at[nb - 2] < total_ops, "only the last bucket started before backward was done");
+    for (int i = 0; i < rec.starts; i++) free(rec.copy[i]);
+    ds_model_free(m);
+    check_end();
+}
+
+/* The default plan: about 25 MiB per bucket, as DDP's. */
+static void test_bucket_default(void)
+{
+    check_begin("buckets_default_resnet50");
+    ds_model_config cfg = {.arch = "resnet50", .num_classes = 1000, .max_batch = 1, .height = 32, .width = 32,
+                           .training = 1};
+    ds_model *m = ds_model_create(&ds_backend_cpu, &cfg);
+    size_t count, lo = 0, hi = 0;
+    ds_model_reduction(m, &count);
+    int nb = ds_model_bucket(m, 0, &lo, &hi);
+    CHECK(nb == (int)(count * sizeof(float) / DS_BUCKET_BYTES) ||
+              nb == (int)(count * sizeof(float) / DS_BUCKET_BYTES) + 1,
+          "%d buckets for %zu bytes", nb, count * sizeof(float));
+    CHECK((hi - lo) * sizeof(float) >= DS_BUCKET_BYTES && (hi - lo) * sizeof(float) < DS_BUCKET_BYTES + (10 << 20),
+          "the first bucket holds %zu bytes", (hi - lo) * sizeof(float));
+    ds_model_free(m);
+    check_end();
+}
+
 int main(void)
 {
     ds_log_init("test_model");
@@ -276,5 +390,21 @@ int main(void)
     test_step_allocates_nothing();
     test_backward_repeatable("resnet20", 4, 16);
     test_backward_repeatable("resnet18", 2, 64);
+    /* bucket edges at many places */
+    for (size_t bytes = 4; bytes <= (1 << 16); bytes *= 2) test_buckets("resnet20", 4, 16, bytes + 4 * (bytes > 4));
+    /* and one right at a block's last BN: the buffer holds the block's shortcut (downsample)
+     * after that BN, but backward runs the BN first, so the bucket from there up is complete
+     * only once the shortcut is done too. Parameters are packed in state_dict order, so the
+     * BN weight's offset is the sum of the parameters before it. */
+    ds_model *m = make("resnet20", 5, 4, 16, 1);
+    size_t off = 0, count;
+    ds_model_reduction(m, &count);
+    for (int i = 0; i < ds_model_tensor_count(m) && strcmp(ds_model_tensor(m, i)->name, "layer2.0.bn2.weight"); i++)
+        if (ds_model_tensor(m, i)->kind == DS_TENSOR_PARAM) off += ds_model_tensor(m, i)->count;
+    ds_model_free(m);
+    test_buckets("resnet20", 4, 16, (count - off) * sizeof(float));
+    test_buckets("resnet18", 2, 64, 4 << 20);
+    test_buckets("resnet20", 4, 16, DS_BUCKET_BYTES);
+    test_bucket_default();
     return check_exit();
 }

@@ -691,13 +691,25 @@ static void test_thread_independence(void)
 static void test_select(void)
 {
     check_begin("backend selection");
-    CHECK(ds_backend_select("cpu") == &ds_backend_cpu, "cpu");
-    CHECK(ds_backend_select("auto") != NULL, "auto always finds one");
-    fprintf(stderr, "  (an error message about an unknown device is expected here)\n");
-    CHECK(ds_backend_select("tpu") == NULL, "unknown device accepted");
+    ds_backend_opts bf16 = {.precision = DS_PRECISION_BF16, .deterministic = 0};
+    const ds_backend *cpu = ds_backend_select("cpu", &bf16);
+    CHECK(cpu == &ds_backend_cpu, "cpu");
+    CHECK(cpu->host_memory && cpu->precision == DS_PRECISION_FP32 && cpu->deterministic,
+          "the CPU backend says host memory, fp32 and deterministic whatever is asked");
+    CHECK(ds_backend_select("cpu", NULL) == &ds_backend_cpu, "cpu with default options");
+    CHECK(ds_backend_select("auto", NULL) != NULL, "auto always finds one");
+    fprintf(stderr, "  (error messages about an unknown device and precision are expected here)\n");
+    CHECK(ds_backend_select("tpu", NULL) == NULL, "unknown device accepted");
 #ifndef DS_HAVE_CUDA
-    CHECK(ds_backend_select("cuda") == NULL, "cuda in a build without CUDA");
+    CHECK(ds_backend_select("cuda", NULL) == NULL, "cuda in a build without CUDA");
 #endif
+    ds_precision pr = DS_PRECISION_FP32;
+    CHECK(ds_precision_parse("bf16", &pr) == 0 && pr == DS_PRECISION_BF16 && ds_precision_parse("tf32", &pr) == 0 &&
+              pr == DS_PRECISION_TF32 && ds_precision_parse("fp32", &pr) == 0 && pr == DS_PRECISION_FP32,
+          "precision names parse to their enums");
+    CHECK(ds_precision_parse("fp16", &pr) == -1 && pr == DS_PRECISION_FP32, "an unknown precision is refused");
+    CHECK(!strcmp(ds_precision_name(DS_PRECISION_BF16), "bf16") && !strcmp(ds_precision_name(DS_PRECISION_TF32), "tf32"),
+          "precision names");
     float *p = be->alloc(100);
     CHECK(p && ((uintptr_t)p & 63) == 0, "alloc is 64-byte aligned");
     int nz = 0;

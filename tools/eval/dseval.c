@@ -93,9 +93,10 @@ int main(int argc, char **argv)
     /* Decoding a manifest's JPEGs is the slow part of such a run: every core reads. */
     if (loader_threads == 0) loader_threads = src.decodes ? omp_get_num_procs() : 2;
 
-    const ds_backend *be = ds_backend_select(device);
+    ds_backend_opts bo = {.deterministic = deterministic};
+    if (ds_precision_parse(precision, &bo.precision)) ds_usage_error(&cli, "bad --precision");
+    const ds_backend *be = ds_backend_select(device, &bo);
     if (!be) ds_die("no usable --device %s", device);
-    if (ds_backend_configure(be, precision, deterministic)) ds_die("cannot use --device %s", be->name);
     ds_model_config mc = {.arch = meta.arch, .num_classes = meta.num_classes, .max_batch = (int)batch,
                           .height = meta.input_size, .width = meta.input_size, .training = 0};
     ds_model *m = ds_model_create(be, &mc);

@@ -25,7 +25,7 @@ static const char *train_dir, *val_dir, *out_dir, *arch = "resnet50", *schedule 
 static long long epochs = 90, batch = 64, accum = 1, crop = 224, pad = 0, seed = 42, threads = 0,
                  loader_threads = 0, log_every = 100, ckpt_steps = 0, max_steps = 0, keep = 3;
 static double lr = 0.1, momentum = 0.9, wd = 1e-4, warmup_epochs = 5, step_epochs = 30, step_gamma = 0.1,
-              label_smoothing = 0.1;
+              label_smoothing = 0.1, bucket_mb = 25;
 static int nesterov = 1, no_nesterov = 0, deterministic = 0;
 
 #define OPT(n, t, v, a, h) {.name = n, .type = t, .value = v, .arg = a, .help = h}
@@ -71,6 +71,9 @@ static ds_option options[] = {
     NUM("threads", DS_OPT_INT, &threads, "N", "compute threads (0: every core)", 0, 4096),
     NUM("loader-threads", DS_OPT_INT, &loader_threads, "N",
         "background reader threads (0: 2, or threads / 4 past 8 threads)", 0, 256),
+    NUM("bucket-mb", DS_OPT_DOUBLE, &bucket_mb, "X",
+        "under mpirun: gradients are summed over the ranks in buckets of about X MiB, each sent as soon as "
+        "backward has computed it (the results do not depend on X)", 0.001, 4096),
     NUM("log-every", DS_OPT_INT, &log_every, "N", "a log line (and metrics.jsonl line) every N steps; 0: per epoch only",
         0, 1e9),
     NUM("ckpt-steps", DS_OPT_INT, &ckpt_steps, "N", "also checkpoint every N steps (0: at epoch ends only)", 0, 1e12),
@@ -156,13 +159,16 @@ int main(int argc, char **argv)
         ds_die("%s already holds a run's checkpoints: continue it with --resume %s, or choose another -o", out_dir,
                out_dir);
 
-    const ds_backend *be = ds_backend_select(device);
+    ds_backend_opts bo = {.deterministic = deterministic, .data_parallel = 1};
+    if (ds_precision_parse(precision, &bo.precision)) ds_usage_error(&cli, "bad --precision");
+    const ds_backend *be = ds_backend_select(device, &bo);
     if (!be) ds_die("no usable --device %s", device);
-    if (!strcmp(be->name, "cpu") && ds_cli_given(&cli, "precision") && strcmp(precision, "fp32"))
-        ds_info("device cpu: computing in fp32 (--precision %s applies on a GPU)", precision);
-    if (ds_backend_configure(be, precision, deterministic)) ds_die("cannot use --device %s", be->name);
+    if (be->precision != bo.precision && ds_cli_given(&cli, "precision"))
+        ds_info("device %s: computing in %s (--precision %s applies on a GPU)", be->name,
+                ds_precision_name(be->precision), precision);
     ds_model_config mc = {.arch = arch, .num_classes = tr.num_classes, .max_batch = (int)batch,
-                          .height = (int)crop, .width = (int)crop, .training = 1};
+                          .height = (int)crop, .width = (int)crop, .training = 1,
+                          .bucket_bytes = (size_t)(bucket_mb * 1048576.0)};
     ds_model *m = ds_model_create(be, &mc);
     if (!m) ds_die("cannot build the %s model", arch);
     ds_model_init(m, (uint64_t)seed);
@@ -203,7 +209,7 @@ int main(int argc, char **argv)
     ds_ckpt_meta_set_string(&meta, "data_fit", tr.fit);
     ds_ckpt_meta_set_float(&meta, "lr_effective", base_lr);
     ds_ckpt_meta_set_string(&meta, "device", be->name);
-    ds_ckpt_meta_set_string(&meta, "precision", strcmp(be->name, "cpu") ? precision : "fp32");
+    ds_ckpt_meta_set_string(&meta, "precision", ds_precision_name(be->precision));
     free(config);
 
     ds_train_plan plan = {
