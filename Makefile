@@ -81,7 +81,10 @@ DEPS_DEB := libhdf5-dev hdf5-tools libturbojpeg0-dev libpng-dev libopenmpi-dev \
             python3-torch python3-torchvision python3-h5py python3-pil python3-numpy time
 
 FORCE:
-.PHONY: all deps build test test-san test-build demo pipeline plot bench fuzz clean config check-march
+.PHONY: all deps config test test-san check-march demo pipeline plot bench fuzz clean
+# The objects of tests, drivers and data generators are intermediate files (a pattern rule
+# makes them on the way to a program); without this make deletes them after every build.
+.SECONDARY:
 .DEFAULT_GOAL := all
 
 all: config $(LIB) $(TOOLS) $(DATA_BINS) $(TEST_BINS) $(DRV_BINS)
@@ -119,22 +122,25 @@ $(LIB): $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
+# Links one program ($<, its object) against the library; the CUDA objects need libstdc++.
+LINK = $(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) $(if $(CUDA_SRCS),-lstdc++) -o $@
+
 $(BUILD)/data/%: $(BUILD)/data/%.o $(LIB)
-	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) $(if $(CUDA_SRCS),-lstdc++) -o $@
+	$(LINK)
 
 # Drivers: helper programs the shell and reference tests call (not tests themselves).
 $(BUILD)/drivers/%: $(BUILD)/tests/drivers/%.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) $(if $(CUDA_SRCS),-lstdc++) -o $@
+	$(LINK)
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIB)
-	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) $(if $(CUDA_SRCS),-lstdc++) -o $@
+	$(LINK)
 
 # A tool's object lives under build/tools/<dir>/, so each tool gets its own rule.
 define tool_rule
 $(BIN)/$(basename $(notdir $(1))): $(BUILD)/$(1:.c=.o) $(LIB)
 	@mkdir -p $(BIN)
-	$$(CC) $$(LDFLAGS) $$< $(LIB) $$(LDLIBS) $$(if $$(CUDA_SRCS),-lstdc++) -o $$@
+	$$(LINK)
 endef
 $(foreach s,$(TOOL_SRCS),$(eval $(call tool_rule,$(s))))
 
