@@ -1,7 +1,7 @@
 /* Loader: epoch order, micro-batch slicing (world x accum equivalence), evaluation exactly
  * once for any world size, thread-count independence, resume from a step, padding and
  * crops. An in-memory source stands in for shards: image i's bytes are a function of i, so
- * any mix-up of samples shows. The learning-rate schedule has its own test_schedule.c. */
+ * any mix-up of samples shows. */
 #include "../check.h"
 #include "loader.h"
 
