@@ -85,9 +85,11 @@ DEPS_DEB := libhdf5-dev hdf5-tools libturbojpeg0-dev libpng-dev libopenmpi-dev \
 
 FORCE:
 .PHONY: all deps config test test-san check-march demo pipeline plot bench bench-build fuzz clean
-# The objects of tests, drivers and data generators are intermediate files (a pattern rule
-# makes them on the way to a program); without this make deletes them after every build.
-.SECONDARY:
+# The objects of tests, drivers, data generators and benchmarks are intermediate files (a
+# pattern rule makes them on the way to a program); without this make deletes them after
+# every build. Named one by one: a bare .SECONDARY: would make FORCE secondary too, and the
+# .flags stamp below would never be remade.
+.SECONDARY: $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRCS) $(DRV_SRCS) $(DATA_SRCS) $(BENCH_SRCS))
 .DEFAULT_GOAL := all
 
 all: config $(LIB) $(TOOLS) $(DATA_BINS) $(TEST_BINS) $(DRV_BINS)
