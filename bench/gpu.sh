@@ -1,7 +1,7 @@
 #!/bin/bash
 # bench/gpu.sh: the GPU check and benchmark, one run of at most 8 minutes on one GPU.
-#   1. builds (make -j16 all bench-build, code for this GPU's architecture only) and runs the GPU tests
-#      (tests/run.sh cuda)
+#   1. builds (make -j16 all bench-build, code for this GPU's architecture only) and runs
+#      the GPU tests (tests/run.sh cuda)
 #   2. ResNet-50 images/s with synthetic data already on the device (the engine_bench
 #      driver): training at batch 128 and 256, bf16 and tf32; inference at batch 256, bf16
 #   3. PyTorch on the same GPU: torchvision resnet50, channels_last, AMP bf16, eager
