@@ -3,6 +3,7 @@
 #   make demo       install what is missing, then Fashion-MNIST -> trained, evaluated network
 #   make test       install what is missing, then run the whole suite (and again under sanitizers)
 #   make test-san   the sanitizer pass alone
+#   make bench      build the benchmarks (make bench-build) and run bench/run.sh (BENCH="ops ...")
 #   make SAN=1      AddressSanitizer + UndefinedBehaviorSanitizer build (objects in build-san/)
 #   make CUDA=0     never look for nvcc
 # Probes are deferred variables, expanded only by the make that compiles, so `make deps`
@@ -75,13 +76,20 @@ TEST_BINS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 DRV_SRCS  := $(sort $(wildcard tests/drivers/*.c))
 DRV_BINS  := $(DRV_SRCS:tests/drivers/%.c=$(BUILD)/drivers/%)
 FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+BENCH_SRCS := $(sort $(wildcard bench/*.c))
+BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
 DEPS_DEB := libhdf5-dev hdf5-tools libturbojpeg0-dev libpng-dev libopenmpi-dev \
             openmpi-bin gnuplot-nox libjpeg-turbo-progs dataset-fashion-mnist zlib1g-dev pkg-config \
             python3-torch python3-torchvision python3-h5py python3-pil python3-numpy time
 
 FORCE:
-.PHONY: all deps build test test-san test-build demo pipeline plot bench fuzz clean config check-march
+.PHONY: all deps config test test-san check-march demo pipeline plot bench bench-build fuzz clean
+# The objects of tests, drivers, data generators and benchmarks are intermediate files (a
+# pattern rule makes them on the way to a program); without this make deletes them after
+# every build. Named one by one: a bare .SECONDARY: would make FORCE secondary too, and the
+# .flags stamp below would never be remade.
+.SECONDARY: $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRCS) $(DRV_SRCS) $(DATA_SRCS) $(BENCH_SRCS))
 .DEFAULT_GOAL := all
 
 all: config $(LIB) $(TOOLS) $(DATA_BINS) $(TEST_BINS) $(DRV_BINS)
@@ -119,22 +127,29 @@ $(LIB): $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
+# Links one program ($<, its object) against the library; the CUDA objects need libstdc++.
+LINK = $(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) $(if $(CUDA_SRCS),-lstdc++) -o $@
+
 $(BUILD)/data/%: $(BUILD)/data/%.o $(LIB)
-	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) $(if $(CUDA_SRCS),-lstdc++) -o $@
+	$(LINK)
 
 # Drivers: helper programs the shell and reference tests call (not tests themselves).
 $(BUILD)/drivers/%: $(BUILD)/tests/drivers/%.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) $(if $(CUDA_SRCS),-lstdc++) -o $@
+	$(LINK)
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIB)
-	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) $(if $(CUDA_SRCS),-lstdc++) -o $@
+	$(LINK)
+
+# Benchmark drivers (bench/*.c), built only by bench-build, never by all.
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
+	$(LINK)
 
 # A tool's object lives under build/tools/<dir>/, so each tool gets its own rule.
 define tool_rule
 $(BIN)/$(basename $(notdir $(1))): $(BUILD)/$(1:.c=.o) $(LIB)
 	@mkdir -p $(BIN)
-	$$(CC) $$(LDFLAGS) $$< $(LIB) $$(LDLIBS) $$(if $$(CUDA_SRCS),-lstdc++) -o $$@
+	$$(LINK)
 endef
 $(foreach s,$(TOOL_SRCS),$(eval $(call tool_rule,$(s))))
 
@@ -151,7 +166,7 @@ test: deps
 MARCH_LEVELS ?= x86-64 x86-64-v3 x86-64-v4
 check-march:
 	@for m in $(MARCH_LEVELS); do \
-	  printf '%s\n' $(LIB_SRCS) $(TOOL_SRCS) $(DATA_SRCS) $(TEST_SRCS) $(DRV_SRCS) $(FUZZ_SRCS) | \
+	  printf '%s\n' $(LIB_SRCS) $(TOOL_SRCS) $(DATA_SRCS) $(TEST_SRCS) $(DRV_SRCS) $(FUZZ_SRCS) $(BENCH_SRCS) | \
 	    xargs -P$(NPROC) -I{} $(CC) $(SRC_CFLAGS) -O0 -march=$$m -c {} -o /dev/null || \
 	    { echo "check-march: a source does not compile for -march=$$m"; exit 1; }; \
 	  echo "check-march: every source compiles for -march=$$m"; \
@@ -174,8 +189,13 @@ plot:
 	@test -n "$(RUN)" || { echo "usage: make plot RUN=RUN_DIR"; exit 2; }
 	@scripts/plot.sh "$(RUN)"
 
-bench: all
-	@bench/run.sh
+# Benchmarks build apart from the product, so none can break `make all`: bench-build makes
+# what bench/run.sh runs (the tools, the data generators, the bench/*.c drivers).
+bench-build: config $(LIB) $(TOOLS) $(DATA_BINS) $(BENCH_BINS)
+
+bench:
+	@$(MAKE) --no-print-directory -j$(NPROC) bench-build
+	@bench/run.sh --no-build $(BENCH)
 
 fuzz:
 	@scripts/fuzz.sh $(FUZZ_SRCS)

@@ -27,8 +27,8 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 STEPS=${1:-5}
 REPEAT=${REPEAT:-1}
 PY=${PYTHON:-/usr/bin/python3}
-BENCH=${BUILD:-build}/drivers/engine_bench
-[ -x "$BENCH" ] || { echo "engine_bench: $BENCH missing: run make" >&2; exit 1; }
+BENCH=${BUILD:-build}/bench/engine_bench
+[ -x "$BENCH" ] || { echo "engine_bench: $BENCH missing: run make bench-build" >&2; exit 1; }
 case ${MALLOC:-keep} in
 keep) export GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=17179869184 ;;
 default) ;;

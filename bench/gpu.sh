@@ -1,7 +1,7 @@
 #!/bin/bash
 # bench/gpu.sh: the GPU check and benchmark, one run of at most 8 minutes on one GPU.
-#   1. builds (make -j16, code for this GPU's architecture only) and runs the GPU tests
-#      (tests/run.sh cuda)
+#   1. builds (make -j16 all bench-build, code for this GPU's architecture only) and runs
+#      the GPU tests (tests/run.sh cuda)
 #   2. ResNet-50 images/s with synthetic data already on the device (the engine_bench
 #      driver): training at batch 128 and 256, bf16 and tf32; inference at batch 256, bf16
 #   3. PyTorch on the same GPU: torchvision resnet50, channels_last, AMP bf16, eager
@@ -48,7 +48,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
 cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
 archs=()
 [[ "$cc" =~ ^[0-9]+$ ]] && archs=("CUDA_ARCHS=-gencode arch=compute_$cc,code=sm_$cc")
-if ! run 240 make -j16 ${archs[@]+"${archs[@]}"} >"$W/build.log" 2>&1; then
+if ! run 240 make -j16 ${archs[@]+"${archs[@]}"} all bench-build >"$W/build.log" 2>&1; then
     tail -n 30 "$W/build.log" >&2
     log "build failed: nothing else can run"
     exit 1
@@ -73,7 +73,7 @@ fi
 log "Python: $(command -v "$PY") $("$PY" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)"
 
 # ---- 2. ds, synthetic data on the device ----
-bench=build/drivers/engine_bench
+bench=build/bench/engine_bench
 synth() {  # ROW PRECISION BATCH MODE
     local out rc
     out=$(run 70 "$bench" --device cuda --precision "$2" --warmup 5 resnet50 224 "$3" "$4" 20 2>"$W/bench.err")

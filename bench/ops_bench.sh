@@ -7,5 +7,5 @@
 # instead (closest to what the ops take alone, most meaningful with THREADS=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-make --no-print-directory -j2 build/drivers/ops_bench >/dev/null
-OMP_NUM_THREADS="${THREADS:-2}" exec build/drivers/ops_bench "${1:-all}" "${2:-3}"
+make --no-print-directory -j2 build/bench/ops_bench >/dev/null
+OMP_NUM_THREADS="${THREADS:-2}" exec build/bench/ops_bench "${1:-all}" "${2:-3}"

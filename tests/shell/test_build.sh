@@ -5,7 +5,8 @@
 # CUDA_HOME, when set (in the environment or on make's command line), is taken as it is.
 # And every C source compiles for each x86-64 level the CPU kernels come in (make
 # check-march), so an instruction-set intrinsic outside its target attribute fails here on
-# any CPU, not only on the one that lacks the instructions.
+# any CPU, not only on the one that lacks the instructions. Changed compiler flags rebuild
+# the objects (the build/.flags stamp).
 . "$(dirname "$0")/lib.sh"
 
 config() { make -s -C "$DS_ROOT" config SAN=0 "$@" 2>&1 | head -n 1; }
@@ -44,6 +45,10 @@ if [ "${DS_TEST_PASS:-normal}" != san ]; then  # the same compile twice would te
         check "every source compiles for -march=$m" make -s -C "$DS_ROOT" check-march MARCH_LEVELS=$m
     done
 fi
+# The objects depend on the flags they were built with (build/.flags): other flags, here
+# another version string, must recompile the library (shown by make -n, nothing is built).
+check "changed flags recompile the library" \
+    sh -c "make -n -C '$DS_ROOT' SAN=0 VERSION=0.0.0-flags-probe build/libcommon.a | grep -q 'flags-probe.*-c libcommon/'"
 line=$(config CUDA=0)
 case "$line" in *"CUDA=0  SAN=0"*) pass "build probe: CUDA=0 is CPU-only" ;; *) fail "build probe: CUDA=0" "$line" ;; esac
 finish

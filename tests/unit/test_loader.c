@@ -1,12 +1,10 @@
-/* Loader and schedule: epoch order, micro-batch slicing (world x accum equivalence),
- * evaluation exactly once for any world size, thread-count independence, resume from a
- * step, padding and crops, and learning-rate values. An in-memory source stands in for
- * shards: image i's bytes are a function of i, so any mix-up of samples shows. */
+/* Loader: epoch order, micro-batch slicing (world x accum equivalence), evaluation exactly
+ * once for any world size, thread-count independence, resume from a step, padding and
+ * crops. An in-memory source stands in for shards: image i's bytes are a function of i, so
+ * any mix-up of samples shows. */
 #include "../check.h"
 #include "loader.h"
-#include "schedule.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -245,24 +243,6 @@ static void test_center(void)
     check_end();
 }
 
-static void test_schedule(void)
-{
-    check_begin("schedule_values");
-    ds_schedule s = {.kind = DS_SCHEDULE_COSINE, .base = 0.4, .warmup = 4, .total = 104};
-    double got[6] = {ds_schedule_lr(&s, 0), ds_schedule_lr(&s, 3), ds_schedule_lr(&s, 4), ds_schedule_lr(&s, 54),
-                     ds_schedule_lr(&s, 103), ds_schedule_lr(&s, 104)};
-    double want[6] = {0.1, 0.4, 0.4, 0.2, 0.4 * 0.5 * (1 + cos(M_PI * 99 / 100)), 0.0};
-    check_close_d("cosine", got, want, 6, 1e-12, 1e-12);
-    ds_schedule st = {.kind = DS_SCHEDULE_STEP, .base = 1.0, .warmup = 0, .total = 100, .every = 30, .gamma = 0.1};
-    double g2[4] = {ds_schedule_lr(&st, 0), ds_schedule_lr(&st, 29), ds_schedule_lr(&st, 30), ds_schedule_lr(&st, 95)};
-    double w2[4] = {1.0, 1.0, 0.1, 0.001};
-    check_close_d("step", g2, w2, 4, 1e-12, 1e-12);
-    ds_schedule k = {.kind = DS_SCHEDULE_CONSTANT, .base = 0.01, .warmup = 0, .total = 10};
-    CHECK(ds_schedule_lr(&k, 0) == 0.01 && ds_schedule_lr(&k, 9) == 0.01, "constant is not constant");
-    CHECK(ds_schedule_parse("cosine") == DS_SCHEDULE_COSINE && ds_schedule_parse("linear") == -1, "parse");
-    check_end();
-}
-
 int main(void)
 {
     test_permutation();
@@ -271,6 +251,5 @@ int main(void)
     test_threads_and_resume();
     test_refusals();
     test_center();
-    test_schedule();
     return check_exit();
 }
