@@ -105,6 +105,7 @@ static int save(run *r, int64_t g, int best)
 {
     const ds_train_plan *p = r->p;
     int rc = 0;
+    ds_comm_set_where("checkpoint of step %lld", (long long)g);
     if (check_replicas(r, g)) return -1;
     if (p->rank == 0) {
         ds_ckpt_meta *meta = p->meta;
@@ -170,6 +171,7 @@ static int end_epoch(run *r, int64_t e, int64_t g, double lr)
     ds_topk t;
     ds_topk_init(&t, ds_model_config_of(r->m)->num_classes);
     int have_val = p->val != NULL;
+    ds_comm_set_where("validation of epoch %lld", (long long)e + 1);
     if (have_val && validate(r, &t)) {
         ds_topk_free(&t);
         return -1;
@@ -278,6 +280,7 @@ static int train_loop(run *r)
         double loss = 0, t_step = ds_now();
         while ((rc = ds_loader_next(r->tl, &b)) == 1) {
             if (b->micro == 0) {
+                ds_comm_set_where("step %lld", (long long)g + 1);
                 ds_model_zero_reduction(m);
                 loss = 0;
                 t_step = ds_now();

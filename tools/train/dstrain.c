@@ -25,7 +25,7 @@ static const char *train_dir, *val_dir, *out_dir, *arch = "resnet50", *schedule 
 static long long epochs = 90, batch = 64, accum = 1, crop = 224, pad = 0, seed = 42, threads = 0,
                  loader_threads = 0, log_every = 100, ckpt_steps = 0, max_steps = 0, keep = 3;
 static double lr = 0.1, momentum = 0.9, wd = 1e-4, warmup_epochs = 5, step_epochs = 30, step_gamma = 0.1,
-              label_smoothing = 0.1, bucket_mb = 25;
+              label_smoothing = 0.1, bucket_mb = 25, comm_timeout = DS_COMM_TIMEOUT;
 static int nesterov = 1, no_nesterov = 0, deterministic = 0;
 
 #define OPT(n, t, v, a, h) {.name = n, .type = t, .value = v, .arg = a, .help = h}
@@ -74,6 +74,9 @@ static ds_option options[] = {
     NUM("bucket-mb", DS_OPT_DOUBLE, &bucket_mb, "X",
         "under mpirun: gradients are summed over the ranks in buckets of about X MiB, each sent as soon as "
         "backward has computed it (the results do not depend on X)", 0.001, 4096),
+    NUM("comm-timeout", DS_OPT_DOUBLE, &comm_timeout, "S",
+        "under mpirun: a rank that stops without dying (stopped, hung) ends the job with an error naming it "
+        "after S seconds of waiting for it, instead of leaving the others waiting forever; 0: wait forever", 0, 1e9),
     NUM("log-every", DS_OPT_INT, &log_every, "N", "a log line (and metrics.jsonl line) every N steps; 0: per epoch only",
         0, 1e9),
     NUM("ckpt-steps", DS_OPT_INT, &ckpt_steps, "N", "also checkpoint every N steps (0: at epoch ends only)", 0, 1e12),
@@ -121,6 +124,7 @@ int main(int argc, char **argv)
     if (ds_comm_init(&argc, &argv)) return 1;
     char **pos;
     ds_cli_parse(&cli, argc, argv, &pos);
+    ds_comm_set_timeout(comm_timeout);
     int world = ds_comm_world(), rank = ds_comm_rank();
     if (rank != 0) ds_verbosity = -1;
     if (!train_dir) ds_usage_error(&cli, "--train DIR is required");
