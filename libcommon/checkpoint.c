@@ -346,13 +346,14 @@ static int read_optional(hid_t f, const char *path, const char *name, H5T_class_
     return ds_err("%s: %s attribute is not %d %s values", path, name, n, what);
 }
 
-/* Reads optional attribute name with read_optional, and sets bit in meta->found when found. */
-#define READ_OPTIONAL(name, cls, mem_t, n, v, bit)                          \
-    do {                                                                    \
-        int got_ = read_optional(f, path, name, cls, mem_t, n, v);          \
-        if (got_ < 0) return -1;                                            \
-        if (got_) meta->found |= (bit);                                     \
-    } while (0)
+/* read_optional that records in meta->found (bit) whether the file held the attribute. */
+static int read_field(hid_t f, const char *path, ds_ckpt_meta *meta, unsigned bit, const char *name, H5T_class_t cls,
+                      hid_t mem_t, int n, void *v)
+{
+    int got = read_optional(f, path, name, cls, mem_t, n, v);
+    if (got > 0) meta->found |= bit;
+    return got < 0 ? -1 : 0;
+}
 
 static int read_meta(hid_t f, const char *path, ds_ckpt_meta *meta)
 {
@@ -373,29 +374,37 @@ static int read_meta(hid_t f, const char *path, ds_ckpt_meta *meta)
     /* The rest may be missing (ds_ckpt_meta_require says which use needs what); a field
      * that is there must be well formed and in range (a hostile 0 would size a model or
      * divide). */
-    READ_OPTIONAL("input_size", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->input_size, DS_CKPT_HAS_INPUT_SIZE);
+    if (read_field(f, path, meta,
+                   DS_CKPT_HAS_INPUT_SIZE, "input_size", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->input_size))
+        return -1;
     if (meta->input_size < 0 || meta->input_size > 65536)  /* 0: not recorded */
         return ds_err("%s: input_size attribute %d out of range [0, 65536]", path, meta->input_size);
     if (!meta->input_size) meta->found &= ~(unsigned)DS_CKPT_HAS_INPUT_SIZE;
-    READ_OPTIONAL("mean", H5T_FLOAT, H5T_NATIVE_FLOAT, 3, meta->mean, DS_CKPT_HAS_MEAN);
+    if (read_field(f, path, meta, DS_CKPT_HAS_MEAN, "mean", H5T_FLOAT, H5T_NATIVE_FLOAT, 3, meta->mean)) return -1;
     if (!(isfinite(meta->mean[0]) && isfinite(meta->mean[1]) && isfinite(meta->mean[2])))
         return ds_err("%s: mean attribute not finite", path);
-    READ_OPTIONAL("std", H5T_FLOAT, H5T_NATIVE_FLOAT, 3, meta->std, DS_CKPT_HAS_STD);
+    if (read_field(f, path, meta, DS_CKPT_HAS_STD, "std", H5T_FLOAT, H5T_NATIVE_FLOAT, 3, meta->std)) return -1;
     if (!(meta->std[0] > 0 && meta->std[1] > 0 && meta->std[2] > 0) ||
         !(isfinite(meta->std[0]) && isfinite(meta->std[1]) && isfinite(meta->std[2])))
         return ds_err("%s: std attribute not positive", path);
-    READ_OPTIONAL("epoch", H5T_INTEGER, H5T_NATIVE_INT64, 1, &meta->epoch, DS_CKPT_HAS_EPOCH);
+    if (read_field(f, path, meta,
+                   DS_CKPT_HAS_EPOCH, "epoch", H5T_INTEGER, H5T_NATIVE_INT64, 1, &meta->epoch))
+        return -1;
     if (meta->epoch < 0) return ds_err("%s: epoch attribute %lld is negative", path, (long long)meta->epoch);
-    READ_OPTIONAL("step", H5T_INTEGER, H5T_NATIVE_INT64, 1, &meta->step, DS_CKPT_HAS_STEP);
+    if (read_field(f, path, meta, DS_CKPT_HAS_STEP, "step", H5T_INTEGER, H5T_NATIVE_INT64, 1, &meta->step)) return -1;
     if (meta->step < 0) return ds_err("%s: step attribute %lld is negative", path, (long long)meta->step);
-    READ_OPTIONAL("seed", H5T_INTEGER, H5T_NATIVE_UINT64, 1, &meta->seed, DS_CKPT_HAS_SEED);
+    if (read_field(f, path, meta, DS_CKPT_HAS_SEED, "seed", H5T_INTEGER, H5T_NATIVE_UINT64, 1, &meta->seed)) return -1;
     /* world_size 0 is how a file says its weights never trained under ds (an import). */
     meta->world_size = 0;
-    READ_OPTIONAL("world_size", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->world_size, DS_CKPT_HAS_WORLD_SIZE);
+    if (read_field(f, path, meta,
+                   DS_CKPT_HAS_WORLD_SIZE, "world_size", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->world_size))
+        return -1;
     if (meta->world_size < 0)
         return ds_err("%s: world_size attribute %d is negative", path, meta->world_size);
     if (!meta->world_size) meta->found &= ~(unsigned)DS_CKPT_HAS_WORLD_SIZE;
-    READ_OPTIONAL("global_batch", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->global_batch, DS_CKPT_HAS_GLOBAL_BATCH);
+    if (read_field(f, path, meta,
+                   DS_CKPT_HAS_GLOBAL_BATCH, "global_batch", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->global_batch))
+        return -1;
     if (meta->global_batch < 0)
         return ds_err("%s: global_batch attribute %d is negative", path, meta->global_batch);
     if (!meta->global_batch) meta->found &= ~(unsigned)DS_CKPT_HAS_GLOBAL_BATCH;

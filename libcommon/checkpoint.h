@@ -8,28 +8,31 @@
  *   /classes            vlen UTF-8 string [num_classes], class names in label order
  *   /metrics            compound [epochs]: epoch, train_loss, val_top1, val_top5,
  *                       images_per_s, seconds (one row per finished epoch)
- *   root attributes     (int: int32, int64: int64, str: fixed-length UTF-8)
- *     ds_format int 1, ds_kind str "checkpoint"   the header every ds file has (h5util.h)
- *     arch str, num_classes int                   the network
- *     input_size int                              the crop it was trained at (0: unknown)
- *     mean, std float32[3]                        input normalisation, 0..1 scale
- *     epoch int64, step int64                     finished epochs, global optimizer steps
- *     seed uint64, world_size int, global_batch int   the run (0: unknown, for the ints)
- *     config str                                  JSON of every dstrain option
- *     data_height int64, data_width int64         the training shards' stored size
- *     data_fit str                                their fit, "crop" or "squash"
- *     epoch_loss_sum float64, epoch_seconds float64   the running epoch's sums of step losses
- *                                                 and training seconds (resume inside an epoch)
- *     anything else                               extras: kept and rewritten, read by no tool
- *                                                 (dstrain adds lr_effective, device, precision)
+ *   root attributes, as written (a reader takes any integer or float width, fixed or
+ *   variable-length strings):
+ *     ds_format int32 1, ds_kind "checkpoint"    the header of every ds file (h5util.h)
+ *     arch string, num_classes int32             the network
+ *     input_size int32                           the crop it was trained at (0: not recorded)
+ *     mean, std float32[3]                       input normalisation, on the 0..1 scale
+ *     epoch int64, step int64                    finished epochs, global optimizer steps
+ *     seed uint64                                --seed
+ *     world_size int32, global_batch int32       ranks, batch x ranks x accum (0: not recorded;
+ *                                                world_size 0: weights that never trained here)
+ *     config string                              JSON of every dstrain option
+ *     data_height int64, data_width int64        the training shards' stored size, at which
+ *     data_fit string ("crop" or "squash")       dseval decodes a manifest (dstrain writes them)
+ *     epoch_loss_sum float64                     the running epoch's sum of step losses and
+ *     epoch_seconds float64                      its training seconds (resume inside an epoch)
+ *     anything else                              extras: kept and rewritten, read by no tool
+ *                                                (dstrain adds lr_effective, device, precision)
  *
- * What a use needs (ds_ckpt_meta_require; everything else may be missing, a converted or
- * hand-written file often lacks it, but what is there must be well formed):
- *   every use          ds_format, ds_kind, arch, num_classes, /model (load checks each tensor)
- *   evaluation         + input_size (non-zero), mean, std
- *   --init             nothing more
- *   --resume           + mean, std, epoch, step, seed, world_size (non-zero), global_batch,
- *                      epoch_loss_sum, epoch_seconds, /classes
+ * What a use needs (ds_ckpt_meta_require; the rest may be missing, as a converted or
+ * hand-written file often has it, but what is there must be well formed):
+ *   every use     ds_format, ds_kind, arch, num_classes, /model (loading checks each tensor)
+ *   evaluation    + input_size (non-zero), mean, std
+ *   --init        nothing more
+ *   --resume      + mean, std, epoch, step, seed, world_size and global_batch (non-zero),
+ *                 epoch_loss_sum, epoch_seconds, /classes
  *
  * Files are written with object time tracking off to NAME.tmp, then fsynced and renamed:
  * the same state gives the same bytes, and a crash never leaves a half checkpoint.
