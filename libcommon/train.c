@@ -111,8 +111,8 @@ static int save(run *r, int64_t g, int best)
         ds_ckpt_meta *meta = p->meta;
         meta->epoch = g / r->S;
         meta->step = g;
-        ds_ckpt_meta_set_float(meta, "epoch_loss_sum", r->epoch_loss_sum);
-        ds_ckpt_meta_set_float(meta, "epoch_seconds", r->epoch_seconds);
+        meta->epoch_loss_sum = r->epoch_loss_sum;
+        meta->epoch_seconds = r->epoch_seconds;
         char *path = ds_rundir_ckpt_path(p->out, g);
         const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
         rc = ds_ckpt_save(path, r->m, meta);
@@ -236,10 +236,8 @@ static int setup(run *r, ds_model *m, const ds_train_plan *p)
     int pad = p->augment ? p->pad : 0;
     if (ds_feed_init(&r->tf, r->be, p->batch, p->train->height + 2 * pad, p->train->width + 2 * pad)) return -1;
     if (p->val && ds_feed_init(&r->vf, r->be, p->batch, p->val->height, p->val->width)) return -1;
-    const ds_ckpt_attr *a = ds_ckpt_meta_get(p->meta, "epoch_loss_sum");
-    r->epoch_loss_sum = a && p->start_step % r->S ? a->f : 0;
-    a = ds_ckpt_meta_get(p->meta, "epoch_seconds");
-    r->epoch_seconds = a && p->start_step % r->S ? a->f : 0;
+    r->epoch_loss_sum = p->start_step % r->S ? p->meta->epoch_loss_sum : 0;
+    r->epoch_seconds = p->start_step % r->S ? p->meta->epoch_seconds : 0;
     if (p->rank == 0) {
         if (ds_mkdirs(p->out)) return ds_err("%s: cannot create the run directory", p->out);
         if (ds_metrics_log_truncate(p->out, p->start_step) || ds_metrics_log_open(&r->log, p->out)) return -1;

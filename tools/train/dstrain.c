@@ -106,7 +106,7 @@ static ds_cli cli = {
 /* The checkpoint a run starts from decides the architecture when --arch is not given. */
 static int check_resume(const char *path, ds_ckpt_meta *rm, const ds_source *tr, int G)
 {
-    if (ds_ckpt_read_meta(path, rm)) return -1;
+    if (ds_ckpt_read_meta(path, rm) || ds_ckpt_meta_require(rm, path, DS_CKPT_FOR_RESUME)) return -1;
     if (ds_cli_given(&cli, "arch") && strcmp(arch, rm->arch))
         return ds_err("%s: a %s checkpoint cannot resume an --arch %s run", path, rm->arch, arch);
     arch = rm->arch;
@@ -186,7 +186,8 @@ int main(int argc, char **argv)
     } else if (init) {
         ds_ckpt_meta im;
         ds_ckpt_meta_init(&im);
-        if (ds_ckpt_read_meta(init, &im)) ds_die("cannot use --init %s", init);
+        if (ds_ckpt_read_meta(init, &im) || ds_ckpt_meta_require(&im, init, DS_CKPT_FOR_INIT))
+            ds_die("cannot use --init %s", init);
         int same = im.num_classes == tr.num_classes;
         if (ds_ckpt_load(init, m, NULL, same ? 0 : DS_CKPT_SKIP_FC)) ds_die("cannot use --init %s", init);
         if (same && im.classes &&
@@ -208,9 +209,9 @@ int main(int argc, char **argv)
     meta.seed = (uint64_t)seed;
     meta.world_size = world;
     meta.global_batch = G;
-    ds_ckpt_meta_set_int(&meta, "data_height", tr.height);
-    ds_ckpt_meta_set_int(&meta, "data_width", tr.width);
-    ds_ckpt_meta_set_string(&meta, "data_fit", tr.fit);
+    meta.data_height = tr.height;
+    meta.data_width = tr.width;
+    snprintf(meta.data_fit, sizeof meta.data_fit, "%s", tr.fit);
     ds_ckpt_meta_set_float(&meta, "lr_effective", base_lr);
     ds_ckpt_meta_set_string(&meta, "device", be->name);
     ds_ckpt_meta_set_string(&meta, "precision", ds_precision_name(be->precision));
