@@ -167,7 +167,7 @@ static void wait_req(MPI_Request *req, int peer, int nap, const char *what) { wa
  * and accum 1 is then bitwise the step of world 1 and accum W on the CPU (docs/DESIGN.md §3), not
  * only equal up to rounding. MPI_Reduce leaves the order of its additions to the library.
  * Rank 0 receives a piece from every rank at once and adds them in rank order as they come. */
-static void reduce_bcast(void *buf, size_t n, size_t elem, MPI_Datatype type, int nap)
+static void reduce_bcast(void *buf, size_t n, size_t elem, MPI_Datatype type, int nap, const char *what)
 {
     if (!mpi_live || world_size == 1) return;
     size_t piece = chunk_elems < ORDERED_PIECE ? chunk_elems : ORDERED_PIECE;
@@ -184,7 +184,7 @@ static void reduce_bcast(void *buf, size_t n, size_t elem, MPI_Datatype type, in
             /* every piece must arrive: a stalled rank is named with all the others missing */
             int *peer = ds_xmalloc((size_t)others * sizeof *peer);
             for (int r = 1; r <= others; r++) peer[r - 1] = r;
-            wait_all(req, peer, others, nap, "gradient sum");
+            wait_all(req, peer, others, nap, what);
             free(peer);
             for (int r = 1; r <= others; r++) {
                 const void *part = tmp + (size_t)(r - 1) * piece * elem;
@@ -195,17 +195,17 @@ static void reduce_bcast(void *buf, size_t n, size_t elem, MPI_Datatype type, in
             }
         } else {
             mpiCheck(MPI_Isend(chunk, count, type, 0, TAG_SUM, MPI_COMM_WORLD, &req[0]));
-            wait_req(&req[0], 0, nap, "sum (sending to rank 0)");
+            wait_req(&req[0], 0, nap, what);
         }
         mpiCheck(MPI_Ibcast(chunk, count, type, 0, MPI_COMM_WORLD, &req[0]));
-        wait_req(&req[0], world_rank == 0 ? -1 : 0, nap, "sum (broadcast from rank 0)");
+        wait_req(&req[0], world_rank == 0 ? -1 : 0, nap, what);
     }
     free(req);
     free(tmp);
 }
 
-void ds_comm_allreduce_sum_f32(float *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_FLOAT, 0); }
-void ds_comm_allreduce_sum_f64(double *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_DOUBLE, 0); }
+void ds_comm_allreduce_sum_f32(float *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_FLOAT, 0, "sum"); }
+void ds_comm_allreduce_sum_f64(double *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_DOUBLE, 0, "sum"); }
 
 /* ---- the worker: queued sums, in order, beside the caller's computation ---- */
 
@@ -234,7 +234,7 @@ static void *worker_main(void *arg)
         bucket b = wk.q[wk.next++];
         wk.begun++;
         pthread_mutex_unlock(&wk.mu);
-        reduce_bcast(b.buf, b.n, sizeof *b.buf, MPI_FLOAT, 1);
+        reduce_bcast(b.buf, b.n, sizeof *b.buf, MPI_FLOAT, 1, "gradient sum");
         pthread_mutex_lock(&wk.mu);
         wk.done++;
         pthread_cond_broadcast(&wk.cv);
@@ -336,12 +336,11 @@ void ds_comm_barrier(void)
 
 int ds_comm_any(int flag)
 {
-    int any = flag != 0;
-    if (!mpi_live || world_size == 1) return any;
-    MPI_Request req;
-    mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD, &req));
-    wait_req(&req, -1, 0, "agreement between the ranks");
-    return any;
+    /* Through the ordered sum rather than MPI_Allreduce: rank 0 then receives from every
+     * rank by name, so a rank that stalls here (the step's last agreement) is named. */
+    double any = flag != 0;
+    reduce_bcast(&any, 1, sizeof any, MPI_DOUBLE, 0, "agreement between the ranks");
+    return any != 0;
 }
 
 #else /* no MPI: always a world of one */
