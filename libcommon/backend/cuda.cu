@@ -104,12 +104,79 @@ static void cuda_free(void *p)
     if (p) cudaCheck(cudaFree(p));
 }
 
-/* As on the CPU, src may be reused as soon as upload returns: wait for the copy (from
- * pageable memory the wait is short, the copy is staged before cudaMemcpyAsync returns). */
+/* Uploads go through a pinned staging ring: src is copied into it, so (as on the CPU) src
+ * may be reused as soon as upload returns, and the device copy is queued on the stream
+ * without waiting for the work before it. A copy from pinned memory runs at the link's
+ * speed, where one from pageable memory is staged by the driver and needs the stream
+ * drained first. A region of the ring is reused once the copy that read it is done (an
+ * event per copy), so the host runs at most a ring's worth of uploads ahead of the GPU;
+ * an upload larger than half the ring goes in pieces. The ring is made at the first
+ * upload; when pinned memory is refused, uploads copy from pageable memory and wait. */
+#define STAGE_BYTES ((size_t)64 << 20)
+#define STAGE_COPIES 32   /* copies in flight at most */
+
+static struct {
+    char *buf;            /* pinned, STAGE_BYTES */
+    int made, failed;
+    size_t head;          /* where the next piece goes */
+    struct { size_t lo, hi; cudaEvent_t done; } copy[STAGE_COPIES];
+    int first, count;     /* the copies in flight, oldest first */
+} stage;
+
+static void stage_make(void)
+{
+    stage.made = 1;
+    cudaError_t e = cudaHostAlloc((void **)&stage.buf, STAGE_BYTES, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        stage.buf = NULL;
+        stage.failed = 1;
+        ds_warn("CUDA: no pinned staging buffer (%s): uploads copy from pageable memory", cudaGetErrorString(e));
+        return;
+    }
+    for (int i = 0; i < STAGE_COPIES; i++) cudaCheck(cudaEventCreateWithFlags(&stage.copy[i].done, cudaEventDisableTiming));
+}
+
+static void stage_wait_oldest(void)
+{
+    cudaCheck(cudaEventSynchronize(stage.copy[stage.first].done));
+    stage.first = (stage.first + 1) % STAGE_COPIES;
+    stage.count--;
+}
+
+/* 1 when a copy in flight still reads [lo, hi) of the ring */
+static int stage_busy(size_t lo, size_t hi)
+{
+    for (int k = 0; k < stage.count; k++) {
+        int i = (stage.first + k) % STAGE_COPIES;
+        if (stage.copy[i].lo < hi && lo < stage.copy[i].hi) return 1;
+    }
+    return 0;
+}
+
 static void cuda_upload(void *dst, const void *src, size_t bytes)
 {
-    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g.stream));
-    cudaCheck(cudaStreamSynchronize(g.stream));
+    if (!stage.made) stage_make();
+    if (stage.failed) {
+        cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g.stream));
+        cudaCheck(cudaStreamSynchronize(g.stream));
+        return;
+    }
+    const char *from = (const char *)src;
+    char *to = (char *)dst;
+    while (bytes) {
+        size_t n = bytes < STAGE_BYTES / 2 ? bytes : STAGE_BYTES / 2;
+        if (stage.head + n > STAGE_BYTES) stage.head = 0;
+        size_t lo = stage.head, hi = lo + n;
+        while (stage_busy(lo, hi) || stage.count == STAGE_COPIES) stage_wait_oldest();
+        memcpy(stage.buf + lo, from, n);
+        cudaCheck(cudaMemcpyAsync(to, stage.buf + lo, n, cudaMemcpyHostToDevice, g.stream));
+        int i = (stage.first + stage.count++) % STAGE_COPIES;
+        stage.copy[i].lo = lo, stage.copy[i].hi = hi;
+        cudaCheck(cudaEventRecord(stage.copy[i].done, g.stream));
+        stage.head = hi;
+        from += n, to += n, bytes -= n;
+    }
 }
 
 static void cuda_download(void *dst, const void *src, size_t bytes)
