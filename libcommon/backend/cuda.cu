@@ -106,9 +106,9 @@ static void cuda_free(void *p)
 
 /* Uploads go through a pinned staging ring: src is copied into it, so (as on the CPU) src
  * may be reused as soon as upload returns, and the device copy is queued on the stream
- * without waiting for the work before it. A copy from pinned memory runs at the link's
- * speed, where one from pageable memory is staged by the driver and needs the stream
- * drained first. A region of the ring is reused once the copy that read it is done (an
+ * without waiting for the work before it. A copy from pinned memory is a DMA at the link's
+ * speed; one from pageable memory goes through the driver's own staging, and had to be
+ * waited for before src could be reused. A region of the ring is reused once the copy that read it is done (an
  * event per copy), so the host runs at most a ring's worth of uploads ahead of the GPU;
  * an upload larger than half the ring goes in pieces. The ring is made at the first
  * upload; when pinned memory is refused, uploads copy from pageable memory and wait. */
