@@ -31,22 +31,60 @@ MPI_LIBS   = $(if $(filter 1,$(MPI)),$(shell mpicc --showme:link))
 # (ASan's shadow memory and the CUDA runtime's mappings collide unless ASan is told to give way).
 # nvcc on PATH may be a wrapper script, so the toolkit's home is asked of nvcc itself (its
 # --dryrun names the directory it really runs from); CUDA_HOME, in the environment or on the
-# command line, overrides that. The GPU build also needs the cuDNN, cuBLAS and NCCL headers
-# and libraries there; without them the build is CPU-only and the config line names what is
-# missing.
+# command line, overrides that. The GPU build also needs the headers and libraries of the CUDA
+# runtime, cuBLAS (and cuBLASLt), cuDNN and NCCL. Each is looked for, header and library in the
+# same place, in: CUDNN_HOME or NCCL_HOME (when set, for those two), CUDA_HOME, the
+# distribution's layout (/usr/include, /usr/lib/<multiarch>: cuDNN and NCCL), and the pip
+# wheels' nvidia/<part>/{include,lib} in $VIRTUAL_ENV and python3's site-packages (PYTHON_SITES). A library
+# may be only its versioned file (wheels ship libcudnn.so.9 alone): it is linked by file name.
+# Without all of them the build is CPU-only and the config line names what is missing; with
+# them it names where each was found.
 NVCC     := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 ifeq ($(origin CUDA_HOME),undefined)
 CUDA_HOME := $(if $(NVCC),$(patsubst %/bin,%,$(shell $(NVCC) --dryrun -x cu /dev/null 2>&1 | sed -n 's/^\#\$$ _HERE_=//p' | head -n1)))
 endif
-CUDA_NEEDS := include/cuda_runtime_api.h include/cudnn.h include/cublas_v2.h include/cublasLt.h include/nccl.h \
-              lib64/libcudart.so lib64/libcudnn.so lib64/libcublas.so lib64/libcublasLt.so lib64/libnccl.so
-CUDA_MISSING := $(if $(NVCC),$(notdir $(filter-out $(wildcard $(addprefix $(CUDA_HOME)/,$(CUDA_NEEDS))),$(addprefix $(CUDA_HOME)/,$(CUDA_NEEDS)))))
+MULTIARCH   := $(if $(NVCC),$(shell $(CC) -print-multiarch 2>/dev/null))
+PYTHON_SITES ?= $(if $(NVCC),$(shell python3 -c 'import site; print(*site.getsitepackages(), site.getusersitepackages())' 2>/dev/null))
+CUDA_WHEELS := $(if $(NVCC),$(sort $(wildcard $(addsuffix /nvidia,$(if $(VIRTUAL_ENV),$(wildcard $(VIRTUAL_ENV)/lib/python3*/site-packages)) $(PYTHON_SITES)))))
+CUDA_PARTS   := cudart cublas cublasLt cudnn nccl
+cudart_H     := cuda_runtime_api.h
+cublas_H     := cublas_v2.h
+cublasLt_H   := cublasLt.h
+cudnn_H      := cudnn.h
+nccl_H       := nccl.h
+cudart_HOMES   = $(CUDA_HOME) $(CUDA_WHEELS:%=%/cuda_runtime) $(CUDA_WHEELS:%=%/cu13) $(CUDA_WHEELS:%=%/cu12)
+cublas_HOMES   = $(CUDA_HOME) $(CUDA_WHEELS:%=%/cublas) $(CUDA_WHEELS:%=%/cu13) $(CUDA_WHEELS:%=%/cu12)
+cublasLt_HOMES = $(cublas_HOMES)
+cudnn_HOMES    = $(CUDNN_HOME) $(CUDA_HOME) /usr $(CUDA_WHEELS:%=%/cudnn)
+nccl_HOMES     = $(NCCL_HOME) $(CUDA_HOME) /usr $(CUDA_WHEELS:%=%/nccl)
+# The include and library directories of a home ($(1)); /usr means the distribution's layout.
+cuda_incdirs = $(if $(filter /usr,$(1)),/usr/include $(MULTIARCH:%=/usr/include/%),$(1)/include)
+cuda_libdirs = $(if $(filter /usr,$(1)),$(MULTIARCH:%=/usr/lib/%) /usr/lib64 /usr/lib,$(1)/lib64 $(1)/lib $(MULTIARCH:%=$(1)/lib/%))
+# Header $(1) in home $(2); library lib$(1).so, else its first versioned file, in home $(2).
+cuda_inc_in  = $(firstword $(foreach d,$(call cuda_incdirs,$(2)),$(wildcard $(d)/$(1))))
+cuda_lib_in  = $(firstword $(foreach d,$(call cuda_libdirs,$(2)),$(firstword $(wildcard $(d)/lib$(1).so) $(sort $(wildcard $(d)/lib$(1).so.[0-9]*)))))
+# The first home of part $(1) that holds both its header and its library.
+cuda_home_of = $(firstword $(foreach h,$($(1)_HOMES),$(if $(and $(call cuda_inc_in,$($(1)_H),$(h)),$(call cuda_lib_in,$(1),$(h))),$(h))))
+$(foreach p,$(CUDA_PARTS),$(eval CUDA_AT_$(p) := $(if $(NVCC),$(call cuda_home_of,$(p))))\
+  $(eval CUDA_INC_$(p) := $(if $(CUDA_AT_$(p)),$(call cuda_inc_in,$($(p)_H),$(CUDA_AT_$(p)))))\
+  $(eval CUDA_LIB_$(p) := $(if $(CUDA_AT_$(p)),$(call cuda_lib_in,$(p),$(CUDA_AT_$(p))))))
+CUDA_MISSING := $(if $(NVCC),$(strip $(foreach p,$(CUDA_PARTS),$(if $(CUDA_AT_$(p)),,$($(p)_H))) \
+                                     $(foreach p,$(CUDA_PARTS),$(if $(CUDA_AT_$(p)),,lib$(p).so))))
+CUDA_SEARCHED = $(sort $(foreach p,$(CUDA_PARTS),$(if $(CUDA_AT_$(p)),,$(filter-out $(CUDA_HOME),$($(p)_HOMES)))))
+CUDA_FOUND    = $(foreach p,$(CUDA_PARTS),$(p) $(CUDA_LIB_$(p)))
 CUDA     ?= $(if $(filter 1,$(SAN)),0,$(if $(and $(NVCC),$(CUDA_HOME),$(if $(CUDA_MISSING),,ok)),1,0))
 CUDA_SRCS := $(if $(filter 1,$(CUDA)),$(wildcard libcommon/*.cu libcommon/backend/*.cu))
-CUDA_CFLAGS = $(if $(CUDA_SRCS),-DDS_HAVE_CUDA=1 -I$(CUDA_HOME)/include)
-CUDA_LIBS   = $(if $(CUDA_SRCS),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lnccl -lcudart)
+# -I and -L for every directory found, but the compiler's own; run paths for the libraries.
+CUDA_SYSDIRS := /usr/include/ $(MULTIARCH:%=/usr/include/%/) $(MULTIARCH:%=/usr/lib/%/) /usr/lib64/ /usr/lib/
+CUDA_INCS   = $(addprefix -I,$(patsubst %/,%,$(filter-out $(CUDA_SYSDIRS),$(sort $(foreach p,$(CUDA_PARTS),$(dir $(CUDA_INC_$(p))))))))
+CUDA_LIBDIRS = $(patsubst %/,%,$(filter-out $(CUDA_SYSDIRS),$(sort $(foreach p,$(CUDA_PARTS),$(dir $(CUDA_LIB_$(p)))))))
+CUDA_CFLAGS = $(if $(CUDA_SRCS),-DDS_HAVE_CUDA=1 $(CUDA_INCS))
+CUDA_LIBS   = $(if $(CUDA_SRCS),$(foreach d,$(CUDA_LIBDIRS),-L$(d) -Wl$(comma)-rpath$(comma)$(d)) \
+              $(foreach p,cudnn cublasLt cublas nccl cudart,-l:$(notdir $(CUDA_LIB_$(p)))))
+# SASS for the GPUs built for, and PTX of the newest for any later GPU (the driver compiles it).
 CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_86,code=sm_86 \
-              -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=sm_90
+              -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=sm_90 \
+              -gencode arch=compute_90,code=compute_90
 
 SAN_FLAGS := -fsanitize=address -fsanitize=undefined -fno-sanitize-recover=undefined
 # Portable code: the baseline instruction set of the architecture, so a binary runs on any
@@ -62,7 +100,7 @@ SRC_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp
 CFLAGS   += $(SRC_CFLAGS) -g $(OPT) -MMD -MP
 LDFLAGS  += -fopenmp $(if $(filter 1,$(SAN)),$(SAN_FLAGS))
 LDLIBS   += $(PKG_LIBS) $(MPI_LIBS) $(CUDA_LIBS) -lz -lm -lpthread
-NVFLAGS  := -O3 -MMD -MP -std=c++17 $(CUDA_ARCHS) -Ilibcommon -DDS_HAVE_CUDA=1 $(if $(MPI_CFLAGS),$(shell mpicc --showme:compile)) -Xcompiler -fPIC$(comma)-Wall
+NVFLAGS  := -O3 -MMD -MP -std=c++17 $(CUDA_ARCHS) -Ilibcommon $(CUDA_INCS) -DDS_HAVE_CUDA=1 $(if $(MPI_CFLAGS),$(shell mpicc --showme:compile)) -Xcompiler -fPIC$(comma)-Wall
 
 LIB_SRCS  := $(sort $(wildcard libcommon/*.c libcommon/backend/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
@@ -95,7 +133,7 @@ FORCE:
 all: config $(LIB) $(TOOLS) $(DATA_BINS) $(TEST_BINS) $(DRV_BINS)
 
 config:
-	@echo "ds $(VERSION): MPI=$(MPI)$(if $(filter 1,$(MPI)), ($(MPICC)))  CUDA=$(CUDA)$(if $(filter 1,$(CUDA)), ($(CUDA_HOME), $(words $(CUDA_SRCS)) .cu files),$(if $(CUDA_MISSING), (not in $(or $(CUDA_HOME),the toolkit): $(CUDA_MISSING))))  SAN=$(SAN)"
+	@echo "ds $(VERSION): MPI=$(MPI)$(if $(filter 1,$(MPI)), ($(MPICC)))  CUDA=$(CUDA)$(if $(filter 1,$(CUDA)), ($(CUDA_HOME), $(words $(CUDA_SRCS)) .cu files; $(CUDA_FOUND)),$(if $(CUDA_MISSING), (not in $(or $(CUDA_HOME),the toolkit)$(if $(CUDA_SEARCHED), nor $(CUDA_SEARCHED)): $(CUDA_MISSING))))  SAN=$(SAN)"
 	@pkg-config --exists $(PKGS_C) || { echo "missing libraries ($(PKGS_C)): run 'make deps'"; exit 1; }
 
 # Installs the Debian packages that are missing; does nothing when all are there.

@@ -9,6 +9,7 @@
 extern "C" {
 #include "cuda.h"
 #include "cuda_kernels.h"
+#include "cpu_loops.h"   /* DS_BN_FLUSH: the CPU's float run length, shared */
 }
 
 static double *scratch;   /* DS_CUDA_SCRATCH_BYTES: partial sums, then per-channel coefficients */
@@ -19,107 +20,109 @@ void ds_cuda_kernels_init(void *p) { scratch = (double *)p; }
 
 /* ---- batch norm ---- */
 
-/* Per-channel sums are split over BN_GROUPS row groups; block (32 channels, 8 rows). */
+/* Per-channel sums are split over chunks of consecutive rows: a block of (BN_CH channels,
+ * BN_ROWS) threads takes BN_ROWS chunks, the grid's y its groups of chunks. */
 #define BN_CH 32
 #define BN_ROWS 8
 
-static int bn_groups(int m, int c)
+static int bn_chunks(int m, int c)
 {
-    /* partials [2][G][c] doubles + coefficients [3][c] floats must fit the scratch */
-    size_t fit = (DS_CUDA_SCRATCH_BYTES - 3 * (size_t)c * sizeof(float)) / (2 * (size_t)c * sizeof(double));
-    int g = (m + 4 * BN_ROWS - 1) / (4 * BN_ROWS);   /* at least ~4 rows per thread */
+    /* partials [2][chunks][c] doubles + coefficients [3][c] floats must fit the scratch */
+    size_t fit = (DS_CUDA_SCRATCH_BYTES - 3 * (size_t)c * sizeof(float)) / (2 * (size_t)c * sizeof(double) * BN_ROWS);
+    /* a chunk of at least one float run (DS_BN_FLUSH rows) where m allows */
+    int g = (int)(((long)m + DS_BN_FLUSH * BN_ROWS - 1) / (DS_BN_FLUSH * BN_ROWS));
     if (g > 256) g = 256;
     if ((size_t)g > fit) g = (int)fit;
     if (g < 1) ds_die("batch norm: %d channels exceed the CUDA backend's scratch", c);
-    return g;
+    return g * BN_ROWS;
 }
 
 /* Mode of bn_partial_kernel: what it sums per channel. */
 enum { BN_STATS, BN_GRADS };
 
-/* partial [2][groups][c]: for group g, sums over its rows of
- *   BN_STATS: a = x - shift, b = (x - shift)^2        (shift = row 0, as the CPU)
- *   BN_GRADS: a = dy, b = dy * (x - mean), with dy = dout masked by out > 0 when relu,
- *             written back into dout (the op's contract: dout becomes the pre-ReLU grad). */
+/* partial [2][chunks][c]: for each chunk of consecutive rows, sums over its rows of
+ *   BN_STATS: u = x - shift, u * u                     (shift = row 0's x, as the CPU)
+ *   BN_GRADS: u = dy, u * (x - mean), with dy = dout masked by out > 0 when relu,
+ *             written back into dout (the op's contract: dout becomes the pre-ReLU grad).
+ * As the CPU's bn_sums (cpu_loops.inc): u and the products in float, rounded once each (no
+ * fused multiply-add), summed in float over DS_BN_FLUSH rows and then added into a double.
+ * Thread (channel, chunk) walks its chunk's rows in order; a warp's threads are neighbouring
+ * channels of the same row, so the loads stay coalesced. */
 __global__ void bn_partial_kernel(double *partial, float *dout, const float *out, const float *in,
-                                  const float *center, int mode, int relu, int m, int c, int groups)
+                                  const float *center, int mode, int relu, int m, int c, int chunks)
 {
-    __shared__ double sa[BN_ROWS][BN_CH], sb[BN_ROWS][BN_CH];
-    int ch = blockIdx.x * BN_CH + threadIdx.x, g = blockIdx.y;
+    int ch = blockIdx.x * BN_CH + threadIdx.x, t = blockIdx.y * BN_ROWS + threadIdx.y;
+    if (ch >= c) return;
+    long r0 = (long)t * m / chunks, r1 = (long)(t + 1) * m / chunks;
+    float mu = mode == BN_GRADS ? center[ch] : m ? in[ch] : 0;
     double a = 0, b = 0;
-    if (ch < c) {
-        double mu = mode == BN_GRADS ? (double)center[ch] : m ? (double)in[ch] : 0;
-        for (long i = (long)g * BN_ROWS + threadIdx.y; i < m; i += (long)groups * BN_ROWS) {
+    for (long i0 = r0; i0 < r1; i0 += DS_BN_FLUSH) {
+        long i1 = i0 + DS_BN_FLUSH < r1 ? i0 + DS_BN_FLUSH : r1;
+        float fa = 0, fb = 0;
+        for (long i = i0; i < i1; i++) {
             long at = i * c + ch;
-            double x = (double)in[at] - mu;
+            float v = __fsub_rn(in[at], mu), u;
             if (mode == BN_STATS) {
-                a += x;
-                b += x * x;
+                u = v;
             } else {
-                float dy = dout[at];
-                if (relu && !(out[at] > 0)) dout[at] = dy = 0;
-                a += dy;
-                b += dy * x;
+                u = dout[at];
+                if (relu && !(out[at] > 0)) dout[at] = u = 0;
             }
+            fa = __fadd_rn(fa, u);
+            fb = __fadd_rn(fb, __fmul_rn(u, v));
         }
+        a += fa, b += fb;
     }
-    sa[threadIdx.y][threadIdx.x] = a;
-    sb[threadIdx.y][threadIdx.x] = b;
-    __syncthreads();
-    if (threadIdx.y == 0 && ch < c) {
-        for (int r = 1; r < BN_ROWS; r++) a += sa[r][threadIdx.x], b += sb[r][threadIdx.x];
-        partial[(long)g * c + ch] = a;
-        partial[((long)groups + g) * c + ch] = b;
-    }
+    partial[(long)t * c + ch] = a;
+    partial[((long)chunks + t) * c + ch] = b;
 }
 
 static void bn_partials(double *partial, float *dout, const float *out, const float *in,
-                        const float *center, int mode, int relu, int m, int c, int groups)
+                        const float *center, int mode, int relu, int m, int c, int chunks)
 {
-    dim3 grid((c + BN_CH - 1) / BN_CH, groups), block(BN_CH, BN_ROWS);
+    dim3 grid((c + BN_CH - 1) / BN_CH, chunks / BN_ROWS), block(BN_CH, BN_ROWS);
     bn_partial_kernel<<<grid, block, 0, ds_cuda_stream()>>>(partial, dout, out, in, center, mode,
-                                                            relu, m, c, groups);
+                                                            relu, m, c, chunks);
     launchCheck();
 }
 
-/* One thread per channel: the statistics and out = in * ka + kb (CPU: bn_fwd_train). */
-__global__ void bn_stats_final_kernel(float *mean, float *var, float *invstd, float *ka, float *kb,
+/* One thread per channel: the statistics and a = gamma * invstd (CPU: bn_fwd_train). The
+ * chunks' sums are added in chunk order; the double arithmetic rounds each operation. */
+__global__ void bn_stats_final_kernel(float *mean, float *var, float *invstd, float *ka,
                                       const double *partial, const float *in, const float *gamma,
-                                      const float *beta, int m, int c, int groups, float eps)
+                                      int m, int c, int chunks, float eps)
 {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= c) return;
     double s1 = 0, s2 = 0;
-    for (int g = 0; g < groups; g++) s1 += partial[(long)g * c + j], s2 += partial[((long)groups + g) * c + j];
-    double shift = m ? in[j] : 0;
-    double d = m ? s1 / m : 0, v = m ? s2 / m - d * d : 0;
+    for (int t = 0; t < chunks; t++) s1 += partial[(long)t * c + j], s2 += partial[((long)chunks + t) * c + j];
+    float shift = m ? in[j] : 0;
+    double d = m ? s1 / m : 0, v = m ? __dsub_rn(s2 / m, __dmul_rn(d, d)) : 0;
     if (v < 0) v = 0;
     double is = 1.0 / sqrt(v + eps);
     mean[j] = (float)(shift + d);
     var[j] = (float)v;
     invstd[j] = (float)is;
     ka[j] = (float)(gamma[j] * is);
-    kb[j] = (float)(beta[j] - (shift + d) * gamma[j] * is);
 }
 
-/* Inference: the same coefficients from the running statistics. */
-__global__ void bn_infer_coef_kernel(float *ka, float *kb, const float *gamma, const float *beta,
-                                     const float *rmean, const float *rvar, int c, float eps)
+/* Inference: a = gamma / sqrt(running_var + eps), as the CPU (a division, not * invstd). */
+__global__ void bn_infer_coef_kernel(float *ka, const float *gamma, const float *rvar, int c, float eps)
 {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= c) return;
-    double is = 1.0 / sqrt((double)rvar[j] + eps);
-    ka[j] = (float)(gamma[j] * is);
-    kb[j] = (float)(beta[j] - rmean[j] * gamma[j] * is);
+    ka[j] = (float)(gamma[j] / sqrt((double)rvar[j] + eps));
 }
 
-/* out [m, c] = relu?(in * ka + kb + residual?); rounded like the CPU (no fused multiply-add) */
-__global__ void bn_apply_kernel(float *out, const float *in, const float *ka, const float *kb,
-                                const float *residual, int relu, long total, int c)
+/* out [m, c] = relu?((in - mean) * a + beta + residual?), the CPU's formula and rounding
+ * (cpu_loops.inc bn_apply): the mean is subtracted first, which keeps the precision when
+ * |mean| >> std, and no multiply-add is fused. */
+__global__ void bn_apply_kernel(float *out, const float *in, const float *mean, const float *a,
+                                const float *beta, const float *residual, int relu, long total, int c)
 {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
         int j = (int)(i % c);
-        float v = __fadd_rn(__fmul_rn(in[i], ka[j]), kb[j]);
+        float v = __fadd_rn(__fmul_rn(__fsub_rn(in[i], mean[j]), a[j]), beta[j]);
         if (residual) v = __fadd_rn(v, residual[i]);
         out[i] = relu && v < 0 ? 0 : v;
     }
@@ -134,14 +137,15 @@ void ds_cuda_bn_fwd_train(float *out, float *mean, float *var, float *invstd, co
                           const float *gamma, const float *beta, const float *residual, int relu,
                           int m, int c, float eps)
 {
-    int groups = bn_groups(m, c);
-    float *ka = bn_coef(c, 0), *kb = bn_coef(c, 1);
-    bn_partials(scratch, NULL, NULL, in, NULL, BN_STATS, 0, m, c, groups);
+    int chunks = bn_chunks(m, c);
+    float *ka = bn_coef(c, 0);
+    bn_partials(scratch, NULL, NULL, in, NULL, BN_STATS, 0, m, c, chunks);
     bn_stats_final_kernel<<<(c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream()>>>(
-        mean, var, invstd, ka, kb, scratch, in, gamma, beta, m, c, groups, eps);
+        mean, var, invstd, ka, scratch, in, gamma, m, c, chunks, eps);
     launchCheck();
     long total = (long)m * c;
-    bn_apply_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(out, in, ka, kb, residual, relu, total, c);
+    bn_apply_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(out, in, mean, ka, beta, residual,
+                                                                                      relu, total, c);
     launchCheck();
 }
 
@@ -149,39 +153,40 @@ void ds_cuda_bn_fwd_infer(float *out, const float *in, const float *gamma, const
                           const float *running_mean, const float *running_var, const float *residual,
                           int relu, int m, int c, float eps)
 {
-    float *ka = bn_coef(c, 0), *kb = bn_coef(c, 1);
-    bn_infer_coef_kernel<<<(c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream()>>>(
-        ka, kb, gamma, beta, running_mean, running_var, c, eps);
+    float *ka = bn_coef(c, 0);
+    bn_infer_coef_kernel<<<(c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream()>>>(ka, gamma, running_var, c, eps);
     launchCheck();
     long total = (long)m * c;
-    bn_apply_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(out, in, ka, kb, residual, relu, total, c);
+    bn_apply_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(out, in, running_mean, ka, beta,
+                                                                                      residual, relu, total, c);
     launchCheck();
 }
 
-/* dgamma, dbeta += ; din = dy * ka + x * kb + kc (CPU: bn_bwd) */
+/* dgamma, dbeta += ; the coefficients of din = dy * ka + (x - mean) * kb + kc (CPU: bn_bwd) */
 __global__ void bn_grad_final_kernel(float *dgamma, float *dbeta, float *ka, float *kb, float *kc,
-                                     const double *partial, const float *gamma, const float *mean,
-                                     const float *invstd, int m, int c, int groups)
+                                     const double *partial, const float *gamma, const float *invstd, int m,
+                                     int c, int chunks)
 {
     int k = blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= c) return;
     double sdy = 0, sdyx = 0;
-    for (int g = 0; g < groups; g++) sdy += partial[(long)g * c + k], sdyx += partial[((long)groups + g) * c + k];
+    for (int t = 0; t < chunks; t++) sdy += partial[(long)t * c + k], sdyx += partial[((long)chunks + t) * c + k];
     double is = invstd[k], gi = gamma[k] * is;
     dgamma[k] += (float)(sdyx * is);
     dbeta[k] += (float)sdy;
     double mdy = m ? sdy / m : 0, mdyx = m ? sdyx * is * is / m : 0;
     ka[k] = (float)gi;
     kb[k] = (float)(-gi * mdyx);
-    kc[k] = (float)(gi * (mdyx * mean[k] - mdy));
+    kc[k] = (float)(-gi * mdy);
 }
 
-__global__ void bn_dx_kernel(float *din, const float *dy, const float *in, const float *ka,
+/* din = dy * ka + (x - mean) * kb + kc, the CPU's formula and rounding (cpu_loops.inc bn_dx) */
+__global__ void bn_dx_kernel(float *din, const float *dy, const float *in, const float *mean, const float *ka,
                              const float *kb, const float *kc, long total, int c)
 {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
         int j = (int)(i % c);
-        din[i] = __fadd_rn(__fadd_rn(__fmul_rn(dy[i], ka[j]), __fmul_rn(in[i], kb[j])), kc[j]);
+        din[i] = __fadd_rn(__fadd_rn(__fmul_rn(dy[i], ka[j]), __fmul_rn(__fsub_rn(in[i], mean[j]), kb[j])), kc[j]);
     }
 }
 
@@ -189,16 +194,17 @@ void ds_cuda_bn_bwd(float *din, float *dresidual, float *dgamma, float *dbeta, f
                     const float *out, const float *in, const float *gamma, const float *mean,
                     const float *invstd, int relu, int m, int c)
 {
-    int groups = bn_groups(m, c);
+    int chunks = bn_chunks(m, c);
     float *ka = bn_coef(c, 0), *kb = bn_coef(c, 1), *kc = bn_coef(c, 2);
     long total = (long)m * c;
-    bn_partials(scratch, dout, out, in, mean, BN_GRADS, relu, m, c, groups);
+    bn_partials(scratch, dout, out, in, mean, BN_GRADS, relu, m, c, chunks);
     if (dresidual && dresidual != dout)
         cudaCheck(cudaMemcpyAsync(dresidual, dout, total * sizeof(float), cudaMemcpyDeviceToDevice, ds_cuda_stream()));
     bn_grad_final_kernel<<<(c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream()>>>(
-        dgamma, dbeta, ka, kb, kc, scratch, gamma, mean, invstd, m, c, groups);
+        dgamma, dbeta, ka, kb, kc, scratch, gamma, invstd, m, c, chunks);
     launchCheck();
-    bn_dx_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(din, dout, in, ka, kb, kc, total, c);
+    bn_dx_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(din, dout, in, mean, ka, kb, kc,
+                                                                                   total, c);
     launchCheck();
 }
 

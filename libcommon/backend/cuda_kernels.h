@@ -1,8 +1,11 @@
 /* cuda_kernels: the CUDA backend's own kernels, for the ops no library call fits. Each
  * function has the signature and the semantics of its ds_backend entry (backend.h) and
- * mirrors cpu.c's arithmetic: the same formulas in the same precision (double
- * sums for batch-norm statistics, unfused multiply-add where the CPU rounds twice), so
- * the two backends agree far inside the tests' 1e-4. */
+ * follows cpu.c's formulas and rounding (unfused multiply-add where the CPU rounds twice;
+ * batch norm subtracts the mean first and sums in float over DS_BN_FLUSH rows, then in
+ * double). The results are close to the CPU's, far inside the tests' 1e-4, but not bitwise
+ * equal: batch norm's sums split the rows into other chunks than the CPU's 16, softmax
+ * sums in a tree, not in sequence. Elementwise ops with the same inputs (BN apply and dx
+ * given the same statistics, pooling, SGD, bias, normalize_u8) round as the CPU does. */
 #ifndef DS_KERNELS_CUDA_H
 #define DS_KERNELS_CUDA_H
 

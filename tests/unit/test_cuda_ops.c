@@ -72,18 +72,22 @@ static float *dup(const float *x, size_t n)
     return y;
 }
 
-static void test_conv(int n, int h, int w, int c, int k, int r, int stride, int pad)
+/* Planned (conv_workspace) for batches of `planned`, run with n <= planned: the model plans
+ * for max_batch and runs shorter batches too (an evaluation's last one). */
+static void test_conv(int n, int planned, int h, int w, int c, int k, int r, int stride, int pad)
 {
-    ds_conv_desc d = {n, h, w, c, k, r, r, stride, pad, 0, 0};
+    ds_conv_desc d = {planned, h, w, c, k, r, r, stride, pad, 0, 0};
     d.p = (h + 2 * pad - r) / stride + 1;
     d.q = (w + 2 * pad - r) / stride + 1;
     char name[128];
-    snprintf(name, sizeof name, "cuda conv %dx%dx%dx%d k%d %dx%d/%d pad %d", n, h, w, c, k, r, r, stride, pad);
+    snprintf(name, sizeof name, "cuda conv %dx%dx%dx%d k%d %dx%d/%d pad %d (planned for %d)", n, h, w, c, k, r, r,
+             stride, pad, planned);
     check_begin(name);
+    size_t cws = C->conv_workspace(&d), gws = G->conv_workspace(&d);
+    d.n = n;
     size_t ni = (size_t)n * h * w * c, nw = (size_t)k * r * r * c, no = (size_t)n * d.p * d.q * k;
     float *in = host_rand(ni, -1, 1), *wt = host_rand(nw, -0.5f, 0.5f), *dout = host_rand(no, -1, 1);
     float *dw0 = host_rand(nw, -0.1f, 0.1f);   /* bwd_weight must add to what is there */
-    size_t cws = C->conv_workspace(&d), gws = G->conv_workspace(&d);
     void *cw = xmalloc(cws), *gw = G->alloc(gws ? gws : 1);
     float *out = xmalloc(no * sizeof *out), *din = xmalloc(ni * sizeof *din), *dw = dup(dw0, nw);
     C->conv_fwd(out, in, wt, &d, cw);
@@ -291,10 +295,16 @@ int main(void)
     }
     ds_backend_opts opts = {.precision = DS_PRECISION_FP32, .deterministic = 1};
     if (!(G = ds_backend_select("cuda", &opts))) return 1;
-    test_conv(2, 9, 7, 16, 24, 3, 1, 1);
-    test_conv(3, 8, 8, 32, 16, 1, 2, 0);
-    test_conv(2, 15, 15, 3, 8, 7, 2, 3);
-    test_conv(1, 6, 5, 64, 64, 3, 2, 1);
+    test_conv(2, 2, 9, 7, 16, 24, 3, 1, 1);
+    test_conv(3, 3, 8, 8, 32, 16, 1, 2, 0);
+    test_conv(2, 2, 15, 15, 3, 8, 7, 2, 3);
+    test_conv(1, 1, 6, 5, 64, 64, 3, 2, 1);
+    /* shorter batches than planned, each size twice (its slot set up, then reused) */
+    test_conv(40, 64, 8, 8, 16, 16, 3, 1, 1);
+    test_conv(1, 64, 8, 8, 16, 16, 3, 1, 1);
+    test_conv(40, 64, 8, 8, 16, 16, 3, 1, 1);
+    test_conv(64, 64, 8, 8, 16, 16, 3, 1, 1);
+    test_conv(5, 7, 15, 15, 3, 8, 7, 2, 3);
     test_bn(300, 48, 1, 1);
     test_bn(1000, 70, 0, 0);
     test_bn(97, 8, 1, 0);

@@ -1,5 +1,6 @@
 /* test_model: architectures (parameter counts equal torchvision's), the memory plan, init,
- * refusals, that a training step allocates nothing, and the gradient buckets. Numerics against PyTorch are in
+ * refusals, that a training step allocates nothing, every batch size up to the planned one, and
+ * the gradient buckets. Numerics against PyTorch are in
  * tests/ref/test_engine_resnet.py. */
 #include <math.h>
 #include <stdint.h>
@@ -265,6 +266,54 @@ static void test_backward_repeatable(const char *arch, int n, int hw)
     check_end();
 }
 
+/* Every batch size from 1 to max_batch runs (the last batch of an evaluation is short): an
+ * inference forward of n images gives bitwise the first n rows of the full batch's logits
+ * (every inference op works per image), and a training step of n >= 2 images gives a finite
+ * loss and finite, not all zero, gradients. */
+static void test_every_batch_size(void)
+{
+    check_begin("every_batch_size");
+    enum { MAXB = 5, HW = 16, CLASSES = 10 };
+    ds_model *e = make("resnet20", CLASSES, MAXB, HW, 0);
+    ds_model_init(e, 5);
+    fill_input(e, MAXB, HW);
+    float full[MAXB * CLASSES], part[MAXB * CLASSES];
+    const float *logits = ds_model_forward(e, MAXB, 0);
+    CHECK(logits != NULL, "full batch");
+    if (logits) ds_backend_cpu.download(full, logits, sizeof full);
+    for (int n = 1; n <= MAXB && logits; n++) {
+        fill_input(e, MAXB, HW);
+        const float *l = ds_model_forward(e, n, 0);
+        CHECK(l != NULL, "inference forward of %d images", n);
+        if (!l) continue;
+        ds_backend_cpu.download(part, l, (size_t)n * CLASSES * sizeof(float));
+        CHECK(!memcmp(part, full, (size_t)n * CLASSES * sizeof(float)),
+              "inference of %d images differs from the first rows of the full batch", n);
+    }
+    ds_model_free(e);
+
+    ds_model *t = make("resnet20", CLASSES, MAXB, HW, 1);
+    ds_model_init(t, 5);
+    int32_t labels[MAXB] = {3, 1, 4, 1, 5};
+    size_t count;
+    float *red = ds_model_reduction(t, &count), *g = malloc(count * sizeof *g);
+    for (int n = 2; n <= MAXB; n++) {
+        fill_input(t, MAXB, HW);
+        ds_model_zero_reduction(t);
+        const float *l = ds_model_forward(t, n, 1);
+        double loss = l ? ds_model_backward(t, labels, n, 1.0f / n, 0.1f) : NAN;
+        CHECK(l != NULL && isfinite(loss), "training step of %d images: loss %g", n, loss);
+        ds_backend_cpu.download(g, red, count * sizeof *g);
+        size_t bad = 0, nonzero = 0;
+        for (size_t i = 0; i < count; i++) bad += !isfinite(g[i]), nonzero += g[i] != 0;
+        CHECK(bad == 0 && nonzero > count / 2, "%d images: %zu gradients not finite, %zu of %zu non-zero", n,
+              bad, nonzero, count);
+    }
+    free(g);
+    ds_model_free(t);
+    check_end();
+}
+
 /* ---- gradient buckets: a recording backend (the CPU one, with reduce_start logging what
  * it was handed and when) ---- */
 
@@ -388,6 +437,7 @@ int main(void)
     test_refusals();
     test_init();
     test_step_allocates_nothing();
+    test_every_batch_size();
     test_backward_repeatable("resnet20", 4, 16);
     test_backward_repeatable("resnet18", 2, 64);
     /* bucket edges at many places */

@@ -1,0 +1,198 @@
+/* test_cuda_plan: the CUDA backend's bookkeeping of convolution plans (backend/cuda_plan.h),
+ * which is plain C and runs here without a GPU. A spy backend (the CPU one, with the plan
+ * table in front of its convolutions as the CUDA backend has it) runs the real model: plans
+ * are made for max_batch only, and every shorter batch must find them. Then the rules one by
+ * one: n above the planned batch refused with a message, other shapes and precisions not
+ * matched, the workspace limit over plans of one shape, and the slots kept per batch size. */
+#include <string.h>
+
+#include "../check.h"
+#include "backend.h"
+#include "backend/cuda_plan.h"
+#include "log.h"
+#include "model.h"
+
+static ds_conv_plans table;
+static int workspace_calls, runs, misses, fresh_slots;
+static char last_why[160];
+
+static size_t spy_workspace(const ds_conv_desc *d)
+{
+    workspace_calls++;
+    size_t bytes = ds_backend_cpu.conv_workspace(d);
+    if (!ds_conv_plans_exact(&table, d, 0, 0)) ds_conv_plans_add(&table, d, 0, 0, bytes, NULL);
+    return bytes;
+}
+
+static void spy_run(const ds_conv_desc *d)
+{
+    size_t limit = 0;
+    runs++;
+    ds_conv_plan *p = ds_conv_plans_lookup(&table, d, 0, 0, &limit, last_why, sizeof last_why);
+    if (!p) {
+        misses++;
+        return;
+    }
+    int fresh;
+    ds_conv_plan_slot(&table, p, d->n, &fresh);
+    fresh_slots += fresh;
+}
+
+static void spy_fwd(float *o, const float *i, const float *w, const ds_conv_desc *d, void *ws)
+{
+    spy_run(d);
+    ds_backend_cpu.conv_fwd(o, i, w, d, ws);
+}
+
+static void spy_bwd_data(float *o, const float *i, const float *w, const ds_conv_desc *d, void *ws)
+{
+    spy_run(d);
+    ds_backend_cpu.conv_bwd_data(o, i, w, d, ws);
+}
+
+static void spy_bwd_weight(float *o, const float *i, const float *w, const ds_conv_desc *d, void *ws)
+{
+    spy_run(d);
+    ds_backend_cpu.conv_bwd_weight(o, i, w, d, ws);
+}
+
+static ds_backend spy(void)
+{
+    ds_backend be = ds_backend_cpu;
+    be.conv_workspace = spy_workspace;
+    be.conv_fwd = spy_fwd;
+    be.conv_bwd_data = spy_bwd_data;
+    be.conv_bwd_weight = spy_bwd_weight;
+    return be;
+}
+
+/* resnet20 on 16x16 images planned at 64 (dseval's default batch): forwards of 64, 40 (the
+ * last batch of 1000 images) and 1 all find their plans; each new batch size sets up one
+ * slot per plan, once. */
+static void test_model_batches(void)
+{
+    check_begin("cuda_plan_model_short_batches");
+    ds_backend be = spy();
+    ds_model_config mc = {.arch = "resnet20", .num_classes = 4, .max_batch = 64, .height = 16, .width = 16,
+                          .training = 0};
+    ds_model *m = ds_model_create(&be, &mc);
+    CHECK(m != NULL, "model");
+    ds_model_init(m, 1);
+    CHECK(workspace_calls == 21, "%d conv_workspace calls, want resnet20's 21 convolutions", workspace_calls);
+    for (int i = 0; i < table.count; i++) CHECK(table.v[i]->d.n == 64, "plan %d made for n=%d", i, table.v[i]->d.n);
+    const int batches[] = {64, 40, 1, 40};
+    for (int b = 0; b < 4; b++) {
+        runs = misses = fresh_slots = 0;
+        ds_model_forward(m, batches[b], 0);
+        CHECK(runs == 21 && misses == 0, "forward of %d: %d of %d convolutions found no plan (%s)", batches[b],
+              misses, runs, last_why);
+        /* the shapes repeat within resnet20: one slot per plan and batch size, made once */
+        int want = b == 3 ? 0 : table.count;
+        CHECK(fresh_slots == want, "forward of %d: %d slots set up, want %d", batches[b], fresh_slots, want);
+    }
+    ds_model_free(m);
+
+    /* training: forward and both backward ops of a short micro-batch */
+    ds_conv_plans_free(&table);
+    workspace_calls = 0;
+    mc.training = 1;
+    mc.max_batch = 8;
+    m = ds_model_create(&be, &mc);
+    ds_model_init(m, 1);
+    int32_t labels[8] = {0, 1, 2, 3, 0, 1, 2, 3};
+    runs = misses = 0;
+    ds_model_zero_reduction(m);
+    ds_model_forward(m, 3, 1);
+    ds_model_backward(m, labels, 3, 1.0f / 3, 0);
+    /* 21 forward, 21 weight-gradient, 20 data-gradient (none into the input image) */
+    CHECK(runs == 62 && misses == 0, "training step of 3: %d of %d convolutions found no plan (%s)", misses, runs,
+          last_why);
+    ds_model_free(m);
+    ds_conv_plans_free(&table);
+    check_end();
+}
+
+static ds_conv_desc conv3x3(int n, int hw, int c, int k)
+{
+    return (ds_conv_desc){.n = n, .h = hw, .w = hw, .c = c, .k = k, .r = 3, .s = 3, .stride = 1, .pad = 1,
+                          .p = hw, .q = hw};
+}
+
+static void test_rules(void)
+{
+    check_begin("cuda_plan_rules");
+    ds_conv_plans t = {0};
+    char why[160] = "";
+    size_t limit = 0;
+    ds_conv_desc d = conv3x3(64, 16, 16, 16);
+    ds_conv_plan *p64 = ds_conv_plans_add(&t, &d, 0, 0, 1000, NULL);
+    CHECK(p64 != NULL, "add");
+    for (int n = 1; n <= 64; n++) {
+        ds_conv_desc q = conv3x3(n, 16, 16, 16);
+        CHECK(ds_conv_plans_lookup(&t, &q, 0, 0, &limit, why, sizeof why) == p64 && limit == 1000,
+              "n=%d not served by the plan for 64", n);
+    }
+    ds_conv_desc big = conv3x3(65, 16, 16, 16);
+    CHECK(!ds_conv_plans_lookup(&t, &big, 0, 0, &limit, why, sizeof why) && strstr(why, "at most 64"),
+          "n=65 accepted, or refused without saying why (\"%s\")", why);
+    ds_conv_desc other = conv3x3(64, 16, 16, 32);
+    CHECK(!ds_conv_plans_lookup(&t, &other, 0, 0, &limit, why, sizeof why) && strstr(why, "never planned"),
+          "another k matched (\"%s\")", why);
+    other = d, other.stride = 2, other.p = other.q = 8;
+    CHECK(!ds_conv_plans_lookup(&t, &other, 0, 0, &limit, why, sizeof why), "another stride matched");
+    other = d, other.pad = 0, other.p = other.q = 14;
+    CHECK(!ds_conv_plans_lookup(&t, &other, 0, 0, &limit, why, sizeof why), "another padding matched");
+    CHECK(!ds_conv_plans_lookup(&t, &d, 2, 0, &limit, why, sizeof why), "another precision matched");
+    CHECK(!ds_conv_plans_lookup(&t, &d, 0, 1, &limit, why, sizeof why), "another determinism matched");
+    CHECK(ds_conv_plans_exact(&t, &d, 0, 0) == p64, "exact lookup");
+    ds_conv_desc d40 = conv3x3(40, 16, 16, 16);
+    CHECK(!ds_conv_plans_exact(&t, &d40, 0, 0), "exact lookup ignored n");
+
+    /* slots: the same n reuses its slot; a new one takes an empty slot, then the oldest */
+    int fresh, s64 = ds_conv_plan_slot(&t, p64, 64, &fresh);
+    CHECK(fresh, "first use of n=64 not fresh");
+    CHECK(ds_conv_plan_slot(&t, p64, 64, &fresh) == s64 && !fresh, "n=64 set up again");
+    int s40 = ds_conv_plan_slot(&t, p64, 40, &fresh);
+    CHECK(fresh && s40 != s64, "n=40 shares n=64's slot");
+    CHECK(ds_conv_plan_slot(&t, p64, 64, &fresh) == s64 && !fresh, "n=64 lost its slot to n=40");
+    ds_conv_plan_slot(&t, p64, 3, &fresh);
+    ds_conv_plan_slot(&t, p64, 2, &fresh);   /* all DS_CONV_PLAN_SLOTS (4) slots in use */
+    ds_conv_plan_slot(&t, p64, 64, &fresh);  /* now n=40's is the oldest */
+    int s1 = ds_conv_plan_slot(&t, p64, 1, &fresh);
+    CHECK(fresh && s1 == s40, "n=1 took slot %d, want the least recently used (%d)", s1, s40);
+    CHECK(ds_conv_plan_slot(&t, p64, 64, &fresh) == s64 && !fresh, "n=64 evicted");
+    ds_conv_plan_slot(&t, p64, 40, &fresh);
+    CHECK(fresh, "n=40 still set up after its slot was reused");
+
+    /* A second model plans the same shape at 128 with less workspace: a run of n <= 64 may
+     * come from either model, so its limit is the smaller; the plans' slots are set up anew. */
+    ds_conv_desc d128 = conv3x3(128, 16, 16, 16);
+    ds_conv_plan *p128 = ds_conv_plans_add(&t, &d128, 0, 0, 600, NULL);
+    ds_conv_plan_slot(&t, p64, 64, &fresh);
+    CHECK(fresh, "slots kept after a plan of the same shape was added");
+    CHECK(ds_conv_plans_lookup(&t, &d40, 0, 0, &limit, why, sizeof why) == p64 && limit == 600,
+          "n=40: the smallest plan that serves it with the smallest limit (limit %zu)", limit);
+    ds_conv_desc d100 = conv3x3(100, 16, 16, 16);
+    CHECK(ds_conv_plans_lookup(&t, &d100, 0, 0, &limit, why, sizeof why) == p128 && limit == 600,
+          "n=100 served by the plan for 128");
+    CHECK(!ds_conv_plans_lookup(&t, &(ds_conv_desc){.n = 129, .h = 16, .w = 16, .c = 16, .k = 16, .r = 3,
+                                                     .s = 3, .stride = 1, .pad = 1, .p = 16, .q = 16},
+                                0, 0, &limit, why, sizeof why) && strstr(why, "at most 128"),
+          "n=129 (\"%s\")", why);
+    /* plans of other shapes keep their slots */
+    ds_conv_plan *po = ds_conv_plans_add(&t, &other, 0, 0, 10, NULL);
+    ds_conv_plan_slot(&t, po, 5, &fresh);
+    ds_conv_plans_add(&t, &d, 1, 0, 10, NULL);   /* the same shape in another precision */
+    ds_conv_plan_slot(&t, po, 5, &fresh);
+    CHECK(!fresh, "another shape's slot emptied");
+    ds_conv_plans_free(&t);
+    check_end();
+}
+
+int main(void)
+{
+    ds_log_init("test_cuda_plan");
+    test_model_batches();
+    test_rules();
+    return check_exit();
+}
