@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <hdf5.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,6 @@
 #include "fsutil.h"
 #include "h5util.h"
 #include "log.h"
-#include "shard.h"   /* DS_FORMAT_VERSION */
 
 /* ---- meta ---- */
 
@@ -105,10 +105,13 @@ const ds_ckpt_attr *ds_ckpt_meta_get(const ds_ckpt_meta *meta, const char *name)
     return NULL;
 }
 
-/* The root attributes this module owns; every other one is an extra. */
-static const char *const known_attrs[] = {"ds_format", "ds_kind", "arch", "num_classes", "input_size",
-                                          "mean", "std", "epoch", "step", "seed", "world_size",
-                                          "global_batch", "config", NULL};
+/* The root attributes of ds_ckpt_meta's members (checkpoint.h); every other one is an extra. */
+static const char *const known_attrs[] = {"ds_format", "ds_kind", "arch", "num_classes", "input_size", "mean",
+                                          "std", "epoch", "step", "seed", "world_size", "global_batch", "config",
+                                          "data_height", "data_width", "data_fit", "epoch_loss_sum",
+                                          "epoch_seconds", NULL};
+
+static int fit_known(const char *fit) { return !strcmp(fit, "crop") || !strcmp(fit, "squash"); }
 
 static int is_known_attr(const char *name)
 {
@@ -169,13 +172,13 @@ static int write_tensors(hid_t f, const char *group, ds_model *m, int momentum, 
 static int write_meta(hid_t f, ds_model *m, const ds_ckpt_meta *meta, const char **what)
 {
     const ds_model_config *cfg = ds_model_config_of(m);
-    int version = DS_FORMAT_VERSION, nc = cfg->num_classes;
+    int nc = cfg->num_classes;
     int64_t epoch = meta->epoch, step = meta->step;
+    int64_t data_height = meta->data_height, data_width = meta->data_width;
     uint64_t seed = meta->seed;
     int world = meta->world_size, gb = meta->global_batch, input = meta->input_size;
     *what = "attributes";
-    if (ds_h5_attr_write(f, "ds_format", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &version) ||
-        ds_h5_attr_write_str(f, "ds_kind", "checkpoint") || ds_h5_attr_write_str(f, "arch", cfg->arch) ||
+    if (ds_h5_write_header(f, "checkpoint") || ds_h5_attr_write_str(f, "arch", cfg->arch) ||
         ds_h5_attr_write(f, "num_classes", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &nc) ||
         ds_h5_attr_write(f, "input_size", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &input) ||
         ds_h5_attr_write(f, "mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, meta->mean) ||
@@ -187,6 +190,15 @@ static int write_meta(hid_t f, ds_model *m, const ds_ckpt_meta *meta, const char
         ds_h5_attr_write(f, "global_batch", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &gb) ||
         ds_h5_attr_write_str(f, "config", meta->config ? meta->config : "{}"))
         return -1;
+    /* int64 and float64: the types these had when dstrain wrote them as extras, so files
+     * written before they were named read the same. */
+    *what = "data_height";
+    if (data_height > 0 &&
+        (ds_h5_attr_write(f, "data_height", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, &data_height) ||
+         ds_h5_attr_write(f, "data_width", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, &data_width)))
+        return -1;
+    *what = "data_fit";
+    if (meta->data_fit[0] && ds_h5_attr_write_str(f, "data_fit", meta->data_fit)) return -1;
     for (int i = 0; i < meta->nextra; i++) {
         const ds_ckpt_attr *a = &meta->extra[i];
         *what = a->name;
@@ -196,6 +208,12 @@ static int write_meta(hid_t f, ds_model *m, const ds_ckpt_meta *meta, const char
                                             : ds_h5_attr_write_str(f, a->name, a->s ? a->s : "");
         if (rc) return -1;
     }
+    /* After the extras: the order a run's first checkpoint had when these were extras too
+     * (attribute order is invisible to readers but shows in the file's bytes). */
+    *what = "epoch_loss_sum";
+    if (ds_h5_attr_write(f, "epoch_loss_sum", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0, &meta->epoch_loss_sum) ||
+        ds_h5_attr_write(f, "epoch_seconds", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0, &meta->epoch_seconds))
+        return -1;
 
     *what = "/classes";
     hid_t st = ds_h5_vlen_utf8();
@@ -232,10 +250,11 @@ int ds_ckpt_save(const char *path, ds_model *m, const ds_ckpt_meta *meta)
     if (meta->classes && meta->num_classes != ds_model_config_of(m)->num_classes)
         return ds_err("%s: %d class names for a model of %d classes", path, meta->num_classes,
                       ds_model_config_of(m)->num_classes);
-    size_t len = strlen(path);
-    char *tmp = ds_xmalloc(len + 5);
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp", 5);
+    if (meta->data_height < 0 || meta->data_width < 0 || (meta->data_height > 0) != (meta->data_width > 0))
+        return ds_err("%s: data size %dx%d is not a size", path, meta->data_height, meta->data_width);
+    if (meta->data_fit[0] && !fit_known(meta->data_fit))
+        return ds_err("%s: data_fit '%s' is not 'crop' or 'squash'", path, meta->data_fit);
+    char *tmp = ds_tmp_name(path);
 
     ds_h5_quiet q;
     const char *what = "create";
@@ -258,19 +277,10 @@ static hid_t open_checkpoint(const char *path)
     if (H5Fis_hdf5(path) <= 0) return ds_err("%s: not a ds checkpoint (not an HDF5 file)", path);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) return ds_err("%s: cannot open the HDF5 file (truncated or damaged)", path);
-    int version;
-    char *kind = NULL;
-    const char *bad = NULL;
-    if (ds_h5_attr_read(f, "ds_format", H5T_INTEGER, H5T_NATIVE_INT, 1, &version))
-        bad = "not a ds checkpoint (no ds_format attribute)";
-    else if (version != DS_FORMAT_VERSION)
-        bad = "unknown ds_format version (this build reads version 1)";
-    else if (!(kind = ds_h5_attr_read_str(f, "ds_kind")) || strcmp(kind, "checkpoint"))
-        bad = "not a ds checkpoint (ds_kind is not 'checkpoint')";
-    free(kind);
-    if (bad) {
+    char why[128];
+    if (ds_h5_check_header(f, "checkpoint", why, sizeof why)) {
         H5Fclose(f);
-        return ds_err("%s: %s", path, bad);
+        return ds_err("%s: not a ds checkpoint: %s", path, why);
     }
     return f;
 }
@@ -305,6 +315,46 @@ static herr_t collect_extra(hid_t loc, const char *name, const H5A_info_t *info,
     return 0;
 }
 
+/* /metrics (optional in converted files) */
+static int read_metrics(hid_t f, const char *path, ds_ckpt_meta *meta)
+{
+    if (H5Lexists(f, "metrics", H5P_DEFAULT) <= 0) return 0;
+    hid_t mt = metrics_type(), d = H5Dopen2(f, "metrics", H5P_DEFAULT);
+    hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
+    hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    int rc = -1;
+    if (mt >= 0 && n >= 0) {
+        meta->metrics = ds_xcalloc((size_t)(n ? n : 1), sizeof *meta->metrics);
+        meta->nmetrics = (int)n;
+        rc = n == 0 || H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, meta->metrics) >= 0 ? 0 : -1;
+    }
+    if (sp >= 0) H5Sclose(sp);
+    if (d >= 0) H5Dclose(d);
+    if (mt >= 0) H5Tclose(mt);
+    if (rc) return ds_err("%s: /metrics unreadable", path);
+    return 0;
+}
+
+/* An attribute a file may lack: 1 when read into v, 0 when absent, -1 with a message naming
+ * it when it is there but not n values (1: a scalar) of class cls. */
+static int read_optional(hid_t f, const char *path, const char *name, H5T_class_t cls, hid_t mem_t, int n, void *v)
+{
+    if (H5Aexists(f, name) <= 0) return 0;
+    if (ds_h5_attr_read(f, name, cls, mem_t, n, v) == 0) return 1;
+    const char *what = cls == H5T_INTEGER ? "integer" : cls == H5T_FLOAT ? "float" : "value";
+    if (n == 1) return ds_err("%s: %s attribute is not a scalar %s", path, name, what);
+    return ds_err("%s: %s attribute is not %d %s values", path, name, n, what);
+}
+
+/* read_optional that records in meta->found (bit) whether the file held the attribute. */
+static int read_field(hid_t f, const char *path, ds_ckpt_meta *meta, unsigned bit, const char *name, H5T_class_t cls,
+                      hid_t mem_t, int n, void *v)
+{
+    int got = read_optional(f, path, name, cls, mem_t, n, v);
+    if (got > 0) meta->found |= bit;
+    return got < 0 ? -1 : 0;
+}
+
 static int read_meta(hid_t f, const char *path, ds_ckpt_meta *meta)
 {
     ds_ckpt_meta_init(meta);
@@ -321,35 +371,82 @@ static int read_meta(hid_t f, const char *path, ds_ckpt_meta *meta)
     }
     snprintf(meta->arch, sizeof meta->arch, "%s", arch);
     free(arch);
-    /* Optional fields keep their defaults when a converted file leaves them out; a field
-     * that is there must be in range (a hostile 0 would size a model or divide). */
-    if (!ds_h5_attr_read(f, "input_size", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->input_size) &&
-        (meta->input_size < 0 || meta->input_size > 65536))  /* 0: not recorded */
+    /* The rest may be missing (ds_ckpt_meta_require says which use needs what); a field
+     * that is there must be well formed and in range (a hostile 0 would size a model or
+     * divide). */
+    if (read_field(f, path, meta,
+                   DS_CKPT_HAS_INPUT_SIZE, "input_size", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->input_size))
+        return -1;
+    if (meta->input_size < 0 || meta->input_size > 65536)  /* 0: not recorded */
         return ds_err("%s: input_size attribute %d out of range [0, 65536]", path, meta->input_size);
-    ds_h5_attr_read(f, "mean", H5T_FLOAT, H5T_NATIVE_FLOAT, 3, meta->mean);
-    if (!ds_h5_attr_read(f, "std", H5T_FLOAT, H5T_NATIVE_FLOAT, 3, meta->std) &&
-        !(meta->std[0] > 0 && meta->std[1] > 0 && meta->std[2] > 0))
+    if (!meta->input_size) meta->found &= ~(unsigned)DS_CKPT_HAS_INPUT_SIZE;
+    if (read_field(f, path, meta, DS_CKPT_HAS_MEAN, "mean", H5T_FLOAT, H5T_NATIVE_FLOAT, 3, meta->mean)) return -1;
+    if (!(isfinite(meta->mean[0]) && isfinite(meta->mean[1]) && isfinite(meta->mean[2])))
+        return ds_err("%s: mean attribute not finite", path);
+    if (read_field(f, path, meta, DS_CKPT_HAS_STD, "std", H5T_FLOAT, H5T_NATIVE_FLOAT, 3, meta->std)) return -1;
+    if (!(meta->std[0] > 0 && meta->std[1] > 0 && meta->std[2] > 0) ||
+        !(isfinite(meta->std[0]) && isfinite(meta->std[1]) && isfinite(meta->std[2])))
         return ds_err("%s: std attribute not positive", path);
-    if (!ds_h5_attr_read(f, "epoch", H5T_INTEGER, H5T_NATIVE_INT64, 1, &meta->epoch) && meta->epoch < 0)
-        return ds_err("%s: epoch attribute %lld is negative", path, (long long)meta->epoch);
-    if (!ds_h5_attr_read(f, "step", H5T_INTEGER, H5T_NATIVE_INT64, 1, &meta->step) && meta->step < 0)
-        return ds_err("%s: step attribute %lld is negative", path, (long long)meta->step);
-    ds_h5_attr_read(f, "seed", H5T_INTEGER, H5T_NATIVE_UINT64, 1, &meta->seed);
-    if (!ds_h5_attr_read(f, "world_size", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->world_size) &&
-        meta->world_size < 1)
-        return ds_err("%s: world_size attribute %d not positive", path, meta->world_size);
-    if (!ds_h5_attr_read(f, "global_batch", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->global_batch) &&
-        meta->global_batch < 0)
+    if (read_field(f, path, meta,
+                   DS_CKPT_HAS_EPOCH, "epoch", H5T_INTEGER, H5T_NATIVE_INT64, 1, &meta->epoch))
+        return -1;
+    if (meta->epoch < 0) return ds_err("%s: epoch attribute %lld is negative", path, (long long)meta->epoch);
+    if (read_field(f, path, meta, DS_CKPT_HAS_STEP, "step", H5T_INTEGER, H5T_NATIVE_INT64, 1, &meta->step)) return -1;
+    if (meta->step < 0) return ds_err("%s: step attribute %lld is negative", path, (long long)meta->step);
+    if (read_field(f, path, meta, DS_CKPT_HAS_SEED, "seed", H5T_INTEGER, H5T_NATIVE_UINT64, 1, &meta->seed)) return -1;
+    /* world_size 0 is how a file says its weights never trained under ds (an import). */
+    meta->world_size = 0;
+    if (read_field(f, path, meta,
+                   DS_CKPT_HAS_WORLD_SIZE, "world_size", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->world_size))
+        return -1;
+    if (meta->world_size < 0)
+        return ds_err("%s: world_size attribute %d is negative", path, meta->world_size);
+    if (!meta->world_size) meta->found &= ~(unsigned)DS_CKPT_HAS_WORLD_SIZE;
+    if (read_field(f, path, meta,
+                   DS_CKPT_HAS_GLOBAL_BATCH, "global_batch", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->global_batch))
+        return -1;
+    if (meta->global_batch < 0)
         return ds_err("%s: global_batch attribute %d is negative", path, meta->global_batch);
-    meta->config = ds_h5_attr_read_str(f, "config");
+    if (!meta->global_batch) meta->found &= ~(unsigned)DS_CKPT_HAS_GLOBAL_BATCH;
+    meta->config = ds_h5_attr_read_str(f, "config");  /* for people: any other type reads as none */
+
+    int64_t dh = 0, dw = 0;
+    int nsize = read_optional(f, path, "data_height", H5T_INTEGER, H5T_NATIVE_INT64, 1, &dh);
+    if (nsize < 0) return -1;
+    int nw = read_optional(f, path, "data_width", H5T_INTEGER, H5T_NATIVE_INT64, 1, &dw);
+    if (nw < 0) return -1;
+    if (nsize != nw) return ds_err("%s: %s attribute missing beside %s", path, nsize ? "data_width" : "data_height",
+                                   nsize ? "data_height" : "data_width");
+    if (nsize && (dh < 1 || dh > 65535 || dw < 1 || dw > 65535))
+        return ds_err("%s: data_height/data_width attributes %lldx%lld out of range [1, 65535]", path, (long long)dh,
+                      (long long)dw);
+    meta->data_height = (int)dh;
+    meta->data_width = (int)dw;
+    if (H5Aexists(f, "data_fit") > 0) {
+        char *fit = ds_h5_attr_read_str(f, "data_fit");
+        int ok = fit && fit_known(fit);
+        if (ok) snprintf(meta->data_fit, sizeof meta->data_fit, "%s", fit);
+        free(fit);
+        if (!ok) return ds_err("%s: data_fit attribute is not 'crop' or 'squash'", path);
+    }
+    int nloss = read_optional(f, path, "epoch_loss_sum", H5T_FLOAT, H5T_NATIVE_DOUBLE, 1, &meta->epoch_loss_sum);
+    if (nloss < 0) return -1;
+    int nsecs = read_optional(f, path, "epoch_seconds", H5T_FLOAT, H5T_NATIVE_DOUBLE, 1, &meta->epoch_seconds);
+    if (nsecs < 0) return -1;
+    if (!isfinite(meta->epoch_loss_sum)) return ds_err("%s: epoch_loss_sum attribute not finite", path);
+    if (!(meta->epoch_seconds >= 0) || !isfinite(meta->epoch_seconds))
+        return ds_err("%s: epoch_seconds attribute not a finite duration", path);
+    if (nloss && nsecs) meta->found |= DS_CKPT_HAS_EPOCH_SUMS;
 
     hsize_t idx = 0;
     if (H5Aiterate2(f, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_extra, meta) < 0)
         return ds_err("%s: cannot read the root attributes", path);
 
-    /* /classes */
-    hid_t d = H5Lexists(f, "classes", H5P_DEFAULT) > 0 ? H5Dopen2(f, "classes", H5P_DEFAULT) : -1;
-    if (d < 0) return ds_err("%s: /classes missing", path);
+    /* /classes (optional in converted files: their classes are then known by count only) */
+    meta->num_classes = nc;
+    if (H5Lexists(f, "classes", H5P_DEFAULT) <= 0) return read_metrics(f, path, meta);
+    hid_t d = H5Dopen2(f, "classes", H5P_DEFAULT);
+    if (d < 0) return ds_err("%s: /classes is not a dataset", path);
     hid_t sp = H5Dget_space(d), st = ds_h5_vlen_utf8();
     hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
     int rc = -1;
@@ -365,30 +462,12 @@ static int read_meta(hid_t f, const char *path, ds_ckpt_meta *meta)
         }
         free(raw);
     }
-    meta->num_classes = nc;
     if (st >= 0) H5Tclose(st);
     if (sp >= 0) H5Sclose(sp);
     H5Dclose(d);
     if (rc) return ds_err("%s: /classes unreadable or not [num_classes] strings", path);
-
-    /* /metrics (optional in converted files) */
-    if (H5Lexists(f, "metrics", H5P_DEFAULT) > 0) {
-        hid_t mt = metrics_type();
-        d = H5Dopen2(f, "metrics", H5P_DEFAULT);
-        sp = d >= 0 ? H5Dget_space(d) : -1;
-        n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
-        rc = -1;
-        if (mt >= 0 && n >= 0) {
-            meta->metrics = ds_xcalloc((size_t)(n ? n : 1), sizeof *meta->metrics);
-            meta->nmetrics = (int)n;
-            rc = n == 0 || H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, meta->metrics) >= 0 ? 0 : -1;
-        }
-        if (sp >= 0) H5Sclose(sp);
-        if (d >= 0) H5Dclose(d);
-        if (mt >= 0) H5Tclose(mt);
-        if (rc) return ds_err("%s: /metrics unreadable", path);
-    }
-    return 0;
+    meta->found |= DS_CKPT_HAS_CLASSES;
+    return read_metrics(f, path, meta);
 }
 
 int ds_ckpt_read_meta(const char *path, ds_ckpt_meta *meta)
@@ -402,6 +481,40 @@ int ds_ckpt_read_meta(const char *path, ds_ckpt_meta *meta)
     ds_h5_quiet_end(&q);
     if (rc) ds_ckpt_meta_free(meta);
     return rc;
+}
+
+/* What each use needs beyond arch, num_classes and /model (checkpoint.h's table). */
+enum { FOR_EVAL = 1 << DS_CKPT_FOR_EVAL, FOR_INIT = 1 << DS_CKPT_FOR_INIT, FOR_RESUME = 1 << DS_CKPT_FOR_RESUME };
+static const struct {
+    unsigned bit;
+    const char *name;
+    unsigned uses;
+} needed[] = {
+    {DS_CKPT_HAS_INPUT_SIZE, "input_size attribute (non-zero)", FOR_EVAL},
+    {DS_CKPT_HAS_MEAN, "mean attribute", FOR_EVAL | FOR_RESUME},
+    {DS_CKPT_HAS_STD, "std attribute", FOR_EVAL | FOR_RESUME},
+    {DS_CKPT_HAS_EPOCH, "epoch attribute", FOR_RESUME},
+    {DS_CKPT_HAS_STEP, "step attribute", FOR_RESUME},
+    {DS_CKPT_HAS_SEED, "seed attribute", FOR_RESUME},
+    {DS_CKPT_HAS_WORLD_SIZE, "world_size attribute (non-zero)", FOR_RESUME},
+    {DS_CKPT_HAS_GLOBAL_BATCH, "global_batch attribute (non-zero)", FOR_RESUME},
+    {DS_CKPT_HAS_EPOCH_SUMS, "epoch_loss_sum and epoch_seconds attributes", FOR_RESUME},
+    {DS_CKPT_HAS_CLASSES, "/classes dataset", FOR_RESUME},
+};
+
+int ds_ckpt_meta_require(const ds_ckpt_meta *meta, const char *path, ds_ckpt_use use)
+{
+    static const char *const use_names[] = {"evaluation", "--init", "--resume"};
+    for (size_t i = 0; i < sizeof needed / sizeof *needed; i++) {
+        if (!(needed[i].uses & (1u << use)) || (meta->found & needed[i].bit)) continue;
+        const char *why = use == DS_CKPT_FOR_RESUME && !(meta->found & DS_CKPT_HAS_WORLD_SIZE)
+                              ? " (world_size 0 or missing: weights that never trained under ds, which "
+                                "--init can start from)"
+                              : "";
+        return ds_err("%s: %s needs the %s, which this checkpoint lacks%s", path, use_names[use], needed[i].name,
+                      why);
+    }
+    return 0;
 }
 
 /* Reads /group/<name> into host (float[count], or int64 for a counter) after checking it

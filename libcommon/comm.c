@@ -3,6 +3,7 @@
 #include "log.h"
 
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,8 @@
 #endif
 
 static int world_rank = 0, world_size = 1, node_rank = 0, node_size = 1;
+static double timeout_s = DS_COMM_TIMEOUT;    /* a wait longer than this ends the job; 0: never */
+static char where[64];                       /* what the job is doing, for the stall message */
 static int mpi_live;                          /* MPI_Init done here, MPI_Finalize not yet */
 static size_t chunk_elems = (size_t)1 << 26;  /* elements per MPI call; counts are int */
 
@@ -23,6 +26,17 @@ int ds_comm_world(void) { return world_size; }
 int ds_comm_local_rank(void) { return node_rank; }
 int ds_comm_local_size(void) { return node_size; }
 int ds_comm_launched(void) { return mpi_live; }
+
+void ds_comm_set_timeout(double seconds) { timeout_s = seconds > 0 ? seconds : 0; }
+double ds_comm_timeout(void) { return timeout_s; }
+
+void ds_comm_set_where(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(where, sizeof where, fmt, ap);
+    va_end(ap);
+}
 
 void ds_comm_set_chunk(size_t elems)
 {
@@ -101,22 +115,51 @@ done:
 #define ORDERED_PIECE ((size_t)1 << 20)
 #define TAG_SUM 17
 
-/* Waits for one request: in MPI_Wait on the caller's thread; polling with short naps on
- * the worker, which shares the cores with the backward pass it overlaps (MPI_Wait spins). */
-static void wait_req(MPI_Request *req, int nap)
+/* A wait that outlived the timeout: a rank is stopped or hung (alive, so mpirun does not
+ * notice). Rank 0, which receives from every rank, names the ones that did not arrive;
+ * the other ranks wait a little longer than rank 0 before they give up, so that it is
+ * rank 0's message that names them. */
+static void stalled(const char *what, const int *missing, int nmissing)
 {
-    if (!nap) {
-        mpiCheck(MPI_Wait(req, MPI_STATUS_IGNORE));
-        return;
-    }
+    char who[256] = "";
+    size_t len = 0;
+    for (int i = 0; i < nmissing && len + 16 < sizeof who; i++)
+        len += (size_t)snprintf(who + len, sizeof who - len, "%s%d", i ? ", " : "", missing[i]);
+    if (nmissing)
+        ds_err("%s%s%s: rank%s %s did not arrive within %g s (stopped or hung?); ending the job (--comm-timeout)",
+               where, *where ? ": " : "", what, nmissing > 1 ? "s" : "", who, timeout_s);
+    else
+        ds_err("%s%s%s: not every rank arrived within %g s (one is stopped or hung?); ending the job (--comm-timeout)",
+               where, *where ? ": " : "", what, timeout_s);
+    ds_comm_abort(1);
+}
+
+/* Waits for requests req[0, n) (peer[i]: the rank each one waits for, -1 for a collective).
+ * The caller's thread polls without pause (as MPI_Wait would spin); the worker polls with
+ * short naps, as it shares the cores with the backward pass it overlaps. A wait past the
+ * timeout ends the job. */
+static void wait_all(MPI_Request *req, const int *peer, int n, int nap, const char *what)
+{
+    double t0 = ds_now(), limit = world_rank == 0 ? timeout_s : timeout_s + (timeout_s < 20 ? timeout_s / 2 : 10);
     const struct timespec t = {0, 50000};   /* 50 us: short next to a 4 MB piece */
-    for (;;) {
+    for (unsigned spin = 0;; spin++) {
         int done = 0;
-        mpiCheck(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+        mpiCheck(MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE));
         if (done) return;
-        nanosleep(&t, NULL);
+        if (nap) nanosleep(&t, NULL);
+        if (timeout_s > 0 && (nap || spin % 1024 == 0) && ds_now() - t0 > limit) {
+            int missing[64], nmissing = 0;
+            for (int i = 0; i < n && nmissing < 64; i++) {
+                int one = 0;
+                if (req[i] != MPI_REQUEST_NULL) mpiCheck(MPI_Test(&req[i], &one, MPI_STATUS_IGNORE));
+                if (!one && peer[i] >= 0) missing[nmissing++] = peer[i];
+            }
+            stalled(what, missing, nmissing);
+        }
     }
 }
+
+static void wait_req(MPI_Request *req, int peer, int nap, const char *what) { wait_all(req, &peer, 1, nap, what); }
 
 /* Sum on rank 0, then broadcast: the one sum that exists is the one every rank gets.
  * Rank 0 adds the ranks' buffers one at a time in rank order, ((b0 + b1) + b2) + ..., which
@@ -124,7 +167,7 @@ static void wait_req(MPI_Request *req, int nap)
  * and accum 1 is then bitwise the step of world 1 and accum W on the CPU (docs/DESIGN.md §3), not
  * only equal up to rounding. MPI_Reduce leaves the order of its additions to the library.
  * Rank 0 receives a piece from every rank at once and adds them in rank order as they come. */
-static void reduce_bcast(void *buf, size_t n, size_t elem, MPI_Datatype type, int nap)
+static void reduce_bcast(void *buf, size_t n, size_t elem, MPI_Datatype type, int nap, const char *what)
 {
     if (!mpi_live || world_size == 1) return;
     size_t piece = chunk_elems < ORDERED_PIECE ? chunk_elems : ORDERED_PIECE;
@@ -138,8 +181,12 @@ static void reduce_bcast(void *buf, size_t n, size_t elem, MPI_Datatype type, in
             for (int r = 1; r <= others; r++)
                 mpiCheck(MPI_Irecv(tmp + (size_t)(r - 1) * piece * elem, count, type, r, TAG_SUM, MPI_COMM_WORLD,
                                    &req[r - 1]));
+            /* every piece must arrive: a stalled rank is named with all the others missing */
+            int *peer = ds_xmalloc((size_t)others * sizeof *peer);
+            for (int r = 1; r <= others; r++) peer[r - 1] = r;
+            wait_all(req, peer, others, nap, what);
+            free(peer);
             for (int r = 1; r <= others; r++) {
-                wait_req(&req[r - 1], nap);
                 const void *part = tmp + (size_t)(r - 1) * piece * elem;
                 if (elem == sizeof(float))
                     for (int i = 0; i < count; i++) ((float *)chunk)[i] += ((const float *)part)[i];
@@ -148,17 +195,17 @@ static void reduce_bcast(void *buf, size_t n, size_t elem, MPI_Datatype type, in
             }
         } else {
             mpiCheck(MPI_Isend(chunk, count, type, 0, TAG_SUM, MPI_COMM_WORLD, &req[0]));
-            wait_req(&req[0], nap);
+            wait_req(&req[0], 0, nap, what);
         }
         mpiCheck(MPI_Ibcast(chunk, count, type, 0, MPI_COMM_WORLD, &req[0]));
-        wait_req(&req[0], nap);
+        wait_req(&req[0], world_rank == 0 ? -1 : 0, nap, what);
     }
     free(req);
     free(tmp);
 }
 
-void ds_comm_allreduce_sum_f32(float *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_FLOAT, 0); }
-void ds_comm_allreduce_sum_f64(double *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_DOUBLE, 0); }
+void ds_comm_allreduce_sum_f32(float *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_FLOAT, 0, "sum"); }
+void ds_comm_allreduce_sum_f64(double *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_DOUBLE, 0, "sum"); }
 
 /* ---- the worker: queued sums, in order, beside the caller's computation ---- */
 
@@ -187,7 +234,7 @@ static void *worker_main(void *arg)
         bucket b = wk.q[wk.next++];
         wk.begun++;
         pthread_mutex_unlock(&wk.mu);
-        reduce_bcast(b.buf, b.n, sizeof *b.buf, MPI_FLOAT, 1);
+        reduce_bcast(b.buf, b.n, sizeof *b.buf, MPI_FLOAT, 1, "gradient sum");
         pthread_mutex_lock(&wk.mu);
         wk.done++;
         pthread_cond_broadcast(&wk.cv);
@@ -261,7 +308,9 @@ void ds_comm_allreduce_sum_i64(int64_t *buf, size_t n)
     if (!mpi_live || world_size == 1) return;
     for (size_t off = 0; off < n; off += chunk_elems) {
         int count = (int)(n - off < chunk_elems ? n - off : chunk_elems);
-        mpiCheck(MPI_Allreduce(MPI_IN_PLACE, buf + off, count, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+        MPI_Request req;
+        mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf + off, count, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD, &req));
+        wait_req(&req, -1, 0, "count sum");
     }
 }
 
@@ -271,21 +320,27 @@ void ds_comm_bcast(void *buf, size_t bytes, int root)
     char *p = buf;
     for (size_t off = 0; off < bytes; off += chunk_elems) {
         int count = (int)(bytes - off < chunk_elems ? bytes - off : chunk_elems);
-        mpiCheck(MPI_Bcast(p + off, count, MPI_BYTE, root, MPI_COMM_WORLD));
+        MPI_Request req;
+        mpiCheck(MPI_Ibcast(p + off, count, MPI_BYTE, root, MPI_COMM_WORLD, &req));
+        wait_req(&req, world_rank == root ? -1 : root, 0, "broadcast");
     }
 }
 
 void ds_comm_barrier(void)
 {
-    if (mpi_live && world_size > 1) mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
+    if (!mpi_live || world_size == 1) return;
+    MPI_Request req;
+    mpiCheck(MPI_Ibarrier(MPI_COMM_WORLD, &req));
+    wait_req(&req, -1, 0, "barrier");
 }
 
 int ds_comm_any(int flag)
 {
-    int any = flag != 0;
-    if (mpi_live && world_size > 1)
-        mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD));
-    return any;
+    /* Through the ordered sum rather than MPI_Allreduce: rank 0 then receives from every
+     * rank by name, so a rank that stalls here (the step's last agreement) is named. */
+    double any = flag != 0;
+    reduce_bcast(&any, 1, sizeof any, MPI_DOUBLE, 0, "agreement between the ranks");
+    return any != 0;
 }
 
 #else /* no MPI: always a world of one */

@@ -69,6 +69,18 @@ int ds_comm_any(int flag);
  * exercise the chunked path with small buffers. */
 void ds_comm_set_chunk(size_t elems);
 
+/* Stalled ranks: a rank that stops without dying (SIGSTOP, a hung read, a wedged GPU) is
+ * not noticed by mpirun and would leave the others waiting forever. Every wait of comm (MPI)
+ * and of ds_nccl_sync gives up after `seconds` (0: never; default DS_COMM_TIMEOUT) and ends
+ * the job with an error naming where it was (ds_comm_set_where) and, when rank 0 knows
+ * them, the ranks that did not arrive. Choose it above the longest legitimate wait (rank 0
+ * writing a checkpoint while the others wait). */
+#define DS_COMM_TIMEOUT 300.0
+void ds_comm_set_timeout(double seconds);
+double ds_comm_timeout(void);
+/* What the job is doing now ("step 1234"), printf-style: the stall message names it. */
+void ds_comm_set_where(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Ends every rank of the job with `status` (NCCL communicator aborted first, then
  * MPI_Abort). In a world of one without MPI: exit(status). Never returns. */
 void ds_comm_abort(int status) __attribute__((noreturn));
@@ -87,8 +99,8 @@ int ds_nccl_init(void);
 void ds_nccl_allreduce_sum_f32(float *dbuf, size_t n, cudaStream_t stream);
 void ds_nccl_allreduce_sum_bf16(void *dbuf, size_t n, cudaStream_t stream);
 /* Waits for `stream`, polling NCCL for asynchronous errors (a peer that died or a broken
- * link) instead of blocking in cudaStreamSynchronize forever; such an error aborts the
- * job. timeout_s <= 0 waits without a limit. */
+ * link) instead of blocking in cudaStreamSynchronize forever; such an error, or a wait past
+ * timeout_s (<= 0: no limit; callers pass ds_comm_timeout()), aborts the job. */
 void ds_nccl_sync(cudaStream_t stream, double timeout_s);
 /* NCCL's version as major*10000 + minor*100 + patch (e.g. 22809), 0 when unavailable. */
 int ds_nccl_version(void);

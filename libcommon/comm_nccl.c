@@ -95,8 +95,8 @@ void ds_nccl_sync(cudaStream_t stream, double timeout_s)
             ncclCheck(async);
         }
         if (timeout_s > 0 && ds_now() - t0 > timeout_s) {
-            ds_err("NCCL: stream not done after %.0f s; a peer is probably gone (rank %d of %d)",
-                   timeout_s, ds_comm_rank(), ds_comm_world());
+            ds_err("NCCL: the reduction did not finish within %.0f s: a rank is stopped or hung (rank %d of "
+                   "%d); ending the job (--comm-timeout)", timeout_s, ds_comm_rank(), ds_comm_world());
             ds_comm_abort(1);
         }
         nanosleep(&nap, NULL);

@@ -126,13 +126,19 @@ int ds_commit_file(const char *tmp, const char *path)
     return ds_fsync_dir_of(path);
 }
 
+char *ds_tmp_name(const char *path)
+{
+    size_t n = strlen(path);
+    char *tmp = ds_xmalloc(n + 5);
+    memcpy(tmp, path, n);
+    memcpy(tmp + n, ".tmp", 5);
+    return tmp;
+}
+
 int ds_atomic_open(ds_atomic *a, const char *path)
 {
     a->path = ds_xstrdup(path);
-    size_t n = strlen(path);
-    a->tmp = ds_xmalloc(n + 5);
-    memcpy(a->tmp, path, n);
-    memcpy(a->tmp + n, ".tmp", 5);
+    a->tmp = ds_tmp_name(path);
     a->f = fopen(a->tmp, "w");
     if (!a->f) {
         int e = errno;

@@ -14,6 +14,9 @@ typedef struct {
     FILE *f;
 } ds_atomic;
 
+/* "path.tmp", the name every output has until it is complete; caller frees. */
+char *ds_tmp_name(const char *path);
+
 /* Opens path.tmp for writing (truncating a stale one). */
 int ds_atomic_open(ds_atomic *a, const char *path);
 /* Flushes, fsyncs, closes and renames into place; frees a. On failure removes the tmp file,

@@ -48,6 +48,36 @@ int ds_h5_file_finish(ds_h5_quiet *q, hid_t f, int ok, const char *tmp, const ch
     return -1;
 }
 
+int ds_h5_write_header(hid_t f, const char *kind)
+{
+    int version = DS_FORMAT_VERSION;
+    return ds_h5_attr_write(f, "ds_format", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &version) ||
+                   ds_h5_attr_write_str(f, "ds_kind", kind)
+               ? -1
+               : 0;
+}
+
+int ds_h5_check_header(hid_t f, const char *kind, char *why, size_t why_len)
+{
+    int version;
+    char *got = NULL;
+    if (ds_h5_attr_read(f, "ds_format", H5T_INTEGER, H5T_NATIVE_INT, 1, &version))
+        snprintf(why, why_len, "no ds_format attribute (not a ds file)");
+    else if (version != DS_FORMAT_VERSION)
+        snprintf(why, why_len, "unknown ds_format version %d (this build reads version %d)", version,
+                 DS_FORMAT_VERSION);
+    else if (!(got = ds_h5_attr_read_str(f, "ds_kind")))
+        snprintf(why, why_len, "no ds_kind attribute (not a ds file)");
+    else if (strcmp(got, kind))
+        snprintf(why, why_len, "ds_kind is '%.32s', not '%s'", got, kind);
+    else {
+        free(got);
+        return 0;
+    }
+    free(got);
+    return -1;
+}
+
 hid_t ds_h5_vlen_utf8(void)
 {
     hid_t t = H5Tcopy(H5T_C_S1);

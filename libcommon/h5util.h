@@ -1,5 +1,5 @@
 /* h5util: the small HDF5 helpers every file writer and reader of ds shares (shards,
- * checkpoints, logits files).
+ * checkpoints, logits files), and the header every one of those files starts with.
  *
  * Writers create objects without timestamps (object time tracking off), so the same
  * content gives byte-identical files. Readers check an object's class and size before
@@ -10,6 +10,19 @@
 
 #include <hdf5.h>
 #include <stddef.h>
+
+/* Every ds HDF5 file carries two root attributes (docs/DESIGN.md §2): ds_format (int32, this
+ * version) and ds_kind (a fixed-length UTF-8 string: "shard", "checkpoint" or "logits").
+ * A reader refuses a file of another kind or of a version it does not know. */
+#define DS_FORMAT_VERSION 1
+
+/* Writes ds_format = DS_FORMAT_VERSION and ds_kind = kind on the root of f. */
+int ds_h5_write_header(hid_t f, const char *kind);
+/* Checks f's ds_format and ds_kind against this version and kind. On a mismatch returns -1
+ * and puts in why a reason naming the attribute ("no ds_format attribute (not a ds file)",
+ * "unknown ds_format version 2 (this build reads version 1)", "ds_kind is 'checkpoint', not
+ * 'shard'"); the caller prefixes the file name. */
+int ds_h5_check_header(hid_t f, const char *kind, char *why, size_t why_len);
 
 /* Silences HDF5's automatic error-stack printing between begin and end: ds reports one
  * line naming the file and object instead. */

@@ -11,16 +11,12 @@
 int ds_logits_write(const char *path, const float *logits, const int32_t *labels, const char *const *paths,
                     size_t n, char *const *classes, int num_classes)
 {
-    size_t len = strlen(path) + 5;
-    char *tmp = ds_xmalloc(len);
-    snprintf(tmp, len, "%s.tmp", path);
+    char *tmp = ds_tmp_name(path);
     ds_h5_quiet q;
-    int fmt = 1;
     hid_t f = ds_h5_file_create(&q, tmp), str_t = ds_h5_vlen_utf8();
     hsize_t d2[2] = {n, (hsize_t)num_classes}, d1[1] = {n}, dc[1] = {(hsize_t)num_classes};
     int ok = f >= 0 && str_t >= 0 &&
-             !ds_h5_attr_write(f, "ds_format", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &fmt) &&
-             !ds_h5_attr_write_str(f, "ds_kind", "logits") &&
+             !ds_h5_write_header(f, "logits") &&
              !ds_h5_write_dataset(f, "logits", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, d2, logits) &&
              !ds_h5_write_dataset(f, "labels", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, d1, labels) &&
              !ds_h5_write_dataset(f, "paths", str_t, str_t, 1, d1, paths) &&

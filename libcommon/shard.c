@@ -67,15 +67,6 @@ out:
     return rc;
 }
 
-static char *tmp_name(const char *path)
-{
-    size_t len = strlen(path);
-    char *tmp = ds_xmalloc(len + 5);
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp", 5);
-    return tmp;
-}
-
 /* The whole shard file through HDF5 at `tmp`; with offset non-NULL every byte but the
  * pixels', which stay a hole at *offset for the caller to fill. Both give the same bytes around the
  * pixels: the same calls in the same order, the pixel write aside. */
@@ -91,7 +82,7 @@ static int write_file(const char *tmp, const ds_shard_meta *meta, const uint8_t 
     int ok = 0;
     if (f < 0) goto out;
     what = "attributes";
-    if (attr_int(f, "ds_format", DS_FORMAT_VERSION) || ds_h5_attr_write_str(f, "ds_kind", "shard") ||
+    if (ds_h5_write_header(f, "shard") ||
         attr_int(f, "height", meta->height) || attr_int(f, "width", meta->width) ||
         ds_h5_attr_write_str(f, "fit", meta->fit) || attr_int(f, "shard_index", meta->shard_index) ||
         attr_int(f, "shard_count", meta->shard_count) || attr_int(f, "num_classes", meta->num_classes))
@@ -114,7 +105,7 @@ out:
 int ds_shard_write(const char *path, const ds_shard_meta *meta, const uint8_t *images,
                    const int32_t *labels, char *const *paths, size_t n)
 {
-    char *tmp = tmp_name(path);
+    char *tmp = ds_tmp_name(path);
     int rc = write_file(tmp, meta, images, labels, paths, n, NULL);
     if (rc == 0) rc = ds_commit_file(tmp, path);
     free(tmp);
@@ -128,7 +119,7 @@ int ds_shard_stream_open(ds_shard_stream *s, const char *path, const ds_shard_me
     s->fd = -1;
     if (meta->compress != 0 || n == 0) return ds_err("%s: only a non-empty contiguous shard can be streamed", path);
     s->path = ds_xstrdup(path);
-    s->tmp = tmp_name(path);
+    s->tmp = ds_tmp_name(path);
     s->meta = *meta;
     s->n = n;
     s->image_bytes = (size_t)meta->height * meta->width * 3;
@@ -329,19 +320,16 @@ int ds_shard_open_quiet(ds_shard *s, const char *path, char *why, size_t why_len
     ds_h5_quiet q;
     ds_h5_quiet_begin(&q);
     const char *bad = NULL;
-    char kind[32];
     hid_t f = -1, d = -1;
     hsize_t dims[4];
-    int version;
+    char header_why[128];
     if (H5Fis_hdf5(path) <= 0 || (f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT)) < 0) {
         bad = "not an HDF5 file";
         goto out;
     }
     s->hid = f;
-    if (read_attr_int(f, "ds_format", &version)) { bad = "no ds_format attribute (not a ds file)"; goto out; }
-    if (version != DS_FORMAT_VERSION) { bad = "unknown ds_format version (expected 1)"; goto out; }
-    if (read_attr_str(f, "ds_kind", kind, sizeof kind) || strcmp(kind, "shard") != 0) {
-        bad = "ds_kind is not 'shard'";
+    if (ds_h5_check_header(f, "shard", header_why, sizeof header_why)) {
+        bad = header_why;
         goto out;
     }
     if (read_attr_int(f, "height", &s->height) || read_attr_int(f, "width", &s->width) ||

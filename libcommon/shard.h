@@ -15,8 +15,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DS_FORMAT_VERSION 1
-
 /* ---- writing (dspack) ---- */
 
 typedef struct {

@@ -105,13 +105,14 @@ static int save(run *r, int64_t g, int best)
 {
     const ds_train_plan *p = r->p;
     int rc = 0;
+    ds_comm_set_where("checkpoint of step %lld", (long long)g);
     if (check_replicas(r, g)) return -1;
     if (p->loader.rank == 0) {
         ds_ckpt_meta *meta = p->meta;
         meta->epoch = g / r->S;
         meta->step = g;
-        ds_ckpt_meta_set_float(meta, "epoch_loss_sum", r->epoch_loss_sum);
-        ds_ckpt_meta_set_float(meta, "epoch_seconds", r->epoch_seconds);
+        meta->epoch_loss_sum = r->epoch_loss_sum;
+        meta->epoch_seconds = r->epoch_seconds;
         char *path = ds_rundir_ckpt_path(p->out, g);
         const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
         rc = ds_ckpt_save(path, r->m, meta);
@@ -170,6 +171,7 @@ static int end_epoch(run *r, int64_t e, int64_t g, double lr)
     ds_topk t;
     ds_topk_init(&t, ds_model_config_of(r->m)->num_classes);
     int have_val = p->val != NULL;
+    ds_comm_set_where("validation of epoch %lld", (long long)e + 1);
     if (have_val && validate(r, &t)) {
         ds_topk_free(&t);
         return -1;
@@ -235,10 +237,8 @@ static int setup(run *r, ds_model *m, const ds_train_plan *p)
     int pad = tc->augment ? tc->pad : 0;
     if (ds_feed_init(&r->tf, r->be, tc->batch, p->train->height + 2 * pad, p->train->width + 2 * pad)) return -1;
     if (p->val && ds_feed_init(&r->vf, r->be, tc->batch, p->val->height, p->val->width)) return -1;
-    const ds_ckpt_attr *a = ds_ckpt_meta_get(p->meta, "epoch_loss_sum");
-    r->epoch_loss_sum = a && p->start_step % r->S ? a->f : 0;
-    a = ds_ckpt_meta_get(p->meta, "epoch_seconds");
-    r->epoch_seconds = a && p->start_step % r->S ? a->f : 0;
+    r->epoch_loss_sum = p->start_step % r->S ? p->meta->epoch_loss_sum : 0;
+    r->epoch_seconds = p->start_step % r->S ? p->meta->epoch_seconds : 0;
     if (p->loader.rank == 0) {
         if (ds_mkdirs(p->out)) return ds_err("%s: cannot create the run directory", p->out);
         if (ds_metrics_log_truncate(p->out, p->start_step) || ds_metrics_log_open(&r->log, p->out)) return -1;
@@ -276,6 +276,7 @@ static int train_loop(run *r)
         double loss = 0, t_step = ds_now();
         while ((rc = ds_loader_next(r->tl, &b)) == 1) {
             if (b->micro == 0) {
+                ds_comm_set_where("step %lld", (long long)g + 1);
                 ds_model_zero_reduction(m);
                 loss = 0;
                 t_step = ds_now();

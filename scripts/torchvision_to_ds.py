@@ -135,7 +135,7 @@ def write_checkpoint(path, model, arch, classes=None, input_size=224, mean=IMAGE
         a.create("epoch", 0, dtype="<i8")
         a.create("step", 0, dtype="<i8")
         a.create("seed", seed, dtype="<u8")
-        a.create("world_size", 1, dtype="<i4")
+        a.create("world_size", 0, dtype="<i4")  # 0: weights that never trained under ds
         a.create("global_batch", 0, dtype="<i4")
         a["config"] = np.bytes_(json.dumps(config or {"source": "torchvision_to_ds.py", "arch": arch}))
         g = f.create_group("model", track_order=False)

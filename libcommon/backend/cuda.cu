@@ -383,7 +383,7 @@ static void cuda_reduce_start(float *buf, size_t n)
  * the next synchronisation; what is queued afterwards runs after the sums. */
 static void cuda_reduce_wait(void)
 {
-    if (g.nccl) ds_nccl_sync(g.comm_stream, 0);
+    if (g.nccl) ds_nccl_sync(g.comm_stream, ds_comm_timeout());
 }
 
 static ds_backend cuda_backend = {

@@ -3,7 +3,7 @@
 # world 3 x accum 1 trains as world 1 x accum 3; the ranks hold identical state; validation
 # and dseval count every image once whatever the rank count; only rank 0 writes; the ranks
 # stop together (signal, NaN); resume across world sizes at the same global batch, refused
-# at another; kill -9 of one rank ends the job.
+# at another; kill -9 of one rank ends the job, and so does a stopped rank (--comm-timeout).
 . "$(dirname "$0")/lib.sh"
 
 if ! command -v mpirun >/dev/null; then
@@ -200,6 +200,29 @@ for pid in $pids; do
     state=$(ps -o stat= -p "$pid" 2>/dev/null)
     if [ -n "$state" ] && [[ "$state" != Z* ]]; then fail np3_kill9_no_rank_outlives "pid $pid $state"; kill -9 "$pid"; fi
 done
+
+# A rank that stops without dying (SIGSTOP: as a hung read or a wedged device would) is not
+# noticed by mpirun; the others' next wait gives up after --comm-timeout and the job ends
+# non-zero with an error naming the step and the rank that did not arrive. The checkpoints
+# written before stay whole.
+mpirun --allow-run-as-root --oversubscribe -np 3 dstrain "${LONG[@]}" --ckpt-steps 2 --comm-timeout 4 \
+    -o "$T/stall" >/dev/null 2>"$T/stall.err" &
+job=$!
+wait_rows "$T/stall/metrics.jsonl" 5
+victim=""
+for p in $(ranks_of "$job"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=2' && victim=$p
+done
+t0=$SECONDS
+[ -n "$victim" ] && kill -STOP "$victim"
+wait_job "$job" 60
+took=$((SECONDS - t0))
+if [ -n "$victim" ] && [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$took" -le 30 ] &&
+    grep -Eq "error: (step|checkpoint of step) [0-9]+: .*rank 2 did not arrive within 4 s" "$T/stall.err"; then
+    pass "np3_stalled_rank_ends_job_naming_it (exit $rc, $took s)"
+else fail np3_stalled_rank_ends_job_naming_it "exit $rc after $took s"; grep error "$T/stall.err" | head -3; fi
+[ -n "$victim" ] && kill -9 "$victim" 2>/dev/null
+check np3_stalled_rank_last_checkpoint_whole dseval -q --json --threads 1 "$T/stall/last.h5" "$T/val"
 
 rm -rf "$T"
 finish

@@ -63,6 +63,13 @@ variant("ckpt", "step_negative", "step", ckpt, lambda f: f.attrs.__setitem__("st
 variant("ckpt", "running_var_rank", "/model/bn1.running_var", ckpt, lambda f: replace(f, "model/bn1.running_var", f["model/bn1.running_var"][()].reshape(4, -1)))
 variant("ckpt", "momentum_shape", "/optimizer/fc.weight", ckpt, lambda f: replace(f, "optimizer/fc.weight", f["optimizer/fc.weight"][:1]))
 variant("ckpt", "arch_unknown", "arch", ckpt, lambda f: f.attrs.__setitem__("arch", np.bytes_("resnet9000")))
+variant("ckpt", "world_size_negative", "world_size", ckpt, lambda f: f.attrs.__setitem__("world_size", np.int32(-2)))
+variant("ckpt", "data_height_0", "data_height", ckpt, lambda f: f.attrs.__setitem__("data_height", np.int64(0)))
+variant("ckpt", "data_fit_unknown", "data_fit", ckpt, lambda f: f.attrs.__setitem__("data_fit", np.bytes_("stretch")))
+variant("ckpt", "epoch_loss_sum_string", "epoch_loss_sum", ckpt, lambda f: f.attrs.__setitem__("epoch_loss_sum", np.bytes_("1.5")))
+variant("ckpt", "mean_two_values", "mean", ckpt, lambda f: f.attrs.__setitem__("mean", np.float32([0.5, 0.5])))
+variant("ckpt", "kind_shard", "ds_kind", ckpt, lambda f: f.attrs.__setitem__("ds_kind", np.bytes_("shard")))
+variant("ckpt", "format_2", "ds_format", ckpt, lambda f: f.attrs.__setitem__("ds_format", np.int32(2)))
 PY
 "$PYTHON" "$T/gen.py" "$T/train/shard-00000.h5" "$CKPT" "$T/h" >"$T/cases" || { fail setup "h5py edits failed"; finish; }
 

@@ -1,6 +1,7 @@
 /* test_checkpoint: save -> load gives identical bytes of every tensor, momentum and meta;
- * the same state saves to the same file bytes; every refusal names the file and leaves
- * the model unchanged. */
+ * the typed fields keep the attribute names and types they had as extras; each use asks for
+ * its own attributes; the same state saves to the same file bytes; every refusal names the
+ * file and leaves the model unchanged. */
 #include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +96,11 @@ static void test_round_trip(void)
     ds_ckpt_meta_set_string(&meta, "fit", "crop");
     ds_ckpt_meta_set_int(&meta, "data_size", 256);
     ds_ckpt_meta_set_float(&meta, "best_top1", 0.5);
+    meta.data_height = 20;
+    meta.data_width = 24;
+    snprintf(meta.data_fit, sizeof meta.data_fit, "squash");
+    meta.epoch_loss_sum = 12.25;
+    meta.epoch_seconds = 3.5;
     CHECK(ds_ckpt_save(path_in("a.h5"), a, &meta) == 0, "save");
     CHECK(access(path_in("a.h5.tmp"), F_OK) != 0, "tmp file left behind");
 
@@ -114,7 +120,37 @@ static void test_round_trip(void)
     CHECK(size && size->type == DS_ATTR_INT && size->i == 256, "extra int");
     CHECK(best && best->type == DS_ATTR_FLOAT && best->f == 0.5, "extra float");
     CHECK(fabs(got.mean[0] - 0.485f) < 1e-7 && fabs(got.std[2] - 0.225f) < 1e-7, "mean/std");
+    CHECK(got.data_height == 20 && got.data_width == 24 && !strcmp(got.data_fit, "squash"), "data size and fit");
+    CHECK(got.epoch_loss_sum == 12.25 && got.epoch_seconds == 3.5, "epoch sums");
+    CHECK(!ds_ckpt_meta_get(&got, "data_height") && !ds_ckpt_meta_get(&got, "epoch_seconds"),
+          "a typed field also read as an extra");
+    CHECK(got.found == (DS_CKPT_HAS_INPUT_SIZE | DS_CKPT_HAS_MEAN | DS_CKPT_HAS_STD | DS_CKPT_HAS_EPOCH |
+                        DS_CKPT_HAS_STEP | DS_CKPT_HAS_SEED | DS_CKPT_HAS_WORLD_SIZE | DS_CKPT_HAS_GLOBAL_BATCH |
+                        DS_CKPT_HAS_EPOCH_SUMS | DS_CKPT_HAS_CLASSES),
+          "found bits %#x", got.found);
+    for (int use = DS_CKPT_FOR_EVAL; use <= DS_CKPT_FOR_RESUME; use++)
+        CHECK(ds_ckpt_meta_require(&got, "a.h5", (ds_ckpt_use)use) == 0, "a full checkpoint refused for use %d", use);
     ds_ckpt_meta_free(&got);
+
+    /* The file format: the names and types these fields had when dstrain wrote them as
+     * extras (int64, fixed string, float64), so old and new files read alike. */
+    hid_t h = H5Fopen(path_in("a.h5"), H5F_ACC_RDONLY, H5P_DEFAULT);
+    static const struct {
+        const char *name;
+        H5T_class_t cls;
+        size_t size;
+    } typed[] = {{"data_height", H5T_INTEGER, 8}, {"data_width", H5T_INTEGER, 8}, {"data_fit", H5T_STRING, 6},
+                 {"epoch_loss_sum", H5T_FLOAT, 8}, {"epoch_seconds", H5T_FLOAT, 8}};
+    for (size_t i = 0; i < sizeof typed / sizeof *typed; i++) {
+        hid_t at = H5Aexists(h, typed[i].name) > 0 ? H5Aopen(h, typed[i].name, H5P_DEFAULT) : -1;
+        hid_t ty = at >= 0 ? H5Aget_type(at) : -1;
+        CHECK(ty >= 0 && H5Tget_class(ty) == typed[i].cls && H5Tget_size(ty) == typed[i].size &&
+                  (typed[i].cls != H5T_STRING || H5Tis_variable_str(ty) == 0),
+              "attribute %s missing or of another type", typed[i].name);
+        if (ty >= 0) H5Tclose(ty);
+        if (at >= 0) H5Aclose(at);
+    }
+    H5Fclose(h);
 
     /* same state, same bytes */
     CHECK(ds_ckpt_save(path_in("b.h5"), b, &meta) == 0, "save b");
@@ -126,6 +162,45 @@ static void test_round_trip(void)
     ds_ckpt_meta_free(&meta);
     ds_model_free(a);
     ds_model_free(b);
+    check_end();
+}
+
+/* A checkpoint with only the attributes every use needs: --init takes it, evaluation and
+ * --resume each name what they miss; world_size 0 counts as missing. */
+static void test_uses(void)
+{
+    check_begin("uses");
+    hid_t h = H5Fcreate(path_in("bare.h5"), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t str = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR);
+    H5Tset_size(str, H5T_VARIABLE);  /* as h5py writes a Python str */
+    const char *kind = "checkpoint", *arch = "resnet20";
+    int one = 1, nc = 5, zero = 0;
+    hid_t at = H5Acreate2(h, "ds_format", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(at, H5T_NATIVE_INT, &one), H5Aclose(at);
+    at = H5Acreate2(h, "ds_kind", str, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(at, str, &kind), H5Aclose(at);
+    at = H5Acreate2(h, "arch", str, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(at, str, &arch), H5Aclose(at);
+    at = H5Acreate2(h, "num_classes", H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(at, H5T_NATIVE_INT, &nc), H5Aclose(at);
+    at = H5Acreate2(h, "world_size", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(at, H5T_NATIVE_INT, &zero), H5Aclose(at);
+    H5Sclose(sp), H5Tclose(str), H5Fclose(h);
+
+    ds_ckpt_meta meta;
+    CHECK(ds_ckpt_read_meta(path_in("bare.h5"), &meta) == 0, "a bare checkpoint's metadata refused");
+    CHECK(meta.found == 0 && meta.world_size == 0 && !meta.classes && meta.num_classes == 5, "found %#x", meta.found);
+    fprintf(stderr, "  ");
+    CHECK(ds_ckpt_meta_require(&meta, "bare.h5", DS_CKPT_FOR_INIT) == 0, "--init refused");
+    CHECK(ds_ckpt_meta_require(&meta, "bare.h5", DS_CKPT_FOR_EVAL) != 0, "evaluation accepted");
+    fprintf(stderr, "  ");
+    CHECK(ds_ckpt_meta_require(&meta, "bare.h5", DS_CKPT_FOR_RESUME) != 0, "--resume accepted");
+    meta.found |= DS_CKPT_HAS_INPUT_SIZE | DS_CKPT_HAS_MEAN | DS_CKPT_HAS_STD;
+    CHECK(ds_ckpt_meta_require(&meta, "bare.h5", DS_CKPT_FOR_EVAL) == 0, "evaluation refused");
+    meta.found = ~0u & ~(unsigned)DS_CKPT_HAS_WORLD_SIZE;
+    fprintf(stderr, "  ");
+    CHECK(ds_ckpt_meta_require(&meta, "bare.h5", DS_CKPT_FOR_RESUME) != 0, "--resume without world_size accepted");
+    ds_ckpt_meta_free(&meta);
     check_end();
 }
 
@@ -230,6 +305,7 @@ int main(void)
     snprintf(dir, sizeof dir, "%s/test_checkpoint.XXXXXX", getenv("DS_TEST_TMP") ? getenv("DS_TEST_TMP") : "/tmp");
     if (!mkdtemp(dir)) return 1;
     test_round_trip();
+    test_uses();
     test_refusals();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -68,10 +68,10 @@ int main(int argc, char **argv)
 
     ds_ckpt_meta meta;
     ds_ckpt_meta_init(&meta);
-    if (ds_ckpt_read_meta(ckpt, &meta)) ds_die("cannot evaluate %s", ckpt);
-    const ds_ckpt_attr *ah = ds_ckpt_meta_get(&meta, "data_height"), *af = ds_ckpt_meta_get(&meta, "data_fit");
-    int dsize = size ? (int)size : ah ? (int)ah->i : (meta.input_size * 8 + 6) / 7;
-    const char *dfit = fit ? fit : af && af->s ? af->s : "crop";
+    if (ds_ckpt_read_meta(ckpt, &meta) || ds_ckpt_meta_require(&meta, ckpt, DS_CKPT_FOR_EVAL))
+        ds_die("cannot evaluate %s", ckpt);
+    int dsize = size ? (int)size : meta.data_height ? meta.data_height : (meta.input_size * 8 + 6) / 7;
+    const char *dfit = fit ? fit : meta.data_fit[0] ? meta.data_fit : "crop";
 
     ds_source src;
     if (ds_source_open(&src, data, dsize, dfit)) ds_die("cannot evaluate on %s", data);

@@ -31,7 +31,7 @@ static int schedule_kind, augment_kind, lr_scaling_kind;
 static long long epochs = 90, batch = 64, accum = 1, crop = 224, pad = 0, seed = 42, log_every = 100,
                  ckpt_steps = 0, max_steps = 0, keep = 3;
 static double lr = 0.1, momentum = 0.9, wd = 1e-4, warmup_epochs = 5, step_epochs = 30, step_gamma = 0.1,
-              label_smoothing = 0.1, bucket_mb = 25;
+              label_smoothing = 0.1, bucket_mb = 25, comm_timeout = DS_COMM_TIMEOUT;
 static int nesterov = 1;
 static ds_compute_options compute = DS_COMPUTE_DEFAULTS;
 
@@ -73,6 +73,9 @@ static ds_option options[] = {
     DS_NUM("bucket-mb", DS_OPT_DOUBLE, &bucket_mb, "X",
            "under mpirun: gradients are summed over the ranks in buckets of about X MiB, each sent as soon as "
            "backward has computed it (the results do not depend on X)", 0.001, 4096),
+    DS_NUM("comm-timeout", DS_OPT_DOUBLE, &comm_timeout, "S",
+           "under mpirun: a rank that stops without dying (stopped, hung) ends the job with an error naming it "
+           "after S seconds of waiting for it, instead of leaving the others waiting forever; 0: wait forever", 0, 1e9),
     DS_NUM("log-every", DS_OPT_INT, &log_every, "N",
            "a log line (and metrics.jsonl line) every N steps; 0: per epoch only", 0, 1e9),
     DS_NUM("ckpt-steps", DS_OPT_INT, &ckpt_steps, "N", "also checkpoint every N steps (0: at epoch ends only)",
@@ -104,7 +107,7 @@ static ds_cli cli = {
 /* The checkpoint a run starts from decides the architecture when --arch is not given. */
 static int check_resume(const char *path, ds_ckpt_meta *rm, const ds_source *tr, int G)
 {
-    if (ds_ckpt_read_meta(path, rm)) return -1;
+    if (ds_ckpt_read_meta(path, rm) || ds_ckpt_meta_require(rm, path, DS_CKPT_FOR_RESUME)) return -1;
     if (ds_cli_given(&cli, "arch") && strcmp(arch, rm->arch))
         return ds_err("%s: a %s checkpoint cannot resume an --arch %s run", path, rm->arch, arch);
     arch = rm->arch;
@@ -122,6 +125,7 @@ int main(int argc, char **argv)
     if (ds_comm_init(&argc, &argv)) return 1;
     char **pos;
     ds_cli_parse(&cli, argc, argv, &pos);
+    ds_comm_set_timeout(comm_timeout);
     int world = ds_comm_world(), rank = ds_comm_rank();
     if (rank != 0) ds_verbosity = -1;
     if (!train_dir) ds_usage_error(&cli, "--train DIR is required");
@@ -179,7 +183,8 @@ int main(int argc, char **argv)
     } else if (init) {
         ds_ckpt_meta im;
         ds_ckpt_meta_init(&im);
-        if (ds_ckpt_read_meta(init, &im)) ds_die("cannot use --init %s", init);
+        if (ds_ckpt_read_meta(init, &im) || ds_ckpt_meta_require(&im, init, DS_CKPT_FOR_INIT))
+            ds_die("cannot use --init %s", init);
         int same = im.num_classes == tr.num_classes;
         if (ds_ckpt_load(init, m, NULL, same ? 0 : DS_CKPT_SKIP_FC)) ds_die("cannot use --init %s", init);
         if (same && im.classes &&
@@ -201,9 +206,9 @@ int main(int argc, char **argv)
     meta.seed = (uint64_t)seed;
     meta.world_size = world;
     meta.global_batch = G;
-    ds_ckpt_meta_set_int(&meta, "data_height", tr.height);
-    ds_ckpt_meta_set_int(&meta, "data_width", tr.width);
-    ds_ckpt_meta_set_string(&meta, "data_fit", tr.fit);
+    meta.data_height = tr.height;
+    meta.data_width = tr.width;
+    snprintf(meta.data_fit, sizeof meta.data_fit, "%s", tr.fit);
     ds_ckpt_meta_set_float(&meta, "lr_effective", base_lr);
     ds_ckpt_meta_set_string(&meta, "device", be->name);
     ds_ckpt_meta_set_string(&meta, "precision", ds_precision_name(be->precision));
