@@ -41,16 +41,23 @@ static void print_value(FILE *f, const ds_option *o)
     }
 }
 
+/* Whether a flag also takes the form --no-NAME. */
+static int negatable(const ds_option *o)
+{
+    return o->type == DS_OPT_FLAG && strncmp(o->name, "no-", 3) != 0;
+}
+
 static void print_help(const ds_cli *cli)
 {
     printf("usage: %s %s\n%s\n\noptions:\n", cli->prog, cli->args, cli->summary);
     for (const ds_option *o = cli->opts; o->name; o++) {
         char head[96];
         int n = 0;
+        const char *no = negatable(o) ? "[no-]" : "";
         if (o->short_name)
-            n = snprintf(head, sizeof head, "  -%c, --%s", o->short_name, o->name);
+            n = snprintf(head, sizeof head, "  -%c, --%s%s", o->short_name, no, o->name);
         else
-            n = snprintf(head, sizeof head, "      --%s", o->name);
+            n = snprintf(head, sizeof head, "      --%s%s", no, o->name);
         if (o->type == DS_OPT_CHOICE)
             snprintf(head + n, sizeof head - n, " %s", o->choices);
         else if (o->type != DS_OPT_FLAG)
@@ -67,24 +74,38 @@ static void print_help(const ds_cli *cli)
     if (cli->epilog) printf("\n%s\n", cli->epilog);
 }
 
-static int choice_ok(const char *choices, const char *v)
+/* The position of v in "a|b|c", or -1. */
+static int choice_index(const char *choices, const char *v)
 {
     size_t n = strlen(v);
-    for (const char *c = choices; *c;) {
+    int i = 0;
+    for (const char *c = choices; *c; i++) {
         const char *bar = strchr(c, '|');
         size_t len = bar ? (size_t)(bar - c) : strlen(c);
-        if (len == n && strncmp(c, v, n) == 0) return 1;
+        if (len == n && strncmp(c, v, n) == 0) return i;
         if (!bar) break;
         c = bar + 1;
     }
-    return 0;
+    return -1;
 }
 
-static void set_value(ds_cli *cli, const ds_option *o, const char *v)
+/* A mistake in a tool's option table, not in the command line. */
+static __attribute__((format(printf, 2, 3), noreturn)) void internal_error(const ds_cli *cli, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: internal error: ", cli->prog);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    abort();
+}
+
+static void set_value(ds_cli *cli, const ds_option *o, const char *v, int negated)
 {
     char *end;
     switch (o->type) {
-    case DS_OPT_FLAG: *(int *)o->value = 1; return;
+    case DS_OPT_FLAG: *(int *)o->value = !negated; return;
     case DS_OPT_INT: {
         errno = 0;
         long long x = strtoll(v, &end, 10);
@@ -106,7 +127,7 @@ static void set_value(ds_cli *cli, const ds_option *o, const char *v)
         return;
     }
     case DS_OPT_CHOICE:
-        if (!choice_ok(o->choices, v))
+        if (choice_index(o->choices, v) < 0)
             ds_usage_error(cli, "--%s must be one of %s, not '%s'", o->name, o->choices, v);
         /* fallthrough */
     case DS_OPT_STRING:
@@ -127,6 +148,10 @@ static void print_version(const ds_cli *cli)
 int ds_cli_parse(ds_cli *cli, int argc, char **argv, char ***pos)
 {
     ds_log_init(cli->prog);
+    int nopts = 0;
+    while (cli->opts[nopts].name) nopts++;
+    if (nopts > DS_CLI_MAX_OPTS)
+        internal_error(cli, "%d options, more than the %d bits of ds_cli.given", nopts, DS_CLI_MAX_OPTS);
     /* Positional arguments are compacted to the front of argv[1..]. */
     int npos = 0, only_pos = 0;
     char **out = argv + 1;
@@ -145,14 +170,22 @@ int ds_cli_parse(ds_cli *cli, int argc, char **argv, char ***pos)
 
         const ds_option *o = NULL;
         const char *val = NULL;
+        int negated = 0;
         if (a[1] == '-') {
             const char *name = a + 2, *eq = strchr(name, '=');
             size_t len = eq ? (size_t)(eq - name) : strlen(name);
             for (const ds_option *p = cli->opts; p->name; p++)
                 if (strlen(p->name) == len && strncmp(p->name, name, len) == 0) { o = p; break; }
+            if (!o && len > 3 && strncmp(name, "no-", 3) == 0)
+                for (const ds_option *p = cli->opts; p->name; p++)
+                    if (negatable(p) && strlen(p->name) == len - 3 && strncmp(p->name, name + 3, len - 3) == 0) {
+                        o = p;
+                        negated = 1;
+                        break;
+                    }
             if (!o) ds_usage_error(cli, "unknown option '--%.*s'", (int)len, name);
             if (eq) {
-                if (o->type == DS_OPT_FLAG) ds_usage_error(cli, "--%s takes no value", o->name);
+                if (o->type == DS_OPT_FLAG) ds_usage_error(cli, "--%.*s takes no value", (int)len, name);
                 val = eq + 1;
             }
         } else {
@@ -168,8 +201,18 @@ int ds_cli_parse(ds_cli *cli, int argc, char **argv, char ***pos)
             if (i + 1 >= argc) ds_usage_error(cli, "--%s needs a value", o->name);
             val = argv[++i];
         }
-        set_value(cli, o, val);
+        set_value(cli, o, val, negated);
         cli->given |= 1ull << (o - cli->opts);
+        if (negated) cli->given_no |= 1ull << (o - cli->opts);
+    }
+    for (int k = 0; k < nopts; k++) {
+        const ds_option *o = &cli->opts[k];
+        if (o->type == DS_OPT_FLAG && o->legacy_no && (cli->given_no >> k & 1)) *(int *)o->value = 0;
+        if (o->type == DS_OPT_CHOICE && o->index) {
+            const char *v = *(const char **)o->value;
+            *o->index = v ? choice_index(o->choices, v) : -1;
+            if (v && *o->index < 0) internal_error(cli, "the default of --%s is not one of %s", o->name, o->choices);
+        }
     }
     if (npos < cli->min_pos)
         ds_usage_error(cli, "missing argument: %s", cli->args);
@@ -222,7 +265,16 @@ char *ds_cli_json(const ds_cli *cli)
         ds_json_string(f, o->name);
         fputs(": ", f);
         switch (o->type) {
-        case DS_OPT_FLAG: fputs(*(int *)o->value ? "true" : "false", f); break;
+        case DS_OPT_FLAG:
+            fputs(*(int *)o->value ? "true" : "false", f);
+            if (o->legacy_no) {
+                char key[128];
+                snprintf(key, sizeof key, "no-%s", o->name);
+                fputs(", ", f);
+                ds_json_string(f, key);
+                fputs((cli->given_no >> (o - cli->opts) & 1) ? ": true" : ": false", f);
+            }
+            break;
         case DS_OPT_INT: fprintf(f, "%lld", *(long long *)o->value); break;
         case DS_OPT_DOUBLE: fprintf(f, "%.17g", *(double *)o->value); break;
         default: {

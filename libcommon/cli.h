@@ -3,7 +3,10 @@
  *
  * The default of an option is the value its variable holds before ds_cli_parse; --help
  * prints it. Every tool also gets -h/--help, --version, -q/--quiet, -v/--verbose and
- * --progress. A usage error prints one line naming the problem plus a hint and exits 2. */
+ * --progress. A usage error prints one line naming the problem plus a hint and exits 2.
+ *
+ * A flag --x also has the form --no-x, which sets it to 0 (the last one given wins); --help
+ * shows the pair as --[no-]x. A flag whose own name begins with "no-" has no such form. */
 #ifndef DS_CLI_H
 #define DS_CLI_H
 
@@ -11,11 +14,11 @@
 #include <stdio.h>
 
 typedef enum {
-    DS_OPT_FLAG,    /* int *: set to 1 */
+    DS_OPT_FLAG,    /* int *: 1 by --NAME, 0 by --no-NAME */
     DS_OPT_INT,     /* long long * */
     DS_OPT_DOUBLE,  /* double * */
     DS_OPT_STRING,  /* const char **: NULL default prints as "none" */
-    DS_OPT_CHOICE,  /* const char **: one of .choices, "a|b|c" */
+    DS_OPT_CHOICE,  /* const char **: one of .choices, "a|b|c"; .index optionally gets its position */
 } ds_opt_type;
 
 typedef struct {
@@ -27,7 +30,21 @@ typedef struct {
     const char *help;
     const char *choices;   /* DS_OPT_CHOICE only */
     double min, max;       /* DS_OPT_INT / DS_OPT_DOUBLE: inclusive range, checked when min < max */
+    int *index;            /* DS_OPT_CHOICE, optional: set by ds_cli_parse to the value's 0-based position
+                              in .choices (the default's too; -1 for a NULL default), so a tool can keep
+                              the choice as an enum listed in the same order */
+    int legacy_no;         /* DS_OPT_FLAG: --no-NAME was once an option of its own. As then, it wins over
+                              --NAME whatever the order, and ds_cli_json records "no-NAME" (whether it
+                              was given) after NAME, so recorded configs keep their shape */
 } ds_option;
+
+/* Table entries: OPT for strings and flags, NUM for numbers in [lo, hi], CHOICE for one of
+ * "a|b|c" (CHOICE_INDEX also stores the value's position in *ix). */
+#define DS_OPT(n, t, v, a, h) {.name = n, .type = t, .value = v, .arg = a, .help = h}
+#define DS_NUM(n, t, v, a, h, lo, hi) {.name = n, .type = t, .value = v, .arg = a, .help = h, .min = lo, .max = hi}
+#define DS_CHOICE(n, v, c, h) {.name = n, .type = DS_OPT_CHOICE, .value = v, .choices = c, .help = h}
+#define DS_CHOICE_INDEX(n, v, ix, c, h) \
+    {.name = n, .type = DS_OPT_CHOICE, .value = v, .index = ix, .choices = c, .help = h}
 
 typedef struct {
     const char *prog;      /* "dsplit" */
@@ -35,9 +52,13 @@ typedef struct {
     const char *summary;   /* one sentence for --help */
     const char *epilog;    /* optional text after the options */
     int min_pos, max_pos;  /* positional argument count; max_pos < 0: unlimited */
-    ds_option *opts;
-    uint64_t given;        /* bit i: opts[i] appeared on the command line (set by parse) */
+    ds_option *opts;       /* at most DS_CLI_MAX_OPTS entries before the {0} that ends it */
+    uint64_t given;        /* bit i: opts[i] appeared on the command line, either form of a flag (set by parse) */
+    uint64_t given_no;     /* bit i: flag opts[i] appeared as --no-NAME (set by parse) */
 } ds_cli;
+
+/* The bits of ds_cli.given; ds_cli_parse stops with an internal error on a longer table. */
+#define DS_CLI_MAX_OPTS 64
 
 /* Global flag set by --progress: draw progress even when stderr is not a terminal. */
 extern int ds_cli_progress;
@@ -46,7 +67,7 @@ extern int ds_cli_progress;
  * positional arguments and points *pos at them (inside argv). */
 int ds_cli_parse(ds_cli *cli, int argc, char **argv, char ***pos);
 
-/* Whether the option named `name` was given on the command line. */
+/* Whether the option named `name` was given on the command line (a flag: --NAME or --no-NAME). */
 int ds_cli_given(const ds_cli *cli, const char *name);
 
 /* For checks that need more than a range: "dsX: MSG" + hint, exit 2. */

@@ -113,9 +113,15 @@ ds_loader *ds_loader_new(ds_source *src, const ds_loader_config *cfg)
     return L;
 }
 
+int64_t ds_loader_train_steps(const ds_loader_config *c, size_t n)
+{
+    size_t G = (size_t)c->batch * c->world * c->accum;
+    return G ? (int64_t)(n / G) : 0;
+}
+
 int64_t ds_loader_steps_per_epoch(const ds_loader *L)
 {
-    if (L->cfg.train) return (int64_t)(L->src->n / L->global_batch);
+    if (L->cfg.train) return ds_loader_train_steps(&L->cfg, L->src->n);
     size_t n = L->eval_hi - L->eval_lo;
     return (int64_t)((n + (size_t)L->cfg.batch - 1) / (size_t)L->cfg.batch);
 }

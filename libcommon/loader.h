@@ -67,6 +67,9 @@ void ds_loader_free(ds_loader *L);
 
 /* Training: full global batches in an epoch. Evaluation: this rank's batches. */
 int64_t ds_loader_steps_per_epoch(const ds_loader *L);
+/* Training steps per epoch over n samples with this configuration, before any loader exists
+ * (a schedule is made from it): n / (batch x world x accum), the last partial batch dropped. */
+int64_t ds_loader_train_steps(const ds_loader_config *c, size_t n);
 /* Samples this rank sees in one evaluation pass. */
 size_t ds_loader_eval_count(const ds_loader *L);
 

@@ -11,6 +11,19 @@ int ds_schedule_parse(const char *name)
     return -1;
 }
 
+ds_schedule ds_schedule_make(ds_schedule_kind kind, double base, double warmup_epochs, double step_epochs,
+                             double gamma, int64_t steps_per_epoch, int64_t epochs)
+{
+    return (ds_schedule){
+        .kind = kind,
+        .base = base,
+        .warmup = (int64_t)llround(warmup_epochs * (double)steps_per_epoch),
+        .total = steps_per_epoch * epochs,
+        .every = (int64_t)llround(step_epochs * (double)steps_per_epoch),
+        .gamma = gamma,
+    };
+}
+
 double ds_schedule_lr(const ds_schedule *s, int64_t step)
 {
     if (step < 0) step = 0;

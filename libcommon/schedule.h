@@ -23,6 +23,14 @@ typedef struct {
     double gamma;            /* step schedule: factor per decay */
 } ds_schedule;
 
+/* --schedule's choices, in the order of ds_schedule_kind. */
+#define DS_SCHEDULE_CHOICES "cosine|step|constant"
+
+/* The schedule of a run of `epochs` epochs of steps_per_epoch steps, with durations given in
+ * epochs as the options state them: warmup and step-every become llround(epochs x
+ * steps_per_epoch) steps. */
+ds_schedule ds_schedule_make(ds_schedule_kind kind, double base, double warmup_epochs, double step_epochs,
+                             double gamma, int64_t steps_per_epoch, int64_t epochs);
 /* "cosine", "step", "constant" -> kind; -1 for anything else. */
 int ds_schedule_parse(const char *name);
 /* The learning rate for the step about to be taken (0-based). */

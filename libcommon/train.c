@@ -67,7 +67,7 @@ static uint64_t fingerprint(const void *data, size_t bytes)
  * the run fails instead of saving one rank's view. Costs one pass over the state. */
 static int check_replicas(run *r, int64_t g)
 {
-    if (r->p->world == 1) return 0;
+    if (r->p->loader.world == 1) return 0;
     ds_model *m = r->m;
     int nt = ds_model_tensor_count(m);
     size_t most = 1;
@@ -88,14 +88,14 @@ static int check_replicas(run *r, int64_t g)
     for (int i = 0; i < 2 * nt && bad < 0; i++)
         if (mine[i] != root[i]) bad = i;
     if (bad >= 0)
-        ds_err("step %lld: rank %d's %s%s differs from rank 0's: the ranks have diverged", (long long)g, r->p->rank,
+        ds_err("step %lld: rank %d's %s%s differs from rank 0's: the ranks have diverged", (long long)g, r->p->loader.rank,
                ds_model_tensor(m, bad / 2)->name, bad % 2 ? " momentum" : "");
     free(host);
     free(mine);
     free(root);
     if (ds_comm_any(bad >= 0)) return -1;
     ds_debug("step %lld: the %d ranks hold identical weights, BN running statistics and momentum", (long long)g,
-             r->p->world);
+             r->p->loader.world);
     return 0;
 }
 
@@ -107,7 +107,7 @@ static int save(run *r, int64_t g, int best)
     int rc = 0;
     ds_comm_set_where("checkpoint of step %lld", (long long)g);
     if (check_replicas(r, g)) return -1;
-    if (p->rank == 0) {
+    if (p->loader.rank == 0) {
         ds_ckpt_meta *meta = p->meta;
         meta->epoch = g / r->S;
         meta->step = g;
@@ -129,14 +129,14 @@ static int save(run *r, int64_t g, int best)
 
 static void log_json(run *r, const char *json)
 {
-    if (r->p->rank == 0 && r->log.f && ds_metrics_log_write(&r->log, json))
+    if (r->p->loader.rank == 0 && r->log.f && ds_metrics_log_write(&r->log, json))
         ds_warn("metrics.jsonl could not be written; training goes on");
 }
 
 static int validate(run *r, ds_topk *t)
 {
     const ds_train_plan *p = r->p;
-    ds_eval_options o = {.crop = p->crop, .progress = 0};
+    ds_eval_options o = {.crop = p->loader.crop, .progress = 0};
     memcpy(o.mean, p->meta->mean, sizeof o.mean);
     memcpy(o.std, p->meta->std, sizeof o.std);
     double secs;
@@ -220,25 +220,26 @@ static int setup(run *r, ds_model *m, const ds_train_plan *p)
     r->best_top1 = -1;
     for (int i = 0; i < p->meta->nmetrics; i++)
         if (p->meta->metrics[i].val_top1 > r->best_top1) r->best_top1 = p->meta->metrics[i].val_top1;
-    ds_loader_config tc = {.batch = p->batch, .world = p->world, .rank = p->rank, .accum = p->accum,
-                           .crop = p->crop, .pad = p->pad, .augment = p->augment, .train = 1, .seed = p->seed,
-                           .threads = p->loader_threads};
-    if (!(r->tl = ds_loader_new(p->train, &tc))) return -1;
-    ds_loader_config vc = tc;
+    const ds_loader_config *tc = &p->loader;
+    if (!(r->tl = ds_loader_new(p->train, tc))) return -1;
+    ds_loader_config vc = *tc;
     vc.train = 0;
     vc.accum = 1;
     vc.augment = 0;
     vc.pad = 0;
     if (p->val && !(r->vl = ds_loader_new(p->val, &vc))) return -1;
     r->S = ds_loader_steps_per_epoch(r->tl);
-    r->G = (int64_t)p->batch * p->world * p->accum;
+    r->G = (int64_t)tc->batch * tc->world * tc->accum;
     r->total = r->S * p->epochs;
-    int pad = p->augment ? p->pad : 0;
-    if (ds_feed_init(&r->tf, r->be, p->batch, p->train->height + 2 * pad, p->train->width + 2 * pad)) return -1;
-    if (p->val && ds_feed_init(&r->vf, r->be, p->batch, p->val->height, p->val->width)) return -1;
+    if (p->schedule.total != r->total)
+        return ds_err("internal error: the schedule spans %lld steps, the run %lld", (long long)p->schedule.total,
+                      (long long)r->total);
+    int pad = tc->augment ? tc->pad : 0;
+    if (ds_feed_init(&r->tf, r->be, tc->batch, p->train->height + 2 * pad, p->train->width + 2 * pad)) return -1;
+    if (p->val && ds_feed_init(&r->vf, r->be, tc->batch, p->val->height, p->val->width)) return -1;
     r->epoch_loss_sum = p->start_step % r->S ? p->meta->epoch_loss_sum : 0;
     r->epoch_seconds = p->start_step % r->S ? p->meta->epoch_seconds : 0;
-    if (p->rank == 0) {
+    if (p->loader.rank == 0) {
         if (ds_mkdirs(p->out)) return ds_err("%s: cannot create the run directory", p->out);
         if (ds_metrics_log_truncate(p->out, p->start_step) || ds_metrics_log_open(&r->log, p->out)) return -1;
     }
@@ -258,17 +259,14 @@ static int train_loop(run *r)
 {
     const ds_train_plan *p = r->p;
     ds_model *m = r->m;
-    ds_schedule sched = p->schedule;
-    sched.total = r->total;
-    sched.warmup = (int64_t)llround(p->warmup_epochs * (double)r->S);
-    sched.every = (int64_t)llround(p->step_epochs * (double)r->S);
+    const ds_loader_config *lc = &p->loader;
     int64_t g = p->start_step;
     if (g >= r->total) {
         ds_info("the run has already finished its %lld steps (%lld epochs)", (long long)r->total, (long long)p->epochs);
         return 0;
     }
     ds_info("training: %lld epochs of %lld steps, global batch %lld (batch %d x world %d x accum %d), from step %lld",
-            (long long)p->epochs, (long long)r->S, (long long)r->G, p->batch, p->world, p->accum, (long long)g);
+            (long long)p->epochs, (long long)r->S, (long long)r->G, lc->batch, lc->world, lc->accum, (long long)g);
     double t_run = ds_now(), t_log = t_run, win_loss = 0, lr = 0;
     int64_t g_run = g, win_steps = 0;
     for (int64_t e = g / r->S; e < p->epochs; e++) {
@@ -283,12 +281,12 @@ static int train_loop(run *r)
                 loss = 0;
                 t_step = ds_now();
             }
-            if (ds_feed_batch(&r->tf, m, b, p->crop, p->meta->mean, p->meta->std)) {
+            if (ds_feed_batch(&r->tf, m, b, lc->crop, p->meta->mean, p->meta->std)) {
                 ds_loader_release(r->tl, b);
                 return -1;
             }
             ds_model_forward(m, b->n, 1);
-            int last_micro = b->micro == p->accum - 1;
+            int last_micro = b->micro == lc->accum - 1;
             if (!last_micro) {
                 loss += ds_model_backward(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing);
                 ds_loader_release(r->tl, b);
@@ -307,10 +305,10 @@ static int train_loop(run *r)
                               r->last_path[0] ? "The last good checkpoint is kept: " : "No checkpoint was written yet",
                               r->last_path);
             }
-            lr = ds_schedule_lr(&sched, g);
+            lr = ds_schedule_lr(&p->schedule, g);
             ds_sgd sgd = p->sgd;
             sgd.lr = (float)lr;
-            ds_model_step(m, &sgd, p->accum * p->world);
+            ds_model_step(m, &sgd, lc->accum * lc->world);
             g++;
             r->be->sync();
             double now = ds_now();

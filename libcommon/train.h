@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "checkpoint.h"
+#include "loader.h"
 #include "model.h"
 #include "schedule.h"
 #include "source.h"
@@ -26,14 +27,10 @@ typedef struct {
     ds_source *val;          /* NULL: no validation */
     const char *out;         /* run directory (rank 0 writes into it) */
     int64_t epochs;
-    int batch, accum;
-    int world, rank;
-    int crop, pad, augment;
-    uint64_t seed;
-    int loader_threads;
-    double warmup_epochs;
-    ds_schedule schedule;    /* kind, base, gamma and step-every in epochs (converted to steps) */
-    double step_epochs;      /* step schedule: epochs between decays */
+    ds_loader_config loader; /* the training micro-batches (.train = 1); validation reads with the
+                                same batch, world, rank, crop and threads, centre-cropped */
+    ds_schedule schedule;    /* the whole run's, from ds_schedule_make with the steps per epoch
+                                of `loader` (ds_loader_train_steps) and `epochs` */
     ds_sgd sgd;              /* momentum, weight decay, nesterov (lr from the schedule) */
     float smoothing;
     int log_every;           /* steps between log lines (0: only epoch lines) */

@@ -4,6 +4,7 @@
 #include "checkpoint.h"
 #include "cli.h"
 #include "comm.h"
+#include "compute.h"
 #include "cpu_isa.h"
 #include "evaluate.h"
 #include "feed.h"
@@ -20,25 +21,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *device = "auto", *precision = "bf16", *per_class, *logits_file, *fit;
-static long long batch = 64, threads = 0, loader_threads = 0, size = 0;
-static int json, deterministic;
+static const char *per_class, *logits_file, *fit;
+static long long batch = 64, size = 0;
+static int json;
+static ds_compute_options compute = DS_COMPUTE_DEFAULTS;
 
 static ds_option options[] = {
     {.name = "batch", .type = DS_OPT_INT, .value = &batch, .arg = "N", .help = "images per forward pass (per rank)",
      .min = 1, .max = 1e6},
-    {.name = "device", .type = DS_OPT_CHOICE, .value = &device, .choices = "auto|cpu|cuda",
-     .help = "where to compute (auto: cuda when a GPU is visible)"},
-    {.name = "precision", .type = DS_OPT_CHOICE, .value = &precision, .choices = "fp32|tf32|bf16",
-     .help = "GPU arithmetic: bf16 tensor-core convolutions, tf32, or fp32 without tensor cores; "
-             "the CPU always computes fp32"},
-    {.name = "deterministic", .type = DS_OPT_FLAG, .value = &deterministic,
-     .help = "GPU: only the cuDNN algorithms cuDNN reports as deterministic; on the CPU every run is "
-             "already bitwise repeatable"},
-    {.name = "threads", .type = DS_OPT_INT, .value = &threads, .arg = "N", .help = "compute threads (0: every core)",
-     .min = 0, .max = 4096},
-    {.name = "loader-threads", .type = DS_OPT_INT, .value = &loader_threads, .arg = "N",
-     .help = "reading / decoding threads (0: 2, or every core for a manifest)", .min = 0, .max = 256},
+    DS_COMPUTE_OPTIONS(compute, "reading / decoding threads (0: 2, or every core for a manifest)"),
     {.name = "json", .type = DS_OPT_FLAG, .value = &json,
      .help = "print one JSON object (top1, top5, loss, count, images_per_sec) on stdout"},
     {.name = "per-class", .type = DS_OPT_STRING, .value = &per_class, .arg = "FILE.csv",
@@ -74,7 +65,6 @@ int main(int argc, char **argv)
     int world = ds_comm_world(), rank = ds_comm_rank();
     if (rank != 0) ds_verbosity = -1;
     if (logits_file && world > 1) ds_usage_error(&cli, "--logits needs a single process (run without mpirun)");
-    if (threads > 0) omp_set_num_threads((int)threads);
 
     ds_ckpt_meta meta;
     ds_ckpt_meta_init(&meta);
@@ -91,12 +81,10 @@ int main(int argc, char **argv)
                                                                     meta.num_classes, data, src.num_classes) : 0)
         ds_die("cannot evaluate %s on %s: the checkpoint was trained on other classes", ckpt, data);
     /* Decoding a manifest's JPEGs is the slow part of such a run: every core reads. */
-    if (loader_threads == 0) loader_threads = src.decodes ? omp_get_num_procs() : 2;
+    if (compute.loader_threads == 0) compute.loader_threads = src.decodes ? omp_get_num_procs() : 2;
 
-    ds_backend_opts bo = {.deterministic = deterministic};
-    if (ds_precision_parse(precision, &bo.precision)) ds_usage_error(&cli, "bad --precision");
-    const ds_backend *be = ds_backend_select(device, &bo);
-    if (!be) ds_die("no usable --device %s", device);
+    const ds_backend *be = ds_compute_setup(&compute, 0);
+    if (!be) ds_die("no usable --device %s", compute.device);
     ds_model_config mc = {.arch = meta.arch, .num_classes = meta.num_classes, .max_batch = (int)batch,
                           .height = meta.input_size, .width = meta.input_size, .training = 0};
     ds_model *m = ds_model_create(be, &mc);
@@ -104,7 +92,7 @@ int main(int argc, char **argv)
     if (ds_ckpt_load(ckpt, m, NULL, 0)) ds_die("cannot evaluate %s", ckpt);
 
     ds_loader_config lc = {.batch = (int)batch, .world = world, .rank = rank, .accum = 1, .crop = meta.input_size,
-                           .train = 0, .seed = meta.seed, .threads = (int)loader_threads};
+                           .train = 0, .seed = meta.seed, .threads = (int)compute.loader_threads};
     ds_loader *L = ds_loader_new(&src, &lc);
     if (!L) ds_die("cannot evaluate %s on %s", ckpt, data);
     ds_feed feed;

@@ -4,8 +4,10 @@
 #include "checkpoint.h"
 #include "cli.h"
 #include "comm.h"
+#include "compute.h"
 #include "cpu_isa.h"
 #include "fsutil.h"
+#include "loader.h"
 #include "log.h"
 #include "model.h"
 #include "rundir.h"
@@ -19,69 +21,68 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The choices' indices (set by ds_cli_parse) follow the order of their lists. */
+enum { LR_SCALING_LINEAR, LR_SCALING_NONE };
+enum { AUGMENT_STANDARD, AUGMENT_NONE };
+
 static const char *train_dir, *val_dir, *out_dir, *arch = "resnet50", *schedule = "cosine",
-                  *augment = "standard", *resume, *init, *device = "auto", *precision = "bf16",
-                  *lr_scaling = "linear";
-static long long epochs = 90, batch = 64, accum = 1, crop = 224, pad = 0, seed = 42, threads = 0,
-                 loader_threads = 0, log_every = 100, ckpt_steps = 0, max_steps = 0, keep = 3;
+                  *augment = "standard", *resume, *init, *lr_scaling = "linear";
+static int schedule_kind, augment_kind, lr_scaling_kind;
+static long long epochs = 90, batch = 64, accum = 1, crop = 224, pad = 0, seed = 42, log_every = 100,
+                 ckpt_steps = 0, max_steps = 0, keep = 3;
 static double lr = 0.1, momentum = 0.9, wd = 1e-4, warmup_epochs = 5, step_epochs = 30, step_gamma = 0.1,
               label_smoothing = 0.1, bucket_mb = 25, comm_timeout = DS_COMM_TIMEOUT;
-static int nesterov = 1, no_nesterov = 0, deterministic = 0;
+static int nesterov = 1;
+static ds_compute_options compute = DS_COMPUTE_DEFAULTS;
 
-#define OPT(n, t, v, a, h) {.name = n, .type = t, .value = v, .arg = a, .help = h}
-#define NUM(n, t, v, a, h, lo, hi) {.name = n, .type = t, .value = v, .arg = a, .help = h, .min = lo, .max = hi}
-#define CHOICE(n, v, c, h) {.name = n, .type = DS_OPT_CHOICE, .value = v, .choices = c, .help = h}
 static ds_option options[] = {
-    OPT("train", DS_OPT_STRING, &train_dir, "DIR", "training shards (dspack's output directory); required"),
-    OPT("val", DS_OPT_STRING, &val_dir, "DIR", "validation shards, evaluated after every epoch"),
+    DS_OPT("train", DS_OPT_STRING, &train_dir, "DIR", "training shards (dspack's output directory); required"),
+    DS_OPT("val", DS_OPT_STRING, &val_dir, "DIR", "validation shards, evaluated after every epoch"),
     {.name = "out", .short_name = 'o', .type = DS_OPT_STRING, .value = &out_dir, .arg = "RUN_DIR",
      .help = "run directory: checkpoints, last.h5, best.h5, metrics.jsonl (default with --resume: its directory)"},
-    OPT("arch", DS_OPT_STRING, &arch, "NAME", "network: resnet18, resnet34, resnet50, resnet101, resnet20 (CIFAR-style)"),
-    NUM("epochs", DS_OPT_INT, &epochs, "N", "passes over the training set (90: the ImageNet reference length)", 1, 1e6),
-    NUM("batch", DS_OPT_INT, &batch, "N", "micro-batch per rank; global batch G = batch x ranks x accum", 1, 1e6),
-    NUM("accum", DS_OPT_INT, &accum, "N", "micro-batches accumulated per step", 1, 1e5),
-    NUM("lr", DS_OPT_DOUBLE, &lr, "X", "peak learning rate; with --lr-scaling linear it is the rate for G = 256 "
-        "and the run uses lr x G / 256 (Goyal et al. 2017)", 0, 1e3),
-    CHOICE("lr-scaling", &lr_scaling, "linear|none", "linear: scale --lr by G / 256; none: use --lr as given"),
-    NUM("momentum", DS_OPT_DOUBLE, &momentum, "X", "SGD momentum", 0, 1),
-    OPT("nesterov", DS_OPT_FLAG, &nesterov, NULL, "Nesterov momentum"),
-    OPT("no-nesterov", DS_OPT_FLAG, &no_nesterov, NULL, "plain (heavy-ball) momentum instead of Nesterov"),
-    NUM("wd", DS_OPT_DOUBLE, &wd, "X", "weight decay (L2 on every parameter, as torch.optim.SGD)", 0, 1),
-    CHOICE("schedule", &schedule, "cosine|step|constant", "learning rate after warmup"),
-    NUM("warmup-epochs", DS_OPT_DOUBLE, &warmup_epochs, "X", "linear warmup to the peak lr over X epochs", 0, 1e6),
-    NUM("step-epochs", DS_OPT_DOUBLE, &step_epochs, "X", "step schedule: epochs between decays", 0, 1e6),
-    NUM("step-gamma", DS_OPT_DOUBLE, &step_gamma, "X", "step schedule: factor per decay", 0, 1),
-    NUM("label-smoothing", DS_OPT_DOUBLE, &label_smoothing, "X", "label smoothing of the cross-entropy", 0, 1),
-    NUM("crop", DS_OPT_INT, &crop, "N", "network input: N x N crops of the stored images", 1, 65535),
-    NUM("pad", DS_OPT_INT, &pad, "N", "zero padding around the stored image before random crops (4: CIFAR-style)",
-        0, 1024),
-    CHOICE("augment", &augment, "standard|none", "standard: random crop + horizontal flip; none: centre crop"),
-    NUM("seed", DS_OPT_INT, &seed, "N", "seed of initialisation, epoch order and augmentation", 0, 9.2e18),
-    OPT("resume", DS_OPT_STRING, &resume, "RUN_DIR|FILE",
-        "continue exactly from a checkpoint (a run directory: its last.h5), with the same options"),
-    OPT("init", DS_OPT_STRING, &init, "FILE",
-        "start from a checkpoint's weights only (fc re-initialised when its class count differs)"),
-    CHOICE("device", &device, "auto|cpu|cuda", "where to compute (auto: cuda when a GPU is visible)"),
-    CHOICE("precision", &precision, "fp32|tf32|bf16",
-           "GPU arithmetic: bf16 tensor-core convolutions (fp32 master weights, BN and loss), tf32, or "
-           "fp32 without tensor cores; the CPU always computes fp32"),
-    OPT("deterministic", DS_OPT_FLAG, &deterministic, NULL,
-        "GPU: only the cuDNN algorithms cuDNN reports as deterministic; on the CPU every run is already "
-        "bitwise repeatable"),
-    NUM("threads", DS_OPT_INT, &threads, "N", "compute threads (0: every core)", 0, 4096),
-    NUM("loader-threads", DS_OPT_INT, &loader_threads, "N",
-        "background reader threads (0: 2, or threads / 4 past 8 threads)", 0, 256),
-    NUM("bucket-mb", DS_OPT_DOUBLE, &bucket_mb, "X",
-        "under mpirun: gradients are summed over the ranks in buckets of about X MiB, each sent as soon as "
-        "backward has computed it (the results do not depend on X)", 0.001, 4096),
-    NUM("comm-timeout", DS_OPT_DOUBLE, &comm_timeout, "S",
-        "under mpirun: a rank that stops without dying (stopped, hung) ends the job with an error naming it "
-        "after S seconds of waiting for it, instead of leaving the others waiting forever; 0: wait forever", 0, 1e9),
-    NUM("log-every", DS_OPT_INT, &log_every, "N", "a log line (and metrics.jsonl line) every N steps; 0: per epoch only",
-        0, 1e9),
-    NUM("ckpt-steps", DS_OPT_INT, &ckpt_steps, "N", "also checkpoint every N steps (0: at epoch ends only)", 0, 1e12),
-    NUM("max-steps", DS_OPT_INT, &max_steps, "N", "stop after global step N, with a checkpoint (0: no limit)", 0, 1e15),
-    NUM("keep", DS_OPT_INT, &keep, "N", "newest checkpoints kept (and best.h5's)", 1, 1e6),
+    DS_OPT("arch", DS_OPT_STRING, &arch, "NAME",
+           "network: resnet18, resnet34, resnet50, resnet101, resnet20 (CIFAR-style)"),
+    DS_NUM("epochs", DS_OPT_INT, &epochs, "N", "passes over the training set (90: the ImageNet reference length)",
+           1, 1e6),
+    DS_NUM("batch", DS_OPT_INT, &batch, "N", "micro-batch per rank; global batch G = batch x ranks x accum", 1, 1e6),
+    DS_NUM("accum", DS_OPT_INT, &accum, "N", "micro-batches accumulated per step", 1, 1e5),
+    DS_NUM("lr", DS_OPT_DOUBLE, &lr, "X", "peak learning rate; with --lr-scaling linear it is the rate for G = 256 "
+           "and the run uses lr x G / 256 (Goyal et al. 2017)", 0, 1e3),
+    DS_CHOICE_INDEX("lr-scaling", &lr_scaling, &lr_scaling_kind, "linear|none",
+                    "linear: scale --lr by G / 256; none: use --lr as given"),
+    DS_NUM("momentum", DS_OPT_DOUBLE, &momentum, "X", "SGD momentum", 0, 1),
+    {.name = "nesterov", .type = DS_OPT_FLAG, .value = &nesterov, .legacy_no = 1,
+     .help = "Nesterov momentum; --no-nesterov: plain (heavy-ball) momentum"},
+    DS_NUM("wd", DS_OPT_DOUBLE, &wd, "X", "weight decay (L2 on every parameter, as torch.optim.SGD)", 0, 1),
+    DS_CHOICE_INDEX("schedule", &schedule, &schedule_kind, DS_SCHEDULE_CHOICES, "learning rate after warmup"),
+    DS_NUM("warmup-epochs", DS_OPT_DOUBLE, &warmup_epochs, "X", "linear warmup to the peak lr over X epochs", 0, 1e6),
+    DS_NUM("step-epochs", DS_OPT_DOUBLE, &step_epochs, "X", "step schedule: epochs between decays", 0, 1e6),
+    DS_NUM("step-gamma", DS_OPT_DOUBLE, &step_gamma, "X", "step schedule: factor per decay", 0, 1),
+    DS_NUM("label-smoothing", DS_OPT_DOUBLE, &label_smoothing, "X", "label smoothing of the cross-entropy", 0, 1),
+    DS_NUM("crop", DS_OPT_INT, &crop, "N", "network input: N x N crops of the stored images", 1, 65535),
+    DS_NUM("pad", DS_OPT_INT, &pad, "N", "zero padding around the stored image before random crops (4: CIFAR-style)",
+           0, 1024),
+    DS_CHOICE_INDEX("augment", &augment, &augment_kind, "standard|none",
+                    "standard: random crop + horizontal flip; none: centre crop"),
+    DS_NUM("seed", DS_OPT_INT, &seed, "N", "seed of initialisation, epoch order and augmentation", 0, 9.2e18),
+    DS_OPT("resume", DS_OPT_STRING, &resume, "RUN_DIR|FILE",
+           "continue exactly from a checkpoint (a run directory: its last.h5), with the same options"),
+    DS_OPT("init", DS_OPT_STRING, &init, "FILE",
+           "start from a checkpoint's weights only (fc re-initialised when its class count differs)"),
+    DS_COMPUTE_OPTIONS(compute, "background reader threads (0: 2, or threads / 4 past 8 threads)"),
+    DS_NUM("bucket-mb", DS_OPT_DOUBLE, &bucket_mb, "X",
+           "under mpirun: gradients are summed over the ranks in buckets of about X MiB, each sent as soon as "
+           "backward has computed it (the results do not depend on X)", 0.001, 4096),
+    DS_NUM("comm-timeout", DS_OPT_DOUBLE, &comm_timeout, "S",
+           "under mpirun: a rank that stops without dying (stopped, hung) ends the job with an error naming it "
+           "after S seconds of waiting for it, instead of leaving the others waiting forever; 0: wait forever", 0, 1e9),
+    DS_NUM("log-every", DS_OPT_INT, &log_every, "N",
+           "a log line (and metrics.jsonl line) every N steps; 0: per epoch only", 0, 1e9),
+    DS_NUM("ckpt-steps", DS_OPT_INT, &ckpt_steps, "N", "also checkpoint every N steps (0: at epoch ends only)",
+           0, 1e12),
+    DS_NUM("max-steps", DS_OPT_INT, &max_steps, "N", "stop after global step N, with a checkpoint (0: no limit)",
+           0, 1e15),
+    DS_NUM("keep", DS_OPT_INT, &keep, "N", "newest checkpoints kept (and best.h5's)", 1, 1e6),
     {0},
 };
 
@@ -131,11 +132,7 @@ int main(int argc, char **argv)
     if (resume && init) ds_usage_error(&cli, "--resume and --init exclude each other");
     if (!out_dir && !resume) ds_usage_error(&cli, "-o/--out RUN_DIR is required");
     if (!ds_arch_known(arch)) ds_usage_error(&cli, "unknown --arch '%s' (known: %s)", arch, ds_arch_names());
-    if (no_nesterov) nesterov = 0;
     if (nesterov && momentum == 0) ds_usage_error(&cli, "--nesterov needs a non-zero --momentum");
-    if (threads > 0) omp_set_num_threads((int)threads);
-    int nthreads = omp_get_max_threads();
-    if (loader_threads == 0) loader_threads = nthreads > 8 ? nthreads / 4 : 2;
 
     ds_source tr, va;
     int have_val = val_dir != NULL;
@@ -163,13 +160,13 @@ int main(int argc, char **argv)
         ds_die("%s already holds a run's checkpoints: continue it with --resume %s, or choose another -o", out_dir,
                out_dir);
 
-    ds_backend_opts bo = {.deterministic = deterministic, .data_parallel = 1};
-    if (ds_precision_parse(precision, &bo.precision)) ds_usage_error(&cli, "bad --precision");
-    const ds_backend *be = ds_backend_select(device, &bo);
-    if (!be) ds_die("no usable --device %s", device);
-    if (be->precision != bo.precision && ds_cli_given(&cli, "precision"))
+    const ds_backend *be = ds_compute_setup(&compute, 1);
+    if (!be) ds_die("no usable --device %s", compute.device);
+    int nthreads = omp_get_max_threads();
+    if (compute.loader_threads == 0) compute.loader_threads = nthreads > 8 ? nthreads / 4 : 2;
+    if (be->precision != (ds_precision)compute.precision_index && ds_cli_given(&cli, "precision"))
         ds_info("device %s: computing in %s (--precision %s applies on a GPU)", be->name,
-                ds_precision_name(be->precision), precision);
+                ds_precision_name(be->precision), compute.precision);
     ds_model_config mc = {.arch = arch, .num_classes = tr.num_classes, .max_batch = (int)batch,
                           .height = (int)crop, .width = (int)crop, .training = 1,
                           .bucket_bytes = (size_t)(bucket_mb * 1048576.0)};
@@ -201,7 +198,7 @@ int main(int argc, char **argv)
         ds_ckpt_meta_free(&im);
     }
 
-    double base_lr = !strcmp(lr_scaling, "linear") ? lr * G / 256.0 : lr;
+    double base_lr = lr_scaling_kind == LR_SCALING_LINEAR ? lr * G / 256.0 : lr;
     char *config = ds_cli_json(&cli);
     ds_ckpt_meta_set_config(&meta, config);
     ds_ckpt_meta_set_classes(&meta, tr.classes, tr.num_classes);
@@ -217,12 +214,13 @@ int main(int argc, char **argv)
     ds_ckpt_meta_set_string(&meta, "precision", ds_precision_name(be->precision));
     free(config);
 
+    ds_loader_config lc = {.batch = (int)batch, .world = world, .rank = rank, .accum = (int)accum, .crop = (int)crop,
+                           .pad = (int)pad, .augment = augment_kind == AUGMENT_STANDARD, .train = 1,
+                           .seed = (uint64_t)seed, .threads = (int)compute.loader_threads};
     ds_train_plan plan = {
-        .train = &tr, .val = have_val ? &va : NULL, .out = out_dir, .epochs = epochs, .batch = (int)batch,
-        .accum = (int)accum, .world = world, .rank = rank, .crop = (int)crop, .pad = (int)pad,
-        .augment = !strcmp(augment, "standard"), .seed = (uint64_t)seed, .loader_threads = (int)loader_threads,
-        .warmup_epochs = warmup_epochs, .step_epochs = step_epochs,
-        .schedule = {.kind = ds_schedule_parse(schedule), .base = base_lr, .gamma = step_gamma},
+        .train = &tr, .val = have_val ? &va : NULL, .out = out_dir, .epochs = epochs, .loader = lc,
+        .schedule = ds_schedule_make((ds_schedule_kind)schedule_kind, base_lr, warmup_epochs, step_epochs, step_gamma,
+                                     ds_loader_train_steps(&lc, tr.n), epochs),
         .sgd = {.momentum = (float)momentum, .weight_decay = (float)wd, .nesterov = nesterov},
         .smoothing = (float)label_smoothing, .log_every = (int)log_every, .ckpt_steps = ckpt_steps,
         .max_steps = max_steps, .keep = (int)keep, .start_step = start_step, .meta = &meta,

@@ -1,0 +1,163 @@
+/* Option tables (cli) and the shared compute options (compute): the --no- form of flags and
+ * its legacy variant (--no-nesterov), choice indices, the recorded config JSON, the limit of
+ * 64 options, and the order of --precision's choices. */
+#include "../check.h"
+#include "cli.h"
+#include "compute.h"
+
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int flag, legacy, deterministic_like;
+static const char *mode, *unset;
+static int mode_index, unset_index;
+static long long n;
+
+static ds_option opts[] = {
+    DS_OPT("flag", DS_OPT_FLAG, &flag, NULL, "a flag"),
+    {.name = "legacy", .type = DS_OPT_FLAG, .value = &legacy, .legacy_no = 1, .help = "once had --no-legacy"},
+    DS_OPT("no-thing", DS_OPT_FLAG, &deterministic_like, NULL, "a flag named no-: no --no-no-thing"),
+    DS_CHOICE_INDEX("mode", &mode, &mode_index, "a|bb|c", "a choice"),
+    DS_CHOICE_INDEX("unset", &unset, &unset_index, "x|y", "a choice without default"),
+    DS_NUM("n", DS_OPT_INT, &n, "N", "a number", 0, 10),
+    {0},
+};
+
+/* Parses the NULL-terminated words after a program name with fresh defaults. */
+static ds_cli parse(const char *const *words)
+{
+    flag = 0, legacy = 1, deterministic_like = 0, mode = "bb", unset = NULL, n = 3;
+    mode_index = unset_index = 99;
+    char *argv[16] = {"prog"};
+    int argc = 1;
+    for (; words[argc - 1]; argc++) argv[argc] = (char *)words[argc - 1];
+    ds_cli cli = {.prog = "prog", .args = "[options]", .summary = "test", .max_pos = -1, .opts = opts};
+    char **pos;
+    ds_cli_parse(&cli, argc, argv, &pos);
+    return cli;
+}
+
+static void test_no_forms(void)
+{
+    check_begin("cli_no_forms");
+    ds_cli c = parse((const char *[]){"--flag", NULL});
+    CHECK(flag == 1 && ds_cli_given(&c, "flag") && c.given_no == 0, "--flag");
+    c = parse((const char *[]){"--flag", "--no-flag", NULL});
+    CHECK(flag == 0 && ds_cli_given(&c, "flag"), "--no-flag after --flag: %d", flag);
+    c = parse((const char *[]){"--no-flag", "--flag", NULL});
+    CHECK(flag == 1, "the last form given wins: %d", flag);
+    /* A legacy --no-NAME wins whatever the order, as when it was an option of its own. */
+    c = parse((const char *[]){"--no-legacy", "--legacy", NULL});
+    CHECK(legacy == 0 && ds_cli_given(&c, "legacy"), "--no-legacy --legacy: %d", legacy);
+    c = parse((const char *[]){"--no-thing", NULL});
+    CHECK(deterministic_like == 1, "a flag named no-thing is set by its own name");
+    check_end();
+}
+
+static void test_choice_index(void)
+{
+    check_begin("cli_choice_index");
+    parse((const char *[]){NULL});
+    CHECK(mode_index == 1 && unset_index == -1, "defaults: mode %d (want 1), unset %d (want -1)", mode_index,
+          unset_index);
+    parse((const char *[]){"--mode", "c", "--unset=y", NULL});
+    CHECK(mode_index == 2 && !strcmp(mode, "c") && unset_index == 1, "given: mode %d, unset %d", mode_index,
+          unset_index);
+    check_end();
+}
+
+/* The recorded config: every option in table order; a legacy flag adds "no-NAME" after it. */
+static void test_json(void)
+{
+    check_begin("cli_json");
+    const char *want[] = {
+        "{\"flag\": false, \"legacy\": true, \"no-legacy\": false, \"no-thing\": false, \"mode\": \"bb\", "
+        "\"unset\": null, \"n\": 3}",
+        "{\"flag\": true, \"legacy\": false, \"no-legacy\": true, \"no-thing\": false, \"mode\": \"a\", "
+        "\"unset\": \"x\", \"n\": 7}",
+    };
+    const char *const *lines[] = {(const char *[]){NULL},
+                                  (const char *[]){"--legacy", "--no-legacy", "--flag", "--mode=a", "--unset", "x",
+                                                   "--n", "7", NULL}};
+    for (int i = 0; i < 2; i++) {
+        ds_cli c = parse(lines[i]);
+        char *j = ds_cli_json(&c);
+        CHECK(j && !strcmp(j, want[i]), "got %s\nwant %s", j ? j : "NULL", want[i]);
+        free(j);
+    }
+    check_end();
+}
+
+/* Runs fn in a child, its messages discarded; returns its wait status. */
+static int in_child(void (*fn)(void))
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr)) _exit(3);
+        fn();
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return st;
+}
+
+static void parse_unknown_no(void) { parse((const char *[]){"--no-n", NULL}); }
+static void parse_flag_value(void) { parse((const char *[]){"--no-flag=1", NULL}); }
+
+static void parse_65(void)
+{
+    static int v[65];
+    static ds_option big[66];
+    static char names[65][8];
+    for (int i = 0; i < 65; i++) {
+        snprintf(names[i], sizeof names[i], "o%d", i);
+        big[i] = (ds_option)DS_OPT(names[i], DS_OPT_FLAG, &v[i], NULL, "x");
+    }
+    ds_cli cli = {.prog = "prog", .args = "", .summary = "test", .max_pos = -1, .opts = big};
+    char *argv[] = {"prog", NULL};
+    char **pos;
+    ds_cli_parse(&cli, 1, argv, &pos);
+}
+
+static void test_errors(void)
+{
+    check_begin("cli_errors");
+    int st = in_child(parse_unknown_no);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2, "--no- of a number is a usage error (exit 2)");
+    st = in_child(parse_flag_value);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2, "--no-flag=1 is a usage error (exit 2)");
+    st = in_child(parse_65);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "a 65-option table must stop with an internal error");
+    check_end();
+}
+
+/* A --precision choice's index is its ds_precision. */
+static void test_precision_choices(void)
+{
+    check_begin("compute_precision_choices");
+    char names[] = DS_PRECISION_CHOICES;
+    int i = 0;
+    for (char *save, *p = strtok_r(names, "|", &save); p; p = strtok_r(NULL, "|", &save), i++) {
+        ds_precision e;
+        CHECK(ds_precision_parse(p, &e) == 0 && (int)e == i && !strcmp(ds_precision_name(e), p),
+              "choice %d '%s' is not ds_precision %d", i, p, i);
+    }
+    CHECK(i == 3, "%d precisions, not 3", i);
+    ds_compute_options d = DS_COMPUTE_DEFAULTS;
+    CHECK(!strcmp(ds_precision_name((ds_precision)d.precision_index), d.precision), "defaults disagree");
+    check_end();
+}
+
+int main(void)
+{
+    test_no_forms();
+    test_choice_index();
+    test_json();
+    test_errors();
+    test_precision_choices();
+    return check_exit();
+}
