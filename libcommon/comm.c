@@ -114,6 +114,7 @@ done:
 /* Elements sent in one message: bounds rank 0's scratch (4 or 8 MB per other rank). */
 #define ORDERED_PIECE ((size_t)1 << 20)
 #define TAG_SUM 17
+#define TAG_BCAST 18
 
 /* A wait that outlived the timeout: a rank is stopped or hung (alive, so mpirun does not
  * notice). Rank 0, which receives from every rank, names the ones that did not arrive;
@@ -161,12 +162,37 @@ static void wait_all(MPI_Request *req, const int *peer, int n, int nap, const ch
 
 static void wait_req(MPI_Request *req, int peer, int nap, const char *what) { wait_all(req, &peer, 1, nap, what); }
 
+/* count values of buf from root to every other rank, point to point: the root then waits
+ * for each rank by name, so a stalled one is named rather than a collective that did not
+ * finish. */
+static void send_from_root(void *buf, int count, MPI_Datatype type, int root, int nap, const char *what)
+{
+    if (world_rank != root) {
+        MPI_Request req;
+        mpiCheck(MPI_Irecv(buf, count, type, root, TAG_BCAST, MPI_COMM_WORLD, &req));
+        wait_req(&req, root, nap, what);
+        return;
+    }
+    int others = world_size - 1;
+    MPI_Request *req = ds_xmalloc((size_t)others * sizeof *req);
+    int *peer = ds_xmalloc((size_t)others * sizeof *peer);
+    for (int r = 0, i = 0; r < world_size; r++) {
+        if (r == root) continue;
+        peer[i] = r;
+        mpiCheck(MPI_Isend(buf, count, type, r, TAG_BCAST, MPI_COMM_WORLD, &req[i++]));
+    }
+    wait_all(req, peer, others, nap, what);
+    free(peer);
+    free(req);
+}
+
 /* Sum on rank 0, then broadcast: the one sum that exists is the one every rank gets.
  * Rank 0 adds the ranks' buffers one at a time in rank order, ((b0 + b1) + b2) + ..., which
  * is the order in which one process accumulating micro-batches adds them: a step of world W
  * and accum 1 is then bitwise the step of world 1 and accum W on the CPU (docs/DESIGN.md §3), not
  * only equal up to rounding. MPI_Reduce leaves the order of its additions to the library.
- * Rank 0 receives a piece from every rank at once and adds them in rank order as they come. */
+ * Rank 0 receives a piece from every rank at once, adds them in rank order, and sends the
+ * sum back to each rank by name (integer counts take the same path: exact in any order). */
 static void reduce_bcast(void *buf, size_t n, size_t elem, MPI_Datatype type, int nap, const char *what)
 {
     if (!mpi_live || world_size == 1) return;
@@ -188,17 +214,18 @@ static void reduce_bcast(void *buf, size_t n, size_t elem, MPI_Datatype type, in
             free(peer);
             for (int r = 1; r <= others; r++) {
                 const void *part = tmp + (size_t)(r - 1) * piece * elem;
-                if (elem == sizeof(float))
+                if (type == MPI_FLOAT)
                     for (int i = 0; i < count; i++) ((float *)chunk)[i] += ((const float *)part)[i];
-                else
+                else if (type == MPI_DOUBLE)
                     for (int i = 0; i < count; i++) ((double *)chunk)[i] += ((const double *)part)[i];
+                else
+                    for (int i = 0; i < count; i++) ((int64_t *)chunk)[i] += ((const int64_t *)part)[i];
             }
         } else {
             mpiCheck(MPI_Isend(chunk, count, type, 0, TAG_SUM, MPI_COMM_WORLD, &req[0]));
             wait_req(&req[0], 0, nap, what);
         }
-        mpiCheck(MPI_Ibcast(chunk, count, type, 0, MPI_COMM_WORLD, &req[0]));
-        wait_req(&req[0], world_rank == 0 ? -1 : 0, nap, what);
+        send_from_root(chunk, count, type, 0, nap, what);
     }
     free(req);
     free(tmp);
@@ -303,16 +330,7 @@ static void worker_stop(void)
     wk.running = wk.quit = wk.nq = wk.cap = wk.next = wk.done = 0;
 }
 
-void ds_comm_allreduce_sum_i64(int64_t *buf, size_t n)
-{
-    if (!mpi_live || world_size == 1) return;
-    for (size_t off = 0; off < n; off += chunk_elems) {
-        int count = (int)(n - off < chunk_elems ? n - off : chunk_elems);
-        MPI_Request req;
-        mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf + off, count, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD, &req));
-        wait_req(&req, -1, 0, "count sum");
-    }
-}
+void ds_comm_allreduce_sum_i64(int64_t *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_INT64_T, 0, "count sum"); }
 
 void ds_comm_bcast(void *buf, size_t bytes, int root)
 {
@@ -320,19 +338,11 @@ void ds_comm_bcast(void *buf, size_t bytes, int root)
     char *p = buf;
     for (size_t off = 0; off < bytes; off += chunk_elems) {
         int count = (int)(bytes - off < chunk_elems ? bytes - off : chunk_elems);
-        MPI_Request req;
-        mpiCheck(MPI_Ibcast(p + off, count, MPI_BYTE, root, MPI_COMM_WORLD, &req));
-        wait_req(&req, world_rank == root ? -1 : root, 0, "broadcast");
+        send_from_root(p + off, count, MPI_BYTE, root, 0, "broadcast");
     }
 }
 
-void ds_comm_barrier(void)
-{
-    if (!mpi_live || world_size == 1) return;
-    MPI_Request req;
-    mpiCheck(MPI_Ibarrier(MPI_COMM_WORLD, &req));
-    wait_req(&req, -1, 0, "barrier");
-}
+void ds_comm_barrier(void) { (void)ds_comm_any(0); }
 
 int ds_comm_any(int flag)
 {

@@ -57,7 +57,7 @@ void ds_comm_reduce_wait(void);
  * queues its buckets as it goes, the last one at its very end, the second count minus the
  * sums queued before that backward is how many began while it still ran (tests, --verbose). */
 void ds_comm_reduce_counts(uint64_t *queued, uint64_t *begun_before_last);
-/* Integer sums are exact; MPI_Allreduce directly. */
+/* Integer sums (exact in any order), through the same path. */
 void ds_comm_allreduce_sum_i64(int64_t *buf, size_t n);
 /* Copies `bytes` from root's buf to every other rank's buf. */
 void ds_comm_bcast(void *buf, size_t bytes, int root);
