@@ -222,4 +222,7 @@ gpu-bundle:
 	@test "$(CUDA)" = 1 && test "$(MPI)" = 1 || { echo "gpu-bundle: needs the CUDA and MPI build (CUDA=$(CUDA) MPI=$(MPI)$(if $(CUDA_MISSING),; missing: $(CUDA_MISSING)))"; exit 1; }
 	@$(MAKE) --no-print-directory -j$(NPROC) BUILD=$(GPU_BUNDLE_BUILD) BIN=$(GPU_BUNDLE_BUILD)/bin \
 	    CUDA_ARCHS='$(GPU_BUNDLE_ARCHS)' config $(addprefix $(GPU_BUNDLE_BUILD)/,$(GPU_BUNDLE_PROGS))
-	@scripts/gpu-bundle.sh $(GPU_BUNDLE_BUILD) $(GPU_BUNDLE)
+	@if [ -f $(GPU_BUNDLE)/env.sh ] && [ -z "$$(find $(addprefix $(GPU_BUNDLE_BUILD)/,$(GPU_BUNDLE_PROGS)) \
+	    scripts/gpu-bundle.sh scripts/gpu-bundle-env.sh -newer $(GPU_BUNDLE)/env.sh)" ]; then \
+	  echo "gpu-bundle: $(GPU_BUNDLE) is up to date ($$(du -sm --apparent-size $(GPU_BUNDLE) | cut -f1) MiB)"; \
+	else scripts/gpu-bundle.sh $(GPU_BUNDLE_BUILD) $(GPU_BUNDLE); fi

@@ -10,6 +10,7 @@
 #   --bundle DIR   the bundle (default build/gpu-bundle, or $DS_BUNDLE)
 #   --out DIR      where gpu-results.md goes (default $OUT, else bench/)
 #   --seconds N    the deadline (default $GPU_BENCH_SECONDS, else 470)
+#   --only N,N...  run only these stages (numbers below; 0 always runs)
 #   --dry-run      no GPU needed: every stage runs on the CPU at toy sizes (ResNet-20, 32 px,
 #                  2 steps), test_cuda.sh with DS_TEST_GPU_DEVICE=cpu, compute-sanitizer left
 #                  out; checks this script's plumbing (tests/shell/test_bundle.sh runs it),
@@ -38,8 +39,8 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-BUNDLE=${DS_BUNDLE:-$ROOT/build/gpu-bundle} BUILD_HERE=0 DRY=0
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+BUNDLE=${DS_BUNDLE:-$ROOT/build/gpu-bundle} BUILD_HERE=0 DRY=0 ONLY=1,2,3,4,5,6,7
 RESULTS_DIR=${OUT:-$ROOT/bench} DEADLINE=${GPU_BENCH_SECONDS:-470}
 while [ $# -gt 0 ]; do
     case $1 in
@@ -48,6 +49,7 @@ while [ $# -gt 0 ]; do
     --out) [ $# -ge 2 ] || usage; RESULTS_DIR=$2; shift ;;
     --seconds) [[ "${2:-}" =~ ^[0-9]+$ ]] || usage; DEADLINE=$2; shift ;;
     --dry-run) DRY=1 ;;
+    --only) [[ "${2:-}" =~ ^[1-7](,[1-7])*$ ]] || usage; ONLY=$2; shift ;;
     -h | --help) usage ;;
     *) echo "gpu.sh: unknown argument '$1'" >&2; usage ;;
     esac
@@ -59,8 +61,9 @@ W=$(mktemp -d "${TMPDIR:-/tmp}/ds-gpu.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 T0=$SECONDS
 declare -A R   # table cells: R[row|column] = value
-rows=() checks=()
+rows=() checks=() tests_ok=1
 
+want() { [[ ",$ONLY," == *",$1,"* ]]; }
 log() { printf '[%4ds] %s\n' $((SECONDS - T0)) "$*" >&2; }
 put() { R["$1|$2"]=$3; [[ " ${rows[*]-} " == *" $1 "* ]] || rows+=("$1"); }
 check_line() { checks+=("| $1 | $2 |"); log "$1: $2"; }
@@ -132,37 +135,6 @@ pyrun() { ${PY_ENV[@]+"${PY_ENV[@]}"} "$PY" "$@"; }
 log "Python: $PY $(pyrun -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)"
 check_line "libraries" "$report"
 
-# ---- 1. GPU tests ----
-log "GPU tests"
-run 60 test_cuda_ops >"$W/ops.log" 2>&1
-ops_rc=$?
-check_line "test_cuda_ops (every CUDA op vs the CPU backend)" "$(counts "$W/ops.log") (exit $ops_rc)"
-grep '^FAIL' "$W/ops.log" | head -5 >&2
-# test_cuda.sh takes its tools from $DS_ROOT/$BIN and its Python from $PYTHON.
-gpu_tests=(env DS_ROOT="$ROOT" BIN="$(realpath --relative-to="$ROOT" "$BINDIR")" PYTHON="$PY" OMP_NUM_THREADS=8)
-[ "$DRY" = 1 ] && gpu_tests+=(DS_TEST_GPU_DEVICE=cpu)
-run 200 "${gpu_tests[@]}" bash tests/shell/test_cuda.sh >"$W/cuda.log" 2>&1
-cuda_rc=$?
-for c in dseval_fp32_matches_cpu dseval_tf32_bf16_close_to_cpu step_fp32_matches_cpu resume_bitwise bf16_learns; do
-    v=$(grep -E "^(PASS|FAIL|SKIP) cuda.?$c" "$W/cuda.log" | head -1 | cut -d' ' -f1)
-    check_line "test_cuda.sh $c" "${v:-$( [ $cuda_rc -eq 124 ] && echo "n/a (time)" || echo "not reached (exit $cuda_rc)")}"
-done
-grep '^FAIL' "$W/cuda.log" | head -5 >&2
-tests_ok=$(( ops_rc == 0 && cuda_rc == 0 ))
-
-# ---- 2. ds, synthetic data on the device ----
-rows_of=("train bf16 b$B_BIG|train|bf16|$B_BIG" "train tf32 b$B_BIG|train|tf32|$B_BIG"
-         "train bf16 b$B_SMALL|train|bf16|$B_SMALL" "infer bf16 b$B_BIG|infer|bf16|$B_BIG")
-for spec in "${rows_of[@]}"; do
-    IFS='|' read -r row mode prec b <<<"$spec"
-    out=$(run 70 engine_bench --device "$DEV" --precision "$prec" --warmup "$WARM" "$ARCH" "$SIZE" "$b" "$mode" "$STEPS" 2>"$W/bench.err")
-    rc=$?
-    [ "$rc" -ne 0 ] && tail -n 3 "$W/bench.err" >&2
-    put "$ARCH $row" "ds synthetic" "$(cell "$(printf '%s\n' "$out" | tail -1 | awk 'NF == 5 {print $5}')" "$rc")"
-    log "$ARCH $row: ds synthetic ${R["$ARCH $row|ds synthetic"]}"
-done
-
-# ---- 3. PyTorch eager on the same GPU ----
 torch_run() {  # ROW COLUMN LIMIT MODE BATCH PRECISION [--compile]
     local v rc
     run "$3" ${PY_ENV[@]+"${PY_ENV[@]}"} "$PY" bench/gpu_torch.py --device "$DEV" --size "$SIZE" \
@@ -173,46 +145,86 @@ torch_run() {  # ROW COLUMN LIMIT MODE BATCH PRECISION [--compile]
     put "$1" "$2" "$(cell "$v" "$rc")"
     log "$1 $2: ${R["$1|$2"]}"
 }
-for spec in "${rows_of[@]}"; do
-    IFS='|' read -r row mode prec b <<<"$spec"
-    torch_run "$ARCH $row" "torch eager" 60 "$mode" "$b" "$prec"
-done
+
+# ---- 1. GPU tests ----
+stage_1() {
+    log "GPU tests"
+    run 60 test_cuda_ops >"$W/ops.log" 2>&1
+    ops_rc=$?
+    check_line "test_cuda_ops (every CUDA op vs the CPU backend)" "$(counts "$W/ops.log") (exit $ops_rc)"
+    grep '^FAIL' "$W/ops.log" | head -5 >&2
+    # test_cuda.sh takes its tools from $DS_ROOT/$BIN and its Python from $PYTHON.
+    gpu_tests=(env DS_ROOT="$ROOT" BIN="$(realpath --relative-to="$ROOT" "$BINDIR")" PYTHON="$PY" OMP_NUM_THREADS=8)
+    [ "$DRY" = 1 ] && gpu_tests+=(DS_TEST_GPU_DEVICE=cpu)
+    run 200 "${gpu_tests[@]}" bash tests/shell/test_cuda.sh >"$W/cuda.log" 2>&1
+    cuda_rc=$?
+    for c in dseval_fp32_matches_cpu dseval_tf32_bf16_close_to_cpu step_fp32_matches_cpu resume_bitwise bf16_learns; do
+        v=$(grep -E "^(PASS|FAIL|SKIP) cuda.?$c" "$W/cuda.log" | head -1 | cut -d' ' -f1)
+        check_line "test_cuda.sh $c" "${v:-$( [ $cuda_rc -eq 124 ] && echo "n/a (time)" || echo "not reached (exit $cuda_rc)")}"
+    done
+    grep '^FAIL' "$W/cuda.log" | head -5 >&2
+    tests_ok=$(( ops_rc == 0 && cuda_rc == 0 ))
+}
+
+# ---- 2. ds, synthetic data on the device ----
+stage_2() {
+    rows_of=("train bf16 b$B_BIG|train|bf16|$B_BIG" "train tf32 b$B_BIG|train|tf32|$B_BIG"
+             "train bf16 b$B_SMALL|train|bf16|$B_SMALL" "infer bf16 b$B_BIG|infer|bf16|$B_BIG")
+    for spec in "${rows_of[@]}"; do
+        IFS='|' read -r row mode prec b <<<"$spec"
+        out=$(run 70 engine_bench --device "$DEV" --precision "$prec" --warmup "$WARM" "$ARCH" "$SIZE" "$b" "$mode" "$STEPS" 2>"$W/bench.err")
+        rc=$?
+        [ "$rc" -ne 0 ] && tail -n 3 "$W/bench.err" >&2
+        put "$ARCH $row" "ds synthetic" "$(cell "$(printf '%s\n' "$out" | tail -1 | awk 'NF == 5 {print $5}')" "$rc")"
+        log "$ARCH $row: ds synthetic ${R["$ARCH $row|ds synthetic"]}"
+    done
+}
+
+# ---- 3. PyTorch eager on the same GPU ----
+stage_3() {
+    for spec in "${rows_of[@]}"; do
+        IFS='|' read -r row mode prec b <<<"$spec"
+        torch_run "$ARCH $row" "torch eager" 60 "$mode" "$b" "$prec"
+    done
+}
 
 # ---- 4. NCCL ----
-nccl=$(pyrun - "$(ldd "$BINDIR/dstrain" 2>/dev/null | awk '/libnccl/ {print $3; exit}')" <<'EOF' 2>/dev/null
+stage_4() {
+    nccl=$(pyrun - "$(ldd "$BINDIR/dstrain" 2>/dev/null | awk '/libnccl/ {print $3; exit}')" <<'EOF' 2>/dev/null
 import ctypes, sys
 v = ctypes.c_int()
 ctypes.CDLL(sys.argv[1] or "libnccl.so.2").ncclGetVersion(ctypes.byref(v))
 print(v.value)
 EOF
-)
-[[ "$nccl" =~ ^[0-9]+$ ]] || nccl=0
-log "NCCL version code $nccl"
-log "data"
-run 60 synth -q --classes 16 --per-class 40 "$W/tree64" &&
-    run 30 dsplit -q -o "$W/split64" "$W/tree64" &&
-    run 60 dspack -q -o "$W/packed64" --size 64 --threads 16 "$W/split64/train.txt" ||
-    log "small data set failed"
-eq_args=(--train "$W/packed64" --arch resnet20 --crop 56 --epochs 1 --max-steps $([ "$DRY" = 1 ] && echo 2 || echo 10)
-         --lr 0.05 --device "$DEV" --precision fp32 --deterministic --log-every 0 -q)
-if [ "$nccl" -ge 23000 ] && [ "$DRY" = 0 ]; then
-    eq_what="3 NCCL ranks on one GPU x batch 8 vs 1 process x batch 8 x accum 3"
-    (export NCCL_MULTI_RANK_GPU_ENABLE=1
-     run 120 mpirun --oversubscribe -np 3 -x NCCL_MULTI_RANK_GPU_ENABLE -x LD_LIBRARY_PATH \
-         dstrain "${eq_args[@]}" --batch 8 -o "$W/eq_mpi" >"$W/eq_mpi.log" 2>&1)
-else
-    # Same micro-batches on both sides (BN normalises per micro-batch): the NCCL wiring of
-    # one rank, not a sum across ranks.
-    eq_what="1 NCCL rank (mpirun -np 1) vs no launcher, both batch 8 x accum 3"
-    run 120 mpirun -np 1 -x LD_LIBRARY_PATH dstrain "${eq_args[@]}" --batch 8 --accum 3 -o "$W/eq_mpi" \
-        >"$W/eq_mpi.log" 2>&1
-fi
-eq_rc=$?
-run 90 dstrain "${eq_args[@]}" --batch 8 --accum 3 -o "$W/eq_accum" >"$W/eq_accum.log" 2>&1
-eq_rc=$((eq_rc | $?))
-eq="fail"
-if [ "$eq_rc" -eq 0 ]; then
-    eq=$(pyrun - "$W/eq_mpi/last.h5" "$W/eq_accum/last.h5" <<'EOF'
+    )
+    [[ "$nccl" =~ ^[0-9]+$ ]] || nccl=0
+    log "NCCL version code $nccl"
+    log "data"
+    run 60 synth -q --classes 16 --per-class 40 "$W/tree64" &&
+        run 30 dsplit -q -o "$W/split64" "$W/tree64" &&
+        run 60 dspack -q -o "$W/packed64" --size 64 --threads 16 "$W/split64/train.txt" ||
+        log "small data set failed"
+    eq_args=(--train "$W/packed64" --arch resnet20 --crop 56 --epochs 1 --max-steps $([ "$DRY" = 1 ] && echo 2 || echo 10)
+             --lr 0.05 --device "$DEV" --precision fp32 --deterministic --log-every 0 -q)
+    if [ "$nccl" -ge 23000 ] && [ "$DRY" = 0 ]; then
+        eq_what="3 NCCL ranks on one GPU x batch 8 vs 1 process x batch 8 x accum 3"
+        (export NCCL_MULTI_RANK_GPU_ENABLE=1
+         run 120 mpirun --oversubscribe -np 3 -x NCCL_MULTI_RANK_GPU_ENABLE -x LD_LIBRARY_PATH \
+             dstrain "${eq_args[@]}" --batch 8 -o "$W/eq_mpi" >"$W/eq_mpi.log" 2>&1)
+    else
+        # Same micro-batches on both sides (BN normalises per micro-batch): the NCCL wiring of
+        # one rank, not a sum across ranks.
+        eq_what="1 NCCL rank (mpirun -np 1) vs no launcher, both batch 8 x accum 3"
+        [ "$DRY" = 1 ] && eq_what="dry run, CPU (MPI, no NCCL): mpirun -np 1 vs no launcher, both batch 8 x accum 3"
+        run 120 mpirun -np 1 -x LD_LIBRARY_PATH dstrain "${eq_args[@]}" --batch 8 --accum 3 -o "$W/eq_mpi" \
+            >"$W/eq_mpi.log" 2>&1
+    fi
+    eq_rc=$?
+    run 90 dstrain "${eq_args[@]}" --batch 8 --accum 3 -o "$W/eq_accum" >"$W/eq_accum.log" 2>&1
+    eq_rc=$((eq_rc | $?))
+    eq="fail"
+    if [ "$eq_rc" -eq 0 ]; then
+        eq=$(pyrun - "$W/eq_mpi/last.h5" "$W/eq_accum/last.h5" <<'EOF'
 import sys, h5py, numpy as np
 a, b = h5py.File(sys.argv[1], "r")["model"], h5py.File(sys.argv[2], "r")["model"]
 worst = 0.0
@@ -222,57 +234,68 @@ for k in a:
 # 1e-3: fp32 on both sides, but a sum across ranks runs in another order than accumulation
 print(("pass" if worst <= 1e-3 else "FAIL") + " (max rel diff %.2e)" % worst)
 EOF
-)
-    eq=${eq:-fail (comparison)}
-elif [ "$eq_rc" -eq 124 ]; then
-    eq="n/a (time)"
-else
-    tail -n 5 "$W/eq_mpi.log" "$W/eq_accum.log" >&2
-fi
-check_line "NCCL $nccl: $eq_what" "$eq"
+    )
+        eq=${eq:-fail (comparison)}
+    elif [ "$eq_rc" -eq 124 ]; then
+        eq="n/a (time)"
+    else
+        tail -n 5 "$W/eq_mpi.log" "$W/eq_accum.log" >&2
+    fi
+    check_line "NCCL $nccl: $eq_what" "$eq"
+}
 
 # ---- 5. ds, real shards through the loader ----
-run 120 synth -q --classes "$SYN_CLASSES" --per-class "$SYN_PER" "$W/tree" &&
-    run 30 dsplit -q --val 0.05 -o "$W/split" "$W/tree" &&
-    run 120 dspack -q -o "$W/packed" --size "$PACK" --threads 16 "$W/split/train.txt" ||
-    log "benchmark data set failed"
-for spec in "${rows_of[@]:0:3}"; do
-    IFS='|' read -r row mode prec b <<<"$spec"
-    run 60 dstrain --train "$W/packed" --arch "$ARCH" --batch "$b" --epochs 1 --max-steps 10 --crop "$SIZE" \
-        --log-every 5 --device "$DEV" --precision "$prec" -q -o "$W/run-$prec-$b" >"$W/train.log" 2>&1
-    rc=$?
-    [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && tail -n 3 "$W/train.log" >&2
-    put "$ARCH $row" "ds shards" "$(cell "$(ips_of "$W/run-$prec-$b/metrics.jsonl")" "$rc")"
-    log "$ARCH $row: ds shards ${R["$ARCH $row|ds shards"]}"
-done
-ckpt=$(ls "$W"/run-*/last.h5 2>/dev/null | head -1)
-row="$ARCH ${rows_of[3]%%|*}"
-if [ -n "$ckpt" ]; then
-    run 60 dseval --json --batch "$B_BIG" --device "$DEV" --precision bf16 "$ckpt" "$W/packed" >"$W/eval.out" 2>"$W/eval.err"
-    rc=$?
-    v=$(grep -o '"images_per_sec": *[0-9.]*' "$W/eval.out" | grep -o '[0-9.]*$')
-    [ -z "$v" ] && [ "$rc" -ne 124 ] && tail -n 3 "$W/eval.err" >&2
-    put "$row" "ds shards" "$(cell "$v" "$rc")"
-else
-    put "$row" "ds shards" "n/a (no checkpoint)"
-fi
+stage_5() {
+    run 120 synth -q --classes "$SYN_CLASSES" --per-class "$SYN_PER" "$W/tree" &&
+        run 30 dsplit -q --val 0.05 -o "$W/split" "$W/tree" &&
+        run 120 dspack -q -o "$W/packed" --size "$PACK" --threads 16 "$W/split/train.txt" ||
+        log "benchmark data set failed"
+    for spec in "${rows_of[@]:0:3}"; do
+        IFS='|' read -r row mode prec b <<<"$spec"
+        run 60 dstrain --train "$W/packed" --arch "$ARCH" --batch "$b" --epochs 1 --max-steps 10 --crop "$SIZE" \
+            --log-every 5 --device "$DEV" --precision "$prec" -q -o "$W/run-$prec-$b" >"$W/train.log" 2>&1
+        rc=$?
+        [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && tail -n 3 "$W/train.log" >&2
+        put "$ARCH $row" "ds shards" "$(cell "$(ips_of "$W/run-$prec-$b/metrics.jsonl")" "$rc")"
+        log "$ARCH $row: ds shards ${R["$ARCH $row|ds shards"]}"
+    done
+    ckpt=$(ls "$W"/run-*/last.h5 2>/dev/null | head -1)
+    row="$ARCH ${rows_of[3]%%|*}"
+    if [ -n "$ckpt" ]; then
+        run 60 dseval --json --batch "$B_BIG" --device "$DEV" --precision bf16 "$ckpt" "$W/packed" >"$W/eval.out" 2>"$W/eval.err"
+        rc=$?
+        v=$(grep -o '"images_per_sec": *[0-9.]*' "$W/eval.out" | grep -o '[0-9.]*$')
+        [ -z "$v" ] && [ "$rc" -ne 124 ] && tail -n 3 "$W/eval.err" >&2
+        put "$row" "ds shards" "$(cell "$v" "$rc")"
+    else
+        put "$row" "ds shards" "n/a (no checkpoint)"
+    fi
+}
 
 # ---- 6. the op tests under compute-sanitizer ----
-san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
-if [ "$DRY" = 1 ]; then
-    check_line "test_cuda_ops under compute-sanitizer memcheck" "n/a (dry run)"
-elif [ -z "$san" ]; then
-    check_line "test_cuda_ops under compute-sanitizer memcheck" "n/a (no compute-sanitizer)"
-else
-    run 150 "$san" --tool memcheck --error-exitcode 99 test_cuda_ops >"$W/memcheck.log" 2>&1
-    rc=$?
-    tail -n 4 "$W/memcheck.log" >&2
-    v="$(counts "$W/memcheck.log"), $(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "$W/memcheck.log" | tail -1)"
-    check_line "test_cuda_ops under compute-sanitizer memcheck" "$([ $rc -eq 124 ] && echo "n/a (time): ")$v (exit $rc)"
-fi
+stage_6() {
+    san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+    if [ "$DRY" = 1 ]; then
+        check_line "test_cuda_ops under compute-sanitizer memcheck" "n/a (dry run)"
+    elif [ -z "$san" ]; then
+        check_line "test_cuda_ops under compute-sanitizer memcheck" "n/a (no compute-sanitizer)"
+    else
+        run 150 "$san" --tool memcheck --error-exitcode 99 test_cuda_ops >"$W/memcheck.log" 2>&1
+        rc=$?
+        tail -n 4 "$W/memcheck.log" >&2
+        v="$(counts "$W/memcheck.log"), $(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "$W/memcheck.log" | tail -1)"
+        check_line "test_cuda_ops under compute-sanitizer memcheck" "$([ $rc -eq 124 ] && echo "n/a (time): ")$v (exit $rc)"
+    fi
+}
 
 # ---- 7. PyTorch with torch.compile (slow to compile) ----
-torch_run "$ARCH ${rows_of[0]%%|*}" "torch compile" 150 train "$B_BIG" bf16 --compile
+stage_7() {
+    torch_run "$ARCH ${rows_of[0]%%|*}" "torch compile" 150 train "$B_BIG" bf16 --compile
+}
+
+for n in 1 2 3 4 5 6 7; do
+    if want "$n"; then "stage_$n"; else log "stage $n: not selected"; fi
+done
 
 # ---- table ----
 ratio() {  # ds synthetic over torch eager, when both are numbers
@@ -293,7 +316,7 @@ ratio() {  # ds synthetic over torch eager, when both are numbers
         echo "| $r | ${R["$r|ds synthetic"]:-} | ${R["$r|ds shards"]:-} | ${R["$r|torch eager"]:-} | ${R["$r|torch compile"]:-} | $(ratio "$r") |"
     done
     echo
-    echo "torch: bench/gpu_torch.py, bf16 = AMP autocast, tf32 = fp32 with TF32 allowed; channels_last, eager."
+    echo "torch: bench/gpu_torch.py (ResNet-50$([ "$DRY" = 1 ] && echo " at $SIZE px, whatever the row says")), bf16 = AMP autocast, tf32 = fp32 with TF32 allowed; channels_last."
     echo "Goals on one H200: ds training >= 1.3x PyTorch eager AMP and >= 5,500 images/s."
     echo "Total time: $((SECONDS - T0)) s"
 } | tee "$RESULTS"

@@ -16,15 +16,12 @@
 # and the folders chosen go first on LD_LIBRARY_PATH, in that order.
 
 ds_bundle_env() {
-    local b name dir d sp found dirs=() cand=() needed
+    local b name d sp found chosen="" dirs=() cand=()
     b=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd) || return 1
     DS_BUNDLE=$b
-    # The CUDA libraries the tools were linked with (their sonames), and cuBLASLt, which
-    # cuBLAS loads.
-    needed=$(readelf -d "$b/bin/dstrain" "$b/bin/test_cuda_ops" 2>/dev/null |
-                 sed -n 's/.*Shared library: \[\(lib\(cudart\|cublas\|cublasLt\|cudnn\|nccl\)\.so\.[0-9]*\)\].*/\1/p' | sort -u)
-    case $needed in *libcublas.so.*) needed="$needed $(printf '%s\n' $needed | sed -n 's/^libcublas\./libcublasLt./p')" ;; esac
-    DS_CUDA_SONAMES=$(printf '%s\n' $needed | sort -u | tr '\n' ' ')
+    # The CUDA libraries the tools were linked with (their sonames, listed when the bundle was
+    # made: the machine may have no readelf).
+    DS_CUDA_SONAMES=$(tr '\n' ' ' <"$b/lib/cuda-sonames.txt") || return 1
 
     local IFS_save=$IFS
     IFS=:
@@ -46,10 +43,16 @@ ds_bundle_env() {
         done
         [ -z "$found" ] && found=$(/sbin/ldconfig -p 2>/dev/null | awk -v n="$name" '$1 == n {print $NF; exit}')
         DS_CUDA_LIBS="$DS_CUDA_LIBS $name=${found:-missing}"
-        if [ -n "$found" ]; then
-            dir=$(dirname "$found")
-            [[ " ${dirs[*]-} " == *" $dir "* ]] || dirs+=("$dir")
-        fi
+        [ -n "$found" ] && chosen="$chosen $(dirname "$found") "
+    done
+    # The chosen folders in the order of the candidates, the loader's own last: no folder
+    # then comes before the one a library was chosen from unless it lacks that library, so
+    # the loader (and cuDNN, which loads its parts by name) takes each from where it was found.
+    for d in "${cand[@]}"; do
+        [[ "$chosen" == *" $d "* && " ${dirs[*]-} " != *" $d "* ]] && dirs+=("$d")
+    done
+    for d in $chosen; do
+        [[ " ${dirs[*]-} " == *" $d "* ]] || dirs+=("$d")
     done
     local ld
     ld=$(IFS=:; echo "${dirs[*]-}")

@@ -2,7 +2,7 @@
 # scripts/gpu-bundle.sh OBJDIR OUT: makes OUT a folder that runs ds on a machine with a GPU
 # but none of ds's libraries (`make gpu-bundle` calls it after building OBJDIR):
 #   OUT/bin/      dsplit dspack dstrain dseval, synth (the data generator), test_cuda_ops,
-#                 engine_bench, h5diff (test_cuda.sh compares checkpoints with it), mpirun
+#                 engine_bench, h5diff and h5dump (test_cuda.sh compares checkpoints), mpirun
 #                 and orted (Open MPI), ompi_info
 #   OUT/lib/      every library those load, found by ldd here, except the base system's
 #                 (glibc, libstdc++, libgcc_s) and CUDA's (cudart, cuBLAS, cuDNN, NCCL, the
@@ -36,7 +36,7 @@ mkdir -p "$OUT"/bin "$OUT"/lib/openmpi3 "$OUT"/lib/pmix "$OUT"/share "$OUT"/etc
 for p in "$OBJ"/bin/ds* "$OBJ"/data/synth "$OBJ"/tests/test_cuda_ops "$OBJ"/bench/engine_bench; do
     objcopy --strip-debug "$p" "$OUT/bin/$(basename "$p")"
 done
-cp "$(command -v h5diff)" "$OUT/bin/"
+cp "$(command -v h5diff)" "$(command -v h5dump)" "$OUT/bin/"
 cp "$(command -v orterun)" "$OUT/bin/mpirun"
 cp "$(command -v orted)" "$(command -v ompi_info)" "$OUT/bin/"
 for p in "$MPI_LIBDIR"/openmpi3/*.so; do
@@ -92,6 +92,11 @@ chmod u+w "$OUT"/lib/*.so* "$OUT"/bin/*
 for f in "$OUT"/bin/*; do patchelf --set-rpath '$ORIGIN/../lib' "$f"; done
 for f in "$OUT"/lib/*.so*; do patchelf --set-rpath '$ORIGIN' "$f"; done
 for f in "$OUT"/lib/openmpi3/*.so "$OUT"/lib/pmix/*.so; do patchelf --set-rpath '$ORIGIN/..' "$f"; done
+# The CUDA sonames the programs need, for env.sh to look for on the machine.
+for f in "$OUT"/bin/*; do readelf -d "$f"; done |
+    sed -n 's/.*Shared library: \[\(lib\(cudart\|cublas\|cublasLt\|cudnn\|nccl\)\.so\.[0-9]*\)\].*/\1/p' |
+    sed 'p; s/^libcublas\.so/libcublasLt.so/' | sort -u >"$OUT/lib/cuda-sonames.txt"
+[ -s "$OUT/lib/cuda-sonames.txt" ] || { echo "gpu-bundle: the programs link no CUDA library (a CPU-only build?)" >&2; exit 1; }
 cp scripts/gpu-bundle-env.sh "$OUT/env.sh"
 chmod +x "$OUT/env.sh"
 
