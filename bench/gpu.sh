@@ -160,6 +160,7 @@ stage_1() {
     cuda_rc=$?
     for c in dseval_fp32_matches_cpu dseval_tf32_bf16_close_to_cpu step_fp32_matches_cpu resume_bitwise bf16_learns; do
         v=$(grep -E "^(PASS|FAIL|SKIP) cuda.?$c" "$W/cuda.log" | head -1 | cut -d' ' -f1)
+        [ -z "$v" ] && grep -q '^SKIP' "$W/cuda.log" && v="SKIP ($(grep -m1 '^SKIP' "$W/cuda.log" | sed 's/^[^:]*: //'))"
         check_line "test_cuda.sh $c" "${v:-$( [ $cuda_rc -eq 124 ] && echo "n/a (time)" || echo "not reached (exit $cuda_rc)")}"
     done
     grep '^FAIL' "$W/cuda.log" | head -5 >&2

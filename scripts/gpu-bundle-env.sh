@@ -74,8 +74,13 @@ ds_bundle_env() {
 # The report: each CUDA library the loader gives dstrain, its file and its version as the
 # library itself reports it (through python3's ctypes when there is one; else the file name).
 ds_bundle_report() {
-    local rc=0 line name path
+    local rc=0 line name path deps
     echo "ds bundle: $DS_BUNDLE"
+    if ! deps=$(ldd "$DS_BUNDLE/bin/dstrain" 2>&1); then
+        echo "  ldd of dstrain failed:"
+        printf '%s\n' "$deps" | sed 's/^/    /'
+        rc=1
+    fi
     echo "chosen:$DS_CUDA_LIBS" | tr ' ' '\n' | sed '1!s/^/  /'
     echo "dstrain loads:"
     while read -r line; do
@@ -83,10 +88,10 @@ ds_bundle_report() {
         path=${line##* }
         if [ "$path" = found ]; then echo "  $name NOT FOUND"; rc=1; continue; fi
         echo "  $name => $(readlink -f "$path")"
-    done < <(ldd "$DS_BUNDLE/bin/dstrain" | awk '$2 == "=>" {print $1, $3, ($3 == "not" ? "found" : $3)}' |
+    done < <(printf '%s\n' "$deps" | awk '$2 == "=>" {print $1, $3, ($3 == "not" ? "found" : $3)}' |
                  grep -E '^lib(cudart|cublas|cublasLt|cudnn|nccl|cuda)\.so|not found' | awk '{print $1, $NF}')
     # Anything else from outside the bundle but the base system's C and C++ runtime is a leak.
-    ldd "$DS_BUNDLE/bin/dstrain" | awk -v b="$DS_BUNDLE/" '$2 == "=>" && $3 != "not" && index($3, b) != 1 {print $1}' |
+    printf '%s\n' "$deps" | awk -v b="$DS_BUNDLE/" '$2 == "=>" && $3 != "not" && index($3, b) != 1 {print $1}' |
         grep -vE '^(libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt|libcudnn|libnccl|libcuda)\.so' |
         sed 's/^/  from outside the bundle: /' | grep . && rc=1
     if command -v python3 >/dev/null 2>&1; then

@@ -70,9 +70,14 @@ elfs() {
 }
 # deps: for the ELF files named on stdin, one line "FILE SONAME PATH" per library each loads
 # (PATH "-" when not found; "/x/../" folded), ldd run on batches in parallel.
+# Each batch writes its own file: parallel writers into one pipe could split lines.
 deps() {
-    xargs -r -n 16 -P "$(nproc)" sh -c 'for f; do ldd "$f" 2>/dev/null | sed "s|^|$f |"; done' _ |
+    local d
+    d=$(mktemp -d)
+    xargs -r -n 16 -P "$(nproc)" sh -c 'for f; do ldd "$f" 2>/dev/null | sed "s|^|$f |"; done >"$0/$$"' "$d"
+    cat "$d"/* 2>/dev/null |
         awk '$3 == "=>" { p = ($4 == "not" ? "-" : $4); while (sub(/[^\/]+\/\.\.\//, "", p)) ; print $1, $2, p }'
+    rm -rf "$d"
 }
 # Each round runs ldd on the files the last round added (ldd resolves through the system; the
 # plugins' dependencies on Open MPI's own libraries through its library directory).
