@@ -28,8 +28,8 @@
 #   4. NCCL: one rank under the bundle's `mpirun -np 1` against no launcher (same
 #      micro-batches, fp32, --deterministic); with NCCL >= 2.30, 3 ranks on the one GPU
 #      against --accum 3
-#   5. ResNet-50 training from real shards through the loader (dstrain) and dseval
-#   6. test_cuda_ops under compute-sanitizer --tool memcheck, when the toolkit has it
+#   5. test_cuda_ops under compute-sanitizer --tool memcheck, when the toolkit has it
+#   6. ResNet-50 training from real shards through the loader (dstrain) and dseval
 #   7. PyTorch with torch.compile, when time is left
 # and writes one table to $OUT/gpu-results.md (or bench/gpu-results.md) and stdout. Data is
 # made on the machine by the bundle's synth, dsplit and dspack.
@@ -85,6 +85,9 @@ if [ "$DRY" = 1 ]; then
 else
     DEV=cuda ARCH=resnet50 SIZE=224 STEPS=20 WARM=5 B_BIG=256 B_SMALL=128 SYN_CLASSES=100 SYN_PER=34 PACK=256
 fi
+# The benchmark rows: "LABEL|MODE|PRECISION|BATCH".
+rows_of=("train bf16 b$B_BIG|train|bf16|$B_BIG" "train tf32 b$B_BIG|train|tf32|$B_BIG"
+         "train bf16 b$B_SMALL|train|bf16|$B_SMALL" "infer bf16 b$B_BIG|infer|bf16|$B_BIG")
 
 # ---- the programs: the bundle, or a build here ----
 if [ "$BUILD_HERE" = 1 ]; then
@@ -124,10 +127,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # system's) whose torch sees a GPU (in a dry run: that has torch and h5py).
 PY=${PYTHON:-}
 if [ -z "$PY" ]; then
-    want='import sys, torch, h5py, numpy; sys.exit(not torch.cuda.is_available())'
-    [ "$DRY" = 1 ] && want='import torch, h5py, numpy'
+    probe='import sys, torch, h5py, numpy; sys.exit(not torch.cuda.is_available())'
+    [ "$DRY" = 1 ] && probe='import torch, h5py, numpy'
     for p in python3 /usr/bin/python3; do
-        run 60 ${PY_ENV[@]+"${PY_ENV[@]}"} "$p" -c "$want" 2>/dev/null && PY=$(command -v "$p") && break
+        run 60 ${PY_ENV[@]+"${PY_ENV[@]}"} "$p" -c "$probe" 2>/dev/null && PY=$(command -v "$p") && break
     done
     PY=${PY:-python3}
 fi
@@ -169,8 +172,6 @@ stage_1() {
 
 # ---- 2. ds, synthetic data on the device ----
 stage_2() {
-    rows_of=("train bf16 b$B_BIG|train|bf16|$B_BIG" "train tf32 b$B_BIG|train|tf32|$B_BIG"
-             "train bf16 b$B_SMALL|train|bf16|$B_SMALL" "infer bf16 b$B_BIG|infer|bf16|$B_BIG")
     for spec in "${rows_of[@]}"; do
         IFS='|' read -r row mode prec b <<<"$spec"
         out=$(run 70 engine_bench --device "$DEV" --precision "$prec" --warmup "$WARM" "$ARCH" "$SIZE" "$b" "$mode" "$STEPS" 2>"$W/bench.err")
@@ -245,8 +246,24 @@ EOF
     check_line "NCCL $nccl: $eq_what" "$eq"
 }
 
-# ---- 5. ds, real shards through the loader ----
+# ---- 5. the op tests under compute-sanitizer ----
 stage_5() {
+    san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+    if [ "$DRY" = 1 ]; then
+        check_line "test_cuda_ops under compute-sanitizer memcheck" "n/a (dry run)"
+    elif [ -z "$san" ]; then
+        check_line "test_cuda_ops under compute-sanitizer memcheck" "n/a (no compute-sanitizer)"
+    else
+        run 150 "$san" --tool memcheck --error-exitcode 99 test_cuda_ops >"$W/memcheck.log" 2>&1
+        rc=$?
+        tail -n 4 "$W/memcheck.log" >&2
+        v="$(counts "$W/memcheck.log"), $(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "$W/memcheck.log" | tail -1)"
+        check_line "test_cuda_ops under compute-sanitizer memcheck" "$([ $rc -eq 124 ] && echo "n/a (time): ")$v (exit $rc)"
+    fi
+}
+
+# ---- 6. ds, real shards through the loader ----
+stage_6() {
     run 120 synth -q --classes "$SYN_CLASSES" --per-class "$SYN_PER" "$W/tree" &&
         run 30 dsplit -q --val 0.05 -o "$W/split" "$W/tree" &&
         run 120 dspack -q -o "$W/packed" --size "$PACK" --threads 16 "$W/split/train.txt" ||
@@ -270,22 +287,6 @@ stage_5() {
         put "$row" "ds shards" "$(cell "$v" "$rc")"
     else
         put "$row" "ds shards" "n/a (no checkpoint)"
-    fi
-}
-
-# ---- 6. the op tests under compute-sanitizer ----
-stage_6() {
-    san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
-    if [ "$DRY" = 1 ]; then
-        check_line "test_cuda_ops under compute-sanitizer memcheck" "n/a (dry run)"
-    elif [ -z "$san" ]; then
-        check_line "test_cuda_ops under compute-sanitizer memcheck" "n/a (no compute-sanitizer)"
-    else
-        run 150 "$san" --tool memcheck --error-exitcode 99 test_cuda_ops >"$W/memcheck.log" 2>&1
-        rc=$?
-        tail -n 4 "$W/memcheck.log" >&2
-        v="$(counts "$W/memcheck.log"), $(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "$W/memcheck.log" | tail -1)"
-        check_line "test_cuda_ops under compute-sanitizer memcheck" "$([ $rc -eq 124 ] && echo "n/a (time): ")$v (exit $rc)"
     fi
 }
 

@@ -81,6 +81,15 @@ ds_bundle_report() {
         printf '%s\n' "$deps" | sed 's/^/    /'
         rc=1
     fi
+    local need have files
+    read -r need files <"$DS_BUNDLE/lib/glibc-needed.txt"
+    have=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
+    if [ -n "$have" ] && [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" != "$need" ]; then
+        echo "  glibc $have here, but $need is needed (by$files): the bundle is for Debian 12's glibc or later"
+        rc=1
+    else
+        echo "glibc: ${have:-unknown} here, $need needed"
+    fi
     echo "chosen:$DS_CUDA_LIBS" | tr ' ' '\n' | sed '1!s/^/  /'
     echo "dstrain loads:"
     while read -r line; do

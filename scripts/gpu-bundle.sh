@@ -113,6 +113,12 @@ bad=$(elfs | deps | while read -r f name path; do
 [ -z "$bad" ] || { printf 'gpu-bundle: from outside the folder:\n%s\n' "$bad" >&2; exit 1; }
 size=$(du -sb "$OUT" | cut -f1)
 syms=$(elfs | xargs objdump -T 2>/dev/null | grep -o 'GLIBC_[0-9.]*\|GLIBCXX_[0-9.]*\|CXXABI_[0-9.]*' | sort -u)
+# The newest glibc version any file needs, and which files, for env.sh --report to check.
+elfs | while read -r f; do
+    v=$(objdump -T "$f" 2>/dev/null | grep -o 'GLIBC_2\.[0-9]*' | sort -t. -k2,2n -u | tail -1) || true
+    [ -n "$v" ] || continue
+    echo "${v#GLIBC_} ${f#"$OUT"/}"
+done | sort -t. -k2,2n | awk '{ if ($1 != v) { v = $1; n = "" } n = n " " $2 } END { print v n }' >"$OUT/lib/glibc-needed.txt"
 newest() { printf '%s\n' "$syms" | grep "^$1_" | sort -t. -k1,1V -k2,2n -k3,3n | tail -1; }
 printf 'gpu-bundle: %s: %d programs, %d libraries, %d plugins, %s MiB; the machine must have %s %s %s\n' \
     "$OUT" "$(ls "$OUT/bin" | wc -l)" "$(ls "$OUT"/lib/*.so* | wc -l)" \
