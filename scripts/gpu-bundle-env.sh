@@ -66,7 +66,11 @@ ds_bundle_env() {
     export PMIX_MCA_mca_base_component_path=$b/lib/pmix
     # One machine needs no remote shell; without ssh or rsh mpirun refuses to start unless
     # its agent is something that exists.
-    if [ -z "${OMPI_MCA_plm_rsh_agent:-}" ] && ! command -v ssh >/dev/null 2>&1 && ! command -v rsh >/dev/null 2>&1; then
+    local agent p
+    for p in ssh rsh; do
+        p=$(type -P "$p") && [ -f "$p" ] && agent=$p
+    done
+    if [ -z "${OMPI_MCA_plm_rsh_agent:-}" ] && [ -z "${agent:-}" ]; then
         export OMPI_MCA_plm_rsh_agent=false
     fi
 }

@@ -25,6 +25,8 @@ if [ "${1:-}" = --inside ]; then
     for d in /usr/lib/x86_64-linux-gnu/openmpi /usr/lib/x86_64-linux-gnu/pmix2 /usr/share/openmpi /etc/openmpi; do
         [ -d "$d" ] && mount -t tmpfs none "$d"
     done
+    # no remote shell either, as on a bare machine (env.sh then gives mpirun a dummy agent)
+    for f in /usr/bin/ssh /usr/bin/rsh; do [ -e "$f" ] && mount --bind /dev/null "$f"; done
     W=$T_OUTER/in
     mkdir -p "$W"
     export PATH=/usr/sbin:/usr/bin:/sbin:/bin
@@ -35,6 +37,7 @@ if [ "${1:-}" = --inside ]; then
         pass "bundle_hiding_catches_a_leak ($(grep -o 'error while loading[^:]*: [^:]*' "$W/leak.out" | head -1))"
     fi
     . "$B/env.sh" || { fail bundle_env "env.sh failed"; finish; }
+    [ "${OMPI_MCA_plm_rsh_agent:-}" = false ] || fail bundle_env_without_ssh "env.sh left mpirun's agent as '${OMPI_MCA_plm_rsh_agent:-}'"
     check bundle_env_report sh -c "'$B/env.sh' --report >'$W/report' 2>&1"
     sed 's/^/    /' "$W/report"
     check bundle_versions sh -c "dsplit --version && dspack --version && dstrain --version && dseval --version \
@@ -66,7 +69,8 @@ if [ "$(id -u)" != 0 ] || ! unshare -m true 2>/dev/null; then
 fi
 command -v dpkg-query >/dev/null || { echo "SKIP bundle: no dpkg to name the packages to hide"; finish; }
 t0=$SECONDS
-if ! make -C "$DS_ROOT" --no-print-directory gpu-bundle >"$T/make.log" 2>&1; then
+# (a make of its own: under `make test` the parent's MAKEFLAGS name a jobserver this process lacks)
+if ! env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -C "$DS_ROOT" --no-print-directory gpu-bundle >"$T/make.log" 2>&1; then
     if grep -q 'gpu-bundle: needs the CUDA' "$T/make.log"; then
         echo "SKIP bundle: $(grep -o 'gpu-bundle: needs.*' "$T/make.log")"; finish
     fi
