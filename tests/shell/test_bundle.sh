@@ -31,10 +31,14 @@ if [ "${1:-}" = --inside ]; then
     mkdir -p "$W"
     export PATH=/usr/sbin:/usr/bin:/sbin:/bin
     # The control: the build that links the system's libraries cannot start here.
-    if "$DS_ROOT/bin/dstrain" --version >"$W/leak.out" 2>&1; then
+    if [ ! -x "$DS_ROOT/bin/dstrain" ]; then
+        fail bundle_hiding_catches_a_leak "no bin/dstrain to try (make)"
+    elif "$DS_ROOT/bin/dstrain" --version >"$W/leak.out" 2>&1; then
         fail bundle_hiding_catches_a_leak "bin/dstrain (linked to the system's libraries) still starts"
-    else
+    elif grep -q 'error while loading shared libraries' "$W/leak.out"; then
         pass "bundle_hiding_catches_a_leak ($(grep -o 'error while loading[^:]*: [^:]*' "$W/leak.out" | head -1))"
+    else
+        fail bundle_hiding_catches_a_leak "bin/dstrain failed otherwise: $(head -2 "$W/leak.out")"
     fi
     . "$B/env.sh" || { fail bundle_env "env.sh failed"; finish; }
     [ "${OMPI_MCA_plm_rsh_agent:-}" = false ] || fail bundle_env_without_ssh "env.sh left mpirun's agent as '${OMPI_MCA_plm_rsh_agent:-}'"
