@@ -242,3 +242,25 @@ clean:
 	rm -rf build build-san bin bin-san
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# ---- GPU bundle: a folder that runs on a GPU machine without building anything there ----
+# The tools, the data generator, the GPU op test and the engine benchmark built for the
+# bundle's GPUs (sm_89, sm_90 and PTX for later ones) in their own build directory, then
+# copied with every library they load except the C/C++ runtime and CUDA's, which the
+# bundle's env.sh finds on the machine (scripts/gpu-bundle.sh; bench/gpu.sh runs from it;
+# tests/shell/test_bundle.sh checks it needs nothing of Debian's packages).
+GPU_BUNDLE       ?= build/gpu-bundle
+GPU_BUNDLE_BUILD ?= build/gpu-bundle-obj
+GPU_BUNDLE_ARCHS ?= -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=sm_90 \
+                    -gencode arch=compute_90,code=compute_90
+GPU_BUNDLE_PROGS := $(addprefix bin/,$(notdir $(TOOLS))) data/synth tests/test_cuda_ops bench/engine_bench
+DEPS_DEB += patchelf
+.PHONY: gpu-bundle
+gpu-bundle:
+	@test "$(CUDA)" = 1 && test "$(MPI)" = 1 || { echo "gpu-bundle: needs the CUDA and MPI build (CUDA=$(CUDA) MPI=$(MPI)$(if $(CUDA_MISSING),; missing: $(CUDA_MISSING)))"; exit 1; }
+	@$(MAKE) --no-print-directory -j$(NPROC) BUILD=$(GPU_BUNDLE_BUILD) BIN=$(GPU_BUNDLE_BUILD)/bin \
+	    CUDA_ARCHS='$(GPU_BUNDLE_ARCHS)' config $(addprefix $(GPU_BUNDLE_BUILD)/,$(GPU_BUNDLE_PROGS))
+	@if [ -f $(GPU_BUNDLE)/env.sh ] && [ -z "$$(find $(addprefix $(GPU_BUNDLE_BUILD)/,$(GPU_BUNDLE_PROGS)) \
+	    scripts/gpu-bundle.sh scripts/gpu-bundle-env.sh -newer $(GPU_BUNDLE)/env.sh)" ]; then \
+	  echo "gpu-bundle: $(GPU_BUNDLE) is up to date ($$(du -sm --apparent-size $(GPU_BUNDLE) | cut -f1) MiB)"; \
+	else scripts/gpu-bundle.sh $(GPU_BUNDLE_BUILD) $(GPU_BUNDLE); fi
