@@ -142,12 +142,17 @@ static void stalled(const char *what, const int *missing, int nmissing)
 static void wait_all(MPI_Request *req, const int *peer, int n, int nap, const char *what)
 {
     double t0 = ds_now(), limit = world_rank == 0 ? timeout_s : timeout_s + (timeout_s < 20 ? timeout_s / 2 : 10);
-    const struct timespec t = {0, 50000};   /* 50 us: short next to a 4 MB piece */
+    /* naps from 20 us, doubling to 320 us while the wait goes on: a quick answer is seen
+     * at once, a long wait (a peer still in backward) costs few wake-ups */
+    struct timespec t = {0, 20000};
     for (unsigned spin = 0;; spin++) {
         int done = 0;
         mpiCheck(MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE));
         if (done) return;
-        if (nap) nanosleep(&t, NULL);
+        if (nap) {
+            nanosleep(&t, NULL);
+            if (t.tv_nsec < 320000) t.tv_nsec *= 2;
+        }
         if (timeout_s > 0 && (nap || spin % 1024 == 0) && ds_now() - t0 > limit) {
             int missing[64], nmissing = 0;
             for (int i = 0; i < n && nmissing < 64; i++) {
