@@ -52,11 +52,11 @@ void ds_comm_allreduce_sum_f64(double *buf, size_t n);
  * queues the same sums in the same order. In a world of one both do nothing. */
 void ds_comm_reduce_start(float *buf, size_t n);
 void ds_comm_reduce_wait(void);
-/* Since the process started: sums queued; and how many sums the worker had begun (made
- * its first MPI call for) at the moment the newest one was queued. For a backward that
- * queues its buckets as it goes, the last one at its very end, the second count minus the
- * sums queued before that backward is how many began while it still ran (tests, --verbose). */
-void ds_comm_reduce_counts(uint64_t *queued, uint64_t *begun_before_last);
+/* The sums queued since the process started, and when (ds_now()) the worker began the
+ * first sum of the latest round, the sums queued since the last wait (0: not begun yet).
+ * Set beside the time backward reached its last layer, it tells whether the reduction
+ * overlapped backward (tests, --verbose). */
+void ds_comm_reduce_stats(uint64_t *queued, double *first_begin);
 /* Integer sums (exact in any order), through the same path. */
 void ds_comm_allreduce_sum_i64(int64_t *buf, size_t n);
 /* Copies `bytes` from root's buf to every other rank's buf. */

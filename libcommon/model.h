@@ -121,6 +121,10 @@ double ds_model_backward(ds_model *m, const int32_t *labels, int n, float scale,
 double ds_model_backward_reduce(ds_model *m, const int32_t *labels, int n, float scale, float smoothing);
 /* Waits until the buckets' sums over the ranks are complete. */
 void ds_model_reduce_wait(ds_model *m);
+/* When (ds_now()) the last ds_model_backward_reduce began its last layer, the one after
+ * which only conv1's bucket is left to start (tests and --verbose set the first bucket's
+ * start beside it). */
+double ds_model_last_layer_time(const ds_model *m);
 
 /* The bucket plan, in the order the buckets are started: returns how many there are, and
  * sets bucket i's range of the reduction buffer, [lo, hi) in floats (i out of range: left

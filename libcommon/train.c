@@ -34,17 +34,19 @@ typedef struct {
 
 /* The step's last backward has handed its buckets (gradients + BN statistics) to the
  * backend's reduction as it went; waits for their sums, then sums the loss, a host double,
- * through comm. --verbose says how many of the host reduction's buckets began while
- * backward still ran (the last is queued at its very end). */
+ * through comm. --verbose says how long before backward's last layer the host reduction
+ * began its first bucket (negative: only after it). */
 static void reduce_step(run *r, int64_t g, double *loss, uint64_t queued0)
 {
-    uint64_t queued, begun;
-    ds_comm_reduce_counts(&queued, &begun);
     ds_model_reduce_wait(r->m);
+    uint64_t queued;
+    double first_begin;
+    ds_comm_reduce_stats(&queued, &first_begin);
     ds_comm_allreduce_sum_f64(loss, 1);
     if (queued > queued0)
-        ds_debug("step %lld: %llu gradient buckets reduced, %llu begun while backward ran", (long long)g + 1,
-                 (unsigned long long)(queued - queued0), (unsigned long long)(begun > queued0 ? begun - queued0 : 0));
+        ds_debug("step %lld: %llu gradient buckets reduced, the first begun %.3f ms before backward's last layer",
+                 (long long)g + 1, (unsigned long long)(queued - queued0),
+                 1e3 * (ds_model_last_layer_time(r->m) - first_begin));
 }
 
 /* FNV-1a over 64-bit words (the tail bytewise): a fingerprint of a tensor's bits. */
@@ -292,8 +294,9 @@ static int train_loop(run *r)
                 ds_loader_release(r->tl, b);
                 continue;
             }
-            uint64_t queued0, begun0;
-            ds_comm_reduce_counts(&queued0, &begun0);
+            uint64_t queued0;
+            double first0;
+            ds_comm_reduce_stats(&queued0, &first0);
             loss += ds_model_backward_reduce(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing);
             ds_loader_release(r->tl, b);
             reduce_step(r, g, &loss, queued0);
