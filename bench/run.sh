@@ -3,10 +3,12 @@
 # tools, the data generators and the bench/*.c drivers, which `make` alone never builds),
 # then each benchmark picked, one after the other, printing its output and keeping a copy.
 #   bench/run.sh [--quick] [--no-build] [NAME...]      make bench [BENCH="[--quick] NAME..."]
-# NAME (default: ops pack dsplit, a few minutes on 2 cores):
+# NAME (default: ops pack dsplit loader, a few minutes on 2 cores):
 #   ops      per-op CPU timings against the FMA peak       bench/ops_bench.sh     OPS.md
 #   pack     dspack against a Pillow + h5py packer         bench/pack_bench.sh    PACK.md
 #   dsplit   dsplit against `find | wc -l`, 200,000 files  bench/dsplit_bench.sh
+#   loader   the loader's images/s alone and with the CPU  bench/loader_bench.sh  SCALE.md
+#            input op, per thread count, warm and cold
 #   engine   whole-network images/s against PyTorch (the   bench/engine_bench.sh  ENGINE.md
 #            torch of $PYTHON, default /usr/bin/python3); ~10 minutes on 2 cores
 #   gpu      the GPU tests and images/s against PyTorch    bench/gpu.sh (needs a GPU; ~8 min)
@@ -23,12 +25,12 @@ for a in "$@"; do
     --quick) quick=1 ;;
     --no-build) build=0 ;;
     -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    ops | pack | dsplit | engine | gpu) names+=("$a") ;;
-    *) echo "bench/run.sh: unknown benchmark or option '$a' (ops pack dsplit engine gpu, --quick, --no-build)" >&2
+    ops | pack | dsplit | loader | engine | gpu) names+=("$a") ;;
+    *) echo "bench/run.sh: unknown benchmark or option '$a' (ops pack dsplit loader engine gpu, --quick, --no-build)" >&2
        exit 2 ;;
     esac
 done
-[ ${#names[@]} -gt 0 ] || names=(ops pack dsplit)
+[ ${#names[@]} -gt 0 ] || names=(ops pack dsplit loader)
 PY=${PYTHON:-/usr/bin/python3}
 results=${BENCH_RESULTS:-bench/results/$(date -u +%Y%m%d-%H%M%S)}
 mkdir -p "$results" || exit 1
@@ -57,6 +59,8 @@ set_args() {
     pack:1) args=(env REPEAT=1 bench/pack_bench.sh 50) ;;
     dsplit:0) args=(bench/dsplit_bench.sh) ;;
     dsplit:1) args=(bench/dsplit_bench.sh 20 20) ;;
+    loader:0) args=(bench/loader_bench.sh) ;;
+    loader:1) args=(env THREADS=1,2 bench/loader_bench.sh 600) ;;
     engine:0) args=(bench/engine_bench.sh) ;;
     engine:1) args=(env ONLY=resnet20 bench/engine_bench.sh 1) ;;
     gpu:*) args=(env OUT="${OUT:-$PWD/$results}" bench/gpu.sh) ;;

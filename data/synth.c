@@ -35,8 +35,9 @@
 #include <string.h>
 #include <turbojpeg.h>
 
-static long long nclasses = 10, per_class = 20, seed = 42;
+static long long nclasses = 10, per_class = 20, seed = 42, fixed_w, fixed_h;
 static int quirks;
+static double noise = 0.12;
 
 static ds_option opts[] = {
     {.name = "classes", .type = DS_OPT_INT, .value = &nclasses, .arg = "N", .help = "number of classes",
@@ -45,6 +46,12 @@ static ds_option opts[] = {
      .min = 0, .max = 1000000},
     {.name = "seed", .type = DS_OPT_INT, .value = &seed, .arg = "S", .help = "seed: same seed, same bytes",
      .min = 0, .max = 9.2e18},
+    {.name = "width", .type = DS_OPT_INT, .value = &fixed_w, .arg = "W",
+     .help = "every image W pixels wide (with --height; 0: varied sizes)", .min = 0, .max = 16384},
+    {.name = "height", .type = DS_OPT_INT, .value = &fixed_h, .arg = "H",
+     .help = "every image H pixels high (with --width; 0: varied sizes)", .min = 0, .max = 16384},
+    {.name = "noise", .type = DS_OPT_DOUBLE, .value = &noise, .arg = "A",
+     .help = "noise: each channel moves by up to +-128 A grey levels (more: larger JPEGs)", .min = 0, .max = 1},
     {.name = "quirks", .type = DS_OPT_FLAG, .value = &quirks,
      .help = "add ImageNet's awkward files (listed on stdout)"},
     {0},
@@ -132,7 +139,7 @@ static unsigned char *render(ds_rng *r, const class_look *l, int w, int h)
             uint32_t n = ds_rng_u32(r);
             for (int c = 0; c < 3; c++) {
                 float v = in ? l->fg[c] : l->bg[c] * (0.55f + 0.45f * s) + l->fg[c] * 0.25f * s;
-                v = v * light + (float)((int)((n >> (8 * c)) & 0xff) - 128) * 0.12f;
+                v = v * light + (float)((int)((n >> (8 * c)) & 0xff) - 128) * (float)noise;
                 px[((size_t)y * w + x) * 3 + c] = (unsigned char)(v < 0 ? 0 : v > 255 ? 255 : v);
             }
         }
@@ -230,6 +237,7 @@ static int write_class_images(const char *out, long long c)
         ds_rng_init(&r, (uint64_t)seed, DS_RNG_DATA, (uint64_t)c << 32 | (uint64_t)i);
         int w, h;
         pick_size(&r, &w, &h);
+        if (fixed_w) w = (int)fixed_w, h = (int)fixed_h;
         unsigned char *px = render(&r, &l, w, h);
         snprintf(file, sizeof file, "%s_%lld.JPEG", name, 10 * i + 1 + (long long)ds_rng_below(&r, 10));
         char *path = ds_path_join(dir, file);
@@ -415,6 +423,7 @@ int main(int argc, char **argv)
     char **pos;
     ds_cli_parse(&cli, argc, argv, &pos);
     const char *out = pos[0];
+    if (!fixed_w != !fixed_h) ds_usage_error(&cli, "--width and --height go together (or neither: varied sizes)");
     if (ds_mkdirs(out)) return 1;
     double t0 = ds_now();
     int failed = 0;
