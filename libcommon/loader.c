@@ -37,6 +37,7 @@ struct ds_loader {
     int64_t consumed;        /* jobs handed to the consumer */
     int64_t released;        /* jobs the consumer gave back */
     int stop;
+    double wait_seconds;     /* the consumer's time blocked in ds_loader_next (its thread only) */
 };
 
 void ds_loader_epoch_order(uint32_t *perm, size_t n, uint64_t seed, int64_t epoch)
@@ -273,7 +274,11 @@ int ds_loader_next(ds_loader *L, ds_batch **b)
         return 0;
     }
     slot *sl = &L->slots[L->consumed % L->cfg.depth];
-    while (!(sl->ready && sl->job == L->consumed)) pthread_cond_wait(&L->cond, &L->lock);
+    if (!(sl->ready && sl->job == L->consumed)) {
+        double t0 = ds_now();
+        while (!(sl->ready && sl->job == L->consumed)) pthread_cond_wait(&L->cond, &L->lock);
+        L->wait_seconds += ds_now() - t0;
+    }
     int failed = sl->failed;
     L->consumed++;
     pthread_mutex_unlock(&L->lock);
@@ -281,6 +286,8 @@ int ds_loader_next(ds_loader *L, ds_batch **b)
     *b = &sl->b;
     return 1;
 }
+
+double ds_loader_wait_seconds(const ds_loader *L) { return L->wait_seconds; }
 
 void ds_loader_release(ds_loader *L, ds_batch *b)
 {

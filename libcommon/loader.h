@@ -80,6 +80,10 @@ int ds_loader_start(ds_loader *L, int64_t epoch, int64_t first_step);
  * (its message was printed). The batch stays valid until ds_loader_release. */
 int ds_loader_next(ds_loader *L, ds_batch **b);
 void ds_loader_release(ds_loader *L, ds_batch *b);
+/* Seconds ds_loader_next has spent blocked, waiting for a worker to finish the batch asked
+ * for, since ds_loader_new: over a stretch of training, its growth divided by the stretch's
+ * wall time is the share of step time lost to input (metrics.jsonl's data_wait). */
+double ds_loader_wait_seconds(const ds_loader *L);
 /* Stops and joins the workers (also mid-epoch). */
 void ds_loader_stop(ds_loader *L);
 

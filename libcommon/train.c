@@ -29,6 +29,7 @@ typedef struct {
     double epoch_loss_sum;   /* sum of step losses in the running epoch (saved, for resume) */
     double epoch_seconds;    /* training seconds in the running epoch (saved) */
     int64_t saved_step;      /* global step of the newest checkpoint, -1: none this run */
+    double epoch_t0, epoch_wait0; /* wall clock and loader wait when this process began the epoch */
     char last_path[4096];    /* newest checkpoint written (or resumed from), for messages */
 } run;
 
@@ -165,11 +166,32 @@ static long rss_kb(void)
     return kb;
 }
 
+/* The share of the wall time since (t0, wait0) that training spent blocked on the loader. */
+static double data_wait(const run *r, double t0, double wait0)
+{
+    double dt = ds_now() - t0, w = ds_loader_wait_seconds(r->tl) - wait0;
+    double f = dt > 0 ? w / dt : 0;
+    return f < 0 ? 0 : f > 1 ? 1 : f;
+}
+
+/* Said on the progress lines when the loader holds training back by more than 10%. */
+static const char *input_bound_note(char *buf, size_t len, double wait)
+{
+    if (wait > 0.10)
+        snprintf(buf, len, "  input-bound: %.0f%% of step time waiting for data", 100 * wait);
+    else
+        buf[0] = 0;
+    return buf;
+}
+
 /* End of epoch e (0-based; the global step is g): validation, the epoch's lines, the
  * metrics row and the checkpoint. */
 static int end_epoch(run *r, int64_t e, int64_t g, double lr)
 {
     const ds_train_plan *p = r->p;
+    double wait = data_wait(r, r->epoch_t0, r->epoch_wait0);  /* before validation's time counts */
+    char note[96];
+    input_bound_note(note, sizeof note, wait);
     ds_topk t;
     ds_topk_init(&t, ds_model_config_of(r->m)->num_classes);
     int have_val = p->val != NULL;
@@ -188,21 +210,21 @@ static int end_epoch(run *r, int64_t e, int64_t g, double lr)
     long rss = rss_kb();
     if (have_val) {
         ds_info("epoch %lld/%lld  train loss %.4f  val top-1 %.2f%%  top-5 %.2f%%  loss %.4f  (%lld images, "
-                "%.0f img/s, %.0f s, RSS %.1f MB)",
+                "%.0f img/s, %.0f s, RSS %.1f MB)%s",
                 (long long)(e + 1), (long long)p->epochs, loss, 100 * row.val_top1, 100 * row.val_top5,
-                ds_topk_loss(&t), (long long)t.count, ips, r->epoch_seconds, rss / 1024.0);
+                ds_topk_loss(&t), (long long)t.count, ips, r->epoch_seconds, rss / 1024.0, note);
         snprintf(json, sizeof json,
                  "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f,\"val_top1\":%.6f,"
-                 "\"val_top5\":%.6f,\"val_loss\":%.6g,\"seconds\":%.2f,\"rss_kb\":%ld}",
+                 "\"val_top5\":%.6f,\"val_loss\":%.6g,\"seconds\":%.2f,\"rss_kb\":%ld,\"data_wait\":%.4f}",
                  (long long)g, (long long)(e + 1), loss, lr, ips, row.val_top1, row.val_top5, ds_topk_loss(&t),
-                 r->epoch_seconds, rss);
+                 r->epoch_seconds, rss, wait);
     } else {
-        ds_info("epoch %lld/%lld  train loss %.4f  (%.0f img/s, %.0f s, RSS %.1f MB)", (long long)(e + 1),
-                (long long)p->epochs, loss, ips, r->epoch_seconds, rss / 1024.0);
+        ds_info("epoch %lld/%lld  train loss %.4f  (%.0f img/s, %.0f s, RSS %.1f MB)%s", (long long)(e + 1),
+                (long long)p->epochs, loss, ips, r->epoch_seconds, rss / 1024.0, note);
         snprintf(json, sizeof json,
                  "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f,\"seconds\":%.2f,"
-                 "\"rss_kb\":%ld}",
-                 (long long)g, (long long)(e + 1), loss, lr, ips, r->epoch_seconds, rss);
+                 "\"rss_kb\":%ld,\"data_wait\":%.4f}",
+                 (long long)g, (long long)(e + 1), loss, lr, ips, r->epoch_seconds, rss, wait);
     }
     log_json(r, json);
     int best = have_val && row.val_top1 > r->best_top1;
@@ -269,10 +291,12 @@ static int train_loop(run *r)
     }
     ds_info("training: %lld epochs of %lld steps, global batch %lld (batch %d x world %d x accum %d), from step %lld",
             (long long)p->epochs, (long long)r->S, (long long)r->G, lc->batch, lc->world, lc->accum, (long long)g);
-    double t_run = ds_now(), t_log = t_run, win_loss = 0, lr = 0;
+    double t_run = ds_now(), t_log = t_run, win_loss = 0, lr = 0, wait_log = ds_loader_wait_seconds(r->tl);
     int64_t g_run = g, win_steps = 0;
     for (int64_t e = g / r->S; e < p->epochs; e++) {
         if (ds_loader_start(r->tl, e, g % r->S)) return -1;
+        r->epoch_t0 = ds_now();
+        r->epoch_wait0 = ds_loader_wait_seconds(r->tl);
         ds_batch *b;
         int rc;
         double loss = 0, t_step = ds_now();
@@ -324,19 +348,22 @@ static int train_loop(run *r)
                 double ips = (double)(win_steps * r->G) / (now - t_log);
                 double per_step = (now - t_run) / (double)(g - g_run);
                 int64_t end = p->max_steps > 0 && p->max_steps < r->total ? p->max_steps : r->total;
-                char eta[32];
+                double wait = data_wait(r, t_log, wait_log);
+                char eta[32], note[96];
                 ds_format_duration(eta, sizeof eta, per_step * (double)(end - g));
-                ds_info("epoch %lld/%lld  step %lld/%lld  loss %.4f  lr %.5f  %.0f img/s  ETA %s", (long long)(e + 1),
+                ds_info("epoch %lld/%lld  step %lld/%lld  loss %.4f  lr %.5f  %.0f img/s  ETA %s%s", (long long)(e + 1),
                         (long long)p->epochs, (long long)(g - e * r->S), (long long)r->S, win_loss / win_steps, lr,
-                        ips, eta);
+                        ips, eta, input_bound_note(note, sizeof note, wait));
                 char json[256];
                 snprintf(json, sizeof json,
-                         "{\"step\":%lld,\"epoch\":%.4f,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f}",
-                         (long long)g, (double)g / (double)r->S, win_loss / win_steps, lr, ips);
+                         "{\"step\":%lld,\"epoch\":%.4f,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f,"
+                         "\"data_wait\":%.4f}",
+                         (long long)g, (double)g / (double)r->S, win_loss / win_steps, lr, ips, wait);
                 log_json(r, json);
                 win_loss = 0;
                 win_steps = 0;
                 t_log = now;
+                wait_log = ds_loader_wait_seconds(r->tl);
             }
             if (g % r->S == 0) continue;  /* the epoch's end follows: validation, checkpoint */
             int stop = ds_comm_any(ds_signals_pending() || (p->max_steps > 0 && g >= p->max_steps));

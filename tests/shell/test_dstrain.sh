@@ -29,6 +29,13 @@ print("first loss", steps[0]["loss"], "last", steps[-1]["loss"], "val top1", epo
 assert steps[-1]["loss"] < 0.8 * steps[0]["loss"], "loss did not fall"
 assert epochs[-1]["val_top1"] >= 0.6, "val top-1 not clearly above chance (0.25)"
 PY
+"$PYTHON" - "$T/full/metrics.jsonl" <<'PY' && pass metrics_data_wait_is_a_share || fail metrics_data_wait_is_a_share
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+waits = [r["data_wait"] for r in rows]
+print("data_wait", waits)
+assert all(isinstance(w, float) and 0 <= w <= 1 for w in waits), waits
+PY
 
 if command -v gnuplot >/dev/null; then
     "$DS_ROOT/scripts/plot.sh" "$T/full" >/dev/null 2>&1

@@ -4,9 +4,11 @@
  * any mix-up of samples shows. */
 #include "../check.h"
 #include "loader.h"
+#include "log.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define H 6
 #define W 5
@@ -17,6 +19,19 @@ static int fake_read(ds_source *s, int worker, size_t i, uint8_t *out, char *rea
 {
     for (size_t k = 0; k < (size_t)H * W * 3; k++) out[k] = pixel(i, k);
     return 0;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts)) {}
+}
+
+/* A source that takes 2 ms per image: a loader that cannot keep up. */
+static int slow_read(ds_source *s, int worker, size_t i, uint8_t *out, char *reason, size_t len)
+{
+    sleep_ms(2);
+    return fake_read(s, worker, i, out, reason, len);
 }
 
 static const char *fake_path(const ds_source *s, size_t i) { return "x"; }
@@ -232,6 +247,42 @@ static void test_refusals(void)
     check_end();
 }
 
+/* The consumer's time blocked in ds_loader_next over an epoch's wall time: most of it with a
+ * slow source and a consumer that does nothing; little with a fast source and a consumer
+ * that takes 10 ms a batch. Bounds are loose: the machine may be busy with other work. */
+static double wait_share(ds_source *src, int consumer_ms)
+{
+    ds_loader_config c = config(4, 1, 0, 1, 1, 1);
+    ds_loader *L = ds_loader_new(src, &c);
+    if (!L) return -1;
+    double t0 = ds_now(), w0 = ds_loader_wait_seconds(L);
+    ds_batch *b;
+    int rc = ds_loader_start(L, 0, 0);
+    while (rc == 0 && (rc = ds_loader_next(L, &b)) == 1) {
+        if (consumer_ms) sleep_ms(consumer_ms);
+        ds_loader_release(L, b);
+        rc = 0;
+    }
+    double share = (ds_loader_wait_seconds(L) - w0) / (ds_now() - t0);
+    ds_loader_free(L);
+    return rc < 0 ? -1 : share;
+}
+
+static void test_wait_seconds(void)
+{
+    check_begin("wait_seconds_counts_time_blocked_on_workers");
+    ds_source src;
+    fake_source(&src, 40);
+    double fast = wait_share(&src, 10);
+    src.read = slow_read;
+    double slow = wait_share(&src, 0);
+    CHECK(slow > 0.5 && slow <= 1.0, "slow source: %.3f of the time waiting, want most of it", slow);
+    CHECK(fast >= 0 && fast < 0.3, "fast source, slow consumer: %.3f of the time waiting, want little", fast);
+    printf("wait share: slow source %.3f, slow consumer %.3f\n", slow, fast);
+    free(src.labels);
+    check_end();
+}
+
 static void test_center(void)
 {
     check_begin("center_offset_rounds_like_torchvision");
@@ -251,5 +302,6 @@ int main(void)
     test_threads_and_resume();
     test_refusals();
     test_center();
+    test_wait_seconds();
     return check_exit();
 }
