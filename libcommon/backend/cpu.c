@@ -350,11 +350,16 @@ static void cpu_axpy(float *y, float alpha, const float *x, size_t n)
     for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
-/* As torchvision: ToTensor (x / 255) then Normalize ((x - mean) / std). */
+/* As torchvision: ToTensor (x / 255) then Normalize ((x - mean) / std). A byte has 256
+ * values: each channel's results are computed once, by the same float expression, into a
+ * table (the same bits as computing them per pixel, a few times faster). */
 static void cpu_normalize_u8(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
                              const int32_t *y0, const int32_t *x0, const uint8_t *flip,
                              const float mean[3], const float std[3])
 {
+    float table[256][3];
+    for (int v = 0; v < 256; v++)
+        for (int k = 0; k < 3; k++) table[v][k] = ((float)v / 255.0f - mean[k]) / std[k];
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < n; i++)
         for (int y = 0; y < ch; y++) {
@@ -363,7 +368,7 @@ static void cpu_normalize_u8(float *out, const uint8_t *in, int n, int H, int W,
             int fl = flip && flip[i];
             for (int x = 0; x < cw; x++) {
                 const uint8_t *px = row + (long)(fl ? cw - 1 - x : x) * 3;
-                for (int k = 0; k < 3; k++) dst[x * 3 + k] = (px[k] / 255.0f - mean[k]) / std[k];
+                for (int k = 0; k < 3; k++) dst[x * 3 + k] = table[px[k]][k];
             }
         }
 }

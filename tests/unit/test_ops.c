@@ -567,6 +567,18 @@ static void test_normalize(void)
                     want[o] = (v - mean[k]) / std[k], got[o] = out[o];
                 }
     check_close_d("pixels", got, want, no, 1e-6, 1e-6);
+    /* Bitwise the float expression (x / 255.0f - mean) / std: the CPU backend's table must
+     * not change a bit of what per-pixel arithmetic gave (and other backends round alike). */
+    size_t differ = 0;
+    for (int i = 0; i < n; i++)
+        for (int y = 0; y < ch; y++)
+            for (int x = 0; x < cw; x++)
+                for (int k = 0; k < 3; k++) {
+                    int sx = x0[i] + (flip[i] ? cw - 1 - x : x);
+                    float v = ((float)in[(((size_t)i * H + y0[i] + y) * W + sx) * 3 + k] / 255.0f - mean[k]) / std[k];
+                    differ += memcmp(&v, &out[(((size_t)i * ch + y) * cw + x) * 3 + k], sizeof v) != 0;
+                }
+    CHECK(differ == 0, "%zu of %zu values differ in their bits from (x / 255.0f - mean) / std", differ, no);
     free(in), free(out), free(want), free(got);
     check_end();
 }
