@@ -10,8 +10,9 @@
 #     --images N       JPEGs to pack (default 50000)
 #     --classes C      dsplit tree classes (default 1000)
 #     --per-class P    dsplit tree files per class (default 1281)
-#     --unique U       distinct JPEGs rendered (default 5000); the N files are hard links to
-#                      them (each still decoded by dspack: rendering takes longer than packing)
+#     --unique U       distinct JPEGs rendered (default 5000, in 100 classes); the N files are
+#                      hard-linked copies of their class directories (each file still decoded
+#                      by dspack: rendering takes longer than packing)
 #     --threads T      dspack threads (default: nproc)
 #     --loader-images M  images per loader_bench figure (default 12800)
 #     --dir DIR        where to work (default: a new directory under $TMPDIR or /tmp)
@@ -69,10 +70,11 @@ echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(grep -q av
 echo "memory: $(free -g | awk '/^Mem/ {print $2}') GB; disk free at start: $((free_kb / 1024 / 1024)) GB in $dir"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (other jobs share the machine when above 0)"
 
-# "wall_s peak_rss_kb" of a /usr/bin/time -v log.
+# "wall_s peak_rss_kb cpu_s" of a /usr/bin/time -v log (cpu: user + system).
 time_fields() {
     awk -F': ' '/Elapsed \(wall clock\)/ {n = split($2, p, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + p[i]}
-                /Maximum resident set size/ {m = $2} END {print s, m}' "$1"
+                /Maximum resident set size/ {m = $2} /(User|System) time \(seconds\)/ {c += $2}
+                END {print s, m, c}' "$1"
 }
 
 echo "== (i) dsplit over $classes x $per names"
@@ -84,9 +86,9 @@ for ((c = 0; c < classes; c++)); do
 done
 echo "tree built in $((SECONDS - t0)) s"
 /usr/bin/time -v "$B/dsplit" -q "$dir/names" -o "$dir/names-m" 2>"$dir/dsplit.time"
-read -r sw srss < <(time_fields "$dir/dsplit.time")
+read -r sw srss sc < <(time_fields "$dir/dsplit.time")
 lines=$(($(wc -l <"$dir/names-m/train.txt") + $(wc -l <"$dir/names-m/val.txt") - 2))
-echo "dsplit: $lines names in $sw s, peak RSS $((srss / 1024)) MB"
+echo "dsplit: $lines names in $sw s ($sc CPU s), peak RSS $((srss / 1024)) MB"
 rm -rf "$dir/names" "$dir/names-m"
 
 echo "== (ii) dspack of $N JPEGs (500x375, quality 90) at --size 256 --fit crop, $threads threads"
@@ -96,12 +98,11 @@ t0=$SECONDS
 "$B/synth" -q --classes 100 --per-class "$pc" --width 500 --height 375 --noise 0.35 "$dir/jpeg" >/dev/null
 read -r njpeg jbytes < <(find "$dir/jpeg" -name '*.JPEG' -printf '%s\n' | awk '{n++; s += $1} END {print n, s}')
 echo "synth: $njpeg distinct JPEGs in $((SECONDS - t0)) s, mean $((jbytes / njpeg / 1024)) KB ($jbytes bytes / $njpeg)"
-# Hard links up to N files, spread over the classes as the originals are.
+# Hard-linked copies of the class directories up to N files (n..._c1, n..._c2, ...: with the
+# defaults 1,000 classes of 50, ImageNet's class count); dspack decodes every file.
 copies=$(( (N + njpeg - 1) / njpeg ))
 for d in "$dir"/jpeg/n*; do
-    for f in "$d"/*.JPEG; do
-        for ((k = 1; k < copies; k++)); do ln "$f" "${f%.JPEG}_copy$k.JPEG"; done
-    done
+    for ((k = 1; k < copies; k++)); do cp -al "$d" "${d}_c$k"; done
 done
 "$B/dsplit" -q "$dir/jpeg" -o "$dir/m" --val 0
 head -n $((N + 1)) "$dir/m/train.txt" >"$dir/m/pack.txt"
@@ -123,9 +124,9 @@ while kill -0 $tpid 2>/dev/null; do
     sleep 1
 done
 wait $tpid
-read -r pw prss < <(time_fields "$dir/dspack.time")
+read -r pw prss pcpu < <(time_fields "$dir/dspack.time")
 nshards=$(find "$dir/shards" -maxdepth 1 -name 'shard-*.h5' | wc -l)
-echo "dspack: $N images in $pw s = $(awk -v n="$N" -v s="$pw" 'BEGIN {printf "%.0f", n / s}') images/s, peak RSS $((prss / 1024)) MB, $nshards shards, $(du -sm "$dir/shards" | cut -f1) MB"
+echo "dspack: $N images in $pw s = $(awk -v n="$N" -v s="$pw" 'BEGIN {printf "%.0f", n / s}') images/s ($pcpu CPU s: $(awk -v n="$N" -v s="$pcpu" 'BEGIN {printf "%.0f", n / s}') images per CPU second), peak RSS $((prss / 1024)) MB, $nshards shards, $(du -sm "$dir/shards" | cut -f1) MB"
 # RSS while the first shard was being written (no shard finished yet, after start-up) and
 # while the last one was; the full series is in rss.tsv (seconds, kB, shards finished).
 awk -v last="$nshards" -F'\t' '
