@@ -7,8 +7,8 @@
  *
  * Each augmentation names the ops it times (--augment, the table `augments`): the loader's
  * share (sampling, per-image draws, shard reads) and the input op's share on the backend.
- * A new augmentation (or a per-image check on read) is one row of that table plus the
- * loader configuration it sets.
+ * A new augmentation is one row of that table plus the loader configuration it sets; a
+ * per-image check on read likewise one row of `verifies` (--verify).
  *
  * Cache: --cache warm reads the shards once untimed, then times a second pass (the page
  * cache rate, what a machine with the data set in memory sees); --cache cold drops the
@@ -47,9 +47,19 @@ static const augment_mode augments[] = {
      "normalize_u8: crop, /255, (x - mean) / std to float"},
 };
 
-static const char *threads_list = "1,2,4", *augment = "crop-flip", *cache = "warm";
+/* One row per check the loader can make on each image it reads. */
+typedef struct {
+    const char *name;
+    const char *ops;         /* work in the loader threads, per image */
+} verify_mode;
+
+static const verify_mode verifies[] = {
+    {"none", "no check of the bytes read"},
+};
+
+static const char *threads_list = "1,2,4", *augment = "crop-flip", *verify = "none", *cache = "warm";
 static long long batch = 256, crop = 224, images = 12800, seed = 1;
-static int aug_index;
+static int aug_index, verify_index;
 
 static ds_option opts[] = {
     DS_OPT("threads", DS_OPT_STRING, &threads_list, "LIST", "loader thread counts to time, comma-separated"),
@@ -59,6 +69,7 @@ static ds_option opts[] = {
            1e12),
     DS_CHOICE_INDEX("augment", &augment, &aug_index, "crop-flip|center",
                     "crop-flip: training's random crop and flip; center: evaluation's centre crop"),
+    DS_CHOICE_INDEX("verify", &verify, &verify_index, "none", "per-image check on read"),
     DS_CHOICE("cache", &cache, "warm|cold", "warm: page cache (second pass); cold: shard pages dropped first"),
     DS_NUM("seed", DS_OPT_INT, &seed, "S", "sampling seed", 0, 9.2e18),
     {0},
@@ -143,6 +154,7 @@ int main(int argc, char **argv)
     const char *dir = pos[0];
     int cold = !strcmp(cache, "cold");
     const augment_mode *am = &augments[aug_index];
+    const verify_mode *vm = &verifies[verify_index];
 
     int nthreads[16], nt = 0;
     for (const char *p = threads_list; *p && nt < 16;) {
@@ -171,7 +183,8 @@ int main(int argc, char **argv)
 
     printf("loader_bench: %s  %zu images %dx%d  batch %lld  crop %lld  %lld images per figure  cache %s\n", dir,
            src.n, src.height, src.width, batch, crop, (long long)steps * batch, cache);
-    printf("augment %s\n  loader: %s\n  input:  %s (cpu backend, %s)\n", am->name, am->loader_ops, am->input_ops,
+    printf("augment %s, verify %s\n  loader: %s; %s\n  input:  %s (cpu backend, %s)\n", am->name, vm->name,
+           am->loader_ops, vm->ops, am->input_ops,
            getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "OpenMP default threads");
     printf("%-8s %14s %14s %20s %14s\n", "threads", "loader img/s", "img/cpu-s", "loader+input img/s", "img/cpu-s");
     int rc = 0;
