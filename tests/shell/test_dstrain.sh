@@ -36,6 +36,23 @@ waits = [r["data_wait"] for r in rows]
 print("data_wait", waits)
 assert all(isinstance(w, float) and 0 <= w <= 1 for w in waits), waits
 PY
+# An input-bound run: deflate-compressed 256x256 shards of noisy photo-sized JPEGs, read
+# through HDF5 by one loader thread, feed a resnet20 on 8x8 crops that computes far faster.
+if "$BUILD_DIR/data/synth" -q --classes 2 --per-class 60 --width 500 --height 375 --noise 0.35 "$T/photo" \
+    >/dev/null && dsplit -q --val 0 -o "$T/photo-split" "$T/photo" >/dev/null &&
+    dspack -q --size 256 --compress 1 -o "$T/photo-shards" "$T/photo-split/train.txt" >/dev/null; then
+    dstrain --train "$T/photo-shards" -o "$T/slow" --arch resnet20 --crop 8 --batch 16 --loader-threads 1 \
+        --threads 1 --epochs 1 --log-every 2 --max-steps 6 2>"$T/slow.err"
+    check input_bound_progress_line grep -q "input-bound: [0-9]*% of step time waiting for data" "$T/slow.err"
+    "$PYTHON" - "$T/slow/metrics.jsonl" "$T/full/metrics.jsonl" <<'PY' && pass data_wait_large_when_input_bound || fail data_wait_large_when_input_bound
+import json, sys
+slow, full = ([json.loads(l)["data_wait"] for l in open(f)] for f in sys.argv[1:])
+print("input-bound data_wait", slow, "compute-bound", max(full))
+assert len(slow) == 3 and min(slow) > 0.2 and min(slow) > max(full), (slow, full)
+PY
+else
+    fail input_bound_data "synth/dsplit/dspack of the photo-sized set failed"
+fi
 
 if command -v gnuplot >/dev/null; then
     "$DS_ROOT/scripts/plot.sh" "$T/full" >/dev/null 2>&1
