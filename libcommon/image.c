@@ -196,6 +196,10 @@ static void png_on_error(png_structp png, png_const_charp msg)
 
 static void png_on_warning(png_structp png, png_const_charp msg) {}
 
+/* Every chunk libpng does not know is skipped, as Pillow skips it; without this libpng
+ * refuses a file with an unknown critical chunk (uppercase first letter). */
+static int png_skip_unknown(png_structp png, png_unknown_chunkp chunk) { return 1; }
+
 static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
 
 /* A palette PNG whose first IDAT comes before any PLTE is illegal, and libpng refuses it;
@@ -261,6 +265,7 @@ static int decode_png(ds_decoder *d, const uint8_t *data, size_t len, uint64_t m
         return fail(reason, cap, "undecodable PNG: %s", src.msg);
     }
     png_set_read_fn(png, &src, png_read_mem);
+    png_set_read_user_chunk_fn(png, NULL, png_skip_unknown);
     /* libpng's own limit is 1e6 x 1e6; ours is --max-pixels, checked below. */
     png_set_user_limits(png, 0x7fffffff, 0x7fffffff);
     /* CRCs as Pillow checks them: every chunk before the image data (Pillow refuses a file

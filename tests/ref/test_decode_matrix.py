@@ -194,6 +194,12 @@ def png_cases(rng):
         buf = _save(big.convert(mode), "PNG", transparency=3 if mode in ("P", "L") else None)
         cases.append((f"png_pillow_{mode}{'_trns' if mode in ('P', 'L') else ''}.png", buf))
     cases.append(("png_pillow_I16.png", _save(Image.fromarray(rng.integers(0, 65536, (40, 30)).astype(np.uint16)), "PNG")))
+    whole = png_bytes(s8, 2, 8)
+    cases.append(("png_no_iend.png", whole[:-12]))
+    cases.append(("png_trailing_bytes.png", whole + b"\0junk after IEND"))
+    # Chunks Pillow skips: private ancillary and an unknown critical one before IDAT.
+    cases.append(("png_private_chunk.png", png_bytes(s8, 2, 8, extra=chunk(b"prVt", b"\1\2\3"))))
+    cases.append(("png_unknown_critical_chunk.png", png_bytes(s8, 2, 8, extra=chunk(b"CRIT", b"\1\2\3"))))
     # Refused by Pillow as well: a broken IDAT CRC is read by Pillow (it checks no IDAT CRC)...
     cases.append(("png_bad_idat_crc.png", png_bytes(s8, 2, 8, bad_idat_crc=True)))
     # ... a broken IHDR CRC is not; nor a truncated file; nor depth 16 palette (illegal).
@@ -299,11 +305,62 @@ def jpeg_cases(tmp):
     base = dict(cases)["jpg_pillow_420.jpg"]
     p = subprocess.run(["jpegtran", "-arithmetic", "-restart", "1"], input=base, capture_output=True, check=True)
     cases.append(("jpg_jpegtran_arith_restart.jpg", p.stdout))
+    # libjpeg warns and goes on; so does Pillow.
+    cases.append(("jpg_junk_before_eoi.jpg", base[:-2] + b"\x00\x11\x22\xff\xd9"))
+    cases.append(("jpg_trailing_bytes.jpg", base + b"\0junk after EOI"))
     # Refused by Pillow and by ds: 12-bit samples (libjpeg-turbo 2.1 decodes 8-bit only), and a
     # truncated file.
     cases.append(("jpg_12bit.jpg", set_sof_precision(base, 12)))
     cases.append(("jpg_truncated.jpg", base[: len(base) * 2 // 3]))
     return cases
+
+
+def jpeg_header(data):
+    """The markers up to the first scan: SOF type, precision, (h, v) sampling per component,
+    the Adobe transform (None without APP14), whether there is a restart interval / EXIF."""
+    info = {"adobe": None, "dri": False, "exif": False}
+    i = 2
+    while i + 4 <= len(data) and data[i] == 0xFF:
+        m, n = data[i + 1], struct.unpack(">H", data[i + 2:i + 4])[0]
+        seg = data[i + 4:i + 2 + n]
+        if m in (0xC0, 0xC1, 0xC2, 0xC9, 0xCA):
+            info["sof"], info["bits"] = m, seg[0]
+            info["sampling"] = [(seg[6 + 3 * c + 1] >> 4, seg[6 + 3 * c + 1] & 15) for c in range(seg[5])]
+        elif m == 0xEE and seg[:5] == b"Adobe":
+            info["adobe"] = seg[11]
+        elif m == 0xDD:
+            info["dri"] = struct.unpack(">H", seg[:2])[0] > 0
+        elif m == 0xE1 and seg[:6] == b"Exif\0\0":
+            info["exif"] = True
+        elif m == 0xDA:
+            break
+        i += 2 + n
+    return info
+
+
+# What each JPEG of the matrix must be, checked on its header (so that a writer that quietly
+# ignored an option cannot leave a layout untested).
+JPEG_LAYOUT = {
+    "jpg_pillow_444": lambda j: j["sampling"] == [(1, 1)] * 3,
+    "jpg_pillow_422": lambda j: j["sampling"] == [(2, 1), (1, 1), (1, 1)],
+    "jpg_pillow_420": lambda j: j["sampling"] == [(2, 2), (1, 1), (1, 1)] and j["sof"] == 0xC0,
+    "jpg_pillow_progressive": lambda j: j["sof"] == 0xC2,
+    "jpg_pillow_gray": lambda j: len(j["sampling"]) == 1,
+    "jpg_pillow_cmyk_adobe": lambda j: len(j["sampling"]) == 4 and j["adobe"] == 0,
+    "jpg_pillow_cmyk_no_adobe": lambda j: len(j["sampling"]) == 4 and j["adobe"] is None,
+    "jpg_turbojpeg_ycck": lambda j: len(j["sampling"]) == 4 and j["adobe"] == 2,
+    "jpg_exif_orientation6": lambda j: j["exif"],
+    "jpg_cjpeg_arith": lambda j: j["sof"] == 0xC9,
+    "jpg_cjpeg_arith_progressive": lambda j: j["sof"] == 0xCA,
+    "jpg_cjpeg_restart1": lambda j: j["dri"],
+    "jpg_cjpeg_restart2blocks": lambda j: j["dri"] and j["sof"] == 0xC2,
+    "jpg_cjpeg_440": lambda j: j["sampling"] == [(1, 2), (1, 1), (1, 1)],
+    "jpg_cjpeg_411": lambda j: j["sampling"] == [(4, 1), (1, 1), (1, 1)],
+    "jpg_cjpeg_rgb": lambda j: len(j["sampling"]) == 3 and j["adobe"] == 0,
+    "jpg_cjpeg_gray_arith": lambda j: len(j["sampling"]) == 1 and j["sof"] == 0xC9,
+    "jpg_jpegtran_arith_restart": lambda j: j["sof"] == 0xC9 and j["dri"],
+    "jpg_12bit": lambda j: j["bits"] == 12,
+}
 
 
 # ---- the comparison ----
@@ -413,6 +470,9 @@ def main():
                 f.write(data)
             readable[name] = compare(name, f"{tmp}/tree/a/{name}", tmp)
         print(f"  {len(cases)} files, {sum(readable.values())} read by Pillow", file=sys.stderr)
+        data = dict(cases)
+        wrong = [n for n, ok in JPEG_LAYOUT.items() if not ok(jpeg_header(data[n + ".jpg"]))]
+        report("jpeg_matrix_layouts_as_named", not wrong, f"not the layout their name says: {wrong}")
         end_to_end(tmp, [n for n, _ in cases], readable)
     sys.exit(1 if failures else 0)
 
