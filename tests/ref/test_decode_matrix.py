@@ -284,6 +284,9 @@ def jpeg_cases(tmp):
     exif = Image.Exif()
     exif[0x0112] = 6  # Orientation: rotate 90 CW to display; open + convert ignores it
     cases.append(("jpg_exif_orientation6.jpg", _save(im, "JPEG", quality=90, exif=exif.tobytes())))
+    # An ICC profile (APP2) and a comment: no colour management on either side.
+    cases.append(("jpg_icc_comment.jpg", _save(im, "JPEG", quality=90, icc_profile=b"\0" * 200 + b"not a profile",
+                                              comment=b"made by hand")))
     # cjpeg / jpegtran for what Pillow cannot write.
     ppm, pgm = f"{tmp}/src.ppm", f"{tmp}/src.pgm"
     im.save(ppm)
@@ -317,8 +320,9 @@ def jpeg_cases(tmp):
 
 def jpeg_header(data):
     """The markers up to the first scan: SOF type, precision, (h, v) sampling per component,
-    the Adobe transform (None without APP14), whether there is a restart interval / EXIF."""
-    info = {"adobe": None, "dri": False, "exif": False}
+    the Adobe transform (None without APP14), whether there is a restart interval / EXIF / an
+    ICC profile."""
+    info = {"adobe": None, "dri": False, "exif": False, "icc": False}
     i = 2
     while i + 4 <= len(data) and data[i] == 0xFF:
         m, n = data[i + 1], struct.unpack(">H", data[i + 2:i + 4])[0]
@@ -332,6 +336,8 @@ def jpeg_header(data):
             info["dri"] = struct.unpack(">H", seg[:2])[0] > 0
         elif m == 0xE1 and seg[:6] == b"Exif\0\0":
             info["exif"] = True
+        elif m == 0xE2 and seg[:12] == b"ICC_PROFILE\0":
+            info["icc"] = True
         elif m == 0xDA:
             break
         i += 2 + n
@@ -350,6 +356,7 @@ JPEG_LAYOUT = {
     "jpg_pillow_cmyk_no_adobe": lambda j: len(j["sampling"]) == 4 and j["adobe"] is None,
     "jpg_turbojpeg_ycck": lambda j: len(j["sampling"]) == 4 and j["adobe"] == 2,
     "jpg_exif_orientation6": lambda j: j["exif"],
+    "jpg_icc_comment": lambda j: j["icc"],
     "jpg_cjpeg_arith": lambda j: j["sof"] == 0xC9,
     "jpg_cjpeg_arith_progressive": lambda j: j["sof"] == 0xCA,
     "jpg_cjpeg_restart1": lambda j: j["dri"],
