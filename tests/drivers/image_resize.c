@@ -11,8 +11,6 @@
 
 static int decode_full(const char *path, const char *out_path)
 {
-    ds_decoder *d = ds_decoder_new();
-    if (!d) return 2;
     FILE *in = fopen(path, "rb");
     if (!in) {
         perror(path);
@@ -28,26 +26,33 @@ static int decode_full(const char *path, const char *out_path)
             buf = b;
         }
     }
-    if (!buf || ferror(in)) {
+    int read_error = ferror(in);
+    fclose(in);
+    ds_decoder *d = ds_decoder_new();
+    if (!buf || read_error || !d) {
         fprintf(stderr, "image_resize: cannot read %s\n", path);
+        free(buf);
+        ds_decoder_free(d);
         return 2;
     }
-    fclose(in);
     ds_image img;
     char reason[256];
+    int rc = 0;
     if (ds_image_decode(d, buf, len, 0, DS_DEFAULT_MAX_PIXELS, &img, reason, sizeof reason)) {
         printf("rejected: %s\n", reason);
-        return 1;
-    }
-    size_t bytes = (size_t)img.w * img.h * 3;
-    FILE *f = fopen(out_path, "wb");
-    if (!f || fprintf(f, "P6\n%d %d\n255\n", img.w, img.h) < 0 || fwrite(img.pix, 1, bytes, f) != bytes || fclose(f)) {
-        perror(out_path);
-        return 2;
+        rc = 1;
+    } else {
+        size_t bytes = (size_t)img.w * img.h * 3;
+        FILE *f = fopen(out_path, "wb");
+        if (!f || fprintf(f, "P6\n%d %d\n255\n", img.w, img.h) < 0 || fwrite(img.pix, 1, bytes, f) != bytes ||
+            fclose(f)) {
+            perror(out_path);
+            rc = 2;
+        }
     }
     free(buf);
     ds_decoder_free(d);
-    return 0;
+    return rc;
 }
 
 int main(int argc, char **argv)
