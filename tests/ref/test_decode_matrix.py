@@ -10,9 +10,10 @@ same pixels, exactly; every file Pillow refuses, ds rejects with a reason. The m
         writes few of these layouts.
   JPEG  baseline, progressive, arithmetic coding, restart markers, 4:4:4 / 4:2:2 / 4:2:0 /
         4:4:0 / 4:1:1, grayscale, RGB (Adobe transform 0), CMYK with and without the Adobe
-        marker, YCCK, EXIF orientation, 12-bit (refused by both). Written by Pillow, by
-        cjpeg / jpegtran (Debian's libjpeg-turbo-progs) and by TurboJPEG through ctypes
-        (YCCK, which neither of the others writes).
+        marker, YCCK, EXIF orientation, an ICC profile, junk around EOI, 12-bit (refused by
+        both). Written by Pillow, by cjpeg / jpegtran (Debian's libjpeg-turbo-progs, which
+        `make deps` installs) and by TurboJPEG through ctypes (YCCK, which neither of the
+        others writes). Each file's header is checked to be the layout its name says.
 
 Both sides use libjpeg-turbo with the same settings (islow DCT, fancy upsampling), so JPEGs
 are compared exactly too: the tolerance is 0 everywhere.
@@ -465,6 +466,10 @@ def end_to_end(tmp, names, readable):
 
 
 def main():
+    missing = [t for t in ("cjpeg", "jpegtran") if not shutil.which(t)]
+    if missing:
+        report("jpeg_writers_present", False, f"{' and '.join(missing)} not found: install libjpeg-turbo-progs (make deps)")
+        sys.exit(1)
     # Pillow warns on every palette image with tRNS that it is not converted to RGBA.
     warnings.simplefilter("ignore", UserWarning)
     rng = np.random.default_rng(7)
