@@ -194,6 +194,12 @@ def png_cases(rng):
     for mode in ("P", "RGBA", "LA", "L", "1"):
         buf = _save(big.convert(mode), "PNG", transparency=3 if mode in ("P", "L") else None)
         cases.append((f"png_pillow_{mode}{'_trns' if mode in ('P', 'L') else ''}.png", buf))
+    # Animated PNGs: Pillow's open + convert gives the default image (IDAT); the frames in
+    # fdAT chunks are unknown chunks to libpng, skipped.
+    frames = [Image.fromarray(rng.integers(0, 256, (9, 14, 3)).astype(np.uint8)) for _ in range(3)]
+    cases.append(("png_apng.png", _save(frames[0], "PNG", save_all=True, append_images=frames[1:], duration=50)))
+    cases.append(("png_apng_default_image.png", _save(frames[0], "PNG", save_all=True, append_images=frames[1:],
+                                                      duration=50, default_image=True)))
     cases.append(("png_pillow_I16.png", _save(Image.fromarray(rng.integers(0, 65536, (40, 30)).astype(np.uint16)), "PNG")))
     whole = png_bytes(s8, 2, 8)
     cases.append(("png_no_iend.png", whole[:-12]))
