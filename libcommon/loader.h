@@ -12,7 +12,7 @@
  *     (pad 0: from the image itself); then flip = below(2).
  *   DS_AUGMENT_RRC: torchvision's RandomResizedCrop box (ds_rrc_box: up to ten tries of two
  *     doubles, then top and left of an accepted box), resized to crop x crop by the backend;
- *     then flip = below(2). `pad` is ignored (no padding).
+ *     then flip = below(2). `pad` is ignored (no padding); crop may exceed the stored size.
  * Without augmentation: the centre crop (torchvision's CenterCrop rounding), no flip.
  *
  * Evaluation: rank r of W takes the samples [n r / W, n (r + 1) / W) in data order, in
