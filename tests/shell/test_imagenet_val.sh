@@ -273,5 +273,14 @@ PY
 expect_status "dseval on the manifest itself" 0 dseval -q --threads 2 --json "$T/run/last.h5" "$T/v-devkit/val.txt"
 grep -q '"count": 36' "$T/out" && pass "dseval on the manifest counts 36" || fail "dseval on the manifest counts 36" "$(cat "$T/out")"
 
+# make pipeline's way: the val tar and the devkit archive as downloaded.
+tar -czf "$T/ILSVRC2012_devkit_t12.tar.gz" -C "$T" devkit
+OUT=$T/pipe IMAGENET=$T/train VAL_TAR=$T/ILSVRC2012_img_val.tar VAL_DEVKIT=$T/ILSVRC2012_devkit_t12.tar.gz ARCH=resnet20 \
+    SIZE=16 CROP=16 EPOCHS=1 BATCH=4 DEVICE=cpu TRAIN_ARGS="--threads 2" BIN=$BIN bash "$DS_ROOT/scripts/pipeline.sh" >"$T/out" 2>"$T/err" \
+    && pass "pipeline with VAL_TAR and VAL_DEVKIT" || fail "pipeline with VAL_TAR and VAL_DEVKIT" "$(tail -3 "$T/err")"
+diff <(tail -n +2 "$T/v-devkit/val.txt") <(tail -n +2 "$T/pipe/split-ilsvrc-val/val.txt") >/dev/null \
+    && grep -q '"count": 36' "$T/pipe/val.json" 2>/dev/null \
+    && pass "pipeline: the same val manifest, evaluated on 36 images" || fail "pipeline: the same val manifest, evaluated on 36 images"
+
 rm -rf "$T"
 finish
