@@ -13,7 +13,7 @@
 "$PYTHON" -c 'import PIL, numpy' 2>/dev/null || { fail python_modules "$PYTHON lacks Pillow or numpy"; finish; }
 
 # Six leaf classes; ILSVRC2012_ID i (1-based) names WNIDS[i-1], so ID order != sorted order.
-# meta.mat also holds three inner nodes (IDs 7-9), as the real one holds 860.
+# meta.mat also holds three inner nodes (IDs 7, 300, 1860), as the real one holds 860.
 "$PYTHON" - "$T" <<'PY' || { fail fixture "cannot write the fake devkit"; finish; }
 import os, random, struct, sys, zlib
 import numpy as np
@@ -56,8 +56,9 @@ rng.shuffle(rows)
 with open(os.path.join(out, "LOC_val_solution.csv"), "w", newline="") as f:
     f.write("ImageId,PredictionString\r\n" + "".join(r + "\r\n" for r in rows))
 
-# MAT-file level 5, as MATLAB writes it: small elements for <= 4 bytes, doubles stored as
-# uint8, strings as uint16, struct fields element-major.
+# MAT-file level 5, as MATLAB writes it: small elements for <= 4 bytes, a double's value in
+# the smallest type that holds it (uint8, uint16, else double), strings as uint16 (one as
+# UTF-8, as other writers do), struct fields element-major.
 def el(t, data):
     if len(data) <= 4:
         return struct.pack("<HH", t, len(data)) + data.ljust(4, b"\0")
@@ -67,9 +68,10 @@ def matrix(cls, dims, name, *parts):
             + b"".join(parts))
     return struct.pack("<II", 14, len(body)) + body
 def double(v):
-    return matrix(6, [1, 1], b"", el(2, bytes([v])) if v < 256 else el(9, struct.pack("<d", v)))
+    data = el(2, bytes([v])) if v < 256 else el(4, struct.pack("<H", v)) if v < 1000 else el(9, struct.pack("<d", v))
+    return matrix(6, [1, 1], b"", data)
 def string(s):
-    return matrix(4, [1, len(s)], b"", el(4, s.encode("utf-16-le")))
+    return matrix(4, [1, len(s)], b"", el(16, s.encode()) if s == INNER[0] else el(4, s.encode("utf-16-le")))
 def synsets(entries, fields=("ILSVRC2012_ID", "WNID", "words", "num_children", "children")):
     names = b"".join(f.encode().ljust(32, b"\0") for f in fields)
     parts = [el(5, struct.pack("<i", 32)), el(1, names)]
@@ -86,7 +88,7 @@ def matfile(var, compressed):
         z = zlib.compress(var)
         return head + struct.pack("<II", 15, len(z)) + z
     return head + var
-entries = [(i + 1, w) for i, w in enumerate(WNIDS)] + [(7 + i, w) for i, w in enumerate(INNER)]
+entries = [(i + 1, w) for i, w in enumerate(WNIDS)] + list(zip((7, 300, 1860), INNER))
 mixed = entries[3:] + entries[:3]                          # element order is not ID order
 other = matrix(6, [1, 1], b"x", el(9, struct.pack("<d", 1.5)))   # a variable before the one read
 def write(name, data):
