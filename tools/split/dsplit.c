@@ -35,7 +35,7 @@ static ds_option opts[] = {
      .help = "how --materialize places files (only move touches ROOT)"},
     {.name = "json", .type = DS_OPT_FLAG, .value = &json, .help = "print the counts as JSON on stdout"},
     {.name = "val-images", .type = DS_OPT_STRING, .value = &val_images, .arg = "DIR",
-     .help = "ILSVRC2012 mode: the validation images folder (no ROOT); writes DIR/val.txt, DIR/classes.txt"},
+     .help = "ILSVRC2012 mode: the validation images folder (no ROOT); -o gets val.txt and classes.txt"},
     {.name = "val-labels", .type = DS_OPT_STRING, .value = &val_labels, .arg = "FILE",
      .help = "its ground truth: ILSVRC2012_validation_ground_truth.txt or LOC_val_solution.csv"},
     {.name = "synsets", .type = DS_OPT_STRING, .value = &synsets, .arg = "FILE",
