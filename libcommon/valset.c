@@ -259,22 +259,23 @@ static int cmp_entry(const void *a, const void *b)
 
 /* The image files of the folder (regular files, or links to them, named as dsplit's images
  * are), sorted bytewise. */
-static int scan_images(const char *dir, char ***out, size_t *n)
+static int scan_images(const char *dir, char ***out, size_t *n, size_t *ndirs)
 {
     DIR *d = opendir(dir);
     if (!d) return ds_err("%s: %s", dir, strerror(errno));
     size_t cap = 1024;
     char **names = ds_xmalloc(cap * sizeof *names);
-    *n = 0;
+    *n = *ndirs = 0;
     struct dirent *de;
     errno = 0;
     while ((de = readdir(d))) {
-        if (de->d_name[0] == '.' || !ds_split_is_image_name(de->d_name)) continue;
+        if (de->d_name[0] == '.') continue;
         char *path = ds_path_join(dir, de->d_name);
         struct stat st;
-        int regular = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+        int ok = stat(path, &st) == 0;
         free(path);
-        if (!regular) continue;
+        *ndirs += ok && S_ISDIR(st.st_mode);
+        if (!ok || !S_ISREG(st.st_mode) || !ds_split_is_image_name(de->d_name)) continue;
         if (*n == cap) names = ds_xrealloc(names, (cap *= 2) * sizeof *names);
         names[(*n)++] = ds_xstrdup(de->d_name);
         errno = 0;
@@ -344,7 +345,12 @@ int ds_valset_build(ds_valset *v, const ds_valset_options *o)
                             t[i - 1].line > t[i].line ? t[i - 1].line : t[i].line, t[i].image,
                             t[i - 1].line < t[i].line ? t[i - 1].line : t[i].line);
     }
-    if (rc == 0) rc = scan_images(o->images, &names, &nn);
+    size_t ndirs = 0;
+    if (rc == 0) rc = scan_images(o->images, &names, &nn, &ndirs);
+    /* The layout some scripts make of the validation set: already one folder per class. */
+    if (rc == 0 && nn == 0 && ndirs)
+        rc = ds_err("%s holds no images but %zu folders: a validation set already sorted into class folders "
+                    "is a class-folder tree (dsplit --val 0 -o DIR %s)", o->images, ndirs, o->images);
     if (rc == 0) rc = match_images(t, nt, names, nn, o->labels, o->images);
     if (rc == 0 && !(v->root = ds_realpath(o->images))) rc = -1;
 
