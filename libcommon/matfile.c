@@ -138,7 +138,8 @@ static int parse_matrix(const element *e, const char *file, const char *what, ma
 static int next_field(cursor *c, element *e, const char *what)
 {
     if (next_element(c, e, what)) return -1;
-    if (e->type != MI_MATRIX) return ds_err("%s: malformed %s (element of type %u, not an array)", c->file, what, e->type);
+    if (e->type != MI_MATRIX)
+        return ds_err("%s: malformed %s (element of type %u, not an array)", c->file, what, e->type);
     return 0;
 }
 

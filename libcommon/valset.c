@@ -206,8 +206,8 @@ static int read_id_list(char **lines, size_t nl, const char *file, const char *s
         else if (id < 1 || (unsigned long long)id > nids || !by_id[id - 1])
             rc = ds_err("%s:%zu: ILSVRC2012_ID %lld has no synset in %s", file, i + 1, id, synsets);
         else {
-            t[*n].image = ds_xmalloc(40);
-            snprintf(t[*n].image, 40, "ILSVRC2012_val_%08zu.JPEG", i + 1);
+            t[*n].image = ds_xmalloc(48);
+            snprintf(t[*n].image, 48, "ILSVRC2012_val_%08zu.JPEG", i + 1);
             t[*n].wnid = ds_xstrdup(by_id[id - 1]);
             t[*n].line = i + 1;
             (*n)++;
@@ -329,8 +329,9 @@ int ds_valset_build(ds_valset *v, const ds_valset_options *o)
     qsort(cls, (size_t)o->nclasses, sizeof *cls, cmp_class_ref);
     for (int c = 1; c < o->nclasses; c++)
         if (!strcmp(cls[c - 1].name, cls[c].name)) {
+            ds_err("class %s is listed twice in the classes", cls[c].name);
             free(cls);
-            return ds_err("class %s is listed twice in the classes", cls[c].name);
+            return -1;
         }
 
     truth *t = NULL;

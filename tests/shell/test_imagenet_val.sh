@@ -189,6 +189,8 @@ err_case "unlisted image (count mismatch)" "holds 1 images that .* does not list
 rm "$T/val/ILSVRC2012_val_00000037.JPEG"
 mkdir -p "$T/sorted/n01000001" && cp "$T/val/ILSVRC2012_val_00000001.JPEG" "$T/sorted/n01000001/"
 err_case "a folder of class folders" "sorted holds no images but 1 folders: .* is a class-folder tree" --val-images "$T/sorted" --devkit "$T/devkit"
+{ cat "$T/split/classes.txt"; head -1 "$T/split/classes.txt"; } >"$T/dupclasses.txt"
+err_case "a class twice in classes.txt" "class n01000001 is listed twice" --classes "$T/dupclasses.txt" --devkit "$T/devkit"
 head -35 "$GT" >"$T/gt35.txt"
 err_case "short ground truth" "does not list (the first: ILSVRC2012_val_00000036.JPEG)" --val-labels "$T/gt35.txt" --synsets "$T/meta-plain.mat"
 { head -1 "$T/LOC_val_solution.csv"; sed -n 2p "$T/LOC_val_solution.csv"; tail -n +2 "$T/LOC_val_solution.csv"; } >"$T/dup.csv"

@@ -77,7 +77,8 @@ static void test_reads(const char *name)
         }
     }
     quiet(0);
-    CHECK(wrong_var != 0 && wrong_field != 0 && number_as_string != 0, "a missing variable or field, or a string read as a number, accepted");
+    CHECK(wrong_var != 0 && wrong_field != 0 && number_as_string != 0,
+          "a missing variable or field, or a string read as a number, accepted");
     CHECK(accepted == 0, "%zu of %zu truncations accepted", accepted, len);
     free(buf);
     free(path);

@@ -180,9 +180,11 @@ static int put_classes(const char *out, char *const *names, int n, const char *f
 static int run_valset(int npos, char **pos)
 {
     if (npos) ds_usage_error(&cli, "unexpected argument '%s' (--val-images takes no ROOT)", pos[0]);
-    if (!val_images) ds_usage_error(&cli, "--val-labels, --synsets, --devkit, --classes and --subset need --val-images DIR");
+    if (!val_images)
+        ds_usage_error(&cli, "--val-labels, --synsets, --devkit, --classes and --subset need --val-images DIR");
     if (!classes_file) ds_usage_error(&cli, "--val-images needs --classes FILE (the training split's classes.txt)");
-    if (devkit && (val_labels || synsets)) ds_usage_error(&cli, "--devkit DIR names the ground truth: no --val-labels or --synsets with it");
+    if (devkit && (val_labels || synsets))
+        ds_usage_error(&cli, "--devkit DIR names the ground truth: no --val-labels or --synsets with it");
     if (!devkit && !val_labels) ds_usage_error(&cli, "--val-images needs --val-labels FILE or --devkit DIR");
     if (ds_cli_given(&cli, "materialize") || ds_cli_given(&cli, "val") || ds_cli_given(&cli, "seed"))
         ds_usage_error(&cli, "--materialize, --val and --seed split a class-folder tree, not --val-images");
@@ -199,7 +201,8 @@ static int run_valset(int npos, char **pos)
     if (rc == 0 && (ds_mkdirs(out_dir) || !(out_abs = ds_realpath(out_dir)))) rc = -1;
     char *train = out_abs ? ds_path_join(out_abs, "train.txt") : NULL;
     if (rc == 0 && access(train, F_OK) == 0)
-        rc = ds_err("%s holds a training split (train.txt), whose val.txt this would replace; choose another -o", out_dir);
+        rc = ds_err("%s holds a training split (train.txt), whose val.txt this would replace; choose another -o",
+                    out_dir);
     if (rc == 0) rc = put_classes(out_abs, classes, nclasses, classes_file);
     char *val = out_abs ? ds_path_join(out_abs, "val.txt") : NULL;
     if (rc == 0) rc = ds_manifest_write(val, v.root, v.items, v.n);
