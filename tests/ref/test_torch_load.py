@@ -15,6 +15,7 @@ different orders (ds's GEMM, PyTorch's oneDNN), which leaves ~1e-6 relative per 
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -113,6 +114,7 @@ def main():
         print("  %s: %d images, logits up to %.3f, worst difference %.2e (tolerance %.1e)"
               % (arch, len(paths), np.abs(want).max(), err, tol), file=sys.stderr)
         report(len(paths) == 24 and err <= tol, "%s_logits_match_dseval" % arch, "worst %.3g > %.3g" % (err, tol))
+    shutil.rmtree(tmp, ignore_errors=True)
     return 1 if failures else 0
 
 
