@@ -136,6 +136,16 @@ typedef struct ds_backend {
     void (*normalize_u8)(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
                          const int32_t *y0, const int32_t *x0, const uint8_t *flip,
                          const float mean[3], const float std[3]);
+    /* Input batch with a resampled box per sample (RandomResizedCrop): uint8 NHWC [n, H, W, 3]
+     * -> float NHWC [n, ch, cw, 3]. Sample i's box, rows [y0, y0 + bh) x columns [x0, x0 + bw)
+     * (inside the image), is resized to ch x cw by bilinear interpolation with half-pixel
+     * centres, as torch.nn.functional.interpolate(mode="bilinear", align_corners=False,
+     * antialias=False) on the box's float values 0..255 (its scale in float, in / out; weights
+     * and sums in float, rows first); then the optional horizontal flip and (v/255 - mean) / std.
+     * A box of exactly ch x cw gives bitwise what normalize_u8 gives. */
+    void (*resized_crop_u8)(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
+                            const int32_t *y0, const int32_t *x0, const int32_t *bh, const int32_t *bw,
+                            const uint8_t *flip, const float mean[3], const float std[3]);
 
     /* ---- gradient reduction over the job's ranks (comm.h), in pieces ("buckets") ----
      * reduce_start queues the in-place sum over all ranks of buf[0, n) (backend memory),

@@ -288,3 +288,29 @@ char *ds_cli_json(const ds_cli *cli)
     fclose(f);
     return buf;
 }
+
+/* One number of a range: a decimal or A/B, ending at `end`. */
+static int range_number(const char *s, char end, const char **rest, double *out)
+{
+    char *e;
+    errno = 0;
+    double v = strtod(s, &e);
+    if (e == s || errno) return -1;
+    if (*e == '/') {
+        const char *d = e + 1;
+        double q = strtod(d, &e);
+        if (e == d || errno || q == 0) return -1;
+        v /= q;
+    }
+    if (*e != end || !isfinite(v)) return -1;
+    *out = v;
+    *rest = e;
+    return 0;
+}
+
+int ds_cli_range(const char *s, double out[2])
+{
+    const char *p;
+    if (range_number(s, ',', &p, &out[0]) || range_number(p + 1, 0, &p, &out[1])) return -1;
+    return 0;
+}

@@ -80,6 +80,11 @@ char *ds_cli_json(const ds_cli *cli);
 /* The progress setting for ds_progress_start: 1 with --progress, else -1 (terminal only). */
 int ds_cli_progress_mode(void);
 
+/* Parses a range "LO,HI" of two numbers, each a decimal or a fraction A/B ("3/4,4/3"), into
+ * out[0], out[1]. Returns 0, or -1 when s is not of that form (no message: the caller names
+ * the option). The order of LO and HI is not checked. */
+int ds_cli_range(const char *s, double out[2]);
+
 /* Writes s as a JSON string literal (quotes included). */
 void ds_json_string(FILE *f, const char *s);
 

@@ -1,8 +1,9 @@
 /* feed: moves a loader batch into a model's input on the computing device.
  *
- * The batch's uint8 images and crop corners / flips go to the backend (a no-op on the CPU,
- * whose memory is the host's), then backend->normalize_u8 crops, flips and normalises by the
- * mean/std into ds_model_input: only bytes cross to an accelerator, never floats. */
+ * The batch's uint8 images and boxes / flips go to the backend (a no-op on the CPU, whose
+ * memory is the host's), then backend->normalize_u8 (or resized_crop_u8 for a batch whose
+ * boxes are resized) crops, flips and normalises by the mean/std into ds_model_input: only
+ * bytes cross to an accelerator, never floats. */
 #ifndef DS_FEED_H
 #define DS_FEED_H
 
@@ -15,6 +16,7 @@ typedef struct {
     int batch, height, width;
     uint8_t *images;         /* backend memory [batch, height, width, 3] (not host) */
     int32_t *y0, *x0;        /* [batch] */
+    int32_t *bh, *bw;        /* [batch] box sizes (batches with `resize` only) */
     uint8_t *flip;           /* [batch] */
 } ds_feed;
 

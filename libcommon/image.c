@@ -79,32 +79,14 @@ static int too_many_pixels(uint64_t w, uint64_t h, uint64_t max_pixels, char *re
 
 /* ---- JPEG ---- */
 
-/* Whether the JPEG carries Adobe's APP14 marker. Adobe applications store CMYK inverted
- * (0 = full ink) and say so with this marker; libjpeg hands the values over as stored. */
-static int has_adobe_marker(const uint8_t *p, size_t len)
-{
-    size_t i = 2;
-    while (i + 4 <= len) {
-        if (p[i] != 0xFF) return 0;
-        uint8_t m = p[i + 1];
-        if (m == 0xFF) { i++; continue; }                       /* fill byte */
-        if (m == 0xD8 || m == 0x01 || (m >= 0xD0 && m <= 0xD7)) { i += 2; continue; }
-        if (m == 0xDA || m == 0xD9) return 0;                   /* scan data starts: no more markers */
-        size_t seg = (size_t)p[i + 2] << 8 | p[i + 3];
-        if (m == 0xEE && seg >= 7 && i + 4 + 5 <= len && memcmp(p + i + 4, "Adobe", 5) == 0) return 1;
-        if (seg < 2) return 0;
-        i += 2 + seg;
-    }
-    return 0;
-}
-
-/* CMYK -> RGB exactly as Pillow's cmyk2rgb: R = (255 - K) - C * (255 - K) / 255, with its
- * rounded division by 255. `inverted`: Adobe polarity, undone first. */
-static void cmyk_to_rgb(uint8_t *rgb, const uint8_t *cmyk, size_t n, int inverted)
+/* CMYK -> RGB exactly as Pillow's open + convert("RGB"): Pillow reads every CMYK JPEG with
+ * Adobe's inverted polarity (rawmode "CMYK;I", 0 = full ink), Adobe APP14 marker or not, then
+ * applies its cmyk2rgb: R = (255 - K) - C * (255 - K) / 255, with its rounded division by 255.
+ * libjpeg hands the values over as stored (YCCK already turned into CMYK). */
+static void cmyk_to_rgb(uint8_t *rgb, const uint8_t *cmyk, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        int c = cmyk[4 * i], m = cmyk[4 * i + 1], y = cmyk[4 * i + 2], k = cmyk[4 * i + 3];
-        if (inverted) c = 255 - c, m = 255 - m, y = 255 - y, k = 255 - k;
+        int c = 255 - cmyk[4 * i], m = 255 - cmyk[4 * i + 1], y = 255 - cmyk[4 * i + 2], k = 255 - cmyk[4 * i + 3];
         int nk = 255 - k, t;
 #define MULDIV255(a, b) (t = (a) * (b) + 128, ((t >> 8) + t) >> 8)
         int r = nk - MULDIV255(c, nk), g = nk - MULDIV255(m, nk), b = nk - MULDIV255(y, nk);
@@ -170,7 +152,7 @@ static int decode_jpeg(ds_decoder *d, const uint8_t *data, size_t len, int min_s
         if (tjGetErrorCode(d->tj) != TJERR_WARNING || strstr(msg, "Premature end"))
             return jpeg_fail(d, reason, cap, strstr(msg, "Premature end") ? "truncated JPEG" : "undecodable JPEG", msg);
     }
-    if (cmyk) cmyk_to_rgb(d->pix, d->cmyk, npix, has_adobe_marker(data, len));
+    if (cmyk) cmyk_to_rgb(d->pix, d->cmyk, npix);
     img->pix = d->pix;
     img->w = sw, img->h = sh;
     img->full_w = w, img->full_h = h;
@@ -179,18 +161,30 @@ static int decode_jpeg(ds_decoder *d, const uint8_t *data, size_t len, int min_s
 
 /* ---- PNG ---- */
 
+/* The file as libpng reads it: data[0..len) with `ins` spliced in at offset ins_at (a
+ * stand-in PLTE, see missing_plte_at). */
 typedef struct {
     const uint8_t *data;
     size_t len, pos;
+    const uint8_t *ins;
+    size_t ins_at, ins_len;
     char msg[160];
 } png_src;
 
 static void png_read_mem(png_structp png, png_bytep out, png_size_t n)
 {
     png_src *s = png_get_io_ptr(png);
-    if (n > s->len - s->pos) png_error(png, "truncated PNG (data ends early)");
-    memcpy(out, s->data + s->pos, n);
-    s->pos += n;
+    if (n > s->len + s->ins_len - s->pos) png_error(png, "truncated PNG (data ends early)");
+    while (n) {
+        const uint8_t *from;
+        size_t avail;
+        if (s->pos < s->ins_at) from = s->data + s->pos, avail = s->ins_at - s->pos;
+        else if (s->pos < s->ins_at + s->ins_len) from = s->ins + (s->pos - s->ins_at), avail = s->ins_at + s->ins_len - s->pos;
+        else from = s->data + (s->pos - s->ins_len), avail = s->len + s->ins_len - s->pos;
+        size_t k = n < avail ? n : avail;
+        memcpy(out, from, k);
+        out += k, n -= k, s->pos += k;
+    }
 }
 
 static void png_on_error(png_structp png, png_const_charp msg)
@@ -202,10 +196,62 @@ static void png_on_error(png_structp png, png_const_charp msg)
 
 static void png_on_warning(png_structp png, png_const_charp msg) {}
 
+/* Every chunk libpng does not know is skipped, as Pillow skips it; without this libpng
+ * refuses a file with an unknown critical chunk (uppercase first letter). */
+static int png_skip_unknown(png_structp png, png_unknown_chunkp chunk) { return 1; }
+
+static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
+
+/* A palette PNG whose first IDAT comes before any PLTE is illegal, and libpng refuses it;
+ * Pillow reads it with its default palette (the grey ramp, below). Returns the offset of that
+ * IDAT, where a stand-in PLTE goes so that libpng reads on (its colours are never used), or
+ * 0 when the file has a PLTE or is no such palette PNG (libpng then judges it). */
+static size_t missing_plte_at(const uint8_t *p, size_t len)
+{
+    if (len < 33 || memcmp(p + 12, "IHDR", 4) || p[25] != PNG_COLOR_TYPE_PALETTE) return 0;
+    for (size_t i = 8; i + 12 <= len;) {
+        uint32_t n = be32(p + i);
+        if (!memcmp(p + i + 4, "PLTE", 4)) return 0;
+        if (!memcmp(p + i + 4, "IDAT", 4)) return i;
+        if (n > len - i - 12) return 0;
+        i += 12 + (size_t)n;
+    }
+    return 0;
+}
+
+/* What a decoded row holds before it becomes RGB. */
+typedef enum {
+    PNG_ROWS_RGB,      /* 8-bit RGB: libpng's transforms did everything */
+    PNG_ROWS_INDEX,    /* palette indices, one byte each */
+    PNG_ROWS_GRAY16,   /* 16-bit grey, big-endian */
+} png_rows;
+
+/* Turns [n] samples of `kind` at the start of pix into [n, 3] RGB in place, back to front
+ * (pixel i is read at i * bytes and written at 3 * i, never over one still unread). */
+static void png_rows_to_rgb(uint8_t *pix, size_t n, png_rows kind, const uint8_t lut[256][3])
+{
+    for (size_t i = n; i-- > 0;) {
+        uint8_t r, g, b;
+        if (kind == PNG_ROWS_INDEX) {
+            const uint8_t *c = lut[pix[i]];
+            r = c[0], g = c[1], b = c[2];
+        } else {
+            /* Pillow opens 16-bit grey as mode "I" and its convert("RGB") clips to 0..255 (it
+             * does not scale): 0..255 stay, everything above is white. */
+            r = g = b = pix[2 * i] ? 255 : pix[2 * i + 1];
+        }
+        pix[3 * i] = r, pix[3 * i + 1] = g, pix[3 * i + 2] = b;
+    }
+}
+
 static int decode_png(ds_decoder *d, const uint8_t *data, size_t len, uint64_t max_pixels, ds_image *img,
                       char *reason, size_t cap)
 {
-    png_src src = {.data = data, .len = len};
+    /* 1-entry PLTE chunk (length, type, one black entry, CRC) for missing_plte_at. */
+    static const uint8_t stand_in_plte[15] = {0, 0, 0, 3, 'P', 'L', 'T', 'E', 0, 0, 0, 0xA7, 0x7A, 0x3D, 0xDA};
+    png_src src = {.data = data, .len = len, .ins = stand_in_plte};
+    src.ins_at = missing_plte_at(data, len);
+    src.ins_len = src.ins_at ? sizeof stand_in_plte : 0;
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_on_error, png_on_warning);
     if (!png) return fail(reason, cap, "out of memory (libpng)");
     png_infop info = png_create_info_struct(png);
@@ -219,33 +265,60 @@ static int decode_png(ds_decoder *d, const uint8_t *data, size_t len, uint64_t m
         return fail(reason, cap, "undecodable PNG: %s", src.msg);
     }
     png_set_read_fn(png, &src, png_read_mem);
+    png_set_read_user_chunk_fn(png, NULL, png_skip_unknown);
     /* libpng's own limit is 1e6 x 1e6; ours is --max-pixels, checked below. */
     png_set_user_limits(png, 0x7fffffff, 0x7fffffff);
+    /* CRCs as Pillow checks them: every chunk before the image data (Pillow refuses a file
+     * with a bad one, ancillary or not; libpng would drop an ancillary chunk and go on)... */
+    png_set_crc_action(png, PNG_CRC_DEFAULT, PNG_CRC_ERROR_QUIT);
     png_read_info(png, info);
+    /* ... and no IDAT's (Pillow never reads them). */
+    png_set_crc_action(png, PNG_CRC_QUIET_USE, PNG_CRC_ERROR_QUIT);
     png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
     if (too_many_pixels(w, h, max_pixels, reason, cap)) {
         png_destroy_read_struct(&png, &info, NULL);
         return -1;
     }
     int color = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
-    /* To 8-bit RGB the way Pillow's convert("RGB") gets there: palette expanded, 16-bit
-     * reduced to the high byte (Pillow's "RGB;16B" unpacker), gray replicated, alpha and
-     * tRNS dropped (not composited). */
-    if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
-    if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
-    if (depth == 16) png_set_strip_16(png);
-    if (color & PNG_COLOR_MASK_ALPHA) png_set_strip_alpha(png);
-    if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA) png_set_gray_to_rgb(png);
+    /* To 8-bit RGB the way Pillow's convert("RGB") gets there (image.h has the rules). No
+     * gamma, colour profile, sBIT or background is applied: libpng applies those only when
+     * asked (png_set_gamma, png_set_background, ...), and Pillow ignores them too. */
+    png_rows kind = PNG_ROWS_RGB;
+    size_t bytes = 3;
+    uint8_t lut[256][3];
+    if (color == PNG_COLOR_TYPE_PALETTE) {
+        /* Indices, looked up here rather than by libpng: Pillow's palette is the grey ramp
+         * (i, i, i) under the PLTE's entries, so an index past the PLTE (or any index, with
+         * no PLTE) is grey where libpng would give black; and tRNS is never looked at. */
+        png_set_packing(png);
+        kind = PNG_ROWS_INDEX, bytes = 1;
+        for (int i = 0; i < 256; i++) lut[i][0] = lut[i][1] = lut[i][2] = (uint8_t)i;
+        png_colorp plte;
+        int nplte = 0;
+        if (!src.ins_len && png_get_PLTE(png, info, &plte, &nplte) == PNG_INFO_PLTE)
+            for (int i = 0; i < nplte && i < 256; i++)
+                lut[i][0] = plte[i].red, lut[i][1] = plte[i].green, lut[i][2] = plte[i].blue;
+    } else if (color == PNG_COLOR_TYPE_GRAY && depth == 16) {
+        kind = PNG_ROWS_GRAY16, bytes = 2;
+    } else {
+        /* Grey 1/2/4-bit scaled to 0..255 (Pillow's "1", "L;2", "L;4"), 16-bit reduced to the
+         * high byte (Pillow's "RGB;16B", "RGBA;16B", "LA;16B"), grey replicated, alpha
+         * dropped (not composited). Stripping alpha also drops any tRNS libpng expanded. */
+        if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+        if (depth == 16) png_set_strip_16(png);
+        png_set_strip_alpha(png);
+        if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA) png_set_gray_to_rgb(png);
+    }
     png_set_interlace_handling(png);
     png_read_update_info(png, info);
-    if (png_get_rowbytes(png, info) != (size_t)w * 3 || png_get_channels(png, info) != 3)
-        png_error(png, "unsupported PNG layout");
+    if (png_get_rowbytes(png, info) != (size_t)w * bytes) png_error(png, "unsupported PNG layout");
     if (ds_scratch_grow((void **)&d->pix, &d->pix_cap, (size_t)w * h * 3) ||
         ds_scratch_grow((void **)&d->rows, &d->rows_cap, (size_t)h * sizeof *d->rows))
         png_error(png, "out of memory");
-    for (png_uint_32 y = 0; y < h; y++) d->rows[y] = d->pix + (size_t)y * w * 3;
+    for (png_uint_32 y = 0; y < h; y++) d->rows[y] = d->pix + (size_t)y * w * bytes;
     png_read_image(png, d->rows);
     png_destroy_read_struct(&png, &info, NULL);
+    if (kind != PNG_ROWS_RGB) png_rows_to_rgb(d->pix, (size_t)w * h, kind, (const uint8_t(*)[3])lut);
     img->pix = d->pix;
     img->w = img->full_w = (int)w;
     img->h = img->full_h = (int)h;

@@ -10,6 +10,29 @@
  * (antialiased), coefficients precomputed per output pixel, horizontal pass then vertical
  * pass, 22-bit fixed point rounded exactly as Pillow's Resample.c rounds.
  *
+ * Decoding: a file Pillow (9.4, the reference) opens and converts with
+ * Image.open(f).convert("RGB") decodes to exactly its pixels; a file Pillow refuses is
+ * rejected with a reason. tests/ref/test_decode_matrix.py checks every layout below.
+ *
+ *   PNG, any colour type, bit depth, interlacing (Adam7 or not) and ancillary chunks:
+ *     palette (1/2/4/8-bit)  the PLTE colour of each index; tRNS ignored; an index past
+ *                            the PLTE's end gives grey (i, i, i), as does every index of a
+ *                            palette file with no PLTE (Pillow's default palette)
+ *     grey 1/2/4/8-bit       scaled to 0..255 and replicated; tRNS ignored
+ *     grey 16-bit            clipped, not scaled: v > 255 gives 255 (Pillow opens it as mode
+ *                            "I", whose convert("RGB") clips)
+ *     RGB, grey+alpha, RGBA  16-bit reduced to the high byte; alpha dropped, not composited
+ *     gAMA, cHRM, sRGB, iCCP, sBIT, bKGD: not applied (Pillow ignores them on convert)
+ *     unknown chunks, critical or not, skipped; a bad CRC in a chunk before the image data
+ *     refuses the file, a bad IDAT CRC does not (Pillow checks the former only)
+ *   JPEG (libjpeg-turbo, 8-bit samples): baseline, progressive, arithmetic coding, restart
+ *     markers, any chroma subsampling, grey, RGB, CMYK and YCCK; accurate integer DCT and
+ *     fancy upsampling, as Pillow's libjpeg use, so the pixels are libjpeg-turbo's, the same
+ *     on both sides. CMYK is read in Adobe's inverted polarity whether or not the file has
+ *     the Adobe marker (Pillow's "CMYK;I" for every CMYK JPEG), then Pillow's cmyk2rgb.
+ *     EXIF orientation and ICC profiles are ignored. 12-bit and lossless JPEGs are refused
+ *     ("Unsupported JPEG data precision 12"), as by Pillow.
+ *
  * Hostile input never crashes: every failure returns -1 with a one-line reason
  * ("truncated JPEG", "12000x16000 = 192000000 pixels exceeds --max-pixels 178956970"). The
  * pixel count is checked from the header, before any buffer the size of the image exists. */

@@ -4,6 +4,7 @@
 #include "log.h"
 #include "rng.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,28 @@ int ds_center_offset(int size, int crop)
     return (d & 1) && (q & 1) ? q + 1 : q;
 }
 
+int ds_rrc_box(ds_rng *r, int H, int W, const double scale[2], const double ratio[2], int32_t box[4])
+{
+    double area = (double)H * W, lr0 = log(ratio[0]), lr1 = log(ratio[1]);
+    for (int t = 0; t < 10; t++) {
+        double target = area * (scale[0] + (scale[1] - scale[0]) * ds_rng_double(r));
+        double aspect = exp(lr0 + (lr1 - lr0) * ds_rng_double(r));
+        double w = rint(sqrt(target * aspect)), h = rint(sqrt(target / aspect));  /* ties to even */
+        if (w > 0 && w <= W && h > 0 && h <= H) {
+            box[2] = (int32_t)h, box[3] = (int32_t)w;
+            box[0] = (int32_t)ds_rng_below(r, (uint64_t)(H - box[2] + 1));
+            box[1] = (int32_t)ds_rng_below(r, (uint64_t)(W - box[3] + 1));
+            return 0;
+        }
+    }
+    double in_ratio = (double)W / H, h = H, w = W;
+    if (in_ratio < ratio[0]) h = rint(w / ratio[0]);
+    else if (in_ratio > ratio[1]) w = rint(h * ratio[1]);
+    box[2] = h < 1 ? 1 : (int32_t)h, box[3] = w < 1 ? 1 : (int32_t)w;
+    box[0] = (H - box[2]) / 2, box[1] = (W - box[3]) / 2;
+    return 1;
+}
+
 ds_loader *ds_loader_new(ds_source *src, const ds_loader_config *cfg)
 {
     const ds_loader_config *c = cfg;
@@ -62,16 +85,28 @@ ds_loader *ds_loader_new(ds_source *src, const ds_loader_config *cfg)
                c->batch, c->world, c->rank, c->accum, c->threads, c->crop, c->pad);
         return NULL;
     }
+    int rrc = c->train && c->augment == DS_AUGMENT_RRC;
+    if (c->augment < DS_AUGMENT_NONE || c->augment > DS_AUGMENT_RRC) {
+        ds_err("loader: unknown augmentation %d", c->augment);
+        return NULL;
+    }
+    /* written so that NaN fails too */
+    if (rrc && !(c->rrc_scale[0] > 0 && c->rrc_scale[0] <= c->rrc_scale[1] && isfinite(c->rrc_scale[1]) &&
+                 c->rrc_ratio[0] > 0 && c->rrc_ratio[0] <= c->rrc_ratio[1] && isfinite(c->rrc_ratio[1]))) {
+        ds_err("loader: RandomResizedCrop needs 0 < lo <= hi in its scale (%g, %g) and ratio (%g, %g) ranges",
+               c->rrc_scale[0], c->rrc_scale[1], c->rrc_ratio[0], c->rrc_ratio[1]);
+        return NULL;
+    }
     ds_loader *L = ds_xcalloc(1, sizeof *L);
     L->src = src;
     L->cfg = *c;
     if (L->cfg.depth <= 0) L->cfg.depth = c->threads + 2;
     if (L->cfg.depth < 2) L->cfg.depth = 2;
-    L->pad = c->train && c->augment ? c->pad : 0;
+    L->pad = c->train && c->augment == DS_AUGMENT_CROP ? c->pad : 0;
     L->height = src->height + 2 * L->pad;
     L->width = src->width + 2 * L->pad;
     L->global_batch = (size_t)c->batch * c->world * c->accum;
-    if (c->crop > L->height || c->crop > L->width) {
+    if (!rrc && (c->crop > L->height || c->crop > L->width)) {  /* a resized box may be any size */
         ds_err("%s: --crop %d is larger than the stored %dx%d images%s", src->name, c->crop, src->height, src->width,
                L->pad ? " plus padding" : "");
         free(L);
@@ -100,6 +135,9 @@ ds_loader *ds_loader_new(ds_source *src, const ds_loader_config *cfg)
         b->labels = ds_xmalloc(B * sizeof *b->labels);
         b->y0 = ds_xmalloc(B * sizeof *b->y0);
         b->x0 = ds_xmalloc(B * sizeof *b->x0);
+        b->bh = ds_xmalloc(B * sizeof *b->bh);
+        b->bw = ds_xmalloc(B * sizeof *b->bw);
+        b->resize = rrc;
         b->flip = ds_xmalloc(B);
         b->valid = ds_xmalloc(B);
         b->index = ds_xmalloc(B * sizeof *b->index);
@@ -158,11 +196,18 @@ static int fill(ds_loader *L, int worker, slot *sl, int64_t j)
     for (int i = 0; i < b->n; i++) {
         size_t idx = b->index[i];
         b->labels[i] = src->labels[idx];
+        b->bh[i] = b->bw[i] = c->crop;
         if (c->train && c->augment) {
             ds_rng r;
             ds_rng_init(&r, c->seed, DS_RNG_AUGMENT, (uint64_t)L->epoch << 32 | (uint64_t)idx);
-            b->y0[i] = (int32_t)ds_rng_below(&r, (uint64_t)(L->height - c->crop + 1));
-            b->x0[i] = (int32_t)ds_rng_below(&r, (uint64_t)(L->width - c->crop + 1));
+            if (c->augment == DS_AUGMENT_RRC) {
+                int32_t box[4];
+                ds_rrc_box(&r, L->height, L->width, c->rrc_scale, c->rrc_ratio, box);
+                b->y0[i] = box[0], b->x0[i] = box[1], b->bh[i] = box[2], b->bw[i] = box[3];
+            } else {
+                b->y0[i] = (int32_t)ds_rng_below(&r, (uint64_t)(L->height - c->crop + 1));
+                b->x0[i] = (int32_t)ds_rng_below(&r, (uint64_t)(L->width - c->crop + 1));
+            }
             b->flip[i] = (uint8_t)ds_rng_below(&r, 2);
         } else {
             b->y0[i] = ds_center_offset(L->height, c->crop);
@@ -307,7 +352,8 @@ void ds_loader_free(ds_loader *L)
     ds_loader_stop(L);
     for (int s = 0; s < L->cfg.depth; s++) {
         ds_batch *b = &L->slots[s].b;
-        free(b->images), free(b->labels), free(b->y0), free(b->x0), free(b->flip), free(b->valid), free(b->index);
+        free(b->images), free(b->labels), free(b->y0), free(b->x0), free(b->bh), free(b->bw), free(b->flip);
+        free(b->valid), free(b->index);
     }
     free(L->slots);
     for (int t = 0; t < L->cfg.threads; t++) free(L->scratch[t]);

@@ -6,17 +6,22 @@
  * index) takes positions [m x batch, (m + 1) x batch) of it, so world 3 x accum 1 and
  * world 1 x accum 3 see the same samples in each step. The last partial global batch of
  * an epoch is dropped. Each sample's augmentation comes from Philox keyed by
- * (seed, DS_RNG_AUGMENT, epoch << 32 | sample index): a random crop of crop x crop from the
- * stored image zero-padded by `pad` on every side (pad 0: from the image itself), then a
- * horizontal flip with probability 1/2. Without augmentation: the centre crop
- * (torchvision's CenterCrop rounding), no flip.
+ * (seed, DS_RNG_AUGMENT, epoch << 32 | sample index), drawn in this order:
+ *   DS_AUGMENT_CROP: y0 = below(H + 2 pad - crop + 1), x0 = below(W + 2 pad - crop + 1): a
+ *     random crop x crop from the stored H x W image zero-padded by `pad` on every side
+ *     (pad 0: from the image itself); then flip = below(2).
+ *   DS_AUGMENT_RRC: torchvision's RandomResizedCrop box (ds_rrc_box: up to ten tries of two
+ *     doubles, then top and left of an accepted box), resized to crop x crop by the backend;
+ *     then flip = below(2). `pad` is ignored (no padding); crop may exceed the stored size.
+ * Without augmentation: the centre crop (torchvision's CenterCrop rounding), no flip.
  *
  * Evaluation: rank r of W takes the samples [n r / W, n (r + 1) / W) in data order, in
  * batches of up to `batch` (the last one may be short), centre-cropped: every sample is
  * seen exactly once whatever the world size.
  *
- * A batch carries uint8 images at the stored size (plus padding) and the crop corner and
- * flip per image; backend->normalize_u8 crops, flips and normalises on the computing device.
+ * A batch carries uint8 images at the stored size (plus padding) and the box and flip per
+ * image; backend->normalize_u8 (boxes of crop x crop) or backend->resized_crop_u8 (boxes to
+ * resize, `resize` set) crops, flips and normalises on the computing device.
  *
  * Threads: `threads` workers fill a ring of `depth` batches ahead of the consumer; a
  * batch's content is a pure function of (seed, epoch, step, micro-batch), never of which
@@ -28,15 +33,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rng.h"
 #include "source.h"
+
+/* ds_loader_config.augment; 0 and 1 keep their old meaning (none, random crop). */
+enum { DS_AUGMENT_NONE = 0, DS_AUGMENT_CROP = 1, DS_AUGMENT_RRC = 2 };
 
 typedef struct {
     int batch;           /* micro-batch per rank */
     int world, rank;
     int accum;           /* micro-batches per rank per step (training) */
     int crop;            /* network input: crop x crop */
-    int pad;             /* training with augment only: zero padding around the stored image */
-    int augment;         /* 1: random crop + flip; 0: centre crop, no flip */
+    int pad;             /* training with DS_AUGMENT_CROP only: zero padding around the stored image */
+    int augment;         /* DS_AUGMENT_*: random crop + flip, RandomResizedCrop + flip, or centre crop */
+    double rrc_scale[2]; /* DS_AUGMENT_RRC: box area / image area in [lo, hi], 0 < lo <= hi */
+    double rrc_ratio[2]; /* DS_AUGMENT_RRC: box width / height in [lo, hi], 0 < lo <= hi, log-uniform */
     int train;           /* 1: training order; 0: evaluation slice */
     uint64_t seed;
     int threads;         /* background workers, >= 1 */
@@ -48,7 +59,9 @@ typedef struct {
     int height, width;   /* of each image in `images`: stored size + 2 pad */
     uint8_t *images;     /* [n, height, width, 3] */
     int32_t *labels;     /* [n] */
-    int32_t *y0, *x0;    /* [n] crop corner within the (padded) image */
+    int32_t *y0, *x0;    /* [n] box corner within the (padded) image */
+    int32_t *bh, *bw;    /* [n] box size: crop x crop unless `resize` */
+    int resize;          /* 1: the boxes are resized to crop x crop (DS_AUGMENT_RRC) */
     uint8_t *flip;       /* [n] */
     uint8_t *valid;      /* [n] 0: the image could not be decoded (manifest); pixels are 0 */
     size_t *index;       /* [n] source index of each image */
@@ -89,6 +102,15 @@ void ds_loader_stop(ds_loader *L);
 
 /* The epoch order: perm = the Philox permutation of 0..n-1 for (seed, epoch). */
 void ds_loader_epoch_order(uint32_t *perm, size_t n, uint64_t seed, int64_t epoch);
+/* torchvision's RandomResizedCrop.get_params on an H x W image with scale and ratio ranges
+ * [lo, hi]: up to ten tries of area = H W (scale lo + (hi - lo) u1), aspect = exp(log lo_r +
+ * (log hi_r - log lo_r) u2) (u1, u2 = ds_rng_double), w = round(sqrt(area aspect)),
+ * h = round(sqrt(area / aspect)) (half to even, as Python), accepted when 0 < w <= W and
+ * 0 < h <= H, then top = below(H - h + 1), left = below(W - w + 1). Past ten tries, no more
+ * draws: the centre box of the whole image with its aspect clamped into the ratio range
+ * (one side rounded; at least 1 pixel, where torchvision would give an empty box).
+ * box = {top, left, h, w}. Returns 1 when the fallback was taken, else 0. */
+int ds_rrc_box(ds_rng *r, int H, int W, const double scale[2], const double ratio[2], int32_t box[4]);
 /* torchvision's CenterCrop offset: round((size - crop) / 2), half to even as Python. */
 int ds_center_offset(int size, int crop);
 

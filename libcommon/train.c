@@ -258,7 +258,7 @@ static int setup(run *r, ds_model *m, const ds_train_plan *p)
     if (p->schedule.total != r->total)
         return ds_err("internal error: the schedule spans %lld steps, the run %lld", (long long)p->schedule.total,
                       (long long)r->total);
-    int pad = tc->augment ? tc->pad : 0;
+    int pad = tc->augment == DS_AUGMENT_CROP ? tc->pad : 0;
     if (ds_feed_init(&r->tf, r->be, tc->batch, p->train->height + 2 * pad, p->train->width + 2 * pad)) return -1;
     if (p->val && ds_feed_init(&r->vf, r->be, tc->batch, p->val->height, p->val->width)) return -1;
     r->epoch_loss_sum = p->start_step % r->S ? p->meta->epoch_loss_sum : 0;

@@ -24,6 +24,7 @@ for h in "$@"; do
     case $name in
     decode) srcs="libcommon/image.c libcommon/resize.c libcommon/cpu_isa.c libcommon/log.c" fdmask=0 ;;
     manifest) srcs="libcommon/manifest.c libcommon/fsutil.c libcommon/log.c" fdmask=2 ;;
+    matfile) srcs="libcommon/matfile.c libcommon/fsutil.c libcommon/log.c" fdmask=2 ;;
     *) echo "fuzz: no source list for $name in $0"; exit 1 ;;
     esac
     "$CLANG" -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \

@@ -373,6 +373,52 @@ static void cpu_normalize_u8(float *out, const uint8_t *in, int n, int H, int W,
         }
 }
 
+/* One output coordinate d of a bilinear resize from `in` samples, as PyTorch's
+ * upsample_bilinear2d with align_corners=False: source position scale (d + 1/2) - 1/2
+ * clamped at 0, in float; the two neighbours i0, i1 (i1 = i0 at the last sample) and the
+ * weight l of i1. */
+static inline void bilinear_tap(float scale, int d, int in, int *i0, int *i1, float *l)
+{
+    float src = scale * ((float)d + 0.5f) - 0.5f;
+    if (src < 0) src = 0;
+    int i = (int)src;
+    if (i > in - 1) i = in - 1;
+    float f = src - (float)i;
+    *i0 = i;
+    *i1 = i + (i < in - 1);
+    *l = f > 1 ? 1 : f;
+}
+
+/* RandomResizedCrop's resize on the box, then flip, ToTensor and Normalize; the sums in
+ * PyTorch's order (each row's (v0 w0 + v1 w1), then rows weighted), so a box of ch x cw
+ * (all weights 1 and 0) reproduces cpu_normalize_u8 bit for bit. */
+static void cpu_resized_crop_u8(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
+                                const int32_t *y0, const int32_t *x0, const int32_t *bh, const int32_t *bw,
+                                const uint8_t *flip, const float mean[3], const float std[3])
+{
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int i = 0; i < n; i++)
+        for (int y = 0; y < ch; y++) {
+            int r0, r1, fl = flip && flip[i];
+            float ly, sx = (float)bw[i] / (float)cw;
+            bilinear_tap((float)bh[i] / (float)ch, y, bh[i], &r0, &r1, &ly);
+            const uint8_t *row0 = in + (((long)i * H + y0[i] + r0) * W + x0[i]) * 3;
+            const uint8_t *row1 = in + (((long)i * H + y0[i] + r1) * W + x0[i]) * 3;
+            float *dst = out + (((long)i * ch + y) * cw) * 3;
+            for (int x = 0; x < cw; x++) {
+                int c0, c1;
+                float lx;
+                bilinear_tap(sx, fl ? cw - 1 - x : x, bw[i], &c0, &c1, &lx);
+                for (int k = 0; k < 3; k++) {
+                    float t0 = (float)row0[c0 * 3 + k] * (1 - lx) + (float)row0[c1 * 3 + k] * lx;
+                    float t1 = (float)row1[c0 * 3 + k] * (1 - lx) + (float)row1[c1 * 3 + k] * lx;
+                    float v = t0 * (1 - ly) + t1 * ly;
+                    dst[x * 3 + k] = (v / 255.0f - mean[k]) / std[k];
+                }
+            }
+        }
+}
+
 const ds_backend ds_backend_cpu = {
     .name = "cpu",
     .host_memory = 1,
@@ -403,6 +449,7 @@ const ds_backend ds_backend_cpu = {
     .scale = cpu_scale,
     .axpy = cpu_axpy,
     .normalize_u8 = cpu_normalize_u8,
+    .resized_crop_u8 = cpu_resized_crop_u8,
     /* host buffers: comm's ordered sums, on its worker thread */
     .reduce_start = ds_comm_reduce_start,
     .reduce_wait = ds_comm_reduce_wait,

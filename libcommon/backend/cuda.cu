@@ -590,6 +590,7 @@ static ds_backend cuda_backend = {
     .scale = ds_cuda_scale,
     .axpy = ds_cuda_axpy,
     .normalize_u8 = ds_cuda_normalize_u8,
+    .resized_crop_u8 = ds_cuda_resized_crop_u8,
     .reduce_start = cuda_reduce_start,
     .reduce_wait = cuda_reduce_wait,
 };

@@ -3,8 +3,9 @@
  * ds_backend_select binds it, once per process, to GPU ds_comm_local_rank() % device
  * count; it runs everything on one stream of that device (cuDNN and cuBLAS are bound to
  * it), and the gradient reduction on a second, through NCCL (comm.h).
- * Memory arguments of the ops are device pointers, including normalize_u8's y0/x0/flip;
- * its mean[3]/std[3] are host values (constants, passed to the kernel by value).
+ * Memory arguments of the ops are device pointers, including normalize_u8's y0/x0/flip and
+ * resized_crop_u8's boxes; their mean[3]/std[3] are host values (constants, passed to the
+ * kernel by value).
  *
  * Precision: "fp32" (FMA math in cuDNN and cuBLAS: no tensor cores, matches the CPU to
  * ~1e-5), "tf32" (tensor-core convolutions and GEMMs on fp32 data, 10-bit mantissa

@@ -491,6 +491,61 @@ void ds_cuda_normalize_u8(float *out, const uint8_t *in, int n, int H, int W, in
     launchCheck();
 }
 
+/* backend/cpu.c's bilinear_tap, with the roundings spelled out so no fma contracts them. */
+__device__ __forceinline__ void bilinear_tap(float scale, int d, int in, int *i0, int *i1, float *l)
+{
+    float src = __fsub_rn(__fmul_rn(scale, __fadd_rn((float)d, 0.5f)), 0.5f);
+    if (src < 0) src = 0;
+    int i = (int)src;
+    if (i > in - 1) i = in - 1;
+    float f = __fsub_rn(src, (float)i);
+    *i0 = i;
+    *i1 = i + (i < in - 1);
+    *l = f > 1 ? 1 : f;
+}
+
+__device__ __forceinline__ float lerp_rn(float a, float b, float l)
+{
+    return __fadd_rn(__fmul_rn(a, __fsub_rn(1.0f, l)), __fmul_rn(b, l));
+}
+
+/* out [n, ch, cw, 3] = normalised, flipped bilinear resize of each sample's box
+ * (y0, x0, bh, bw) of in [n, H, W, 3], the same float operations as cpu_resized_crop_u8. */
+__global__ void resized_crop_u8_kernel(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
+                                       const int32_t *y0, const int32_t *x0, const int32_t *bh,
+                                       const int32_t *bw, const uint8_t *flip, norm_consts k)
+{
+    long total = (long)n * ch * cw * 3;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        int col = (int)(i % 3);
+        long t = i / 3;
+        int x = (int)(t % cw), y = (int)(t / cw % ch), b = (int)(t / ((long)cw * ch));
+        int sx = flip && flip[b] ? cw - 1 - x : x;
+        int r0, r1, c0, c1;
+        float ly, lx;
+        bilinear_tap(__fdiv_rn((float)bh[b], (float)ch), y, bh[b], &r0, &r1, &ly);
+        bilinear_tap(__fdiv_rn((float)bw[b], (float)cw), sx, bw[b], &c0, &c1, &lx);
+        const uint8_t *row0 = in + (((long)b * H + y0[b] + r0) * W + x0[b]) * 3 + col;
+        const uint8_t *row1 = in + (((long)b * H + y0[b] + r1) * W + x0[b]) * 3 + col;
+        float v = lerp_rn(lerp_rn((float)row0[c0 * 3], (float)row0[c1 * 3], lx),
+                          lerp_rn((float)row1[c0 * 3], (float)row1[c1 * 3], lx), ly);
+        out[i] = __fdiv_rn(__fsub_rn(__fdiv_rn(v, 255.0f), k.mean[col]), k.std[col]);
+    }
+}
+
+void ds_cuda_resized_crop_u8(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
+                             const int32_t *y0, const int32_t *x0, const int32_t *bh, const int32_t *bw,
+                             const uint8_t *flip, const float mean[3], const float std[3])
+{
+    norm_consts k;
+    for (int j = 0; j < 3; j++) k.mean[j] = mean[j], k.std[j] = std[j];
+    long total = (long)n * ch * cw * 3;
+    if (total <= 0) return;
+    resized_crop_u8_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(
+        out, in, n, H, W, ch, cw, y0, x0, bh, bw, flip, k);
+    launchCheck();
+}
+
 /* ---- bf16 casts (round to nearest even) ---- */
 
 __global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)

@@ -45,6 +45,9 @@ void ds_cuda_axpy(float *y, float alpha, const float *x, size_t n);
 void ds_cuda_normalize_u8(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
                           const int32_t *y0, const int32_t *x0, const uint8_t *flip,
                           const float mean[3], const float std[3]);
+void ds_cuda_resized_crop_u8(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
+                             const int32_t *y0, const int32_t *x0, const int32_t *bh, const int32_t *bw,
+                             const uint8_t *flip, const float mean[3], const float std[3]);
 /* bf16 casts for the bf16 convolutions: dst = bf16(src); dst = src or dst += src. */
 void ds_cuda_to_bf16(void *dst, const float *src, size_t n);
 void ds_cuda_from_bf16(float *dst, const void *src, size_t n, int accumulate);

@@ -1,8 +1,8 @@
 #!/bin/bash
 # dstrain and dseval through the command line on a tiny synthetic set (4 classes of 16x16
 # images, a bright bar whose orientation and colour give the class): learning, exact resume
-# after --max-steps and after SIGTERM, --init with another class count, dseval's
-# invariance to threads and to shards vs manifest, and every refusal.
+# after --max-steps and after SIGTERM, --augment rrc and its exact resume, --init with another
+# class count, dseval's invariance to threads and to shards vs manifest, and every refusal.
 . "$(dirname "$0")/lib.sh"
 
 make_bar_images "$T/tree" 32 4 1 || { fail data "cannot make the synthetic set"; finish; }
@@ -86,6 +86,31 @@ if [ "$rc" = 143 ] && [ -n "$ck" ] && [ "$ck" != ckpt-00000036.h5 ]; then pass s
     fail sigterm_checkpoints "exit $rc, last.h5 -> '$ck'"; fi
 dstrain "${COMMON[@]}" --resume "$T/sig" 2>/dev/null
 check sigterm_resume_is_bitwise same_state "$T/full/ckpt-00000036.h5" "$T/sig/ckpt-00000036.h5"
+
+# --augment rrc: RandomResizedCrop boxes of the 16x16 images resized to 12x12 crops, evaluated
+# on centre crops; stopped at step 5 and resumed, bitwise the uninterrupted run.
+RRC=(--train "$T/train" --val "$T/val" --arch resnet20 --crop 12 --augment rrc --rrc-scale 0.25,1 --batch 8
+     --epochs 1 --lr 0.05 --lr-scaling none --warmup-epochs 0 --threads 2 --log-every 4 -q)
+dstrain "${RRC[@]}" -o "$T/rrc" 2>"$T/rrc.err"
+check rrc_runs test -f "$T/rrc/ckpt-00000012.h5"
+dstrain "${RRC[@]}" -o "$T/rrc_part" --max-steps 5 && dstrain "${RRC[@]}" --resume "$T/rrc_part"
+check rrc_resume_is_bitwise same_state "$T/rrc/ckpt-00000012.h5" "$T/rrc_part/ckpt-00000012.h5"
+dstrain "${RRC[@]}" -o "$T/rrc_scale" --rrc-scale 1,1 --rrc-ratio 1,1 --max-steps 2 2>/dev/null
+dstrain "${RRC[@]}" -o "$T/rrc_two" --max-steps 2 2>/dev/null
+h5diff -q "$T/rrc_scale/last.h5" "$T/rrc_two/last.h5" /model /model >/dev/null
+check rrc_scale_changes_training test $? = 1    # 1: the files differ (0: equal, 2: cannot compare)
+"$PYTHON" - "$T/rrc/last.h5" <<'PY' && pass rrc_config_recorded || fail rrc_config_recorded
+import json, sys
+import h5py
+c = json.loads(h5py.File(sys.argv[1], "r").attrs["config"])
+assert c["augment"] == "rrc" and c["rrc-scale"] == "0.25,1" and c["rrc-ratio"] == "3/4,4/3", c
+PY
+expect_status dstrain_rrc_refuses_pad 2 dstrain "${RRC[@]}" -o "$T/x5" --pad 2
+check rrc_pad_message grep -q -- "--pad is for --augment standard" "$T/err"
+expect_status dstrain_rrc_options_need_rrc 2 dstrain "${COMMON[@]}" -o "$T/x6" --rrc-ratio 1/2,2
+expect_status dstrain_rrc_refuses_reversed_scale 2 dstrain "${RRC[@]}" -o "$T/x7" --rrc-scale 1,0.5
+expect_status dstrain_rrc_refuses_bad_ratio 2 dstrain "${RRC[@]}" -o "$T/x8" --rrc-ratio 3/4
+check rrc_ratio_message grep -q -- "--rrc-ratio wants LO,HI" "$T/err"
 
 # --init from a 4-class checkpoint on 3 classes: fc re-initialised, the rest loaded
 # (lr 0: the weights stay as loaded).

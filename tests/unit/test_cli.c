@@ -152,6 +152,20 @@ static void test_precision_choices(void)
     check_end();
 }
 
+/* "LO,HI" ranges: decimals and fractions; anything else refused. */
+static void test_range(void)
+{
+    check_begin("cli_range");
+    double r[2] = {0, 0};
+    CHECK(ds_cli_range("0.08,1", r) == 0 && r[0] == 0.08 && r[1] == 1, "0.08,1 gave %g, %g", r[0], r[1]);
+    CHECK(ds_cli_range("3/4,4/3", r) == 0 && r[0] == 0.75 && r[1] == 4.0 / 3, "3/4,4/3 gave %g, %g", r[0], r[1]);
+    CHECK(ds_cli_range("1e-1,2", r) == 0 && r[0] == 0.1 && r[1] == 2, "1e-1,2 gave %g, %g", r[0], r[1]);
+    const char *bad[] = {"", "1", "1,", ",1", "1,2,3", "a,b", "1/0,2", "1/,2", "1,2x", "nan,1", "1,inf", "1;2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(ds_cli_range(bad[i], r) == -1, "'%s' accepted as %g, %g", bad[i], r[0], r[1]);
+    check_end();
+}
+
 int main(void)
 {
     test_no_forms();
@@ -159,5 +173,6 @@ int main(void)
     test_json();
     test_errors();
     test_precision_choices();
+    test_range();
     return check_exit();
 }

@@ -286,6 +286,44 @@ static void test_normalize(void)
     free(in), free(out);
 }
 
+static void test_resized_crop(void)
+{
+    check_begin("cuda resized_crop_u8 against the CPU; a crop-sized box is normalize_u8");
+    enum { n = 5, H = 21, W = 26, ch = 12, cw = 9 };
+    size_t nin = (size_t)n * H * W * 3, nout = (size_t)n * ch * cw * 3;
+    uint8_t *in = xmalloc(nin);
+    for (size_t i = 0; i < nin; i++) in[i] = (uint8_t)(i * 131 + i / 7);
+    /* down- and upscaling, the whole image, thin boxes */
+    int32_t y0[n] = {0, 8, 3, 20, 0}, x0[n] = {0, 8, 2, 1, 25}, bh[n] = {21, 5, 18, 1, 10}, bw[n] = {26, 17, 3, 20, 1};
+    uint8_t flip[n] = {0, 1, 1, 0, 1};
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    float *out = xmalloc(nout * 4), *got = xmalloc(nout * 4), *same = xmalloc(nout * 4);
+    C->resized_crop_u8(out, in, n, H, W, ch, cw, y0, x0, bh, bw, flip, mean, std);
+    uint8_t *g_in = to_dev(in, nin), *g_flip = to_dev(flip, sizeof flip);
+    int32_t *g_y0 = to_dev(y0, sizeof y0), *g_x0 = to_dev(x0, sizeof x0);
+    int32_t *g_bh = to_dev(bh, sizeof bh), *g_bw = to_dev(bw, sizeof bw);
+    float *g_out = G->alloc(nout * 4), *g_same = G->alloc(nout * 4);
+    G->resized_crop_u8(g_out, g_in, n, H, W, ch, cw, g_y0, g_x0, g_bh, g_bw, g_flip, mean, std);
+    cmp("resized_crop_u8", g_out, out, nout);
+    /* the same float operations, each rounded explicitly: bitwise the CPU's (reported, not required) */
+    G->download(got, g_out, nout * 4);
+    size_t off = 0;
+    for (size_t i = 0; i < nout; i++) off += memcmp(&got[i], &out[i], 4) != 0;
+    fprintf(stderr, "  resized_crop_u8: %zu of %zu values differ from the CPU's in their bits\n", off, nout);
+    /* weights 1 and 0: the GPU's normalize_u8 crop, bit for bit */
+    for (int i = 0; i < n; i++) bh[i] = ch, bw[i] = cw, y0[i] = i * 2, x0[i] = i * 3;
+    G->upload(g_y0, y0, sizeof y0), G->upload(g_x0, x0, sizeof x0);
+    G->upload(g_bh, bh, sizeof bh), G->upload(g_bw, bw, sizeof bw);
+    G->resized_crop_u8(g_out, g_in, n, H, W, ch, cw, g_y0, g_x0, g_bh, g_bw, g_flip, mean, std);
+    G->normalize_u8(g_same, g_in, n, H, W, ch, cw, g_y0, g_x0, g_flip, mean, std);
+    G->download(got, g_out, nout * 4), G->download(same, g_same, nout * 4);
+    CHECK(memcmp(got, same, nout * 4) == 0, "a %dx%d box is not bitwise normalize_u8's crop", ch, cw);
+    check_end();
+    G->free(g_in), G->free(g_flip), G->free(g_y0), G->free(g_x0), G->free(g_bh), G->free(g_bw);
+    G->free(g_out), G->free(g_same);
+    free(in), free(out), free(got), free(same);
+}
+
 int main(void)
 {
     ds_log_init("test_cuda_ops");
@@ -315,6 +353,7 @@ int main(void)
     test_loss(0.1f);
     test_sgd_elementwise();
     test_normalize();
+    test_resized_crop();
     return check_exit();
 }
 #endif

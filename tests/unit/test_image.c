@@ -180,9 +180,10 @@ static void png_write_mem(png_structp png, png_bytep p, png_size_t n)
 
 static void png_flush_mem(png_structp png) {}
 
-/* A PNG from raw rows (each row `bytes_per_row` bytes) of the given type and depth. */
+/* A PNG from raw rows (each row `bytes_per_row` bytes) of the given type and depth; `trns`:
+ * a tRNS chunk too (alpha per palette entry, or for other types the colour of pixel 0). */
 static membuf make_png(int w, int h, int color, int depth, int interlace, const uint8_t *rows, size_t bytes_per_row,
-                       const png_color *palette, int npal)
+                       const png_color *palette, int npal, int trns)
 {
     membuf m = {0};
     png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
@@ -195,6 +196,10 @@ static membuf make_png(int w, int h, int color, int depth, int interlace, const 
     png_set_write_fn(png, &m, png_write_mem, png_flush_mem);
     png_set_IHDR(png, info, w, h, depth, color, interlace, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
     if (palette) png_set_PLTE(png, info, palette, npal);
+    png_byte alpha[4] = {0, 60, 255, 128};
+    png_color_16 key = {.gray = depth == 16 ? (png_uint_16)(rows[0] << 8 | rows[1]) : rows[0],
+                        .red = rows[0], .green = rows[1], .blue = rows[2]};
+    if (trns) png_set_tRNS(png, info, alpha, palette ? npal : 0, &key);
     png_write_info(png, info);
     png_bytep *rp = malloc(h * sizeof *rp);
     for (int y = 0; y < h; y++) rp[y] = (png_bytep)rows + y * bytes_per_row;
@@ -309,7 +314,8 @@ static void test_png_kinds(void)
 {
     check_begin("decode_png_kinds");
     enum { W = 13, H = 9 };
-    uint8_t rgb[W * H * 3], rgba[W * H * 4], rgb16[W * H * 6], gray[W * H], pal_idx[W * H], want[W * H * 3];
+    uint8_t rgb[W * H * 3], rgba[W * H * 4], rgb16[W * H * 6], gray[W * H], gray16[W * H * 2], pal_idx[W * H];
+    uint8_t want[W * H * 3];
     ds_image img;
     for (int i = 0; i < W * H; i++) {
         rgb[3 * i] = (uint8_t)(i * 3), rgb[3 * i + 1] = (uint8_t)(i * 7), rgb[3 * i + 2] = (uint8_t)(255 - i);
@@ -318,27 +324,36 @@ static void test_png_kinds(void)
         for (int c = 0; c < 3; c++) rgb16[6 * i + 2 * c] = rgb[3 * i + c], rgb16[6 * i + 2 * c + 1] = 0xA5;
         gray[i] = (uint8_t)(i * 2);
         pal_idx[i] = (uint8_t)(i % 4);
+        gray16[2 * i] = (uint8_t)(i * 5 >> 8), gray16[2 * i + 1] = (uint8_t)(i * 5);
     }
     struct {
         const char *name;
         int color, depth, interlace;
         const uint8_t *rows;
         size_t bpr;
+        int trns;
     } cases[] = {
-        {"rgb", PNG_COLOR_TYPE_RGB, 8, PNG_INTERLACE_NONE, rgb, W * 3},
-        {"rgb interlaced", PNG_COLOR_TYPE_RGB, 8, PNG_INTERLACE_ADAM7, rgb, W * 3},
-        {"rgba", PNG_COLOR_TYPE_RGB_ALPHA, 8, PNG_INTERLACE_NONE, rgba, W * 4},
-        {"rgb 16-bit", PNG_COLOR_TYPE_RGB, 16, PNG_INTERLACE_NONE, rgb16, W * 6},
-        {"gray", PNG_COLOR_TYPE_GRAY, 8, PNG_INTERLACE_NONE, gray, W},
-        {"palette", PNG_COLOR_TYPE_PALETTE, 8, PNG_INTERLACE_NONE, pal_idx, W},
+        {"rgb", PNG_COLOR_TYPE_RGB, 8, PNG_INTERLACE_NONE, rgb, W * 3, 0},
+        {"rgb interlaced", PNG_COLOR_TYPE_RGB, 8, PNG_INTERLACE_ADAM7, rgb, W * 3, 0},
+        {"rgba", PNG_COLOR_TYPE_RGB_ALPHA, 8, PNG_INTERLACE_NONE, rgba, W * 4, 0},
+        {"rgb 16-bit", PNG_COLOR_TYPE_RGB, 16, PNG_INTERLACE_NONE, rgb16, W * 6, 0},
+        {"rgb tRNS", PNG_COLOR_TYPE_RGB, 8, PNG_INTERLACE_NONE, rgb, W * 3, 1},
+        {"gray", PNG_COLOR_TYPE_GRAY, 8, PNG_INTERLACE_NONE, gray, W, 0},
+        {"gray tRNS", PNG_COLOR_TYPE_GRAY, 8, PNG_INTERLACE_ADAM7, gray, W, 1},
+        /* Pillow's "I" mode: convert("RGB") clips at 255 rather than taking the high byte. */
+        {"gray 16-bit", PNG_COLOR_TYPE_GRAY, 16, PNG_INTERLACE_NONE, gray16, W * 2, 1},
+        {"palette", PNG_COLOR_TYPE_PALETTE, 8, PNG_INTERLACE_NONE, pal_idx, W, 0},
+        /* tRNS is dropped: the palette's colours, as Pillow's convert("RGB") gives them. */
+        {"palette tRNS", PNG_COLOR_TYPE_PALETTE, 8, PNG_INTERLACE_NONE, pal_idx, W, 1},
+        {"palette tRNS interlaced", PNG_COLOR_TYPE_PALETTE, 8, PNG_INTERLACE_ADAM7, pal_idx, W, 1},
     };
     png_color pal[4] = {{255, 0, 0}, {0, 255, 0}, {0, 0, 255}, {10, 20, 30}};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         membuf m = make_png(W, H, cases[c].color, cases[c].depth, cases[c].interlace, cases[c].rows, cases[c].bpr,
-                            cases[c].color == PNG_COLOR_TYPE_PALETTE ? pal : NULL, 4);
+                            cases[c].color == PNG_COLOR_TYPE_PALETTE ? pal : NULL, 4, cases[c].trns);
         for (int i = 0; i < W * H; i++)
             for (int k = 0; k < 3; k++)
-                want[3 * i + k] = cases[c].color == PNG_COLOR_TYPE_GRAY      ? gray[i]
+                want[3 * i + k] = cases[c].color == PNG_COLOR_TYPE_GRAY      ? (cases[c].depth == 16 ? (i * 5 > 255 ? 255 : i * 5) : gray[i])
                                   : cases[c].color == PNG_COLOR_TYPE_PALETTE ? ((uint8_t *)&pal[i % 4])[k]
                                                                              : rgb[3 * i + k];
         int rc = ds_image_decode(dec, m.data, m.len, 0, DS_DEFAULT_MAX_PIXELS, &img, reason, sizeof reason);

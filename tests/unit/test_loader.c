@@ -1,11 +1,12 @@
 /* Loader: epoch order, micro-batch slicing (world x accum equivalence), evaluation exactly
  * once for any world size, thread-count independence, resume from a step, padding and
- * crops. An in-memory source stands in for shards: image i's bytes are a function of i, so
+ * crops, RandomResizedCrop boxes. An in-memory source stands in for shards: image i's bytes are a function of i, so
  * any mix-up of samples shows. */
 #include "../check.h"
 #include "loader.h"
 #include "log.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -60,10 +61,11 @@ static ds_loader_config config(int batch, int world, int rank, int accum, int tr
 /* Every batch of one epoch: indices (and optionally y0/x0/flip/pixels) appended in order. */
 typedef struct {
     size_t *idx;
-    int32_t *y0, *x0;
+    int32_t *y0, *x0, *bh, *bw;
     uint8_t *flip;
     uint8_t *pix;
     size_t n, img;
+    int resize, height, width;
 } trace;
 
 static int run_epoch(ds_source *src, const ds_loader_config *c, int64_t epoch, int64_t first, trace *t)
@@ -77,14 +79,19 @@ static int run_epoch(ds_source *src, const ds_loader_config *c, int64_t epoch, i
     while ((rc = ds_loader_next(L, &b)) == 1) {
         size_t img = (size_t)b->height * b->width * 3;
         t->img = img;
+        t->resize = b->resize, t->height = b->height, t->width = b->width;
         t->idx = realloc(t->idx, (t->n + b->n) * sizeof *t->idx);
         t->y0 = realloc(t->y0, (t->n + b->n) * sizeof *t->y0);
         t->x0 = realloc(t->x0, (t->n + b->n) * sizeof *t->x0);
+        t->bh = realloc(t->bh, (t->n + b->n) * sizeof *t->bh);
+        t->bw = realloc(t->bw, (t->n + b->n) * sizeof *t->bw);
         t->flip = realloc(t->flip, t->n + b->n);
         t->pix = realloc(t->pix, (t->n + b->n) * img);
         memcpy(t->idx + t->n, b->index, b->n * sizeof *t->idx);
         memcpy(t->y0 + t->n, b->y0, b->n * sizeof *t->y0);
         memcpy(t->x0 + t->n, b->x0, b->n * sizeof *t->x0);
+        memcpy(t->bh + t->n, b->bh, b->n * sizeof *t->bh);
+        memcpy(t->bw + t->n, b->bw, b->n * sizeof *t->bw);
         memcpy(t->flip + t->n, b->flip, b->n);
         memcpy(t->pix + t->n * img, b->images, b->n * img);
         for (int i = 0; i < b->n; i++)
@@ -98,7 +105,7 @@ static int run_epoch(ds_source *src, const ds_loader_config *c, int64_t epoch, i
 
 static void trace_free(trace *t)
 {
-    free(t->idx), free(t->y0), free(t->x0), free(t->flip), free(t->pix);
+    free(t->idx), free(t->y0), free(t->x0), free(t->bh), free(t->bw), free(t->flip), free(t->pix);
 }
 
 static void test_permutation(void)
@@ -203,6 +210,9 @@ static void test_threads_and_resume(void)
     CHECK(memcmp(t1.idx, t4.idx, t1.n * sizeof *t1.idx) == 0, "order differs with the thread count");
     CHECK(memcmp(t1.pix, t4.pix, t1.n * t1.img) == 0, "pixels differ with the thread count");
     CHECK(memcmp(t1.y0, t4.y0, t1.n * 4) == 0 && memcmp(t1.flip, t4.flip, t1.n) == 0, "crops differ");
+    int boxes = 0;
+    for (size_t s = 0; s < t1.n; s++) boxes += t1.bh[s] != 6 || t1.bw[s] != 6;
+    CHECK(!t1.resize && boxes == 0, "random crops are not crop x crop boxes (%d)", boxes);
     CHECK(run_epoch(&src, &c, 2, 4, &tail) == 0, "start at step 4 failed");
     CHECK(tail.n == 60 - 24, "resumed at step 4 saw %zu samples, want 36", tail.n);
     CHECK(tail.n <= t1.n && memcmp(tail.idx, t1.idx + 24, tail.n * sizeof *tail.idx) == 0,
@@ -233,6 +243,72 @@ static void test_threads_and_resume(void)
     check_end();
 }
 
+/* --augment rrc: each sample's box is ds_rrc_box on its own stream, then its flip; the
+ * batches do not depend on threads or the resume step; padding is ignored; a crop larger
+ * than the stored images is fine (the box is resized). */
+static void test_rrc(void)
+{
+    check_begin("rrc_boxes_from_the_sample_stream_independent_of_threads");
+    ds_source src;
+    fake_source(&src, 64);
+    ds_loader_config c = config(3, 1, 0, 2, 1, 1);
+    c.augment = DS_AUGMENT_RRC;
+    c.pad = 2;
+    c.crop = 8;
+    c.rrc_scale[0] = 0.08, c.rrc_scale[1] = 1;
+    c.rrc_ratio[0] = 0.75, c.rrc_ratio[1] = 4.0 / 3;
+    trace t1, t4, tail;
+    CHECK(run_epoch(&src, &c, 2, 0, &t1) == 0, "1 thread failed");
+    c.threads = 4;
+    c.depth = 3;
+    CHECK(run_epoch(&src, &c, 2, 0, &t4) == 0, "4 threads failed");
+    CHECK(run_epoch(&src, &c, 2, 4, &tail) == 0, "start at step 4 failed");
+    CHECK(t1.n == 60 && t4.n == 60 && tail.n == 36, "sample counts %zu, %zu, %zu", t1.n, t4.n, tail.n);
+    CHECK(t1.resize && t1.height == H && t1.width == W, "batch: resize %d, %dx%d images (want the unpadded %dx%d)",
+          t1.resize, t1.height, t1.width, H, W);
+    int differ = memcmp(t1.idx, t4.idx, t1.n * sizeof *t1.idx) || memcmp(t1.pix, t4.pix, t1.n * t1.img) ||
+                 memcmp(t1.y0, t4.y0, t1.n * 4) || memcmp(t1.x0, t4.x0, t1.n * 4) ||
+                 memcmp(t1.bh, t4.bh, t1.n * 4) || memcmp(t1.bw, t4.bw, t1.n * 4) || memcmp(t1.flip, t4.flip, t1.n);
+    CHECK(!differ, "batches differ between 1 and 4 threads");
+    differ = memcmp(tail.y0, t1.y0 + 24, tail.n * 4) || memcmp(tail.x0, t1.x0 + 24, tail.n * 4) ||
+             memcmp(tail.bh, t1.bh + 24, tail.n * 4) || memcmp(tail.bw, t1.bw + 24, tail.n * 4) ||
+             memcmp(tail.flip, t1.flip + 24, tail.n);
+    CHECK(!differ, "starting at step 4 gives other boxes");
+    int wrong = 0, outside = 0, sizes = 0, flips = 0;
+    for (size_t s = 0; s < t1.n; s++) {
+        ds_rng r;
+        int32_t box[4];
+        ds_rng_init(&r, 42, DS_RNG_AUGMENT, (uint64_t)2 << 32 | t1.idx[s]);
+        ds_rrc_box(&r, H, W, c.rrc_scale, c.rrc_ratio, box);
+        int flip = (int)ds_rng_below(&r, 2);
+        wrong += box[0] != t1.y0[s] || box[1] != t1.x0[s] || box[2] != t1.bh[s] || box[3] != t1.bw[s] ||
+                 flip != t1.flip[s];
+        outside += t1.y0[s] < 0 || t1.x0[s] < 0 || t1.bh[s] < 1 || t1.bw[s] < 1 || t1.y0[s] + t1.bh[s] > H ||
+                   t1.x0[s] + t1.bw[s] > W;
+        sizes += t1.bh[s] != t1.bh[0] || t1.bw[s] != t1.bw[0];
+        flips += t1.flip[s];
+    }
+    CHECK(wrong == 0, "%d samples' box or flip are not ds_rrc_box's on their stream", wrong);
+    CHECK(outside == 0, "%d boxes outside the image", outside);
+    CHECK(sizes > 10, "box sizes hardly vary (%d of 60 differ from the first)", sizes);
+    CHECK(flips > 10 && flips < 50, "%d of 60 samples flipped", flips);
+    trace_free(&t1), trace_free(&t4), trace_free(&tail);
+
+    /* the draw order: ten tries of two doubles, then top and left; no draws after a fallback */
+    ds_rng r, q;
+    int32_t box[4];
+    const double never[2] = {40, 50}, square[2] = {1, 1};
+    ds_rng_init(&r, 7, DS_RNG_AUGMENT, 9);
+    ds_rng_init(&q, 7, DS_RNG_AUGMENT, 9);
+    CHECK(ds_rrc_box(&r, 6, 20, never, square, box) == 1, "an area 40 times the image's was accepted");
+    CHECK(box[0] == 0 && box[1] == 7 && box[2] == 6 && box[3] == 6, "fallback box %d %d %d %d, want 0 7 6 6", box[0],
+          box[1], box[2], box[3]);
+    for (int i = 0; i < 20; i++) ds_rng_double(&q);
+    CHECK(ds_rng_u32(&r) == ds_rng_u32(&q), "the fallback did not leave the stream after 20 doubles");
+    free(src.labels);
+    check_end();
+}
+
 static void test_refusals(void)
 {
     check_begin("loader_refuses_bad_configurations");
@@ -243,6 +319,19 @@ static void test_refusals(void)
     c = config(4, 1, 0, 1, 0, 1);
     c.crop = 7;
     CHECK(ds_loader_new(&src, &c) == NULL, "accepted a crop larger than the images");
+    c = config(4, 1, 0, 1, 1, 1);
+    c.augment = DS_AUGMENT_RRC;
+    double bad[][4] = {{0, 1, 0.75, 1.5}, {0.5, 0.4, 0.75, 1.5}, {0.1, 1, 0, 1}, {0.1, 1, 2, 1}, {0.1, NAN, 0.5, 2},
+                       {0.1, 1, 0.5, INFINITY}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        c.rrc_scale[0] = bad[i][0], c.rrc_scale[1] = bad[i][1], c.rrc_ratio[0] = bad[i][2], c.rrc_ratio[1] = bad[i][3];
+        ds_loader *L = ds_loader_new(&src, &c);
+        CHECK(L == NULL, "accepted RandomResizedCrop scale (%g, %g) ratio (%g, %g)", bad[i][0], bad[i][1], bad[i][2],
+              bad[i][3]);
+        ds_loader_free(L);
+    }
+    c.augment = 3;
+    CHECK(ds_loader_new(&src, &c) == NULL, "accepted augmentation 3");
     free(src.labels);
     check_end();
 }
@@ -300,6 +389,7 @@ int main(void)
     test_world_accum();
     test_eval_once();
     test_threads_and_resume();
+    test_rrc();
     test_refusals();
     test_center();
     test_wait_seconds();

@@ -583,6 +583,61 @@ static void test_normalize(void)
     check_end();
 }
 
+/* The bilinear resize of PyTorch (align_corners=False, no antialias) in double, written
+ * from its definition: output pixel d samples the input at (d + 1/2) in / out - 1/2, clamped
+ * to [0, in - 1], between its two neighbours. */
+static double ref_bilinear_1d(int d, int in, int out, int *i0, int *i1)
+{
+    double s = (d + 0.5) * in / out - 0.5;
+    if (s < 0) s = 0;
+    *i0 = (int)s < in - 1 ? (int)s : in - 1;
+    *i1 = *i0 + 1 < in ? *i0 + 1 : in - 1;
+    return s - *i0 > 1 ? 1 : s - *i0;
+}
+
+static void test_resized_crop(void)
+{
+    check_begin("resized_crop_u8: bilinear box resize, flip, normalise; a crop-sized box is normalize_u8");
+    enum { n = 6, H = 23, W = 31, ch = 9, cw = 11 };
+    uint8_t *in = malloc((size_t)n * H * W * 3);
+    for (size_t i = 0; i < (size_t)n * H * W * 3; i++) in[i] = (uint8_t)ds_rng_below(&rng, 256);
+    /* down and up in each direction, the whole image, one-pixel-thin boxes */
+    int32_t y0[n] = {0, 4, 2, 22, 0, 7}, x0[n] = {0, 3, 10, 1, 30, 5}, bh[n] = {23, 5, 18, 1, 12, 9},
+            bw[n] = {31, 20, 4, 29, 1, 11};
+    uint8_t flip[n] = {0, 1, 0, 1, 1, 0};
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    size_t no = (size_t)n * ch * cw * 3;
+    float *out = malloc(no * 4), *same = malloc(no * 4);
+    double *want = malloc(no * 8), *got = malloc(no * 8);
+    be->resized_crop_u8(out, in, n, H, W, ch, cw, y0, x0, bh, bw, flip, mean, std);
+    for (int i = 0; i < n; i++)
+        for (int y = 0; y < ch; y++)
+            for (int x = 0; x < cw; x++) {
+                int r0, r1, c0, c1;
+                double ly = ref_bilinear_1d(y, bh[i], ch, &r0, &r1);
+                double lx = ref_bilinear_1d(flip[i] ? cw - 1 - x : x, bw[i], cw, &c0, &c1);
+                for (int k = 0; k < 3; k++) {
+#define PX(r, c) (double)in[(((size_t)i * H + y0[i] + (r)) * W + x0[i] + (c)) * 3 + k]
+                    double v = (1 - ly) * ((1 - lx) * PX(r0, c0) + lx * PX(r0, c1)) +
+                               ly * ((1 - lx) * PX(r1, c0) + lx * PX(r1, c1));
+#undef PX
+                    size_t o = (((size_t)i * ch + y) * cw + x) * 3 + k;
+                    want[o] = (v / 255 - mean[k]) / std[k], got[o] = out[o];
+                }
+            }
+    /* float weights and sums against double: values 0..255 to ~1e-5, |normalised| < 3 */
+    check_close_d("resized pixels", got, want, no, 2e-5, 1e-5);
+    for (int i = 0; i < n; i++) bh[i] = ch, bw[i] = cw, y0[i] = i % 3 * 5, x0[i] = i * 4;
+    be->resized_crop_u8(out, in, n, H, W, ch, cw, y0, x0, bh, bw, flip, mean, std);
+    be->normalize_u8(same, in, n, H, W, ch, cw, y0, x0, flip, mean, std);
+    CHECK(memcmp(out, same, no * 4) == 0, "a %dx%d box is not bitwise normalize_u8's crop", ch, cw);
+    be->resized_crop_u8(out, in, n, H, W, ch, cw, y0, x0, bh, bw, NULL, mean, std);
+    be->normalize_u8(same, in, n, H, W, ch, cw, y0, x0, NULL, mean, std);
+    CHECK(memcmp(out, same, no * 4) == 0, "without flips, a %dx%d box is not bitwise normalize_u8's crop", ch, cw);
+    free(in), free(out), free(same), free(want), free(got);
+    check_end();
+}
+
 /* ---------------------------------------------------------------- determinism */
 
 /* A results buffer that grows as ops append to it. */
@@ -668,6 +723,8 @@ static float *run_ops(int threads, size_t *len)
     for (int i = 0; i < 4 * 20 * 18 * 3; i++) px[i] = (uint8_t)ds_rng_below(&rng, 256);
     const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
     be->normalize_u8(take(&res, 4 * 16 * 16 * 3), px, 4, 20, 18, 16, 16, y0, x0, flip, mean, sd);
+    int32_t bh[4] = {17, 5, 18, 9}, bw[4] = {16, 18, 3, 12};
+    be->resized_crop_u8(take(&res, 4 * 16 * 16 * 3), px, 4, 20, 18, 16, 16, y0, x0, bh, bw, flip, mean, sd);
     free(x), free(gm), free(bt), free(g), free(rs), free(li), free(lw), free(lb), free(lg), free(px);
     *len = res.len;
     return res.v;
@@ -787,6 +844,7 @@ int main(int argc, char **argv)
     test_sgd(0, 1e-4f, 0);
     test_elementwise();
     test_normalize();
+    test_resized_crop();
     test_thread_independence();
     test_select();
     return check_exit();

@@ -1,11 +1,14 @@
 /* dsplit: a class-folder tree -> classes.txt, train.txt, val.txt (docs/DESIGN.md §2, §6), and
- * optionally the DIR/train/<class>/, DIR/val/<class>/ trees. */
+ * optionally the DIR/train/<class>/, DIR/val/<class>/ trees; or, with --val-images, the
+ * ILSVRC2012 validation folder and its ground truth -> val.txt labelled by a training
+ * split's classes.txt. */
 #include "cli.h"
 #include "fsutil.h"
 #include "log.h"
 #include "manifest.h"
 #include "materialize.h"
 #include "split.h"
+#include "valset.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -14,9 +17,10 @@
 #include <unistd.h>
 
 static const char *out_dir, *mat_dir, *how_name = "symlink";
+static const char *val_images, *val_labels, *synsets, *devkit, *classes_file;
 static double val_fraction = 0.2;
 static long long seed = 42;
-static int json;
+static int json, subset;
 
 static ds_option opts[] = {
     {.name = "out", .short_name = 'o', .type = DS_OPT_STRING, .value = &out_dir, .arg = "DIR",
@@ -30,12 +34,25 @@ static ds_option opts[] = {
     {.name = "how", .type = DS_OPT_CHOICE, .value = &how_name, .choices = "symlink|hardlink|copy|move",
      .help = "how --materialize places files (only move touches ROOT)"},
     {.name = "json", .type = DS_OPT_FLAG, .value = &json, .help = "print the counts as JSON on stdout"},
+    {.name = "val-images", .type = DS_OPT_STRING, .value = &val_images, .arg = "DIR",
+     .help = "ILSVRC2012 mode: the validation images folder (no ROOT); -o gets val.txt and classes.txt"},
+    {.name = "val-labels", .type = DS_OPT_STRING, .value = &val_labels, .arg = "FILE",
+     .help = "its ground truth: ILSVRC2012_validation_ground_truth.txt or LOC_val_solution.csv"},
+    {.name = "synsets", .type = DS_OPT_STRING, .value = &synsets, .arg = "FILE",
+     .help = "ILSVRC2012_ID -> WNID: the devkit's meta.mat or a WNID-per-line list (LOC_synset_mapping.txt)"},
+    {.name = "devkit", .type = DS_OPT_STRING, .value = &devkit, .arg = "DIR",
+     .help = "the unpacked devkit: its data/ground truth and data/meta.mat"},
+    {.name = "classes", .type = DS_OPT_STRING, .value = &classes_file, .arg = "FILE",
+     .help = "the training split's classes.txt, whose lines give the labels"},
+    {.name = "subset", .type = DS_OPT_FLAG, .value = &subset,
+     .help = "leave out validation images of classes not in --classes (else an error)"},
     {0},
 };
 
 static ds_cli cli = {
     .prog = "dsplit",
-    .args = "[options] ROOT -o DIR",
+    .args = "[options] ROOT -o DIR | --val-images DIR (--val-labels FILE [--synsets FILE] | --devkit DIR) "
+            "--classes FILE -o DIR",
     .summary = "Split a class-folder tree (ROOT/<class>/<image>) into train and val manifests.",
     .epilog =
         "Per class, the file names are sorted, shuffled with Philox keyed by (seed, class name),\n"
@@ -43,8 +60,14 @@ static ds_cli cli = {
         "Images are files named *.jpg, *.jpeg, *.png (any case) directly in a class directory;\n"
         "other entries are skipped and counted (-v lists them).\n"
         "With --how move the manifests point at DIR/train and DIR/val, where the images end\n"
-        "up; an interrupted move finishes when rerun with the same options.",
-    .min_pos = 1,
+        "up; an interrupted move finishes when rerun with the same options.\n"
+        "\n"
+        "ILSVRC2012 validation set: the extracted ILSVRC2012_img_val.tar (one folder of\n"
+        "ILSVRC2012_val_<8 digits>.JPEG) and its ground truth, either the devkit's ID list with\n"
+        "its synset table (--devkit DIR, or --val-labels and --synsets) or Kaggle's\n"
+        "LOC_val_solution.csv, become -o DIR/val.txt, labelled by the WNIDs' lines in --classes.\n"
+        "Every image must be listed once and every listed image present.",
+    .min_pos = 0,
     .max_pos = 1,
     .opts = opts,
 };
@@ -130,11 +153,89 @@ static void print_json(const ds_split_tree *t, size_t ntrain, size_t nval, int e
     printf("}\n");
 }
 
+/* A file of the output directory that must hold these classes: written when absent, kept
+ * when equal, refused when different (it would relabel the manifests beside it). */
+static int put_classes(const char *out, char *const *names, int n, const char *from)
+{
+    char *path = ds_path_join(out, "classes.txt");
+    int rc = 0;
+    if (access(path, F_OK) == 0) {
+        char **have;
+        int nhave;
+        rc = ds_classes_read(path, &have, &nhave);
+        if (rc == 0) {
+            int same = nhave == n;
+            for (int c = 0; same && c < n; c++) same = !strcmp(have[c], names[c]);
+            if (!same) rc = ds_err("%s holds other classes than %s; choose another -o", path, from);
+            ds_classes_free(have, nhave);
+        }
+    } else {
+        rc = ds_classes_write(path, names, n);
+    }
+    free(path);
+    return rc;
+}
+
+/* --val-images: the ILSVRC2012 validation folder -> DIR/val.txt (and DIR/classes.txt). */
+static int run_valset(int npos, char **pos)
+{
+    if (npos) ds_usage_error(&cli, "unexpected argument '%s' (--val-images takes no ROOT)", pos[0]);
+    if (!val_images)
+        ds_usage_error(&cli, "--val-labels, --synsets, --devkit, --classes and --subset need --val-images DIR");
+    if (!classes_file) ds_usage_error(&cli, "--val-images needs --classes FILE (the training split's classes.txt)");
+    if (devkit && (val_labels || synsets))
+        ds_usage_error(&cli, "--devkit DIR names the ground truth: no --val-labels or --synsets with it");
+    if (!devkit && !val_labels) ds_usage_error(&cli, "--val-images needs --val-labels FILE or --devkit DIR");
+    if (ds_cli_given(&cli, "materialize") || ds_cli_given(&cli, "val") || ds_cli_given(&cli, "seed"))
+        ds_usage_error(&cli, "--materialize, --val and --seed split a class-folder tree, not --val-images");
+    double t0 = ds_now();
+    char *gt = devkit ? ds_path_join(devkit, "data/ILSVRC2012_validation_ground_truth.txt") : NULL;
+    char *meta = devkit ? ds_path_join(devkit, "data/meta.mat") : NULL;
+    char **classes = NULL;
+    int nclasses = 0, rc = ds_classes_read(classes_file, &classes, &nclasses);
+    ds_valset v = {0};
+    ds_valset_options o = {.images = val_images, .labels = devkit ? gt : val_labels, .synsets = devkit ? meta : synsets,
+                           .classes = classes, .nclasses = nclasses, .subset = subset};
+    if (rc == 0) rc = ds_valset_build(&v, &o);
+    char *out_abs = NULL;
+    if (rc == 0 && (ds_mkdirs(out_dir) || !(out_abs = ds_realpath(out_dir)))) rc = -1;
+    char *train = out_abs ? ds_path_join(out_abs, "train.txt") : NULL;
+    if (rc == 0 && access(train, F_OK) == 0)
+        rc = ds_err("%s holds a training split (train.txt), whose val.txt this would replace; choose another -o",
+                    out_dir);
+    if (rc == 0) rc = put_classes(out_abs, classes, nclasses, classes_file);
+    char *val = out_abs ? ds_path_join(out_abs, "val.txt") : NULL;
+    if (rc == 0) rc = ds_manifest_write(val, v.root, v.items, v.n);
+    if (rc == 0) {
+        ds_info("%zu validation images of %d classes -> %s  [%.2fs]", v.n, nclasses - (int)v.unused_classes, val,
+                ds_now() - t0);
+        if (v.left_out) ds_info("left out %zu images of classes outside %s (--subset)", v.left_out, classes_file);
+        if (v.unused_classes) ds_warn("%zu of the %d classes have no validation image", v.unused_classes, nclasses);
+        if (json) {
+            printf("{\"images\": %zu, \"left_out\": %zu, \"classes\": %d, \"classes_without_images\": %zu, \"root\": ",
+                   v.n, v.left_out, nclasses, v.unused_classes);
+            ds_json_string(stdout, v.root);
+            printf("}\n");
+        }
+    }
+    ds_valset_free(&v);
+    ds_classes_free(classes, nclasses);
+    free(gt);
+    free(meta);
+    free(out_abs);
+    free(train);
+    free(val);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     char **pos;
-    ds_cli_parse(&cli, argc, argv, &pos);
+    int npos = ds_cli_parse(&cli, argc, argv, &pos);
     if (!out_dir) ds_usage_error(&cli, "missing -o/--out DIR");
+    if (val_images || val_labels || synsets || devkit || classes_file || ds_cli_given(&cli, "subset"))
+        return run_valset(npos, pos);
+    if (npos != 1) ds_usage_error(&cli, npos ? "unexpected argument '%s'" : "missing argument: ROOT", pos[npos > 1]);
     if (ds_cli_given(&cli, "how") && !mat_dir) ds_usage_error(&cli, "--how needs --materialize DIR");
     ds_mat_how how = (ds_mat_how)ds_mat_how_parse(how_name);
     double t0 = ds_now();

@@ -23,10 +23,11 @@
 
 /* The choices' indices (set by ds_cli_parse) follow the order of their lists. */
 enum { LR_SCALING_LINEAR, LR_SCALING_NONE };
-enum { AUGMENT_STANDARD, AUGMENT_NONE };
+enum { AUGMENT_STANDARD, AUGMENT_RRC, AUGMENT_NONE };
 
 static const char *train_dir, *val_dir, *out_dir, *arch = "resnet50", *schedule = "cosine",
-                  *augment = "standard", *resume, *init, *lr_scaling = "linear";
+                  *augment = "standard", *rrc_scale = "0.08,1", *rrc_ratio = "3/4,4/3", *resume, *init,
+                  *lr_scaling = "linear";
 static int schedule_kind, augment_kind, lr_scaling_kind;
 static long long epochs = 90, batch = 64, accum = 1, crop = 224, pad = 0, seed = 42, log_every = 100,
                  ckpt_steps = 0, max_steps = 0, keep = 3;
@@ -60,10 +61,16 @@ static ds_option options[] = {
     DS_NUM("step-gamma", DS_OPT_DOUBLE, &step_gamma, "X", "step schedule: factor per decay", 0, 1),
     DS_NUM("label-smoothing", DS_OPT_DOUBLE, &label_smoothing, "X", "label smoothing of the cross-entropy", 0, 1),
     DS_NUM("crop", DS_OPT_INT, &crop, "N", "network input: N x N crops of the stored images", 1, 65535),
-    DS_NUM("pad", DS_OPT_INT, &pad, "N", "zero padding around the stored image before random crops (4: CIFAR-style)",
-           0, 1024),
-    DS_CHOICE_INDEX("augment", &augment, &augment_kind, "standard|none",
-                    "standard: random crop + horizontal flip; none: centre crop"),
+    DS_NUM("pad", DS_OPT_INT, &pad, "N", "--augment standard: zero padding around the stored image before random "
+           "crops (4: CIFAR-style)", 0, 1024),
+    DS_CHOICE_INDEX("augment", &augment, &augment_kind, "standard|rrc|none",
+                    "standard: random crop + horizontal flip; rrc: RandomResizedCrop (a random box of the stored "
+                    "image, bilinearly resized to the crop) + horizontal flip, as torchvision's ImageNet training; "
+                    "none: centre crop. Evaluation always takes the centre crop"),
+    DS_OPT("rrc-scale", DS_OPT_STRING, &rrc_scale, "LO,HI",
+           "--augment rrc: the box's area as a fraction of the image's, uniform in [LO, HI]"),
+    DS_OPT("rrc-ratio", DS_OPT_STRING, &rrc_ratio, "LO,HI",
+           "--augment rrc: the box's width / height, log-uniform in [LO, HI] (numbers or fractions A/B)"),
     DS_NUM("seed", DS_OPT_INT, &seed, "N", "seed of initialisation, epoch order and augmentation", 0, 9.2e18),
     DS_OPT("resume", DS_OPT_STRING, &resume, "RUN_DIR|FILE",
            "continue exactly from a checkpoint (a run directory: its last.h5), with the same options"),
@@ -93,7 +100,9 @@ static ds_cli cli = {
     .epilog = "Defaults are the ImageNet ResNet-50 recipe of Goyal et al. (2017) and He et al., \"Bag of Tricks\"\n"
               "(2019): SGD with Nesterov momentum 0.9, lr 0.1 per 256 images scaled linearly with the global\n"
               "batch, 5 warmup epochs, cosine decay, weight decay 1e-4, label smoothing 0.1, 90 epochs, random\n"
-              "224 crops + flips from 256-pixel shards (dspack --size 256 --fit crop).\n"
+              "224 crops + flips from 256-pixel shards (dspack --size 256 --fit crop). torchvision's reference\n"
+              "augmentation, RandomResizedCrop(224) + flips: --augment rrc; its boxes come from the stored images,\n"
+              "so pack the training set larger (e.g. dspack --size 320) to keep more of each picture.\n"
               "The recipe of a plain PyTorch script (batch 64, lr 0.01 x ranks, momentum 0.9, no weight decay,\n"
               "10 epochs, Resize((224, 224)), no augmentation): dspack --size 224 --fit squash, then\n"
               "  dstrain --batch 64 --lr 0.04 --no-nesterov --wd 0 --epochs 10 --warmup-epochs 0\n"
@@ -133,6 +142,15 @@ int main(int argc, char **argv)
     if (!out_dir && !resume) ds_usage_error(&cli, "-o/--out RUN_DIR is required");
     if (!ds_arch_known(arch)) ds_usage_error(&cli, "unknown --arch '%s' (known: %s)", arch, ds_arch_names());
     if (nesterov && momentum == 0) ds_usage_error(&cli, "--nesterov needs a non-zero --momentum");
+    double scale_range[2], ratio_range[2];
+    if (ds_cli_range(rrc_scale, scale_range) || !(scale_range[0] > 0 && scale_range[0] <= scale_range[1]))
+        ds_usage_error(&cli, "--rrc-scale wants LO,HI with 0 < LO <= HI, not '%s'", rrc_scale);
+    if (ds_cli_range(rrc_ratio, ratio_range) || !(ratio_range[0] > 0 && ratio_range[0] <= ratio_range[1]))
+        ds_usage_error(&cli, "--rrc-ratio wants LO,HI with 0 < LO <= HI, not '%s'", rrc_ratio);
+    if (augment_kind == AUGMENT_RRC && pad != 0)
+        ds_usage_error(&cli, "--pad is for --augment standard; --augment rrc takes its boxes from the unpadded image");
+    if (augment_kind != AUGMENT_RRC && (ds_cli_given(&cli, "rrc-scale") || ds_cli_given(&cli, "rrc-ratio")))
+        ds_usage_error(&cli, "--rrc-scale and --rrc-ratio need --augment rrc");
 
     ds_source tr, va;
     int have_val = val_dir != NULL;
@@ -215,8 +233,13 @@ int main(int argc, char **argv)
     free(config);
 
     ds_loader_config lc = {.batch = (int)batch, .world = world, .rank = rank, .accum = (int)accum, .crop = (int)crop,
-                           .pad = (int)pad, .augment = augment_kind == AUGMENT_STANDARD, .train = 1,
-                           .seed = (uint64_t)seed, .threads = (int)compute.loader_threads};
+                           .pad = (int)pad, .train = 1, .seed = (uint64_t)seed,
+                           .threads = (int)compute.loader_threads,
+                           .augment = augment_kind == AUGMENT_STANDARD ? DS_AUGMENT_CROP
+                                      : augment_kind == AUGMENT_RRC    ? DS_AUGMENT_RRC
+                                                                       : DS_AUGMENT_NONE,
+                           .rrc_scale = {scale_range[0], scale_range[1]},
+                           .rrc_ratio = {ratio_range[0], ratio_range[1]}};
     ds_train_plan plan = {
         .train = &tr, .val = have_val ? &va : NULL, .out = out_dir, .epochs = epochs, .loader = lc,
         .schedule = ds_schedule_make((ds_schedule_kind)schedule_kind, base_lr, warmup_epochs, step_epochs, step_gamma,
