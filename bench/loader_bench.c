@@ -41,9 +41,12 @@ typedef struct {
 } augment_mode;
 
 static const augment_mode augments[] = {
-    {"crop-flip", 1, 0, "Philox crop corner + flip draw, pread of the stored image",
+    {"crop-flip", DS_AUGMENT_CROP, 0, "Philox crop corner + flip draw, pread of the stored image",
      "normalize_u8: crop, horizontal flip, /255, (x - mean) / std to float"},
-    {"center", 0, 0, "centre-crop corner, pread of the stored image",
+    {"rrc", DS_AUGMENT_RRC, 0,
+     "Philox RandomResizedCrop box (ds_rrc_box, scale 0.08-1, ratio 3/4-4/3) + flip draw, pread of the stored image",
+     "resized_crop_u8: bilinear resize of the box to crop x crop, horizontal flip, /255, (x - mean) / std to float"},
+    {"center", DS_AUGMENT_NONE, 0, "centre-crop corner, pread of the stored image",
      "normalize_u8: crop, /255, (x - mean) / std to float"},
 };
 
@@ -67,8 +70,9 @@ static ds_option opts[] = {
     DS_NUM("crop", DS_OPT_INT, &crop, "N", "network input crop x crop", 1, 1 << 16),
     DS_NUM("images", DS_OPT_INT, &images, "N", "images timed per figure (whole batches, at most one epoch)", 1,
            1e12),
-    DS_CHOICE_INDEX("augment", &augment, &aug_index, "crop-flip|center",
-                    "crop-flip: training's random crop and flip; center: evaluation's centre crop"),
+    DS_CHOICE_INDEX("augment", &augment, &aug_index, "crop-flip|rrc|center",
+                    "crop-flip: random crop and flip; rrc: RandomResizedCrop and flip (dstrain's defaults); "
+                    "center: evaluation's centre crop"),
     DS_CHOICE_INDEX("verify", &verify, &verify_index, "none", "per-image check on read"),
     DS_CHOICE("cache", &cache, "warm|cold", "warm: page cache (second pass); cold: shard pages dropped first"),
     DS_NUM("seed", DS_OPT_INT, &seed, "S", "sampling seed", 0, 9.2e18),
@@ -133,7 +137,10 @@ static double timed_pass(ds_loader *L, const ds_loader_config *c, int64_t steps,
     int rc = 1;
     int64_t done = 0, counted = 0;
     while (done < steps && (rc = ds_loader_next(L, &b)) == 1) {
-        if (out)
+        if (out && b->resize)  /* the input op ds_feed_batch would run */
+            ds_backend_cpu.resized_crop_u8(out, b->images, b->n, b->height, b->width, c->crop, c->crop, b->y0, b->x0,
+                                           b->bh, b->bw, b->flip, mean, sd);
+        else if (out)
             ds_backend_cpu.normalize_u8(out, b->images, b->n, b->height, b->width, c->crop, c->crop, b->y0, b->x0,
                                         b->flip, mean, sd);
         counted += b->n;
@@ -169,7 +176,8 @@ int main(int argc, char **argv)
     ds_source src;
     if (ds_source_open_shards(&src, dir)) return 1;
     ds_loader_config c = {.batch = (int)batch, .world = 1, .rank = 0, .accum = 1, .crop = (int)crop,
-                          .pad = am->pad, .augment = am->augment, .train = 1, .seed = (uint64_t)seed};
+                          .pad = am->pad, .augment = am->augment, .rrc_scale = {0.08, 1.0},
+                          .rrc_ratio = {3.0 / 4.0, 4.0 / 3.0}, .train = 1, .seed = (uint64_t)seed};
     int64_t steps = (int64_t)((images + batch - 1) / batch);
     int64_t epoch_steps = ds_loader_train_steps(&c, src.n);
     if (steps > epoch_steps) steps = epoch_steps;

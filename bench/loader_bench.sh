@@ -4,7 +4,8 @@
 # cold (the shards' pages dropped before each timed pass).
 #   bench/loader_bench.sh [N_IMAGES (6000)] [SHARD_DIR]
 # With SHARD_DIR it times that directory instead and packs nothing. THREADS (default
-# "1,2,4") lists the loader thread counts; AUGMENT (crop-flip), VERIFY (none) and BATCH (256)
+# "1,2,4") lists the loader thread counts; AUGMENT (crop-flip, rrc or center), VERIFY (none)
+# and BATCH (256)
 # pass through.
 # Needs `make bench-build` (bin/dsplit, bin/dspack, build/data/synth, build/bench/loader_bench).
 set -eu
