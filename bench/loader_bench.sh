@@ -5,8 +5,7 @@
 #   bench/loader_bench.sh [N_IMAGES (6000)] [SHARD_DIR]
 # With SHARD_DIR it times that directory instead and packs nothing. THREADS (default
 # "1,2,4") lists the loader thread counts; AUGMENT (crop-flip, rrc or center), VERIFY (none)
-# and BATCH (256)
-# pass through.
+# and BATCH (256) pass through.
 # Needs `make bench-build` (bin/dsplit, bin/dspack, build/data/synth, build/bench/loader_bench).
 set -eu
 cd "$(dirname "$0")/.."
