@@ -579,6 +579,12 @@ static int is_shard_name(const char *name, int *index)
     return 1;
 }
 
+int ds_shard_file_index(const char *name)
+{
+    int index;
+    return is_shard_name(name, &index) ? index : -1;
+}
+
 void ds_shardset_close(ds_shardset *set)
 {
     for (int i = 0; i < set->count; i++) ds_shard_close(&set->shards[i]);

@@ -115,6 +115,9 @@ typedef struct {
 } ds_shardset;
 
 int ds_shardset_open(ds_shardset *set, const char *dir);
+/* The index of a shard file name ("shard-00042.h5": 42; at least five digits); -1 for any
+ * other name. */
+int ds_shard_file_index(const char *name);
 void ds_shardset_close(ds_shardset *set);
 /* Global image index -> (shard, index within it). */
 void ds_shardset_locate(const ds_shardset *set, size_t global, int *shard, size_t *local);
