@@ -397,9 +397,9 @@ int ds_shard_check_image(const ds_shard *s, size_t i, const uint8_t *pixels)
     if (!s->checksums || i >= s->n) return 0;
     uint64_t got = ds_shard_checksum(pixels, (size_t)s->height * s->width * 3);
     if (got == s->checksums[i]) return 0;
-    return ds_err("%s: image %zu (%s) is corrupt: its pixels hash to %016llx, /checksums holds %016llx "
-                  "(the file changed after dspack wrote it: repack it or restore it from a copy)",
-                  s->path, i, s->paths[i], (unsigned long long)got, (unsigned long long)s->checksums[i]);
+    return ds_err("%s: image %zu (%s) is corrupt: its pixels hash to %llu, /checksums[%zu] holds %llu (the file "
+                  "changed after dspack wrote it: repack it or restore it from a copy)",
+                  s->path, i, s->paths[i], (unsigned long long)got, i, (unsigned long long)s->checksums[i]);
 }
 
 int ds_shard_open(ds_shard *s, const char *path)
