@@ -145,6 +145,11 @@ expect_status dseval_old_shards 0 dseval -v "$T/run/last.h5" "$T/old"
 grep -q '3 of 4 shards have no /checksums' "$T/err" && pass dseval_verbose_says_unchecked ||
     fail dseval_verbose_says_unchecked "$(cat "$T/err")"
 expect_status dstrain_old_shards 0 dstrain --train "$T/old" "${TRAIN[@]}" -o "$T/run_old"
+# --resume rewrites a shard packed before checksums: the set equals a fresh run's.
+dspack -q --size 16 --shard-size 12 --resume -o "$T/old" "$T/split/train.txt"
+same=1
+for f in "$T"/c/shard-*.h5; do cmp -s "$f" "$T/old/$(basename "$f")" || { same=0; echo "differs: $f"; }; done
+[ $same = 1 ] && pass resume_rewrites_unchecked_shards || fail resume_rewrites_unchecked_shards
 # A /checksums this build does not know is refused, not ignored.
 cp -r "$T/c" "$T/alg"
 "$PYTHON" -c "import h5py,sys; f=h5py.File(sys.argv[1],'r+'); f['checksums'].attrs['algorithm']='crc32c'; f.close()" \
