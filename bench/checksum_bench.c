@@ -143,7 +143,8 @@ int main(int argc, char **argv)
     size_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : 1024;
     int size = argc > 2 ? atoi(argv[2]) : 256, epochs = argc > 3 ? atoi(argv[3]) : 3;
     int threads = argc > 4 ? atoi(argv[4]) : 2;
-    if (n < 4 * 32 || size < 8 || epochs < 1 || threads < 1) ds_die("usage: checksum_bench [images>=128] [size>=8] [epochs] [threads]");
+    if (n < 4 * 32 || size < 8 || epochs < 1 || threads < 1)
+        ds_die("usage: checksum_bench [images >= 128] [size >= 8] [epochs >= 1] [threads >= 1]");
     char dir[256];
     snprintf(dir, sizeof dir, "%s/checksum_bench.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(dir)) ds_die("mkdtemp: %s", strerror(errno));
@@ -162,8 +163,8 @@ int main(int argc, char **argv)
         if (b > best_hash) best_hash = b;
     }
     ds_shardset_close(&set);
-    printf("%zu images of %dx%dx3 (%.1f MB) in %d shards, page cache; best of 5, one thread, per CPU second:\n", n, size, size,
-           n * mb * 1e3, SHARDS);
+    printf("%zu images of %dx%dx3 (%.1f MB) in %d shards, page cache; best of 5, one thread, per CPU second:\n", n,
+           size, size, n * mb * 1e3, SHARDS);
     printf("  pread               %9.0f images/s  %6.2f GB/s\n", best_read, best_read * mb);
     printf("  pread + xxh3-64     %9.0f images/s  %6.2f GB/s  (%.1f%% slower)\n", best_hash, best_hash * mb,
            100 * (best_read / best_hash - 1));

@@ -199,7 +199,8 @@ int ds_shard_stream_write(ds_shard_stream *s, const uint8_t *images, size_t firs
                                             first + count, s->n);
     if (pwrite_all(s->fd, images, count * s->image_bytes, (off_t)(s->offset + first * s->image_bytes)))
         return ds_err("%s: write: %s", s->tmp, strerror(errno));
-    for (size_t i = 0; i < count; i++) s->sums[first + i] = ds_shard_checksum(images + i * s->image_bytes, s->image_bytes);
+    for (size_t i = 0; i < count; i++)
+        s->sums[first + i] = ds_shard_checksum(images + i * s->image_bytes, s->image_bytes);
     return 0;
 }
 
