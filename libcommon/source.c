@@ -64,8 +64,8 @@ static int shard_fd(shard_impl *im, int k, int *owned)
 
 /* Checks global image i (local in shard sh) against its checksum the first time this process
  * reads it. Hashing costs about half of a page-cache pread (bench/checksum_bench.c): on every
- * read that would slow the loader by tens of percent; once per image it is 1/epochs of that,
- * and every image is still checked before the first step trains on it (evaluation reads each
+ * read that would slow the loader by tens of percent; once per image the first epoch alone
+ * pays it, and every image is still checked before a step trains on it (evaluation reads each
  * image once: all checked). Two threads reading the same unchecked image both hash it. */
 static int verify(shard_impl *im, size_t i, const ds_shard *sh, size_t local, const uint8_t *out)
 {
