@@ -17,7 +17,7 @@ BUILD    := $(if $(filter 1,$(SAN)),build-san,build)
 BIN      := $(if $(filter 1,$(SAN)),bin-san,bin)
 VERSION  := 0.1.0
 
-PKGS_C   = hdf5 libturbojpeg libpng
+PKGS_C   = hdf5 libturbojpeg libpng libxxhash
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS_C) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS_C) 2>/dev/null)
 
@@ -117,7 +117,7 @@ FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 BENCH_SRCS := $(sort $(wildcard bench/*.c))
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
-DEPS_DEB := libhdf5-dev hdf5-tools libturbojpeg0-dev libpng-dev libopenmpi-dev \
+DEPS_DEB := libhdf5-dev hdf5-tools libturbojpeg0-dev libpng-dev libxxhash-dev libopenmpi-dev \
             openmpi-bin gnuplot-nox libjpeg-turbo-progs dataset-fashion-mnist zlib1g-dev pkg-config \
             python3-torch python3-torchvision python3-h5py python3-pil python3-numpy time
 

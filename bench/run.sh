@@ -12,6 +12,8 @@
 #   engine   whole-network images/s against PyTorch (the   bench/engine_bench.sh  ENGINE.md
 #            torch of $PYTHON, default /usr/bin/python3); ~10 minutes on 2 cores
 #   gpu      the GPU tests and images/s against PyTorch    bench/gpu.sh (needs a GPU; ~8 min)
+#   checksum what checking shard checksums costs the       build/bench/checksum_bench (~20 s)
+#            loader (bench/checksum_bench.c)
 # --quick runs each with its smallest setting (seconds: to see that it runs, not to measure);
 # --no-build skips the make. Results: each benchmark's output also goes to
 # $BENCH_RESULTS/NAME.txt (default bench/results/<UTC date-time>/), named at the start and
@@ -25,8 +27,8 @@ for a in "$@"; do
     --quick) quick=1 ;;
     --no-build) build=0 ;;
     -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    ops | pack | dsplit | loader | engine | gpu) names+=("$a") ;;
-    *) echo "bench/run.sh: unknown benchmark or option '$a' (ops pack dsplit loader engine gpu, --quick, --no-build)" >&2
+    ops | pack | dsplit | loader | engine | gpu | checksum) names+=("$a") ;;
+    *) echo "bench/run.sh: unknown benchmark or option '$a' (ops pack dsplit loader engine gpu checksum, --quick, --no-build)" >&2
        exit 2 ;;
     esac
 done
@@ -64,6 +66,8 @@ set_args() {
     engine:0) args=(bench/engine_bench.sh) ;;
     engine:1) args=(env ONLY=resnet20 bench/engine_bench.sh 1) ;;
     gpu:*) args=(env OUT="${OUT:-$PWD/$results}" bench/gpu.sh) ;;
+    checksum:0) args=(build/bench/checksum_bench 1024 256 3 2) ;;
+    checksum:1) args=(build/bench/checksum_bench 128 64 1 2) ;;
     esac
 }
 

@@ -15,6 +15,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+/* libxxhash's runtime dispatch: XXH3 in AVX-512, AVX2 or SSE2, whichever this CPU has (the
+ * same value from each); plain XXH3_64bits is its SSE2 code alone, at half the speed. */
+#include <xxh_x86dispatch.h>
+#else
+#include <xxhash.h>
+#endif
 
 /* ---- writing ---- */
 
@@ -67,11 +74,41 @@ out:
     return rc;
 }
 
+uint64_t ds_shard_checksum(const uint8_t *image, size_t bytes) { return XXH3_64bits(image, bytes); }
+
+/* /checksums: contiguous and allocated early like a streamed /images, so a streamed shard
+ * can write the values last at *offset (offset non-NULL: nothing is written). */
+static int write_checksums(hid_t f, const uint64_t *sums, size_t n, uint64_t *offset)
+{
+    hsize_t dims[1] = {n};
+    hid_t sp = H5Screate_simple(1, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE), d = -1;
+    int rc = -1;
+    if (sp < 0 || dcpl < 0 || H5Pset_obj_track_times(dcpl, 0) < 0 || H5Pset_layout(dcpl, H5D_CONTIGUOUS) < 0 ||
+        H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) < 0)
+        goto out;
+    if ((d = H5Dcreate2(f, "checksums", H5T_STD_U64LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT)) < 0) goto out;
+    if (ds_h5_attr_write_str(d, "algorithm", DS_SHARD_CHECKSUM_NAME)) goto out;
+    if (offset) {
+        haddr_t a = n ? H5Dget_offset(d) : HADDR_UNDEF;
+        if (n && a == HADDR_UNDEF) goto out;
+        *offset = a;
+        rc = 0;
+        goto out;
+    }
+    rc = n == 0 || H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, sums) >= 0 ? 0 : -1;
+out:
+    if (d >= 0) H5Dclose(d);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (sp >= 0) H5Sclose(sp);
+    return rc;
+}
+
 /* The whole shard file through HDF5 at `tmp`; with offset non-NULL every byte but the
- * pixels', which stay a hole at *offset for the caller to fill. Both give the same bytes around the
- * pixels: the same calls in the same order, the pixel write aside. */
-static int write_file(const char *tmp, const ds_shard_meta *meta, const uint8_t *images, const int32_t *labels,
-                      char *const *paths, size_t n, uint64_t *offset)
+ * pixels' and the checksums', which stay holes at *offset and *sums_offset for the caller to
+ * fill. Both give the same bytes around them: the same calls in the same order, the two
+ * writes aside. */
+static int write_file(const char *tmp, const ds_shard_meta *meta, const uint8_t *images, const uint64_t *sums,
+                      const int32_t *labels, char *const *paths, size_t n, uint64_t *offset, uint64_t *sums_offset)
 {
     if (meta->height <= 0 || meta->width <= 0 || meta->num_classes <= 0 || meta->compress < 0 ||
         meta->compress > 9 || !meta->fit)
@@ -96,6 +133,8 @@ static int write_file(const char *tmp, const ds_shard_meta *meta, const uint8_t 
     if ((str_t = ds_h5_vlen_utf8()) < 0 || write_1d(f, "paths", str_t, str_t, paths, n)) goto out;
     what = "/classes";
     if (write_1d(f, "classes", str_t, str_t, meta->classes, (size_t)meta->num_classes)) goto out;
+    what = "/checksums";
+    if (write_checksums(f, sums, n, sums_offset)) goto out;
     ok = 1;
 out:
     if (str_t >= 0) H5Tclose(str_t);
@@ -105,10 +144,15 @@ out:
 int ds_shard_write(const char *path, const ds_shard_meta *meta, const uint8_t *images,
                    const int32_t *labels, char *const *paths, size_t n)
 {
+    size_t bytes = (size_t)meta->height * meta->width * 3;
+    uint64_t *sums = ds_xmalloc((n ? n : 1) * sizeof *sums);
+    for (size_t i = 0; i < n && meta->height > 0 && meta->width > 0; i++)
+        sums[i] = ds_shard_checksum(images + i * bytes, bytes);
     char *tmp = ds_tmp_name(path);
-    int rc = write_file(tmp, meta, images, labels, paths, n, NULL);
+    int rc = write_file(tmp, meta, images, sums, labels, paths, n, NULL, NULL);
     if (rc == 0) rc = ds_commit_file(tmp, path);
     free(tmp);
+    free(sums);
     return rc;
 }
 
@@ -123,7 +167,8 @@ int ds_shard_stream_open(ds_shard_stream *s, const char *path, const ds_shard_me
     s->meta = *meta;
     s->n = n;
     s->image_bytes = (size_t)meta->height * meta->width * 3;
-    if (write_file(s->tmp, meta, NULL, labels, paths, n, &s->offset)) goto fail;
+    s->sums = ds_xcalloc(n, sizeof *s->sums);
+    if (write_file(s->tmp, meta, NULL, NULL, labels, paths, n, &s->offset, &s->sums_offset)) goto fail;
     if ((s->fd = open(s->tmp, O_RDWR | O_CLOEXEC)) < 0) {
         ds_err("%s: %s", s->tmp, strerror(errno));
         goto fail;
@@ -154,7 +199,20 @@ int ds_shard_stream_write(ds_shard_stream *s, const uint8_t *images, size_t firs
                                             first + count, s->n);
     if (pwrite_all(s->fd, images, count * s->image_bytes, (off_t)(s->offset + first * s->image_bytes)))
         return ds_err("%s: write: %s", s->tmp, strerror(errno));
+    for (size_t i = 0; i < count; i++)
+        s->sums[first + i] = ds_shard_checksum(images + i * s->image_bytes, s->image_bytes);
     return 0;
+}
+
+/* The first n checksums into the file's /checksums at `at`, little-endian as its type says. */
+static int write_sums(int fd, const uint64_t *sums, size_t n, uint64_t at, const char *name)
+{
+    uint8_t *le = ds_xmalloc((n ? n : 1) * 8);
+    for (size_t i = 0; i < n; i++)
+        for (int b = 0; b < 8; b++) le[i * 8 + b] = (uint8_t)(sums[i] >> (8 * b));
+    int rc = pwrite_all(fd, le, n * 8, (off_t)at) ? ds_err("%s: writing /checksums: %s", name, strerror(errno)) : 0;
+    free(le);
+    return rc;
 }
 
 /* Fewer images than laid out: a second file laid out for n gets the first n images' pixels
@@ -165,9 +223,9 @@ static int stream_repack(ds_shard_stream *s, const int32_t *labels, char *const 
     char *repack = ds_xmalloc(len + 8);
     memcpy(repack, s->tmp, len - 4);
     memcpy(repack + len - 4, ".repack.tmp", 12);
-    uint64_t to = 0;
+    uint64_t to = 0, sums_to = 0;
     int rc = -1, fd = -1;
-    if (write_file(repack, &s->meta, NULL, labels, paths, n, n ? &to : NULL)) goto out;
+    if (write_file(repack, &s->meta, NULL, s->sums, labels, paths, n, n ? &to : NULL, n ? &sums_to : NULL)) goto out;
     if (n && (fd = open(repack, O_WRONLY | O_CLOEXEC)) < 0) {
         ds_err("%s: %s", repack, strerror(errno));
         goto out;
@@ -197,6 +255,7 @@ static int stream_repack(ds_shard_stream *s, const int32_t *labels, char *const 
         }
         free(buf);
     }
+    if (n && write_sums(fd, s->sums, n, sums_to, repack)) goto out;
     if (fd >= 0 && close(fd)) {
         fd = -1;
         ds_err("%s: close: %s", repack, strerror(errno));
@@ -219,7 +278,8 @@ int ds_shard_stream_commit(ds_shard_stream *s, const int32_t *labels, char *cons
     } else if (n < s->n) {
         rc = stream_repack(s, labels, paths, n);
     } else {
-        rc = close(s->fd) ? ds_err("%s: close: %s", s->tmp, strerror(errno)) : 0;
+        rc = write_sums(s->fd, s->sums, n, s->sums_offset, s->tmp);
+        if (close(s->fd) && rc == 0) rc = ds_err("%s: close: %s", s->tmp, strerror(errno));
         s->fd = -1;
         if (rc == 0) {
             rc = ds_commit_file(s->tmp, s->path);
@@ -237,6 +297,7 @@ void ds_shard_stream_abort(ds_shard_stream *s)
     if (s->tmp) unlink(s->tmp);
     free(s->tmp);
     free(s->path);
+    free(s->sums);
     memset(s, 0, sizeof *s);
     s->fd = -1;
 }
@@ -293,9 +354,53 @@ void ds_shard_close(ds_shard *s)
     free_strings(s->paths, s->n);
     free(s->labels);
     free(s->config);
+    free(s->checksums);
     free(s->path);
     memset(s, 0, sizeof *s);
     s->hid = -1;
+}
+
+/* /checksums when the shard has one: uint64 [n] of a known algorithm. NULL with *bad set
+ * when it is there but unusable; NULL with *bad unset when it is absent (an older shard). */
+static uint64_t *read_checksums(hid_t f, size_t n, const char **bad)
+{
+    if (H5Lexists(f, "checksums", H5P_DEFAULT) <= 0) return NULL;
+    hid_t d = H5Dopen2(f, "checksums", H5P_DEFAULT), t = -1, sp = -1;
+    hsize_t dims[1];
+    uint64_t *sums = NULL;
+    char *alg = NULL;
+    *bad = "/checksums is not a uint64 [N] dataset";
+    if (d < 0 || (t = H5Dget_type(d)) < 0 || (sp = H5Dget_space(d)) < 0) goto out;
+    if (H5Tget_class(t) != H5T_INTEGER || H5Tget_size(t) != 8 || H5Tget_sign(t) != H5T_SGN_NONE ||
+        H5Sget_simple_extent_ndims(sp) != 1 || H5Sget_simple_extent_dims(sp, dims, NULL) != 1 || dims[0] != n)
+        goto out;
+    alg = ds_h5_attr_read_str(d, "algorithm");
+    *bad = "/checksums has no 'algorithm' attribute or not '" DS_SHARD_CHECKSUM_NAME "' (written by a newer dspack?)";
+    if (!alg || strcmp(alg, DS_SHARD_CHECKSUM_NAME)) goto out;
+    sums = ds_xmalloc((n ? n : 1) * sizeof *sums);
+    *bad = "/checksums cannot be read";
+    if (n && H5Dread(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, sums) < 0) {
+        free(sums);
+        sums = NULL;
+        goto out;
+    }
+    *bad = NULL;
+out:
+    free(alg);
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+    if (d >= 0) H5Dclose(d);
+    return sums;
+}
+
+int ds_shard_check_image(const ds_shard *s, size_t i, const uint8_t *pixels)
+{
+    if (!s->checksums || i >= s->n) return 0;
+    uint64_t got = ds_shard_checksum(pixels, (size_t)s->height * s->width * 3);
+    if (got == s->checksums[i]) return 0;
+    return ds_err("%s: image %zu (%s) is corrupt: its pixels hash to %llu, /checksums[%zu] holds %llu (the file "
+                  "changed after dspack wrote it: repack it or restore it from a copy)",
+                  s->path, i, s->paths[i], (unsigned long long)got, i, (unsigned long long)s->checksums[i]);
 }
 
 int ds_shard_open(ds_shard *s, const char *path)
@@ -412,6 +517,9 @@ int ds_shard_open_quiet(ds_shard *s, const char *path, char *why, size_t why_len
     H5Dclose(d);
     d = -1;
 
+    s->checksums = read_checksums(f, s->n, &bad);
+    if (bad) goto out;
+
     /* A contiguous shard is read by pread: keep no HDF5 handle (and no descriptor) open, so
      * a set of thousands of shards stays under the process's file limit. */
     if (s->contiguous) {
@@ -449,7 +557,11 @@ out:
     if (fs >= 0) H5Sclose(fs);
     if (d >= 0) H5Dclose(d);
     ds_h5_quiet_end(&q);
-    if (rc) ds_err("%s: cannot read images [%zu, %zu) from /images", s->path, start, start + count);
+    if (rc && count == 1)
+        ds_err("%s: image %zu (%s) cannot be read from /images (damaged or unreadable data)", s->path, start,
+               s->paths[start]);
+    else if (rc)
+        ds_err("%s: cannot read images [%zu, %zu) from /images", s->path, start, start + count);
     return rc;
 }
 
@@ -466,6 +578,12 @@ static int is_shard_name(const char *name, int *index)
     if (digits < 5 || strcmp(p, ".h5") != 0) return 0;
     *index = (int)v;
     return 1;
+}
+
+int ds_shard_file_index(const char *name)
+{
+    int index;
+    return is_shard_name(name, &index) ? index : -1;
 }
 
 void ds_shardset_close(ds_shardset *set)

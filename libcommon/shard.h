@@ -4,6 +4,8 @@
  *   /labels   int32 [N]
  *   /paths    vlen UTF-8 string [N]   source path relative to the root
  *   /classes  vlen UTF-8 string [C]   all class names, the same in every shard
+ *   /checksums uint64 [N]              XXH3-64 of each image's H*W*3 stored bytes (attribute
+ *                                      algorithm = "xxh3-64"); absent in shards packed before it
  *   root attributes: ds_format (int 1), ds_kind ("shard"), height, width, fit ("crop" or
  *   "squash"), shard_index, shard_count, num_classes
  *
@@ -32,9 +34,10 @@ int ds_shard_write(const char *path, const ds_shard_meta *meta, const uint8_t *i
                    const int32_t *labels, char *const *paths, size_t n);
 
 /* A contiguous shard whose pixels are written while they are still being produced: open
- * writes every byte of the file but the pixels (HDF5 lays out /images for n images and
- * leaves their space unwritten), write puts images [first, first + count) there with plain
- * writes, in any order, from one thread at a time, and commit fsyncs and renames. Commit
+ * writes every byte of the file but the pixels and their checksums (HDF5 lays out /images
+ * and /checksums for n images and leaves their space unwritten), write puts images
+ * [first, first + count) there with plain writes, in any order, from one thread at a time,
+ * and keeps their checksums, and commit writes the checksums, fsyncs and renames. Commit
  * may name fewer images than open did (images were rejected meanwhile): the first n written
  * are kept, in a file laid out again for n. Either way the result is byte for byte the file
  * ds_shard_write makes from the same arguments. abort removes the temporary file. */
@@ -43,6 +46,8 @@ typedef struct {
     int fd;
     ds_shard_meta meta;          /* its pointers must stay valid until commit */
     uint64_t offset;             /* file offset of /images[0] */
+    uint64_t sums_offset;        /* file offset of /checksums[0], written at commit */
+    uint64_t *sums;              /* [n] checksum of each image written */
     size_t n, image_bytes;       /* images laid out */
 } ds_shard_stream;
 
@@ -54,7 +59,11 @@ int ds_shard_stream_write(ds_shard_stream *s, const uint8_t *images, size_t firs
 int ds_shard_stream_commit(ds_shard_stream *s, const int32_t *labels, char *const *paths, size_t n);
 void ds_shard_stream_abort(ds_shard_stream *s);
 
-/* ---- reading (loader, dseval, dspack --resume) ---- */
+/* The checksum stored for an image: XXH3-64 (seed 0) of its H*W*3 bytes. */
+#define DS_SHARD_CHECKSUM_NAME "xxh3-64"
+uint64_t ds_shard_checksum(const uint8_t *image, size_t bytes);
+
+/* ---- reading (loader, dseval, dspack --resume, dspack --verify) ---- */
 
 typedef struct {
     char *path;
@@ -73,10 +82,12 @@ typedef struct {
     int contiguous;              /* 1: /images can be pread at images_offset */
     int64_t images_offset;       /* byte offset of /images in the file when contiguous */
     char *config;                /* the `config` attribute (dspack's options as JSON); NULL if absent */
+    uint64_t *checksums;         /* [n] from /checksums; NULL: a shard packed before checksums */
 } ds_shard;
 
 /* Opens and validates a shard: kind, version, every dataset's type, rank and shape, the
- * attributes' ranges, labels in range. Errors name the file and the field. */
+ * attributes' ranges, labels in range, the checksums' algorithm. Errors name the file and
+ * the field. Pixels are not read: ds_shard_check_image checks them as they are read. */
 int ds_shard_open(ds_shard *s, const char *path);
 /* The same without printing: on failure `why` gets the message ds_shard_open would print
  * (dspack --resume uses it to decide, quietly, whether a shard can be kept). */
@@ -87,6 +98,10 @@ int ds_shard_open_quiet(ds_shard *s, const char *path, char *why, size_t why_len
  * only under the caller's lock (HDF5 is built without thread safety). The loader preads
  * contiguous shards directly instead. */
 int ds_shard_read_images(ds_shard *s, size_t start, size_t count, uint8_t *out);
+/* Checks image i's pixels ([H, W, 3], as read) against its stored checksum: 0 when they
+ * match or the shard has none; otherwise -1 with a message naming the shard file, the image
+ * index and its source path. */
+int ds_shard_check_image(const ds_shard *s, size_t i, const uint8_t *pixels);
 void ds_shard_close(ds_shard *s);
 
 /* A directory of shards: shard-00000.h5 ... in order, every one opened and validated,
@@ -100,6 +115,9 @@ typedef struct {
 } ds_shardset;
 
 int ds_shardset_open(ds_shardset *set, const char *dir);
+/* The index of a shard file name ("shard-00042.h5": 42; at least five digits); -1 for any
+ * other name. */
+int ds_shard_file_index(const char *name);
 void ds_shardset_close(ds_shardset *set);
 /* Global image index -> (shard, index within it). */
 void ds_shardset_locate(const ds_shardset *set, size_t global, int *shard, size_t *local);

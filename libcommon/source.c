@@ -21,6 +21,7 @@ typedef struct {
     int cached;                  /* descriptors held */
     pthread_mutex_t fd_lock;     /* guards fds / cached */
     pthread_mutex_t h5_lock;     /* HDF5 is built without thread safety */
+    uint8_t *verified;           /* [n] 1: image i matched its checksum once in this process */
 } shard_impl;
 
 typedef struct {
@@ -61,6 +62,19 @@ static int shard_fd(shard_impl *im, int k, int *owned)
     return fd;
 }
 
+/* Checks global image i (local in shard sh) against its checksum the first time this process
+ * reads it. Hashing costs about half of a page-cache pread (bench/checksum_bench.c): on every
+ * read that would slow the loader by tens of percent; once per image the first epoch alone
+ * pays it, and every image is still checked before a step trains on it (evaluation reads each
+ * image once: all checked). Two threads reading the same unchecked image both hash it. */
+static int verify(shard_impl *im, size_t i, const ds_shard *sh, size_t local, const uint8_t *out)
+{
+    if (__atomic_load_n(&im->verified[i], __ATOMIC_RELAXED)) return 0;
+    if (ds_shard_check_image(sh, local, out)) return -1;
+    __atomic_store_n(&im->verified[i], 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
 static int shard_read(ds_source *s, int worker, size_t i, uint8_t *out, char *reason, size_t reason_len)
 {
     shard_impl *im = s->impl;
@@ -73,7 +87,7 @@ static int shard_read(ds_source *s, int worker, size_t i, uint8_t *out, char *re
         pthread_mutex_lock(&im->h5_lock);
         int rc = ds_shard_read_images(sh, local, 1, out);
         pthread_mutex_unlock(&im->h5_lock);
-        return rc;
+        return rc ? rc : verify(im, i, sh, local, out);
     }
     int owned;
     int fd = shard_fd(im, k, &owned);
@@ -82,7 +96,7 @@ static int shard_read(ds_source *s, int worker, size_t i, uint8_t *out, char *re
     int e = errno;
     if (owned) close(fd);
     if (rc) return ds_err("%s: reading image %zu: %s", sh->path, local, e == EIO ? "file is truncated" : strerror(e));
-    return 0;
+    return verify(im, i, sh, local, out);
 }
 
 static const char *shard_path(const ds_source *s, size_t i)
@@ -118,6 +132,12 @@ int ds_source_open_shards(ds_source *s, const char *dir)
     s->labels = ds_xmalloc(s->n * sizeof *s->labels);
     for (int k = 0; k < im->set.count; k++)
         memcpy(s->labels + im->set.first[k], im->set.shards[k].labels, im->set.shards[k].n * sizeof *s->labels);
+    int unchecked = 0;
+    for (int k = 0; k < im->set.count; k++) unchecked += !im->set.shards[k].checksums;
+    if (unchecked)
+        ds_debug("%s: %d of %d shards have no /checksums (packed before dspack wrote them): their images are read "
+                 "unverified", dir, unchecked, im->set.count);
+    im->verified = ds_xcalloc(s->n, 1);
     im->fds = ds_xmalloc((size_t)im->set.count * sizeof *im->fds);
     for (int k = 0; k < im->set.count; k++) im->fds[k] = -1;
     pthread_mutex_init(&im->fd_lock, NULL);
@@ -228,6 +248,7 @@ void ds_source_close(ds_source *s)
         for (int k = 0; k < im->set.count; k++)
             if (im->fds[k] >= 0) close(im->fds[k]);
         free(im->fds);
+        free(im->verified);
         pthread_mutex_destroy(&im->fd_lock);
         pthread_mutex_destroy(&im->h5_lock);
         ds_shardset_close(&im->set);

@@ -4,8 +4,10 @@
  * RGB): a shard directory (dspack's output; contiguous shards are read with pread at the
  * offset HDF5 reports, compressed ones through HDF5 under a lock), or a manifest whose
  * images are decoded and resized on the fly exactly as dspack stores them (image.h).
- * Reads are safe from many threads at once; each reading thread passes its own worker
- * index (0 .. workers-1, fixed by ds_source_prepare) so decoders are never shared. */
+ * An image of a shard that has /checksums is checked against its checksum the first time
+ * the source reads it (a mismatch is an I/O error naming the shard, index and path). Reads are safe from many
+ * threads at once; each reading thread passes its own worker index (0 .. workers-1, fixed
+ * by ds_source_prepare) so decoders are never shared. */
 #ifndef DS_SOURCE_H
 #define DS_SOURCE_H
 

@@ -6,7 +6,7 @@
 #                 and orted (Open MPI), ompi_info
 #   OUT/lib/      every library those load, found by ldd here, except the base system's
 #                 (glibc, libstdc++, libgcc_s) and CUDA's (cudart, cuBLAS, cuDNN, NCCL, the
-#                 driver): HDF5 and what it pulls in (libcurl, TLS, ...), turbojpeg, png,
+#                 driver): HDF5 and what it pulls in (libcurl, TLS, ...), turbojpeg, png, xxhash,
 #                 zlib, libgomp, Open MPI, PMIx, hwloc, libevent
 #   OUT/lib/openmpi3/, OUT/lib/pmix/   Open MPI's and PMIx's plugins (the network stacks
 #                 Debian's openmpi-mca-params.conf turns off, UCX, OFI, openib, PSM, and the

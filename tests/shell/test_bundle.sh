@@ -1,7 +1,7 @@
 #!/bin/bash
 # The GPU bundle (make gpu-bundle, scripts/gpu-bundle.sh) needs nothing of this machine's
 # Debian packages but the C and C++ runtime: in a mount namespace where every file of the
-# packages whose libraries the bundle carries (HDF5, libaec, turbojpeg, libpng, zlib,
+# packages whose libraries the bundle carries (HDF5, libaec, turbojpeg, libpng, libxxhash, zlib,
 # libgomp, Open MPI, PMIx, hwloc, libevent, libcurl and its TLS stack, ...) plus openmpi-bin,
 # openmpi-common, hdf5-tools and the network stacks Open MPI could reach for (libfabric,
 # UCX, PSM, verbs) is hidden (/dev/null mounted over each file, an empty tmpfs over Open
@@ -92,7 +92,7 @@ for l in "$B"/lib/*.so*; do
     [ -n "$p" ] && origs+=("$(readlink -f "$p")")
 done
 pkgs=$( { dpkg-query -S "${origs[@]}" 2>/dev/null | cut -d: -f1 | tr ',' '\n'
-          echo libhdf5-103-1 libhdf5-hl-100 libsz2 libaec0 libturbojpeg0 libpng16-16 libgomp1 zlib1g \
+          echo libhdf5-103-1 libhdf5-hl-100 libsz2 libaec0 libturbojpeg0 libpng16-16 libxxhash0 libgomp1 zlib1g \
               libopenmpi3 openmpi-bin openmpi-common libpmix2 libhwloc15 libhwloc-plugins libfabric1 libucx0 \
               libpsm2-2 libpsm-infinipath1 libibverbs1 ibverbs-providers librdmacm1 hdf5-tools libcurl4 \
               libevent-2.1-7 libevent-core-2.1-7 libevent-pthreads-2.1-7 | tr ' ' '\n'; } |

@@ -1,5 +1,6 @@
-/* Shard files: write -> open -> read round trip, byte-identical rewrites, and refusal of
- * files that are truncated, of another kind, or inconsistent within a set. */
+/* Shard files: write -> open -> read round trip, byte-identical rewrites, per-image
+ * checksums (stored, checked, absent in older shards), and refusal of files that are
+ * truncated, of another kind, or inconsistent within a set. */
 #include "../check.h"
 #include "fsutil.h"
 #include "shard.h"
@@ -8,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 static char dir[256];
 
@@ -71,6 +73,18 @@ static void test_roundtrip(int compress)
         if (f) fclose(f);
     }
     CHECK(ds_shard_read_images(&s, 2, 2, back) != 0, "out-of-range read refused");
+    /* /checksums: XXH3-64 of each image's stored bytes, checked against the pixels read. The
+     * known answer of xxHash's reference for the empty input pins the algorithm and seed. */
+    CHECK(ds_shard_checksum(img, 0) == 0x2D06800538D394C2ull, "XXH3-64 of nothing: %016llx",
+          (unsigned long long)ds_shard_checksum(img, 0));
+    CHECK(s.checksums != NULL, "no /checksums");
+    for (int i = 0; i < 3 && s.checksums; i++) {
+        CHECK(s.checksums[i] == XXH3_64bits(img + i * 60, 60), "checksum %d", i);
+        CHECK(ds_shard_check_image(&s, (size_t)i, img + i * 60) == 0, "image %d refused", i);
+    }
+    memcpy(back, img + 60, 60);
+    back[17] ^= 0x10;
+    CHECK(ds_shard_check_image(&s, 1, back) != 0, "a flipped bit went unnoticed");
     ds_shard_close(&s);
 
     /* Same input, same bytes: no timestamps anywhere in the file. */
@@ -121,6 +135,8 @@ static void test_stream(void)
         CHECK(access(tmp, F_OK) != 0, "tmp file left behind (%zu)", keep);
         CHECK(files_equal(p, q), "shard committed with %zu of %d images differs from the written one", keep, N);
         CHECK(ds_shard_open(&s, q) == 0 && s.n == keep, "open %zu", keep);
+        for (size_t i = 0; i < s.n && s.checksums; i++)
+            CHECK(s.checksums[i] == XXH3_64bits(img + i * 60, 60), "streamed checksum %zu of %zu", i, keep);
         ds_shard_close(&s);
         if (keep == 0) break;
     }
@@ -179,6 +195,73 @@ static void test_refusals(void)
     check_end();
 }
 
+/* Opens path for writing with HDF5 and runs one change on it. */
+static int h5_edit(const char *path, int (*edit)(hid_t f))
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    if (f < 0) return -1;
+    int rc = edit(f);
+    return H5Fclose(f) < 0 ? -1 : rc;
+}
+static int drop_checksums(hid_t f) { return H5Ldelete(f, "checksums", H5P_DEFAULT) < 0 ? -1 : 0; }
+static int other_algorithm(hid_t f)
+{
+    hid_t d = H5Dopen2(f, "checksums", H5P_DEFAULT);
+    if (d < 0) return -1;
+    int rc = H5Adelete(d, "algorithm") < 0 ? -1 : 0;
+    hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR);
+    H5Tset_size(t, 6);
+    hid_t a = H5Acreate2(d, "algorithm", t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    if (a < 0 || H5Awrite(a, t, "crc32c") < 0) rc = -1;
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(sp), H5Tclose(t), H5Dclose(d);
+    return rc;
+}
+static int int32_checksums(hid_t f)
+{
+    int32_t v[2] = {0, 0};
+    hsize_t dims[1] = {2};
+    if (H5Ldelete(f, "checksums", H5P_DEFAULT) < 0) return -1;
+    hid_t sp = H5Screate_simple(1, dims, NULL), d = H5Dcreate2(f, "checksums", H5T_STD_I32LE, sp, H5P_DEFAULT,
+                                                                H5P_DEFAULT, H5P_DEFAULT);
+    int rc = d < 0 || H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0 ? -1 : 0;
+    if (d >= 0) H5Dclose(d);
+    H5Sclose(sp);
+    return rc;
+}
+
+/* A shard packed before checksums (no /checksums) opens and reads, unchecked; a /checksums
+ * of another algorithm or type is refused, naming it. */
+static void test_checksum_formats(void)
+{
+    check_begin("shard_checksums_old_and_foreign");
+    uint8_t img[2 * 60];
+    fill(img, 2, 5);
+    int32_t labels[2] = {0, 1};
+    char *paths[2] = {"a", "b"};
+    char p[300];
+    ds_shard_meta m = meta_for(0, 1, 0);
+    ds_shard s;
+    int (*edits[3])(hid_t) = {drop_checksums, other_algorithm, int32_checksums};
+    for (int e = 0; e < 3; e++) {
+        snprintf(p, sizeof p, "%s/sums%d.h5", dir, e);
+        CHECK(ds_shard_write(p, &m, img, labels, paths, 2) == 0, "write");
+        CHECK(h5_edit(p, edits[e]) == 0, "edit %d", e);
+        char why[256] = "";
+        int rc = ds_shard_open_quiet(&s, p, why, sizeof why);
+        if (e == 0) {
+            CHECK(rc == 0 && s.checksums == NULL, "shard without /checksums: %s", why);
+            img[3] ^= 1;
+            CHECK(rc != 0 || ds_shard_check_image(&s, 0, img) == 0, "an unchecked shard refused an image");
+            img[3] ^= 1;
+            if (rc == 0) ds_shard_close(&s);
+        } else {
+            CHECK(rc != 0 && strstr(why, "/checksums"), "edit %d accepted or not named: %s", e, why);
+        }
+    }
+    check_end();
+}
+
 static void test_set(void)
 {
     check_begin("shardset_open_locate");
@@ -233,6 +316,7 @@ int main(void)
     test_roundtrip(5);
     test_stream();
     test_refusals();
+    test_checksum_formats();
     test_set();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

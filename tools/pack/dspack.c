@@ -1,4 +1,5 @@
-/* dspack: decode, resize and pack a manifest's images into HDF5 shards (docs/DESIGN.md §2, §6). */
+/* dspack: decode, resize and pack a manifest's images into HDF5 shards (docs/DESIGN.md §2, §6);
+ * with --verify, check a shard directory instead. */
 #include "cli.h"
 #include "cpu_isa.h"
 #include "fsutil.h"
@@ -6,6 +7,7 @@
 #include "log.h"
 #include "manifest.h"
 #include "pack.h"
+#include "verify.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -13,12 +15,38 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* dspack --verify DIR: the summary on stderr (and stdout with --json); 0 when all is good. */
+static int verify_dir(const char *dir, int threads, int json)
+{
+    ds_verify_result r;
+    int rc = ds_verify_shards(dir, threads, &r);
+    if (rc < 0) return 1;
+    double s = r.seconds > 0 ? r.seconds : 1e-9;
+    ds_info("verified %s: %d shards, %zu images, %.3g MB in %.2f s (%.3g MB/s, %.0f images/s): %d bad shards, %zu bad "
+            "images", dir, r.shards, r.images, r.bytes / 1e6, r.seconds, r.bytes / 1e6 / s, r.images / s, r.shards_bad,
+            r.images_bad);
+    if (r.shards_unchecked)
+        ds_info("%d of %d shards (%zu images) have no /checksums (packed before dspack wrote them): their structure and "
+                "labels are checked, their pixels are not (repack them to get checksums)",
+                r.shards_unchecked, r.shards, r.images_unchecked);
+    if (json) {
+        printf("{\"shards\": %d, \"shards_bad\": %d, \"shards_unchecked\": %d, \"images\": %zu, \"images_bad\": %zu, "
+               "\"images_unchecked\": %zu, \"bytes\": %llu, \"seconds\": %.3f, \"dir\": ",
+               r.shards, r.shards_bad, r.shards_unchecked, r.images, r.images_bad, r.images_unchecked,
+               (unsigned long long)r.bytes, r.seconds);
+        ds_json_string(stdout, dir);
+        printf("}\n");
+    }
+    if (rc) ds_err("%s: %d bad shards, %zu bad images (each named above)", dir, r.shards_bad, r.images_bad);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *out = NULL, *root = NULL, *fit = "crop";
     long long size = 256, shard_size = 1024, compress = 0, threads = 0, seed = 42, max_reject = 100;
     long long max_pixels = (long long)DS_DEFAULT_MAX_PIXELS;
-    int no_shuffle = 0, resume = 0, json = 0;
+    int no_shuffle = 0, resume = 0, json = 0, verify = 0;
     ds_option opts[] = {
         {.name = "out", .short_name = 'o', .type = DS_OPT_STRING, .value = &out, .arg = "DIR",
          .help = "output directory for shard-NNNNN.h5 and rejected.txt; required"},
@@ -44,21 +72,29 @@ int main(int argc, char **argv)
         {.name = "resume", .type = DS_OPT_FLAG, .value = &resume,
          .help = "keep the complete shards of an interrupted run that match this one"},
         {.name = "json", .type = DS_OPT_FLAG, .value = &json, .help = "print the summary as JSON on stdout"},
+        {.name = "verify", .type = DS_OPT_FLAG, .value = &verify,
+         .help = "check the shard directory DIR instead of packing (see below)"},
         {NULL},
     };
     ds_cli cli = {
         .prog = "dspack",
-        .args = "[options] MANIFEST",
+        .args = "[options] MANIFEST  |  --verify [--threads N] [--json] DIR",
         .summary = "Decode, resize and pack the images of a dsplit manifest into HDF5 shards.",
         .epilog = "Images are recognised by content (JPEG, PNG). Undecodable ones are skipped and listed in\n"
                   "OUT/rejected.txt with the reason; packed + rejected = manifest entries. The output does not\n"
-                  "depend on --threads, and a --resume'd run equals an uninterrupted one byte for byte.",
+                  "depend on --threads, and a --resume'd run equals an uninterrupted one byte for byte.\n"
+                  "--verify DIR reads every shard in DIR: structure, labels, the set's agreement, and every image\n"
+                  "against its /checksums entry (XXH3-64 of its pixels); exit 1 naming each bad shard and image.",
         .min_pos = 1,
         .max_pos = 1,
         .opts = opts,
     };
     char **pos;
     ds_cli_parse(&cli, argc, argv, &pos);
+    if (verify) {
+        if (out) ds_usage_error(&cli, "--verify checks the directory given as its argument: no -o/--out");
+        return verify_dir(pos[0], (int)threads, json);
+    }
     if (!out) ds_usage_error(&cli, "-o/--out DIR is required");
     const char *manifest_file = pos[0];
 
