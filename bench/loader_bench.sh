@@ -4,13 +4,13 @@
 # cold (the shards' pages dropped before each timed pass).
 #   bench/loader_bench.sh [N_IMAGES (6000)] [SHARD_DIR]
 # With SHARD_DIR it times that directory instead and packs nothing. THREADS (default
-# "1,2,4") lists the loader thread counts; AUGMENT (crop-flip, rrc or center), VERIFY (none)
-# and BATCH (256) pass through.
+# "1,2,4") lists the loader thread counts; AUGMENT (crop-flip, rrc or center), VERIFY
+# (later-epochs or first-epoch) and BATCH (256) pass through.
 # Needs `make bench-build` (bin/dsplit, bin/dspack, build/data/synth, build/bench/loader_bench).
 set -eu
 cd "$(dirname "$0")/.."
 N=${1:-6000}
-args=(--threads "${THREADS:-1,2,4}" --augment "${AUGMENT:-crop-flip}" --verify "${VERIFY:-none}"
+args=(--threads "${THREADS:-1,2,4}" --augment "${AUGMENT:-crop-flip}" --verify "${VERIFY:-later-epochs}"
       --batch "${BATCH:-256}")
 for b in bin/dsplit bin/dspack build/data/synth build/bench/loader_bench; do
     [ -x "$b" ] || { echo "loader_bench.sh: $b missing (make bench-build)" >&2; exit 1; }
