@@ -29,10 +29,11 @@ static const char *train_dir, *val_dir, *out_dir, *arch = "resnet50", *schedule 
                   *augment = "standard", *resume, *init, *lr_scaling = "linear";
 static int schedule_kind, augment_kind, lr_scaling_kind;
 static long long epochs = 90, batch = 64, accum = 1, crop = 224, pad = 0, seed = 42, log_every = 100,
-                 ckpt_steps = 0, max_steps = 0, keep = 3;
+                 ckpt_steps = 0, max_steps = 0, keep = 3, min_crop = 0, ramp_start = 0, ramp_end = 0, crop_step = 32,
+                 val_crop = 0;
 static double lr = 0.1, momentum = 0.9, wd = 1e-4, warmup_epochs = 5, step_epochs = 30, step_gamma = 0.1,
               label_smoothing = 0.1, bucket_mb = 25, comm_timeout = DS_COMM_TIMEOUT;
-static int nesterov = 1;
+static int nesterov = 1, bn_bias_decay = 1;
 static ds_compute_options compute = DS_COMPUTE_DEFAULTS;
 
 static ds_option options[] = {
@@ -54,12 +55,25 @@ static ds_option options[] = {
     {.name = "nesterov", .type = DS_OPT_FLAG, .value = &nesterov, .legacy_no = 1,
      .help = "Nesterov momentum; --no-nesterov: plain (heavy-ball) momentum"},
     DS_NUM("wd", DS_OPT_DOUBLE, &wd, "X", "weight decay (L2 on every parameter, as torch.optim.SGD)", 0, 1),
+    {.name = "bn-bias-decay", .type = DS_OPT_FLAG, .value = &bn_bias_decay,
+     .help = "weight decay also on BN weights and biases and fc.bias; --no-bn-bias-decay: none on them (NVIDIA's "
+             "ResNet-50 recipe)"},
     DS_CHOICE_INDEX("schedule", &schedule, &schedule_kind, DS_SCHEDULE_CHOICES, "learning rate after warmup"),
     DS_NUM("warmup-epochs", DS_OPT_DOUBLE, &warmup_epochs, "X", "linear warmup to the peak lr over X epochs", 0, 1e6),
     DS_NUM("step-epochs", DS_OPT_DOUBLE, &step_epochs, "X", "step schedule: epochs between decays", 0, 1e6),
     DS_NUM("step-gamma", DS_OPT_DOUBLE, &step_gamma, "X", "step schedule: factor per decay", 0, 1),
     DS_NUM("label-smoothing", DS_OPT_DOUBLE, &label_smoothing, "X", "label smoothing of the cross-entropy", 0, 1),
-    DS_NUM("crop", DS_OPT_INT, &crop, "N", "network input: N x N crops of the stored images", 1, 65535),
+    DS_NUM("crop", DS_OPT_INT, &crop, "N", "network input: N x N crops of the stored images (with --min-crop: the "
+           "crop the ramp ends at)", 1, 65535),
+    DS_NUM("min-crop", DS_OPT_INT, &min_crop, "N",
+           "progressive resizing (FFCV): train at N up to epoch --ramp-start, then at crops rising linearly to --crop "
+           "at --ramp-end, in multiples of --crop-step (0: --crop throughout)", 0, 65535),
+    DS_NUM("ramp-start", DS_OPT_INT, &ramp_start, "E", "--min-crop: the ramp's first epoch (0-based, as FFCV)", 0, 1e6),
+    DS_NUM("ramp-end", DS_OPT_INT, &ramp_end, "E", "--min-crop: the epoch (0-based) from which --crop is used", 0, 1e6),
+    DS_NUM("crop-step", DS_OPT_INT, &crop_step, "N", "--min-crop: crops inside the ramp are rounded to multiples of N",
+           1, 65535),
+    DS_NUM("val-crop", DS_OPT_INT, &val_crop, "N",
+           "per-epoch validation: N x N centre crops (0: --crop; the model is planned for the larger)", 0, 65535),
     DS_NUM("pad", DS_OPT_INT, &pad, "N", "zero padding around the stored image before random crops (4: CIFAR-style)",
            0, 1024),
     DS_CHOICE_INDEX("augment", &augment, &augment_kind, "standard|none",
@@ -133,6 +147,12 @@ int main(int argc, char **argv)
     if (!out_dir && !resume) ds_usage_error(&cli, "-o/--out RUN_DIR is required");
     if (!ds_arch_known(arch)) ds_usage_error(&cli, "unknown --arch '%s' (known: %s)", arch, ds_arch_names());
     if (nesterov && momentum == 0) ds_usage_error(&cli, "--nesterov needs a non-zero --momentum");
+    if (min_crop > crop) ds_usage_error(&cli, "--min-crop %lld is larger than --crop %lld", min_crop, crop);
+    if (min_crop && ramp_end < ramp_start)
+        ds_usage_error(&cli, "--ramp-end %lld is before --ramp-start %lld", ramp_end, ramp_start);
+    if (!min_crop && (ds_cli_given(&cli, "ramp-start") || ds_cli_given(&cli, "ramp-end")))
+        ds_usage_error(&cli, "--ramp-start and --ramp-end need --min-crop");
+    if (!val_crop) val_crop = crop;
 
     ds_source tr, va;
     int have_val = val_dir != NULL;
@@ -167,8 +187,10 @@ int main(int argc, char **argv)
     if (be->precision != (ds_precision)compute.precision_index && ds_cli_given(&cli, "precision"))
         ds_info("device %s: computing in %s (--precision %s applies on a GPU)", be->name,
                 ds_precision_name(be->precision), compute.precision);
+    /* Planned once for the largest input: training crops never exceed --crop. */
+    int planned = (int)(have_val && val_crop > crop ? val_crop : crop);
     ds_model_config mc = {.arch = arch, .num_classes = tr.num_classes, .max_batch = (int)batch,
-                          .height = (int)crop, .width = (int)crop, .training = 1,
+                          .height = planned, .width = planned, .training = 1,
                           .bucket_bytes = (size_t)(bucket_mb * 1048576.0)};
     ds_model *m = ds_model_create(be, &mc);
     if (!m) ds_die("cannot build the %s model", arch);
@@ -221,7 +243,10 @@ int main(int argc, char **argv)
         .train = &tr, .val = have_val ? &va : NULL, .out = out_dir, .epochs = epochs, .loader = lc,
         .schedule = ds_schedule_make((ds_schedule_kind)schedule_kind, base_lr, warmup_epochs, step_epochs, step_gamma,
                                      ds_loader_train_steps(&lc, tr.n), epochs),
-        .sgd = {.momentum = (float)momentum, .weight_decay = (float)wd, .nesterov = nesterov},
+        .ramp = {.min = (int)min_crop, .max = (int)crop, .start = ramp_start, .end = ramp_end, .step = (int)crop_step},
+        .val_crop = (int)val_crop,
+        .sgd = {.momentum = (float)momentum, .weight_decay = (float)wd, .nesterov = nesterov,
+                .no_bn_bias_decay = !bn_bias_decay},
         .smoothing = (float)label_smoothing, .log_every = (int)log_every, .ckpt_steps = ckpt_steps,
         .max_steps = max_steps, .keep = (int)keep, .start_step = start_step, .meta = &meta,
     };
