@@ -13,10 +13,10 @@ dsplit -q --val 0.25 -o "$T/split" "$T/tree" >/dev/null &&
 
 # 96 training images, batch 8: 12 steps per epoch. Crops 8, 12, 16 over epochs 0, 1, 2
 # (FFCV's rule with step 4); validation at 20, above every training crop.
-COMMON=(--train "$T/train" --val "$T/val" --arch resnet20 --crop 16 --min-crop 8 --ramp-start 0 --ramp-end 2
-        --crop-step 4 --val-crop 20 --batch 8 --epochs 3 --lr 0.05 --lr-scaling none --warmup-epochs 0.5
-        --threads 2 --log-every 4 -q)
-dstrain "${COMMON[@]}" -o "$T/full" 2>"$T/full.err"
+COMMON=(--train "$T/train" --val "$T/val" --arch resnet20 --crop 16 --val-crop 20 --batch 8 --epochs 3 --lr 0.05
+        --lr-scaling none --warmup-epochs 0.5 --threads 2 --log-every 4 -q)
+RAMP=(--min-crop 8 --ramp-start 0 --ramp-end 2 --crop-step 4)
+dstrain "${COMMON[@]}" "${RAMP[@]}" -o "$T/full" 2>"$T/full.err"
 check ramp_runs test -f "$T/full/ckpt-00000036.h5"
 "$PYTHON" - "$T/full/metrics.jsonl" <<'PY' && pass ramp_crop_per_epoch_in_metrics || fail ramp_crop_per_epoch_in_metrics
 import json, sys
@@ -31,8 +31,12 @@ PY
 same_state() {  # A B: /model and /optimizer identical, value for value
     h5diff -r "$1" "$2" /model /model >/dev/null && h5diff -r "$1" "$2" /optimizer /optimizer >/dev/null
 }
-# Stop at step 15, inside epoch 1 (crop 12), resume: bitwise the uninterrupted run.
-dstrain "${COMMON[@]}" -o "$T/part" --max-steps 15 2>/dev/null
+# Stop at step 15, inside epoch 1 (crop 12), resume without repeating the ramp (the
+# checkpoint's crop_ramp is taken): bitwise the uninterrupted run.
+dstrain "${COMMON[@]}" "${RAMP[@]}" -o "$T/part" --max-steps 15 2>/dev/null
+check ramp_recorded "$PYTHON" -c "import h5py, sys; a = h5py.File(sys.argv[1], 'r').attrs['crop_ramp']; sys.exit(list(a) != [8, 0, 2, 4])" "$T/part/ckpt-00000015.h5"
+expect_status ramp_resume_refuses_other_ramp 1 dstrain "${COMMON[@]}" --min-crop 12 --resume "$T/part"
+check ramp_resume_message_names_option grep -q "min-crop 8" "$T/err"
 dstrain "${COMMON[@]}" --resume "$T/part" 2>/dev/null
 check ramp_resume_is_bitwise same_state "$T/full/ckpt-00000036.h5" "$T/part/ckpt-00000036.h5"
 
@@ -96,7 +100,14 @@ ca, cb = (json.loads(f.attrs["config"]) for f in (a, b))
 assert ca["bn-bias-decay"] in (True, 1) and cb["bn-bias-decay"] in (False, 0), (ca["bn-bias-decay"], cb["bn-bias-decay"])
 assert not np.array_equal(a["model/fc.bias"][()], b["model/fc.bias"][()])
 assert not np.array_equal(a["model/bn1.weight"][()], b["model/bn1.weight"][()])
+assert a.attrs["bn_bias_decay"] == 1 and b.attrs["bn_bias_decay"] == 0
 PY
+# a resume takes the checkpoint's setting, and refuses the other one
+dstrain --train "$T/train" --resume "$T/nowd" --crop 16 --batch 8 --epochs 1 --lr 0.05 --lr-scaling none --wd 0.05 \
+    --threads 2 -q --max-steps 3 2>/dev/null
+check no_bn_bias_decay_kept_on_resume "$PYTHON" -c "import h5py, sys; sys.exit(int(h5py.File(sys.argv[1], 'r').attrs['bn_bias_decay'] != 0))" "$T/nowd/ckpt-00000003.h5"
+expect_status no_bn_bias_decay_resume_refuses_other 1 dstrain --train "$T/train" --resume "$T/nowd" --crop 16 \
+    --batch 8 --epochs 1 --threads 2 --bn-bias-decay
 
 # Refusals.
 expect_status dstrain_refuses_min_crop_above_crop 2 dstrain --train "$T/train" -o "$T/x1" --arch resnet20 --crop 12 \
