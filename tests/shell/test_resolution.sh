@@ -118,6 +118,6 @@ expect_status dstrain_refuses_ramp_without_min_crop 2 dstrain --train "$T/train"
     --crop 16 --ramp-end 2 --threads 2
 expect_status dstrain_refuses_val_crop_too_large 1 dstrain --train "$T/train" --val "$T/val" -o "$T/x4" \
     --arch resnet20 --crop 16 --val-crop 24 --batch 8 --threads 2
-check val_crop_message_names_it grep -q "crop 24" "$T/err"
+check val_crop_message_names_it grep -q -- "--val-crop 24 is larger than the 20x20 images" "$T/err"
 expect_status dseval_refuses_crop_too_large 1 dseval --crop 24 "$ck" "$T/val"
 finish

@@ -177,6 +177,8 @@ int main(int argc, char **argv)
     if (have_val && ds_source_open_shards(&va, val_dir)) ds_die("cannot use --val %s", val_dir);
     if (have_val && ds_classes_match(tr.classes, tr.num_classes, train_dir, va.classes, va.num_classes, val_dir))
         ds_die("--train and --val must hold the same classes");
+    if (have_val && (val_crop > va.height || val_crop > va.width))
+        ds_die("--val-crop %lld is larger than the %dx%d images of --val %s", val_crop, va.height, va.width, val_dir);
     int G = (int)(batch * world * accum);
 
     char *resume_path = NULL;
