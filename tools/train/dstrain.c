@@ -63,17 +63,16 @@ static ds_option options[] = {
     DS_NUM("step-epochs", DS_OPT_DOUBLE, &step_epochs, "X", "step schedule: epochs between decays", 0, 1e6),
     DS_NUM("step-gamma", DS_OPT_DOUBLE, &step_gamma, "X", "step schedule: factor per decay", 0, 1),
     DS_NUM("label-smoothing", DS_OPT_DOUBLE, &label_smoothing, "X", "label smoothing of the cross-entropy", 0, 1),
-    DS_NUM("crop", DS_OPT_INT, &crop, "N", "network input: N x N crops of the stored images (with --min-crop: the "
-           "crop the ramp ends at)", 1, 65535),
     DS_NUM("min-crop", DS_OPT_INT, &min_crop, "N",
-           "progressive resizing (FFCV): train at N up to epoch --ramp-start, then at crops rising linearly to --crop "
-           "at --ramp-end, in multiples of --crop-step (0: --crop throughout)", 0, 65535),
+           "progressive resizing (FFCV): train at N x N up to epoch --ramp-start, then at crops rising linearly to "
+           "--crop (the largest) at --ramp-end, in multiples of --crop-step (0: --crop throughout)", 0, 65535),
     DS_NUM("ramp-start", DS_OPT_INT, &ramp_start, "E", "--min-crop: the ramp's first epoch (0-based, as FFCV)", 0, 1e6),
     DS_NUM("ramp-end", DS_OPT_INT, &ramp_end, "E", "--min-crop: the epoch (0-based) from which --crop is used", 0, 1e6),
     DS_NUM("crop-step", DS_OPT_INT, &crop_step, "N", "--min-crop: crops inside the ramp are rounded to multiples of N",
            1, 65535),
     DS_NUM("val-crop", DS_OPT_INT, &val_crop, "N",
            "per-epoch validation: N x N centre crops (0: --crop; the model is planned for the larger)", 0, 65535),
+    DS_NUM("crop", DS_OPT_INT, &crop, "N", "network input: N x N crops of the stored images", 1, 65535),
     DS_NUM("pad", DS_OPT_INT, &pad, "N", "zero padding around the stored image before random crops (4: CIFAR-style)",
            0, 1024),
     DS_CHOICE_INDEX("augment", &augment, &augment_kind, "standard|none",
