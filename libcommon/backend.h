@@ -72,7 +72,10 @@ typedef struct ds_backend {
     void (*sync)(void);                            /* wait for queued work */
 
     /* ---- convolution ---- */
-    size_t (*conv_workspace)(const ds_conv_desc *d);   /* bytes of scratch for the three ops */
+    /* Bytes of scratch for the three ops at d's shape, and enough for every run of the same
+     * convolution with n, h and w no larger (p, q following): a model planned at its
+     * largest batch and input runs smaller ones in the same workspace. */
+    size_t (*conv_workspace)(const ds_conv_desc *d);
     /* out [n,p,q,k] = conv(in [n,h,w,c], w [k,r,s,c]) */
     void (*conv_fwd)(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws);
     /* din [n,h,w,c] = conv_transpose(dout [n,p,q,k], w) */

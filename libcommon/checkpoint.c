@@ -26,6 +26,7 @@ void ds_ckpt_meta_init(ds_ckpt_meta *meta)
     memcpy(meta->mean, imagenet_mean, sizeof meta->mean);
     memcpy(meta->std, imagenet_std, sizeof meta->std);
     meta->world_size = 1;
+    meta->bn_bias_decay = -1;
 }
 
 void ds_ckpt_meta_free(ds_ckpt_meta *meta)
@@ -109,7 +110,7 @@ const ds_ckpt_attr *ds_ckpt_meta_get(const ds_ckpt_meta *meta, const char *name)
 static const char *const known_attrs[] = {"ds_format", "ds_kind", "arch", "num_classes", "input_size", "mean",
                                           "std", "epoch", "step", "seed", "world_size", "global_batch", "config",
                                           "data_height", "data_width", "data_fit", "epoch_loss_sum",
-                                          "epoch_seconds", NULL};
+                                          "epoch_seconds", "crop_ramp", "bn_bias_decay", NULL};
 
 static int fit_known(const char *fit) { return !strcmp(fit, "crop") || !strcmp(fit, "squash"); }
 
@@ -210,6 +211,13 @@ static int write_meta(hid_t f, ds_model *m, const ds_ckpt_meta *meta, const char
     }
     /* After the extras: the order a run's first checkpoint had when these were extras too
      * (attribute order is invisible to readers but shows in the file's bytes). */
+    *what = "crop_ramp";
+    if (meta->crop_ramp[3] > 0 && ds_h5_attr_write(f, "crop_ramp", H5T_STD_I64LE, H5T_NATIVE_INT64, 4, meta->crop_ramp))
+        return -1;
+    *what = "bn_bias_decay";
+    if (meta->bn_bias_decay >= 0 &&
+        ds_h5_attr_write(f, "bn_bias_decay", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &meta->bn_bias_decay))
+        return -1;
     *what = "epoch_loss_sum";
     if (ds_h5_attr_write(f, "epoch_loss_sum", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0, &meta->epoch_loss_sum) ||
         ds_h5_attr_write(f, "epoch_seconds", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0, &meta->epoch_seconds))
@@ -429,6 +437,16 @@ static int read_meta(hid_t f, const char *path, ds_ckpt_meta *meta)
         free(fit);
         if (!ok) return ds_err("%s: data_fit attribute is not 'crop' or 'squash'", path);
     }
+    int nramp = read_optional(f, path, "crop_ramp", H5T_INTEGER, H5T_NATIVE_INT64, 4, meta->crop_ramp);
+    if (nramp < 0) return -1;
+    const int64_t *cr = meta->crop_ramp;
+    if (nramp && (cr[0] < 0 || cr[0] > 65535 || cr[1] < 0 || cr[2] < cr[1] || cr[3] < 1 || cr[3] > 65535))
+        return ds_err("%s: crop_ramp attribute {%lld, %lld, %lld, %lld} is not a min crop, start <= end and a step",
+                      path, (long long)cr[0], (long long)cr[1], (long long)cr[2], (long long)cr[3]);
+    int nbbd = read_optional(f, path, "bn_bias_decay", H5T_INTEGER, H5T_NATIVE_INT, 1, &meta->bn_bias_decay);
+    if (nbbd < 0) return -1;
+    if (nbbd && meta->bn_bias_decay != 0 && meta->bn_bias_decay != 1)
+        return ds_err("%s: bn_bias_decay attribute %d is not 0 or 1", path, meta->bn_bias_decay);
     int nloss = read_optional(f, path, "epoch_loss_sum", H5T_FLOAT, H5T_NATIVE_DOUBLE, 1, &meta->epoch_loss_sum);
     if (nloss < 0) return -1;
     int nsecs = read_optional(f, path, "epoch_seconds", H5T_FLOAT, H5T_NATIVE_DOUBLE, 1, &meta->epoch_seconds);

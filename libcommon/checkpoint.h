@@ -23,6 +23,11 @@
  *     data_fit string ("crop" or "squash")       dseval decodes a manifest (dstrain writes them)
  *     epoch_loss_sum float64                     the running epoch's sum of step losses and
  *     epoch_seconds float64                      its training seconds (resume inside an epoch)
+ *     crop_ramp int64[4]                         progressive resizing: --min-crop (0: none),
+ *                                                --ramp-start, --ramp-end, --crop-step
+ *     bn_bias_decay int32                        1: weight decay on BN weights / biases and
+ *                                                fc.bias too, 0: not on them
+ *                                                (these two: dstrain; --resume takes them)
  *     anything else                              extras: kept and rewritten, read by no tool
  *                                                (dstrain adds lr_effective, device, precision)
  *
@@ -91,6 +96,9 @@ typedef struct {
     char data_fit[8];      /* the training shards' fit, "crop" or "squash"; "": not recorded */
     double epoch_loss_sum; /* sum of the step losses of the running epoch so far */
     double epoch_seconds;  /* training seconds of the running epoch so far */
+    int64_t crop_ramp[4];  /* --min-crop (0: no ramp), --ramp-start, --ramp-end, --crop-step;
+                              step 0: not recorded, not written */
+    int bn_bias_decay;     /* 1 / 0 (--[no-]bn-bias-decay); -1: not recorded, not written */
     unsigned found;        /* DS_CKPT_HAS_* bits, set by reading; the writer ignores them */
     char *config;          /* JSON of the full option set; NULL: "{}" */
     char **classes;        /* [num_classes] or NULL (then "class<i>" names are written) */

@@ -3,8 +3,29 @@
 #include "fsutil.h"
 #include "log.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+int ds_eval_protocol(char *buf, size_t len, const ds_source *src, int crop)
+{
+    int S = src->height;
+    if (src->height != src->width || (strcmp(src->fit, "crop") && strcmp(src->fit, "squash"))) {
+        snprintf(buf, len, "stored %dx%d, centre crop %d", src->height, src->width, crop);
+        return 0;
+    }
+    if (!strcmp(src->fit, "squash")) {
+        if (crop == S) snprintf(buf, len, "resize to %dx%d (squash)", S, S);
+        else snprintf(buf, len, "resize to %dx%d (squash), centre crop %d", S, S, crop);
+        return 0;
+    }
+    /* centre crop C of the centre S x S equals centre crop C of the resized image when
+     * (S - C) / 2 is even: torchvision's round((L - C) / 2), halves to even, then agrees with
+     * round((L - S) / 2) + (S - C) / 2 for every longer side L. */
+    if ((S - crop) % 4 == 0) snprintf(buf, len, "resize %d, centre crop %d", S, crop);
+    else snprintf(buf, len, "resize %d, centre crop %d, centre crop %d", S, S, crop);
+    return S == 256 && crop == 224;
+}
 
 int ds_evaluate(ds_model *m, ds_loader *L, ds_feed *feed, const ds_eval_options *o, ds_topk *t, double *seconds)
 {

@@ -18,6 +18,15 @@ typedef struct {
     int progress;            /* ds_progress_start's `enabled` */
 } ds_eval_options;
 
+/* What an evaluation of src's images at crop measures, by name, into buf: the stored images
+ * are the fit of dspack (or of a manifest decoded as dspack would), so a shard set of
+ * --size S --fit crop at crop C is torchvision's Resize(S) + CenterCrop(C) pixel for pixel
+ * when S - C is a multiple of 4: "resize S, centre crop C" ("resize 256, centre crop 224" is
+ * the standard ImageNet evaluation). Otherwise the two centre crops' roundings can differ
+ * by a pixel and the name says both: "resize S, centre crop S, centre crop C". Squashed
+ * images: "resize to SxS (squash)[, centre crop C]". Returns 1 for the standard protocol. */
+int ds_eval_protocol(char *buf, size_t len, const ds_source *src, int crop);
+
 /* Returns 0, or -1 with a message (a loader failure). Adds to t; *seconds gets the wall time. */
 int ds_evaluate(ds_model *m, ds_loader *L, ds_feed *feed, const ds_eval_options *o, ds_topk *t, double *seconds);
 

@@ -364,3 +364,14 @@ void ds_loader_free(ds_loader *L)
     pthread_cond_destroy(&L->cond);
     free(L);
 }
+
+int ds_loader_set_crop(ds_loader *L, int crop)
+{
+    int rrc = L->cfg.train && L->cfg.augment == DS_AUGMENT_RRC;  /* a resized box may be any size */
+    if (crop <= 0 || (!rrc && (crop > L->height || crop > L->width)))
+        return ds_err("%s: crop %d does not fit the stored %dx%d images%s", L->src->name, crop, L->src->height,
+                      L->src->width, L->pad ? " plus padding" : "");
+    ds_loader_stop(L);
+    L->cfg.crop = crop;
+    return 0;
+}

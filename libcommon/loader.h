@@ -89,6 +89,9 @@ size_t ds_loader_eval_count(const ds_loader *L);
 /* Starts the workers on epoch `epoch` from step `first_step` (training; evaluation takes
  * 0). A running epoch is stopped first. */
 int ds_loader_start(ds_loader *L, int64_t epoch, int64_t first_step);
+/* Crops crop x crop from the next ds_loader_start on (a running epoch is stopped): training
+ * at a resolution per epoch. -1 with a message when it does not fit the (padded) images. */
+int ds_loader_set_crop(ds_loader *L, int crop);
 /* The next batch in order: 1 with *b set, 0 when the epoch is done, -1 when a worker failed
  * (its message was printed). The batch stays valid until ds_loader_release. */
 int ds_loader_next(ds_loader *L, ds_batch **b);

@@ -74,8 +74,9 @@ typedef struct {
 
 struct ds_model {
     const ds_backend *be;
-    ds_model_config cfg;
+    ds_model_config cfg;   /* the planned (largest) input size */
     char arch[32];
+    int in_h, in_w;        /* the input size forward / backward run at now */
 
     ds_layer *layers;
     int nlayers;
@@ -463,6 +464,8 @@ ds_model *ds_model_create(const ds_backend *be, const ds_model_config *cfg)
         return NULL;
     }
     m->last_n = 0;
+    m->in_h = cfg->height;
+    m->in_w = cfg->width;
     return m;
 }
 
@@ -482,6 +485,44 @@ void ds_model_free(ds_model *m)
     free(m->loss_host);
     free(m->buckets);
     free(m);
+}
+
+/* The layer shapes at h x w come from building the same network at that size: the graph
+ * (layer and activation ids, tensors) is the same, only heights and widths change, and no
+ * size grows when the input shrinks, so every activation fits the region or slot planned
+ * for it at the largest input. */
+int ds_model_set_input_size(ds_model *m, int h, int w)
+{
+    if (h == m->in_h && w == m->in_w) return 0;
+    if (h < 1 || w < 1 || h > m->cfg.height || w > m->cfg.width)
+        return ds_err("%s: input %dx%d: the model was planned for inputs up to %dx%d", m->arch, h, w, m->cfg.height,
+                      m->cfg.width);
+    ds_model t = {.cfg = m->cfg};
+    t.cfg.height = h;
+    t.cfg.width = w;
+    int rc = build_network(&t, arch_find(m->arch));
+    if (rc < 0)
+        ds_err("%s: input %dx%d is too small for the network", m->arch, h, w);
+    else if (t.nacts != m->nacts || t.nlayers != m->nlayers)
+        rc = ds_err("%s: internal error: the network at %dx%d has another graph", m->arch, h, w);
+    if (rc == 0) {
+        for (int i = 0; i < m->nacts; i++) m->acts[i].h = t.acts[i].h, m->acts[i].w = t.acts[i].w;
+        for (int l = 0; l < m->nlayers; l++) m->layers[l].conv = t.layers[l].conv, m->layers[l].pool = t.layers[l].pool;
+        m->in_h = h;
+        m->in_w = w;
+        m->last_n = 0;   /* backward needs a forward at this size first */
+    }
+    free(t.layers);
+    free(t.acts);
+    free(t.tinfo);
+    free(t.tloc);
+    return rc;
+}
+
+void ds_model_input_size(const ds_model *m, int *h, int *w)
+{
+    *h = m->in_h;
+    *w = m->in_w;
 }
 
 const ds_backend *ds_model_backend(const ds_model *m) { return m->be; }
@@ -846,12 +887,39 @@ void ds_model_zero_reduction(ds_model *m)
     if (m->reduction) m->be->zero(m->reduction, (m->nparam + m->nbuffer) * sizeof(float));
 }
 
+/* BN weights and biases and every bias are the one-dimensional parameters. */
+static int param_skips_decay(const ds_tensor_info *t) { return t->kind == DS_TENSOR_PARAM && t->ndim == 1; }
+
+int ds_model_param_decays(const ds_model *m, int i, const ds_sgd *sgd)
+{
+    return m->tinfo[i].kind == DS_TENSOR_PARAM && !(sgd->no_bn_bias_decay && param_skips_decay(&m->tinfo[i]));
+}
+
 void ds_model_step(ds_model *m, const ds_sgd *sgd, int micro_batches)
 {
     const ds_backend *be = m->be;
     if (!m->cfg.training || micro_batches < 1) return;
-    be->sgd_step(m->params, m->momentum, m->reduction, m->nparam, sgd->lr, sgd->momentum,
-                 sgd->weight_decay, sgd->nesterov, !m->momentum_started);
+    if (!sgd->no_bn_bias_decay) {
+        be->sgd_step(m->params, m->momentum, m->reduction, m->nparam, sgd->lr, sgd->momentum,
+                     sgd->weight_decay, sgd->nesterov, !m->momentum_started);
+    } else {
+        /* The parameters lie packed in state_dict order, so the tensors with and without
+         * decay form runs; the update is elementwise, so a run gives what the whole would. */
+        size_t lo = 0;
+        int run_decays = 1;
+        for (int i = 0; i <= m->ntensors; i++) {
+            const ds_tensor_info *t = i < m->ntensors ? &m->tinfo[i] : NULL;
+            if (t && t->kind != DS_TENSOR_PARAM) continue;
+            int decays = t ? !param_skips_decay(t) : !run_decays;
+            size_t at = t ? m->tloc[i].off : m->nparam;
+            if (decays == run_decays && t) continue;
+            if (at > lo)
+                be->sgd_step(m->params + lo, m->momentum + lo, m->reduction + lo, at - lo, sgd->lr, sgd->momentum,
+                             run_decays ? sgd->weight_decay : 0.0f, sgd->nesterov, !m->momentum_started);
+            lo = at;
+            run_decays = decays;
+        }
+    }
     m->momentum_started = 1;
     /* running = (1 - momentum) running + momentum * average of the micro-batch statistics */
     be->scale(m->params + m->nparam, 1.0f - DS_BN_MOMENTUM, m->nbuffer);

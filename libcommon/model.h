@@ -54,7 +54,8 @@ typedef struct {
     const char *arch;      /* "resnet18", "resnet34", "resnet50", "resnet101", "resnet20" */
     int num_classes;
     int max_batch;         /* largest micro-batch forward/backward will be given */
-    int height, width;     /* input size */
+    int height, width;     /* largest input size (memory is planned for it; see
+                              ds_model_set_input_size) */
     int training;          /* 0: inference only (no gradients, momentum or backward) */
     size_t bucket_bytes;   /* training: gradient reduction bucket size (0: DS_BUCKET_BYTES) */
 } ds_model_config;
@@ -73,6 +74,16 @@ int ds_arch_known(const char *name);
  * architecture, a size too small for the network, or an allocation failure. */
 ds_model *ds_model_create(const ds_backend *be, const ds_model_config *cfg);
 void ds_model_free(ds_model *m);
+
+/* Runs forward / backward at input h x w from now on (1 <= h <= cfg height, likewise w; the
+ * aspect may differ): every layer's shape is recomputed, nothing is reallocated, the
+ * activations sit in the regions planned for the largest input. A model starts at its
+ * cfg size. The convolutions run in the workspace planned at the largest size, which holds
+ * any smaller one (backend.h's conv_workspace). The result at h x w is bitwise that of a
+ * model created at h x w on the CPU. Returns -1 with a message for a size out of range or
+ * too small for the network (the size is then unchanged). */
+int ds_model_set_input_size(ds_model *m, int h, int w);
+void ds_model_input_size(const ds_model *m, int *h, int *w);
 
 const ds_backend *ds_model_backend(const ds_model *m);
 const ds_model_config *ds_model_config_of(const ds_model *m);   /* arch points into m */
@@ -94,7 +105,7 @@ ds_model_memory ds_model_memory_plan(const ds_model *m);
 
 /* ---- compute ---- */
 
-/* The input batch [max_batch, height, width, 3] float NHWC, normalised, in backend memory:
+/* The input batch [max_batch, height, width, 3] (the current input size) float NHWC, normalised, in backend memory:
  * write it with be->normalize_u8 or be->upload. */
 float *ds_model_input(ds_model *m);
 
@@ -140,9 +151,15 @@ void ds_model_zero_reduction(ds_model *m);
 typedef struct {
     float lr, momentum, weight_decay;
     int nesterov;
+    int no_bn_bias_decay;  /* 1: no weight decay on the BN weights and biases and fc.bias (every
+                              one-dimensional parameter), as NVIDIA's ResNet-50 recipe */
 } ds_sgd;
 
-/* torch.optim.SGD (dampening 0) on every learnable tensor with the gradients in the
+/* Whether PARAM tensor i gets sgd's weight decay (0 for other kinds). */
+int ds_model_param_decays(const ds_model *m, int i, const ds_sgd *sgd);
+
+/* torch.optim.SGD (dampening 0) on every learnable tensor (weight decay as
+ * ds_model_param_decays says: a run of tensors alike per sgd_step call) with the gradients in the
  * reduction buffer, and the BN running-stat update from its statistics:
  *     running = (1 - 0.1) running + 0.1 * (sum of micro-batch stats) / micro_batches
  * (running_var from the unbiased variance, as PyTorch), num_batches_tracked += 1.

@@ -25,6 +25,8 @@ typedef struct {
     int64_t S;               /* steps per epoch */
     int64_t total;           /* steps of the whole run */
     int64_t G;               /* global batch */
+    int crop;                /* the running epoch's training crop */
+    char protocol[96];       /* what validation measures (ds_eval_protocol) */
     double best_top1;        /* best val top-1 of any finished epoch, -1 before the first */
     double epoch_loss_sum;   /* sum of step losses in the running epoch (saved, for resume) */
     double epoch_seconds;    /* training seconds in the running epoch (saved) */
@@ -139,7 +141,8 @@ static void log_json(run *r, const char *json)
 static int validate(run *r, ds_topk *t)
 {
     const ds_train_plan *p = r->p;
-    ds_eval_options o = {.crop = p->loader.crop, .progress = 0};
+    ds_eval_options o = {.crop = p->val_crop, .progress = 0};
+    if (ds_model_set_input_size(r->m, p->val_crop, p->val_crop)) return -1;
     memcpy(o.mean, p->meta->mean, sizeof o.mean);
     memcpy(o.std, p->meta->std, sizeof o.std);
     double secs;
@@ -206,25 +209,26 @@ static int end_epoch(run *r, int64_t e, int64_t g, double lr)
                           .val_top5 = have_val ? ds_topk_top5(&t) : NAN, .images_per_s = ips,
                           .seconds = r->epoch_seconds};
     ds_ckpt_meta_add_metrics(p->meta, &row);
-    char json[512];
+    char json[768];
     long rss = rss_kb();
     if (have_val) {
-        ds_info("epoch %lld/%lld  train loss %.4f  val top-1 %.2f%%  top-5 %.2f%%  loss %.4f  (%lld images, "
-                "%.0f img/s, %.0f s, RSS %.1f MB)%s",
-                (long long)(e + 1), (long long)p->epochs, loss, 100 * row.val_top1, 100 * row.val_top5,
-                ds_topk_loss(&t), (long long)t.count, ips, r->epoch_seconds, rss / 1024.0, note);
+        ds_info("epoch %lld/%lld  crop %d  train loss %.4f  val top-1 %.2f%%  top-5 %.2f%%  loss %.4f  (%lld images, "
+                "%s; %.0f img/s, %.0f s, RSS %.1f MB)%s",
+                (long long)(e + 1), (long long)p->epochs, r->crop, loss, 100 * row.val_top1, 100 * row.val_top5,
+                ds_topk_loss(&t), (long long)t.count, r->protocol, ips, r->epoch_seconds, rss / 1024.0, note);
         snprintf(json, sizeof json,
-                 "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f,\"val_top1\":%.6f,"
-                 "\"val_top5\":%.6f,\"val_loss\":%.6g,\"seconds\":%.2f,\"rss_kb\":%ld,\"data_wait\":%.4f}",
-                 (long long)g, (long long)(e + 1), loss, lr, ips, row.val_top1, row.val_top5, ds_topk_loss(&t),
-                 r->epoch_seconds, rss, wait);
+                 "{\"step\":%lld,\"epoch\":%lld,\"crop\":%d,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f,"
+                 "\"val_top1\":%.6f,\"val_top5\":%.6f,\"val_loss\":%.6g,\"val_crop\":%d,\"protocol\":\"%s\","
+                 "\"seconds\":%.2f,\"rss_kb\":%ld,\"data_wait\":%.4f}",
+                 (long long)g, (long long)(e + 1), r->crop, loss, lr, ips, row.val_top1, row.val_top5,
+                 ds_topk_loss(&t), p->val_crop, r->protocol, r->epoch_seconds, rss, wait);
     } else {
-        ds_info("epoch %lld/%lld  train loss %.4f  (%.0f img/s, %.0f s, RSS %.1f MB)%s", (long long)(e + 1),
-                (long long)p->epochs, loss, ips, r->epoch_seconds, rss / 1024.0, note);
+        ds_info("epoch %lld/%lld  crop %d  train loss %.4f  (%.0f img/s, %.0f s, RSS %.1f MB)%s", (long long)(e + 1),
+                (long long)p->epochs, r->crop, loss, ips, r->epoch_seconds, rss / 1024.0, note);
         snprintf(json, sizeof json,
-                 "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f,\"seconds\":%.2f,"
-                 "\"rss_kb\":%ld,\"data_wait\":%.4f}",
-                 (long long)g, (long long)(e + 1), loss, lr, ips, r->epoch_seconds, rss, wait);
+                 "{\"step\":%lld,\"epoch\":%lld,\"crop\":%d,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f,"
+                 "\"seconds\":%.2f,\"rss_kb\":%ld,\"data_wait\":%.4f}",
+                 (long long)g, (long long)(e + 1), r->crop, loss, lr, ips, r->epoch_seconds, rss, wait);
     }
     log_json(r, json);
     int best = have_val && row.val_top1 > r->best_top1;
@@ -251,7 +255,9 @@ static int setup(run *r, ds_model *m, const ds_train_plan *p)
     vc.accum = 1;
     vc.augment = 0;
     vc.pad = 0;
+    vc.crop = p->val_crop;
     if (p->val && !(r->vl = ds_loader_new(p->val, &vc))) return -1;
+    if (p->val) ds_eval_protocol(r->protocol, sizeof r->protocol, p->val, p->val_crop);
     r->S = ds_loader_steps_per_epoch(r->tl);
     r->G = (int64_t)tc->batch * tc->world * tc->accum;
     r->total = r->S * p->epochs;
@@ -294,6 +300,9 @@ static int train_loop(run *r)
     double t_run = ds_now(), t_log = t_run, win_loss = 0, lr = 0, wait_log = ds_loader_wait_seconds(r->tl);
     int64_t g_run = g, win_steps = 0;
     for (int64_t e = g / r->S; e < p->epochs; e++) {
+        /* progressive resizing: the crop is a function of e alone (resume and ranks agree) */
+        r->crop = ds_crop_for_epoch(&p->ramp, e);
+        if (ds_loader_set_crop(r->tl, r->crop) || ds_model_set_input_size(m, r->crop, r->crop)) return -1;
         if (ds_loader_start(r->tl, e, g % r->S)) return -1;
         r->epoch_t0 = ds_now();
         r->epoch_wait0 = ds_loader_wait_seconds(r->tl);
@@ -307,7 +316,7 @@ static int train_loop(run *r)
                 loss = 0;
                 t_step = ds_now();
             }
-            if (ds_feed_batch(&r->tf, m, b, lc->crop, p->meta->mean, p->meta->std)) {
+            if (ds_feed_batch(&r->tf, m, b, r->crop, p->meta->mean, p->meta->std)) {
                 ds_loader_release(r->tl, b);
                 return -1;
             }
@@ -351,14 +360,14 @@ static int train_loop(run *r)
                 double wait = data_wait(r, t_log, wait_log);
                 char eta[32], note[96];
                 ds_format_duration(eta, sizeof eta, per_step * (double)(end - g));
-                ds_info("epoch %lld/%lld  step %lld/%lld  loss %.4f  lr %.5f  %.0f img/s  ETA %s%s", (long long)(e + 1),
-                        (long long)p->epochs, (long long)(g - e * r->S), (long long)r->S, win_loss / win_steps, lr,
-                        ips, eta, input_bound_note(note, sizeof note, wait));
+                ds_info("epoch %lld/%lld  step %lld/%lld  crop %d  loss %.4f  lr %.5f  %.0f img/s  ETA %s%s",
+                        (long long)(e + 1), (long long)p->epochs, (long long)(g - e * r->S), (long long)r->S, r->crop,
+                        win_loss / win_steps, lr, ips, eta, input_bound_note(note, sizeof note, wait));
                 char json[256];
                 snprintf(json, sizeof json,
-                         "{\"step\":%lld,\"epoch\":%.4f,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f,"
+                         "{\"step\":%lld,\"epoch\":%.4f,\"crop\":%d,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f,"
                          "\"data_wait\":%.4f}",
-                         (long long)g, (double)g / (double)r->S, win_loss / win_steps, lr, ips, wait);
+                         (long long)g, (double)g / (double)r->S, r->crop, win_loss / win_steps, lr, ips, wait);
                 log_json(r, json);
                 win_loss = 0;
                 win_steps = 0;

@@ -27,8 +27,11 @@ typedef struct {
     ds_source *val;          /* NULL: no validation */
     const char *out;         /* run directory (rank 0 writes into it) */
     int64_t epochs;
-    ds_loader_config loader; /* the training micro-batches (.train = 1); validation reads with the
-                                same batch, world, rank, crop and threads, centre-cropped */
+    ds_loader_config loader; /* the training micro-batches (.train = 1), .crop the largest of
+                                `ramp`; validation reads with the same batch, world, rank and
+                                threads, centre-cropped to val_crop */
+    ds_crop_ramp ramp;       /* the training crop of each epoch (ds_crop_for_epoch) */
+    int val_crop;            /* the validation crop; the model is planned for the largest crop */
     ds_schedule schedule;    /* the whole run's, from ds_schedule_make with the steps per epoch
                                 of `loader` (ds_loader_train_steps) and `epochs` */
     ds_sgd sgd;              /* momentum, weight decay, nesterov (lr from the schedule) */

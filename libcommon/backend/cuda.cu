@@ -204,9 +204,9 @@ static void cuda_sync(void)
 
 /* Plans (cuda_plan.h): one per (shape, precision, determinism, planned batch), made by
  * conv_workspace (the model's planning pass) and only looked up afterwards. A plan serves
- * every batch n up to its planned one: each n run gets a slot, with its own tensor and
- * convolution descriptors and the plan's algorithms, or others where those would need more
- * workspace at that n than the arena holds. */
+ * every batch n and input h x w up to its planned ones: each (n, h, w) run gets a slot,
+ * with its own tensor and convolution descriptors and the plan's algorithms, or others
+ * where those would need more workspace at that size than the arena holds. */
 typedef struct {
     cudnnTensorDescriptor_t x, y;            /* for the slot's n; NULL until first set up */
     cudnnConvolutionDescriptor_t conv[3];    /* fwd, bwd data, bwd filter: own math types */
@@ -281,7 +281,7 @@ static int usable(cudnnStatus_t status, cudnnDeterminism_t det, cudnnMathType_t 
                    d->s, d->stride, g.deterministic ? " that is deterministic" : "", (size_t)(budget)); \
     } while (0)
 
-/* Sets the slot's descriptors for d (its n), each convolution descriptor with the math type
+/* Sets the slot's descriptors for d (its n, h, w), each convolution descriptor with the math type
  * given; creates them the first time. */
 static void slot_describe(conv_slot *s, cudnnDataType_t type, const ds_conv_desc *d, const cudnnMathType_t math[3])
 {
@@ -348,13 +348,14 @@ static size_t cuda_conv_workspace(const ds_conv_desc *d)
     return bytes;
 }
 
-/* Sets up slot s of plan p for d->n: descriptors for that n, and for each op the plan's
- * algorithm when its workspace at this n fits the budget, else the first usable one of
- * cuDNN's heuristic list that fits (a short batch can change what an algorithm needs). */
+/* Sets up slot s of plan p for d's n, h and w: descriptors for that size, and for each op the
+ * plan's algorithm when its workspace at this size fits the budget, else the first usable
+ * one of cuDNN's heuristic list that fits (a short batch or a smaller input can change what
+ * an algorithm needs). */
 static void slot_set_up(conv_impl *p, conv_slot *s, const ds_conv_desc *d, size_t limit)
 {
     size_t lead = bf16_bytes(d);
-    if (lead > limit)   /* cannot happen: bf16_bytes grows with n and n <= the planned n */
+    if (lead > limit)   /* cannot happen: bf16_bytes grows with n, h and w, each <= the planned one */
         ds_die("CUDA conv %dx%dx%dx%d -> %d: the workspace (%zu bytes) cannot hold its bf16 copies",
                d->n, d->h, d->w, d->c, d->k, limit);
     size_t budget = limit - lead, need[3] = {0, 0, 0};
@@ -421,7 +422,7 @@ static conv_run plan_get(const ds_conv_desc *d)
     if (!plan)   /* its workspace was never counted: running it could overrun the arena */
         ds_die("CUDA conv %dx%dx%dx%d -> %d (%dx%d/%d): %s", d->n, d->h, d->w, d->c, d->k, d->r, d->s,
                d->stride, why);
-    int fresh = 0, k = ds_conv_plan_slot(&plans, plan, d->n, &fresh);
+    int fresh = 0, k = ds_conv_plan_slot_for(&plans, plan, d, &fresh);
     conv_run run = {(conv_impl *)plan->impl, &((conv_impl *)plan->impl)->slot[k]};
     if (fresh) slot_set_up(run.p, run.s, d, limit);
     return run;

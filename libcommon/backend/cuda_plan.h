@@ -1,19 +1,21 @@
 /* cuda_plan: the CUDA backend's bookkeeping of convolution plans, in plain C so that a CPU
  * test can check it (the cuDNN side lives in cuda.cu).
  *
- * The model plans each convolution once, for its largest batch (conv_workspace with
- * d.n = max_batch), and then runs it with any n from 1 to that batch: the last batch of an
- * evaluation is usually short. A plan therefore serves every shape that equals its own in
- * everything but n, for n <= its planned n. For each n actually run the backend sets up a
- * "slot" (tensor descriptors for that n, and algorithms whose workspace fits); a few slots
- * are kept per plan, the least recently used one is reused.
+ * The model plans each convolution once, for its largest batch and input (conv_workspace
+ * with d.n = max_batch at the planned height and width), and then runs it with any n from 1
+ * to that batch (the last batch of an evaluation is usually short) and any smaller input
+ * (ds_model_set_input_size: progressive resizing, evaluation at another crop). A plan
+ * therefore serves every run of the same layer (channels, window, stride, padding) with n,
+ * h and w no larger than its own. For each (n, h, w) actually run the backend sets up a
+ * "slot" (tensor descriptors for that size, and algorithms whose workspace fits); a few
+ * slots are kept per plan, the least recently used one is reused.
  *
  * Workspace: conv_workspace returned `bytes` for each plan, and every arena planned with
  * that plan holds at least that much. Several models in one process may plan the same shape
  * with different batches, and a run at n may come from any of them, so a run at n may use
- * at most the smallest `bytes` of the plans of its shape with planned n >= n (the lookup's
- * limit). Adding a plan can lower that limit: it empties the slots of its shape, which are
- * then set up (and checked) again. */
+ * at most the smallest `bytes` of the plans of its layer that cover it (the lookup's limit).
+ * Adding a plan can lower that limit: it empties the slots of its layer, which are then set
+ * up (and checked) again. */
 #ifndef DS_CUDA_PLAN_H
 #define DS_CUDA_PLAN_H
 
@@ -21,14 +23,16 @@
 
 #include "backend.h"
 
-/* Batch sizes kept set up per plan: the planned one, an evaluation's last batch, ... */
+/* Sizes kept set up per plan: the planned one, an evaluation's last batch, this epoch's
+ * training crop, the validation crop ... */
 #define DS_CONV_PLAN_SLOTS 4
 
 typedef struct {
-    ds_conv_desc d;              /* the shape planned; d.n is the largest batch it serves */
+    ds_conv_desc d;              /* the shape planned; d.n, d.h, d.w the largest it serves */
     int precision, deterministic;
     size_t bytes;                /* what conv_workspace returned for it */
     int slot_n[DS_CONV_PLAN_SLOTS];            /* batch size each slot is set up for; 0: empty */
+    int slot_h[DS_CONV_PLAN_SLOTS], slot_w[DS_CONV_PLAN_SLOTS];   /* and its input size */
     unsigned long slot_used[DS_CONV_PLAN_SLOTS];
     void *impl;                  /* the backend's descriptors and algorithms */
 } ds_conv_plan;
@@ -41,6 +45,8 @@ typedef struct {
 
 /* 1 when a and b are the same convolution apart from the batch size n. */
 int ds_conv_same_shape(const ds_conv_desc *a, const ds_conv_desc *b);
+/* 1 when a and b are the same layer (c, k, r, s, stride, pad) at any batch and input size. */
+int ds_conv_same_layer(const ds_conv_desc *a, const ds_conv_desc *b);
 
 /* The plan made for exactly d (n included) with this precision and determinism, or NULL:
  * conv_workspace asks this before it makes a plan. */
@@ -48,20 +54,22 @@ ds_conv_plan *ds_conv_plans_exact(const ds_conv_plans *t, const ds_conv_desc *d,
                                   int deterministic);
 
 /* Adds the plan for d with its bytes and the backend's impl; empties the slots of the
- * plans of the same shape (their limit may have dropped). NULL when out of memory. */
+ * plans of the same layer (their limit may have dropped). NULL when out of memory. */
 ds_conv_plan *ds_conv_plans_add(ds_conv_plans *t, const ds_conv_desc *d, int precision, int deterministic,
                                 size_t bytes, void *impl);
 
-/* The plan that serves d: same shape, precision and determinism, planned n >= d->n, the
- * smallest such. *limit = the workspace bytes a run of d may use (see above). NULL when
- * there is none, with why[] saying whether the shape was never planned or planned only for
- * smaller batches. */
+/* The plan that serves d: same layer, precision and determinism, planned n, h and w each
+ * >= d's, the smallest such (by n x h x w). *limit = the workspace bytes a run of d may use
+ * (see above). NULL when there is none, with why[] saying whether the layer was never
+ * planned, or planned only for smaller batches or inputs. */
 ds_conv_plan *ds_conv_plans_lookup(const ds_conv_plans *t, const ds_conv_desc *d, int precision,
                                    int deterministic, size_t *limit, char *why, size_t why_len);
 
-/* The slot of p for batch size n (1 <= n <= p->d.n): the one set up for n when there is
- * one (*fresh = 0), otherwise an empty or the least recently used slot, now marked as n's
- * (*fresh = 1: the backend sets it up before use). */
+/* The slot of p for d's batch and input size (which p serves): the one set up for it when
+ * there is one (*fresh = 0), otherwise an empty or the least recently used slot, now marked
+ * as d's (*fresh = 1: the backend sets it up before use). */
+int ds_conv_plan_slot_for(ds_conv_plans *t, ds_conv_plan *p, const ds_conv_desc *d, int *fresh);
+/* The same at the plan's own input size and batch n (1 <= n <= p->d.n). */
 int ds_conv_plan_slot(ds_conv_plans *t, ds_conv_plan *p, int n, int *fresh);
 
 /* Frees the bookkeeping (not the impls: the caller frees those first). */

@@ -9,13 +9,16 @@ none so the input is the stored image itself, constant lr, Nesterov momentum, we
 label smoothing). PyTorch takes the same two steps with torch.optim.SGD on the same pixels
 (the shard's /images, normalised by ImageNet mean/std) in float64, and the test compares
 every tensor of the resulting ds checkpoint: weights, BN running statistics,
-num_batches_tracked and momentum buffers.
+num_batches_tracked and momentum buffers. Then the same with --no-bn-bias-decay against
+torch.optim.SGD with two parameter groups: weight decay on the convolution and fc weights,
+none on the BN weights and biases and fc.bias (NVIDIA's ResNet-50 recipe).
 
 Errors are max|got - ref| / max|ref| per tensor. Tolerances: momentum buffers (gradient +
 weight decay, accumulated) and weight changes 2e-3, as the engine's gradient test: BatchNorm's
 backward loses 2-3 digits to cancellation in fp32 against a float64 reference; running
 statistics 1e-4 (forward only).
 """
+import copy
 import os
 import subprocess
 import sys
@@ -55,6 +58,7 @@ def compare(name, got, ref, tol):
 
 
 def main():
+    global failures
     tmp = tempfile.mkdtemp(dir=os.environ.get("DS_TEST_TMP"))
     rng = np.random.default_rng(3)
     for c in range(4):
@@ -80,10 +84,23 @@ def main():
     tv.write_checkpoint(tmp + "/init.h5", model, "resnet20", classes=classes, input_size=16)
 
     n = 24
-    run(BIN + "/dstrain", "-q", "--train", tmp + "/packed", "-o", tmp + "/run", "--init", tmp + "/init.h5",
+    ok = True
+    for case, decay_all in (("train_step_matches_pytorch_sgd", True), ("train_step_no_bn_bias_decay_matches_pytorch", False)):
+        failures = 0
+        ok = check_case(tmp, case, model, n, decay_all) and ok
+    return 0 if ok else 1
+
+
+def check_case(tmp, case, init_model, n, decay_all):
+    global failures
+
+    model = copy.deepcopy(init_model)
+    out = tmp + "/run-" + case
+    run(BIN + "/dstrain", "-q", "--train", tmp + "/packed", "-o", out, "--init", tmp + "/init.h5",
         "--arch", "resnet20", "--crop", "16", "--batch", n, "--epochs", STEPS, "--augment", "none",
         "--lr", LR, "--lr-scaling", "none", "--schedule", "constant", "--warmup-epochs", "0",
-        "--momentum", MOMENTUM, "--wd", WD, "--nesterov", "--label-smoothing", SMOOTHING, "--threads", "2")
+        "--momentum", MOMENTUM, "--wd", WD, "--nesterov", "--label-smoothing", SMOOTHING, "--threads", "2",
+        "--bn-bias-decay" if decay_all else "--no-bn-bias-decay")
 
     with h5py.File(tmp + "/packed/shard-00000.h5", "r") as f:
         images = np.array(f["images"])     # [N, H, W, 3] uint8
@@ -98,14 +115,19 @@ def main():
 
     ref = model.double().train()
     w0 = {k: v.detach().clone() for k, v in ref.state_dict().items()}
-    opt = torch.optim.SGD(ref.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WD, nesterov=True)
+    if decay_all:
+        groups = [{"params": list(ref.parameters())}]
+    else:   # the one-dimensional parameters: BN weights and biases, fc.bias
+        groups = [{"params": [p for p in ref.parameters() if p.ndim > 1]},
+                  {"params": [p for p in ref.parameters() if p.ndim <= 1], "weight_decay": 0.0}]
+    opt = torch.optim.SGD(groups, lr=LR, momentum=MOMENTUM, weight_decay=WD, nesterov=True)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=SMOOTHING)
     for _ in range(STEPS):
         opt.zero_grad()
         loss_fn(ref(x), y).backward()
         opt.step()
 
-    ck = tmp + "/run/ckpt-%08d.h5" % STEPS
+    ck = out + "/ckpt-%08d.h5" % STEPS
     with h5py.File(ck, "r") as f:
         got = {k: np.array(v) for k, v in f["model"].items()}
         mom = {k: np.array(v) for k, v in f["optimizer"].items()}
@@ -115,7 +137,6 @@ def main():
     for k, v in ref.state_dict().items():
         if k not in got:
             print("  %s missing from the checkpoint" % k, file=sys.stderr)
-            global failures
             failures += 1
             continue
         r = v.detach().numpy()
@@ -129,10 +150,10 @@ def main():
             worst["momentum"] = max(worst["momentum"], compare(k + " momentum", mom[k], buf, 2e-3))
         else:
             worst["buffers"] = max(worst["buffers"], compare(k, got[k], r, 1e-4))
-    print("  worst relative errors: %s (checkpoint step %d)" % (worst, step), file=sys.stderr)
+    print("  %s: worst relative errors: %s (checkpoint step %d)" % (case, worst, step), file=sys.stderr)
     ok = failures == 0 and step == STEPS
-    print("%s train_step_matches_pytorch_sgd" % ("PASS" if ok else "FAIL"))
-    return 0 if ok else 1
+    print("%s %s" % ("PASS" if ok else "FAIL", case))
+    return ok
 
 
 if __name__ == "__main__":

@@ -67,6 +67,8 @@ variant("ckpt", "world_size_negative", "world_size", ckpt, lambda f: f.attrs.__s
 variant("ckpt", "data_height_0", "data_height", ckpt, lambda f: f.attrs.__setitem__("data_height", np.int64(0)))
 variant("ckpt", "data_fit_unknown", "data_fit", ckpt, lambda f: f.attrs.__setitem__("data_fit", np.bytes_("stretch")))
 variant("ckpt", "epoch_loss_sum_string", "epoch_loss_sum", ckpt, lambda f: f.attrs.__setitem__("epoch_loss_sum", np.bytes_("1.5")))
+variant("ckpt", "crop_ramp_end_before_start", "crop_ramp", ckpt, lambda f: f.attrs.__setitem__("crop_ramp", np.int64([8, 5, 2, 4])))
+variant("ckpt", "bn_bias_decay_2", "bn_bias_decay", ckpt, lambda f: f.attrs.__setitem__("bn_bias_decay", np.int32(2)))
 variant("ckpt", "mean_two_values", "mean", ckpt, lambda f: f.attrs.__setitem__("mean", np.float32([0.5, 0.5])))
 variant("ckpt", "kind_shard", "ds_kind", ckpt, lambda f: f.attrs.__setitem__("ds_kind", np.bytes_("shard")))
 variant("ckpt", "format_2", "ds_format", ckpt, lambda f: f.attrs.__setitem__("ds_format", np.int32(2)))

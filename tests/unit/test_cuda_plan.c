@@ -3,7 +3,8 @@
  * table in front of its convolutions as the CUDA backend has it) runs the real model: plans
  * are made for max_batch only, and every shorter batch must find them. Then the rules one by
  * one: n above the planned batch refused with a message, other shapes and precisions not
- * matched, the workspace limit over plans of one shape, and the slots kept per batch size. */
+ * matched, the workspace limit over plans of one layer, the slots kept per batch and input
+ * size, and inputs smaller than planned (ds_model_set_input_size) served by the plan. */
 #include <string.h>
 
 #include "../check.h"
@@ -34,7 +35,7 @@ static void spy_run(const ds_conv_desc *d)
         return;
     }
     int fresh;
-    ds_conv_plan_slot(&table, p, d->n, &fresh);
+    ds_conv_plan_slot_for(&table, p, d, &fresh);
     fresh_slots += fresh;
 }
 
@@ -89,6 +90,21 @@ static void test_model_batches(void)
         /* the shapes repeat within resnet20: one slot per plan and batch size, made once */
         int want = b == 3 ? 0 : table.count;
         CHECK(fresh_slots == want, "forward of %d: %d slots set up, want %d", batches[b], fresh_slots, want);
+    }
+    /* smaller inputs (progressive resizing, evaluation at another crop) find the plans made
+     * at 16x16, one new slot per plan and size, none made again */
+    const int sizes[][2] = {{12, 12}, {8, 12}, {12, 12}};
+    for (int k = 0; k < 3; k++) {
+        runs = misses = fresh_slots = 0;
+        int calls = workspace_calls;
+        CHECK(ds_model_set_input_size(m, sizes[k][0], sizes[k][1]) == 0, "set_input_size");
+        ds_model_forward(m, 64, 0);
+        CHECK(runs == 21 && misses == 0, "forward at %dx%d: %d of %d convolutions found no plan (%s)", sizes[k][0],
+              sizes[k][1], misses, runs, last_why);
+        int want = k < 2 ? table.count : 0;
+        CHECK(fresh_slots == want, "forward at %dx%d: %d slots set up, want %d", sizes[k][0], sizes[k][1],
+              fresh_slots, want);
+        CHECK(workspace_calls == calls, "a smaller input planned again");
     }
     ds_model_free(m);
 
@@ -179,6 +195,28 @@ static void test_rules(void)
                                                      .s = 3, .stride = 1, .pad = 1, .p = 16, .q = 16},
                                 0, 0, &limit, why, sizeof why) && strstr(why, "at most 128"),
           "n=129 (\"%s\")", why);
+    /* smaller inputs: served by the plan of the same layer that covers them */
+    ds_conv_desc s12 = conv3x3(64, 12, 16, 16), s16x8 = conv3x3(1, 16, 16, 16), s20 = conv3x3(64, 20, 16, 16);
+    s16x8.w = s16x8.q = 8;
+    CHECK(ds_conv_plans_lookup(&t, &s12, 0, 0, &limit, why, sizeof why) == p64 && limit == 600,
+          "64 at 12x12 not served by the plan for 64 at 16x16");
+    CHECK(ds_conv_plans_lookup(&t, &s16x8, 0, 0, &limit, why, sizeof why) == p64, "16x8 not served");
+    CHECK(!ds_conv_plans_lookup(&t, &s20, 0, 0, &limit, why, sizeof why) && strstr(why, "inputs up to 16x16"),
+          "20x20 accepted, or refused without saying why (\"%s\")", why);
+    int a = ds_conv_plan_slot_for(&t, p64, &s12, &fresh);
+    CHECK(fresh && a != ds_conv_plan_slot(&t, p64, 64, &fresh), "64 at 12x12 shares the slot of 64 at 16x16");
+    CHECK(ds_conv_plan_slot_for(&t, p64, &s12, &fresh) == a && !fresh, "64 at 12x12 set up again");
+    /* a plan of the same layer at another size empties the slots (the limit may drop) */
+    ds_conv_desc d32 = conv3x3(8, 32, 16, 16);
+    ds_conv_plan *p8 = ds_conv_plans_add(&t, &d32, 0, 0, 300, NULL);
+    ds_conv_plan_slot_for(&t, p64, &s12, &fresh);
+    CHECK(fresh, "slots kept after a plan of the same layer at another size was added");
+    CHECK(ds_conv_plans_lookup(&t, &s12, 0, 0, &limit, why, sizeof why) == p64 && limit == 600,
+          "64 at 12x12: the plan for 8 at 32x32 does not cover it, its bytes must not count (limit %zu)", limit);
+    ds_conv_desc s8 = conv3x3(8, 12, 16, 16);
+    CHECK(ds_conv_plans_lookup(&t, &s8, 0, 0, &limit, why, sizeof why) == p8 && limit == 300,
+          "8 at 12x12: the smallest covering plan, the smallest limit of all covering (limit %zu)", limit);
+
     /* plans of other shapes keep their slots */
     ds_conv_plan *po = ds_conv_plans_add(&t, &other, 0, 0, 10, NULL);
     ds_conv_plan_slot(&t, po, 5, &fresh);

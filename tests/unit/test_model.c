@@ -195,6 +195,15 @@ static void fill_input(ds_model *m, int n, int hw)
     free(x);
 }
 
+static void fill_input_hw(ds_model *m, int n, int h, int w)
+{
+    size_t count = (size_t)n * h * w * 3;
+    float *x = malloc(count * 4);
+    for (size_t i = 0; i < count; i++) x[i] = (float)sin(0.37 * (double)i) * 1.5f;
+    ds_backend_cpu.upload(ds_model_input(m), x, count * 4);
+    free(x);
+}
+
 static void test_step_allocates_nothing(void)
 {
     check_begin("step_allocates_nothing");
@@ -311,6 +320,115 @@ static void test_every_batch_size(void)
     }
     free(g);
     ds_model_free(t);
+    check_end();
+}
+
+/* A model planned at `planned` and run at a smaller h x w gives bitwise the logits (training
+ * and inference forward) and gradients (with the BN statistics) of a model created at h x w:
+ * the layer shapes are those of the smaller network, and activations planned larger hold
+ * them unchanged. The sizes are visited in the order given, so going back up is covered. */
+static void test_input_size(const char *arch, int n, int planned, const int (*hw)[2], int count_hw)
+{
+    char name[64];
+    snprintf(name, sizeof name, "input_size_%s", arch);
+    check_begin(name);
+    enum { CLASSES = 7 };
+    ds_model *big = make(arch, CLASSES, n, planned, 1);
+    ds_model_init(big, 11);
+    int32_t labels[4] = {6, 0, 3, 5};
+    size_t count;
+    float *red_big = ds_model_reduction(big, &count);
+    float *g_big = malloc(count * 4), *g_ref = malloc(count * 4);
+    float l_big[4 * CLASSES], l_ref[4 * CLASSES];
+    for (int k = 0; k < count_hw; k++) {
+        int h = hw[k][0], w = hw[k][1];
+        ds_model_config cfg = {.arch = arch, .num_classes = CLASSES, .max_batch = n, .height = h, .width = w,
+                               .training = 1};
+        ds_model *ref = ds_model_create(&ds_backend_cpu, &cfg);
+        ds_model_init(ref, 11);
+        CHECK(ds_model_set_input_size(big, h, w) == 0, "set_input_size(%d, %d)", h, w);
+        int gh = 0, gw = 0;
+        ds_model_input_size(big, &gh, &gw);
+        CHECK(gh == h && gw == w, "input size %dx%d, set %dx%d", gh, gw, h, w);
+        for (int training = 1; training >= 0; training--) {
+            ds_model *ms[2] = {big, ref};
+            float *ls[2] = {l_big, l_ref};
+            for (int j = 0; j < 2; j++) {
+                fill_input_hw(ms[j], n, h, w);
+                ds_model_zero_reduction(ms[j]);
+                const float *l = ds_model_forward(ms[j], n, training);
+                CHECK(l != NULL, "%dx%d forward", h, w);
+                if (!l) continue;
+                ds_backend_cpu.download(ls[j], l, (size_t)n * CLASSES * 4);
+                if (training) ds_model_backward(ms[j], labels, n, 1.0f / n, 0.1f);
+            }
+            CHECK(!memcmp(l_big, l_ref, (size_t)n * CLASSES * 4), "%dx%d: %s logits differ from a model made at it",
+                  h, w, training ? "training" : "inference");
+            if (!training) continue;
+            ds_backend_cpu.download(g_big, red_big, count * 4);
+            ds_backend_cpu.download(g_ref, ds_model_reduction(ref, NULL), count * 4);
+            size_t diff = 0;
+            for (size_t i = 0; i < count; i++) diff += memcmp(&g_big[i], &g_ref[i], 4) != 0;
+            CHECK(diff == 0, "%dx%d: %zu of %zu gradients differ from a model made at it", h, w, diff, count);
+        }
+        ds_model_free(ref);
+    }
+    /* out of range: larger than planned, empty; the size is then unchanged */
+    int gh, gw, last_h = hw[count_hw - 1][0], last_w = hw[count_hw - 1][1];
+    CHECK(ds_model_set_input_size(big, planned + 1, planned) < 0, "larger than planned accepted");
+    CHECK(ds_model_set_input_size(big, 0, planned) < 0, "height 0 accepted");
+    ds_model_input_size(big, &gh, &gw);
+    CHECK(gh == last_h && gw == last_w, "a refused size changed the input size to %dx%d", gh, gw);
+    free(g_big);
+    free(g_ref);
+    ds_model_free(big);
+    check_end();
+}
+
+/* no_bn_bias_decay: after one step from the same state (so the same gradients), every one-dimensional parameter (BN
+ * weight and bias, fc.bias) is bitwise what a step without weight decay gives, every other
+ * one what a step with it gives; and the two differ on both kinds (the test can see it). */
+static void test_no_bn_bias_decay(void)
+{
+    check_begin("no_bn_bias_decay");
+    enum { N = 3, HW = 16 };
+    const ds_sgd with = {.lr = 0.5f, .momentum = 0.9f, .weight_decay = 0.1f, .nesterov = 1},
+                 without = {.lr = 0.5f, .momentum = 0.9f, .weight_decay = 0.0f, .nesterov = 1},
+                 skip = {.lr = 0.5f, .momentum = 0.9f, .weight_decay = 0.1f, .nesterov = 1, .no_bn_bias_decay = 1};
+    const ds_sgd *sgd[3] = {&skip, &with, &without};
+    ds_model *ms[3];
+    int32_t labels[N] = {2, 0, 1};
+    for (int j = 0; j < 3; j++) {
+        ms[j] = make("resnet20", 3, N, HW, 1);
+        ds_model_init(ms[j], 21);
+        fill_input(ms[j], N, HW);
+        ds_model_zero_reduction(ms[j]);
+        ds_model_forward(ms[j], N, 1);
+        ds_model_backward(ms[j], labels, N, 1.0f / N, 0);
+        ds_model_step(ms[j], sgd[j], 1);
+    }
+    int decayed = 0, skipped = 0;
+    for (int i = 0; i < ds_model_tensor_count(ms[0]); i++) {
+        const ds_tensor_info *t = ds_model_tensor(ms[0], i);
+        if (t->kind != DS_TENSOR_PARAM) continue;
+        int one_dim = t->ndim == 1;
+        CHECK(ds_model_param_decays(ms[0], i, &skip) == !one_dim, "%s: decays %d", t->name,
+              ds_model_param_decays(ms[0], i, &skip));
+        CHECK(ds_model_param_decays(ms[0], i, &with), "%s: no decay by default", t->name);
+        float *v[3];
+        for (int j = 0; j < 3; j++) v[j] = malloc(t->count * 4), ds_model_tensor_get(ms[j], i, v[j]);
+        int same_as = one_dim ? 2 : 1, other = one_dim ? 1 : 2;
+        CHECK(!memcmp(v[0], v[same_as], t->count * 4), "%s: not the step %s weight decay", t->name,
+              one_dim ? "without" : "with");
+        if (memcmp(v[1], v[2], t->count * 4)) {
+            CHECK(memcmp(v[0], v[other], t->count * 4), "%s: also the step %s weight decay", t->name,
+                  one_dim ? "with" : "without");
+            one_dim ? skipped++ : decayed++;
+        }
+        for (int j = 0; j < 3; j++) free(v[j]);
+    }
+    CHECK(decayed > 10 && skipped > 10, "weight decay visible on %d decayed and %d skipped tensors", decayed, skipped);
+    for (int j = 0; j < 3; j++) ds_model_free(ms[j]);
     check_end();
 }
 
@@ -440,6 +558,10 @@ int main(void)
     test_every_batch_size();
     test_backward_repeatable("resnet20", 4, 16);
     test_backward_repeatable("resnet18", 2, 64);
+    static const int r20[][2] = {{48, 48}, {32, 32}, {64, 64}, {40, 24}}, r50[][2] = {{32, 32}};
+    test_input_size("resnet20", 3, 64, r20, 4);
+    test_input_size("resnet50", 2, 64, r50, 1);
+    test_no_bn_bias_decay();
     /* bucket edges at many places */
     for (size_t bytes = 4; bytes <= (1 << 16); bytes *= 2) test_buckets("resnet20", 4, 16, bytes + 4 * (bytes > 4));
     /* and one right at a block's last BN: the buffer holds the block's shortcut (downsample)

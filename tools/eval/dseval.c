@@ -22,7 +22,7 @@
 #include <string.h>
 
 static const char *per_class, *logits_file, *fit;
-static long long batch = 64, size = 0;
+static long long batch = 64, size = 0, crop = 0;
 static int json;
 static ds_compute_options compute = DS_COMPUTE_DEFAULTS;
 
@@ -36,6 +36,9 @@ static ds_option options[] = {
      .help = "write per-class counts and accuracies"},
     {.name = "logits", .type = DS_OPT_STRING, .value = &logits_file, .arg = "FILE.h5",
      .help = "write /logits [N, C], /labels, /paths in data order"},
+    {.name = "crop", .type = DS_OPT_INT, .value = &crop, .arg = "N",
+     .help = "network input: N x N centre crops (0: the checkpoint's input size); any size the stored images hold",
+     .min = 0, .max = 65535},
     {.name = "size", .type = DS_OPT_INT, .value = &size, .arg = "N",
      .help = "manifest decoding size (0: the checkpoint's data size, else input size x 8/7)", .min = 0, .max = 65535},
     {.name = "fit", .type = DS_OPT_CHOICE, .value = &fit, .choices = "crop|squash",
@@ -49,6 +52,8 @@ static ds_cli cli = {
     .summary = "Evaluate a checkpoint on DATA: a shard directory, or a manifest decoded on the fly.",
     .epilog = "A manifest is decoded exactly as dspack would store it, at the size and fit recorded in the\n"
               "checkpoint (dstrain records its training shards'), then centre-cropped to the network's input.\n"
+              "The result names its protocol from the stored size, fit and crop: shards of --size 256 --fit crop\n"
+              "at --crop 224 are \"resize 256, centre crop 224\", torchvision's Resize(256) + CenterCrop(224).\n"
               "Accuracies are fractions in [0, 1]; the loss is the mean cross-entropy without smoothing.\n"
               "Undecodable images of a manifest are skipped with a warning and not counted.",
     .min_pos = 2,
@@ -70,7 +75,8 @@ int main(int argc, char **argv)
     ds_ckpt_meta_init(&meta);
     if (ds_ckpt_read_meta(ckpt, &meta) || ds_ckpt_meta_require(&meta, ckpt, DS_CKPT_FOR_EVAL))
         ds_die("cannot evaluate %s", ckpt);
-    int dsize = size ? (int)size : meta.data_height ? meta.data_height : (meta.input_size * 8 + 6) / 7;
+    int input = crop ? (int)crop : meta.input_size;
+    int dsize = size ? (int)size : meta.data_height ? meta.data_height : (input * 8 + 6) / 7;
     const char *dfit = fit ? fit : meta.data_fit[0] ? meta.data_fit : "crop";
 
     ds_source src;
@@ -86,12 +92,12 @@ int main(int argc, char **argv)
     const ds_backend *be = ds_compute_setup(&compute, 0);
     if (!be) ds_die("no usable --device %s", compute.device);
     ds_model_config mc = {.arch = meta.arch, .num_classes = meta.num_classes, .max_batch = (int)batch,
-                          .height = meta.input_size, .width = meta.input_size, .training = 0};
+                          .height = input, .width = input, .training = 0};
     ds_model *m = ds_model_create(be, &mc);
     if (!m) ds_die("cannot build the %s model of %s", meta.arch, ckpt);
     if (ds_ckpt_load(ckpt, m, NULL, 0)) ds_die("cannot evaluate %s", ckpt);
 
-    ds_loader_config lc = {.batch = (int)batch, .world = world, .rank = rank, .accum = 1, .crop = meta.input_size,
+    ds_loader_config lc = {.batch = (int)batch, .world = world, .rank = rank, .accum = 1, .crop = input,
                            .train = 0, .seed = meta.seed, .threads = (int)compute.loader_threads};
     ds_loader *L = ds_loader_new(&src, &lc);
     if (!L) ds_die("cannot evaluate %s on %s", ckpt, data);
@@ -102,7 +108,9 @@ int main(int argc, char **argv)
     if (be == &ds_backend_cpu) snprintf(kernels, sizeof kernels, ", %s kernels", ds_cpu_isa_name(ds_cpu_isa_get()));
     ds_info("%s (%s, %d classes) on %s: %zu images, %s (%d threads%s)", ckpt, meta.arch, meta.num_classes, data,
             src.n, be->name, omp_get_max_threads(), kernels);
-    ds_eval_options eo = {.crop = meta.input_size, .progress = ds_cli_progress_mode()};
+    ds_eval_options eo = {.crop = input, .progress = ds_cli_progress_mode()};
+    char protocol[96];
+    int standard = ds_eval_protocol(protocol, sizeof protocol, &src, input);
     memcpy(eo.mean, meta.mean, sizeof eo.mean);
     memcpy(eo.std, meta.std, sizeof eo.std);
     if (logits_file) {
@@ -132,11 +140,13 @@ int main(int argc, char **argv)
         if (skipped) ds_warn("%lld undecodable image%s skipped (not counted)", (long long)skipped, skipped == 1 ? "" : "s");
         if (json)
             printf("{\"top1\": %.6f, \"top5\": %.6f, \"loss\": %.6f, \"count\": %lld, \"images_per_sec\": %.1f, "
-                   "\"skipped\": %lld}\n",
-                   ds_topk_top1(&t), ds_topk_top5(&t), ds_topk_loss(&t), (long long)t.count, ips, (long long)skipped);
+                   "\"skipped\": %lld, \"crop\": %d, \"protocol\": \"%s\", \"standard_protocol\": %s}\n",
+                   ds_topk_top1(&t), ds_topk_top5(&t), ds_topk_loss(&t), (long long)t.count, ips, (long long)skipped,
+                   input, protocol, standard ? "true" : "false");
         else
-            printf("top-1 %.2f%%  top-5 %.2f%%  loss %.4f  count %lld  %.0f images/s\n", 100 * ds_topk_top1(&t),
-                   100 * ds_topk_top5(&t), ds_topk_loss(&t), (long long)t.count, ips);
+            printf("top-1 %.2f%%  top-5 %.2f%%  loss %.4f  count %lld  %.0f images/s  protocol: %s%s\n",
+                   100 * ds_topk_top1(&t), 100 * ds_topk_top5(&t), ds_topk_loss(&t), (long long)t.count, ips, protocol,
+                   standard ? " (the standard ImageNet evaluation)" : "");
         if (fflush(stdout)) ds_die("cannot write the result");
     }
     ds_topk_free(&t);

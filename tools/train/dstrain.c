@@ -30,10 +30,11 @@ static const char *train_dir, *val_dir, *out_dir, *arch = "resnet50", *schedule 
                   *lr_scaling = "linear";
 static int schedule_kind, augment_kind, lr_scaling_kind;
 static long long epochs = 90, batch = 64, accum = 1, crop = 224, pad = 0, seed = 42, log_every = 100,
-                 ckpt_steps = 0, max_steps = 0, keep = 3;
+                 ckpt_steps = 0, max_steps = 0, keep = 3, min_crop = 0, ramp_start = 0, ramp_end = 0, crop_step = 32,
+                 val_crop = 0;
 static double lr = 0.1, momentum = 0.9, wd = 1e-4, warmup_epochs = 5, step_epochs = 30, step_gamma = 0.1,
               label_smoothing = 0.1, bucket_mb = 25, comm_timeout = DS_COMM_TIMEOUT;
-static int nesterov = 1;
+static int nesterov = 1, bn_bias_decay = 1;
 static ds_compute_options compute = DS_COMPUTE_DEFAULTS;
 
 static ds_option options[] = {
@@ -55,11 +56,23 @@ static ds_option options[] = {
     {.name = "nesterov", .type = DS_OPT_FLAG, .value = &nesterov, .legacy_no = 1,
      .help = "Nesterov momentum; --no-nesterov: plain (heavy-ball) momentum"},
     DS_NUM("wd", DS_OPT_DOUBLE, &wd, "X", "weight decay (L2 on every parameter, as torch.optim.SGD)", 0, 1),
+    {.name = "bn-bias-decay", .type = DS_OPT_FLAG, .value = &bn_bias_decay,
+     .help = "weight decay also on BN weights and biases and fc.bias; --no-bn-bias-decay: none on them (NVIDIA's "
+             "ResNet-50 recipe)"},
     DS_CHOICE_INDEX("schedule", &schedule, &schedule_kind, DS_SCHEDULE_CHOICES, "learning rate after warmup"),
     DS_NUM("warmup-epochs", DS_OPT_DOUBLE, &warmup_epochs, "X", "linear warmup to the peak lr over X epochs", 0, 1e6),
     DS_NUM("step-epochs", DS_OPT_DOUBLE, &step_epochs, "X", "step schedule: epochs between decays", 0, 1e6),
     DS_NUM("step-gamma", DS_OPT_DOUBLE, &step_gamma, "X", "step schedule: factor per decay", 0, 1),
     DS_NUM("label-smoothing", DS_OPT_DOUBLE, &label_smoothing, "X", "label smoothing of the cross-entropy", 0, 1),
+    DS_NUM("min-crop", DS_OPT_INT, &min_crop, "N",
+           "progressive resizing (FFCV): train at N x N up to epoch --ramp-start, then at crops rising linearly to "
+           "--crop (the largest) at --ramp-end, in multiples of --crop-step (0: --crop throughout)", 0, 65535),
+    DS_NUM("ramp-start", DS_OPT_INT, &ramp_start, "E", "--min-crop: the ramp's first epoch (0-based, as FFCV)", 0, 1e6),
+    DS_NUM("ramp-end", DS_OPT_INT, &ramp_end, "E", "--min-crop: the epoch (0-based) from which --crop is used", 0, 1e6),
+    DS_NUM("crop-step", DS_OPT_INT, &crop_step, "N", "--min-crop: crops inside the ramp are rounded to multiples of N",
+           1, 65535),
+    DS_NUM("val-crop", DS_OPT_INT, &val_crop, "N",
+           "per-epoch validation: N x N centre crops (0: --crop; the model is planned for the larger)", 0, 65535),
     DS_NUM("crop", DS_OPT_INT, &crop, "N", "network input: N x N crops of the stored images", 1, 65535),
     DS_NUM("pad", DS_OPT_INT, &pad, "N", "--augment standard: zero padding around the stored image before random "
            "crops (4: CIFAR-style)", 0, 1024),
@@ -126,6 +139,23 @@ static int check_resume(const char *path, ds_ckpt_meta *rm, const ds_source *tr,
     if (rm->seed != (uint64_t)seed)
         return ds_err("%s: saved with --seed %llu, not %lld: an exact resume needs the same seed", path,
                       (unsigned long long)rm->seed, seed);
+    /* The training options a checkpoint records are taken from it when not given again. */
+    if (rm->bn_bias_decay >= 0) {
+        if (ds_cli_given(&cli, "bn-bias-decay") && bn_bias_decay != rm->bn_bias_decay)
+            return ds_err("%s: saved with --%sbn-bias-decay: an exact resume needs the same", path,
+                          rm->bn_bias_decay ? "" : "no-");
+        bn_bias_decay = rm->bn_bias_decay;
+    }
+    if (rm->crop_ramp[3] > 0) {
+        static const char *const names[4] = {"min-crop", "ramp-start", "ramp-end", "crop-step"};
+        long long *vals[4] = {&min_crop, &ramp_start, &ramp_end, &crop_step};
+        for (int i = 0; i < 4; i++) {
+            if (ds_cli_given(&cli, names[i]) && *vals[i] != rm->crop_ramp[i])
+                return ds_err("%s: saved with --%s %lld, not %lld: an exact resume needs the same crop per epoch",
+                              path, names[i], (long long)rm->crop_ramp[i], *vals[i]);
+            *vals[i] = rm->crop_ramp[i];
+        }
+    }
     return ds_classes_match(tr->classes, tr->num_classes, tr->name, rm->classes, rm->num_classes, path);
 }
 
@@ -151,6 +181,12 @@ int main(int argc, char **argv)
         ds_usage_error(&cli, "--pad is for --augment standard; --augment rrc takes its boxes from the unpadded image");
     if (augment_kind != AUGMENT_RRC && (ds_cli_given(&cli, "rrc-scale") || ds_cli_given(&cli, "rrc-ratio")))
         ds_usage_error(&cli, "--rrc-scale and --rrc-ratio need --augment rrc");
+    if (min_crop > crop) ds_usage_error(&cli, "--min-crop %lld is larger than --crop %lld", min_crop, crop);
+    if (min_crop && ramp_end < ramp_start)
+        ds_usage_error(&cli, "--ramp-end %lld is before --ramp-start %lld", ramp_end, ramp_start);
+    if (!min_crop && (ds_cli_given(&cli, "ramp-start") || ds_cli_given(&cli, "ramp-end")))
+        ds_usage_error(&cli, "--ramp-start and --ramp-end need --min-crop");
+    if (!val_crop) val_crop = crop;
 
     ds_source tr, va;
     int have_val = val_dir != NULL;
@@ -158,6 +194,8 @@ int main(int argc, char **argv)
     if (have_val && ds_source_open_shards(&va, val_dir)) ds_die("cannot use --val %s", val_dir);
     if (have_val && ds_classes_match(tr.classes, tr.num_classes, train_dir, va.classes, va.num_classes, val_dir))
         ds_die("--train and --val must hold the same classes");
+    if (have_val && (val_crop > va.height || val_crop > va.width))
+        ds_die("--val-crop %lld is larger than the %dx%d images of --val %s", val_crop, va.height, va.width, val_dir);
     int G = (int)(batch * world * accum);
 
     char *resume_path = NULL;
@@ -174,6 +212,8 @@ int main(int argc, char **argv)
         }
     }
 
+    if (min_crop > crop) ds_die("--min-crop %lld is larger than --crop %lld", min_crop, crop);
+
     if (!resume && ds_rundir_has_checkpoints(out_dir))
         ds_die("%s already holds a run's checkpoints: continue it with --resume %s, or choose another -o", out_dir,
                out_dir);
@@ -185,8 +225,10 @@ int main(int argc, char **argv)
     if (be->precision != (ds_precision)compute.precision_index && ds_cli_given(&cli, "precision"))
         ds_info("device %s: computing in %s (--precision %s applies on a GPU)", be->name,
                 ds_precision_name(be->precision), compute.precision);
+    /* Planned once for the largest input: training crops never exceed --crop. */
+    int planned = (int)(have_val && val_crop > crop ? val_crop : crop);
     ds_model_config mc = {.arch = arch, .num_classes = tr.num_classes, .max_batch = (int)batch,
-                          .height = (int)crop, .width = (int)crop, .training = 1,
+                          .height = planned, .width = planned, .training = 1,
                           .bucket_bytes = (size_t)(bucket_mb * 1048576.0)};
     ds_model *m = ds_model_create(be, &mc);
     if (!m) ds_die("cannot build the %s model", arch);
@@ -227,6 +269,9 @@ int main(int argc, char **argv)
     meta.data_height = tr.height;
     meta.data_width = tr.width;
     snprintf(meta.data_fit, sizeof meta.data_fit, "%s", tr.fit);
+    meta.crop_ramp[0] = min_crop, meta.crop_ramp[1] = ramp_start, meta.crop_ramp[2] = ramp_end;
+    meta.crop_ramp[3] = crop_step;
+    meta.bn_bias_decay = bn_bias_decay;
     ds_ckpt_meta_set_float(&meta, "lr_effective", base_lr);
     ds_ckpt_meta_set_string(&meta, "device", be->name);
     ds_ckpt_meta_set_string(&meta, "precision", ds_precision_name(be->precision));
@@ -244,7 +289,10 @@ int main(int argc, char **argv)
         .train = &tr, .val = have_val ? &va : NULL, .out = out_dir, .epochs = epochs, .loader = lc,
         .schedule = ds_schedule_make((ds_schedule_kind)schedule_kind, base_lr, warmup_epochs, step_epochs, step_gamma,
                                      ds_loader_train_steps(&lc, tr.n), epochs),
-        .sgd = {.momentum = (float)momentum, .weight_decay = (float)wd, .nesterov = nesterov},
+        .ramp = {.min = (int)min_crop, .max = (int)crop, .start = ramp_start, .end = ramp_end, .step = (int)crop_step},
+        .val_crop = (int)val_crop,
+        .sgd = {.momentum = (float)momentum, .weight_decay = (float)wd, .nesterov = nesterov,
+                .no_bn_bias_decay = !bn_bias_decay},
         .smoothing = (float)label_smoothing, .log_every = (int)log_every, .ckpt_steps = ckpt_steps,
         .max_steps = max_steps, .keep = (int)keep, .start_step = start_step, .meta = &meta,
     };
