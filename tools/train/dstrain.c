@@ -115,7 +115,7 @@ static ds_cli cli = {
               "batch, 5 warmup epochs, cosine decay, weight decay 1e-4, label smoothing 0.1, 90 epochs, random\n"
               "224 crops + flips from 256-pixel shards (dspack --size 256 --fit crop). torchvision's reference\n"
               "augmentation, RandomResizedCrop(224) + flips: --augment rrc; its boxes come from the stored images,\n"
-              "so pack the training set larger (e.g. dspack --size 320) to keep more of each picture.\n"
+              "so a larger training set (e.g. dspack --size 320) keeps more detail for small boxes.\n"
               "The recipe of a plain PyTorch script (batch 64, lr 0.01 x ranks, momentum 0.9, no weight decay,\n"
               "10 epochs, Resize((224, 224)), no augmentation): dspack --size 224 --fit squash, then\n"
               "  dstrain --batch 64 --lr 0.04 --no-nesterov --wd 0 --epochs 10 --warmup-epochs 0\n"
