@@ -38,17 +38,10 @@ import numpy as np
 from PIL import Image
 import torchvision.transforms as T
 
-ROOT = os.environ.get("DS_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
-DSPACK = os.path.join(ROOT, os.environ.get("BIN", "bin"), "dspack")
-DRIVER = os.path.join(ROOT, os.environ.get("BUILD", "build"), "drivers", "image_resize")
-failures = 0
+from reflib import BIN, BUILD, report, status  # noqa: E402
 
-
-def report(name, ok, detail=""):
-    global failures
-    print(f"{'PASS' if ok else 'FAIL'} {name}" + (f": {detail}" if detail and not ok else ""), flush=True)
-    if not ok:
-        failures += 1
+DSPACK = os.path.join(BIN, "dspack")
+DRIVER = os.path.join(BUILD, "drivers", "image_resize")
 
 
 # ---- PNG, byte by byte ----
@@ -492,7 +485,7 @@ def main():
         wrong = [n for n, ok in JPEG_LAYOUT.items() if not ok(jpeg_header(data[n + ".jpg"]))]
         report("jpeg_matrix_layouts_as_named", not wrong, f"not the layout their name says: {wrong}")
         end_to_end(tmp, [n for n, _ in cases], readable)
-    sys.exit(1 if failures else 0)
+    sys.exit(status())
 
 
 if __name__ == "__main__":

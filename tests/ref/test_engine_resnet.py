@@ -51,11 +51,12 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-ROOT = os.environ.get("DS_ROOT", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from reflib import BUILD, ROOT, report, status  # noqa: E402
+
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import torchvision_to_ds as tv  # noqa: E402
 
-DRIVER = os.path.join(ROOT, os.environ.get("BUILD", "build"), "drivers", "engine_ref")
+DRIVER = os.path.join(BUILD, "drivers", "engine_ref")
 VERBOSE = "--verbose" in sys.argv
 HYPER = dict(lr=0.01, momentum=0.9, wd=5e-3, nesterov=1, smoothing=0.1, steps=3)
 
@@ -67,7 +68,6 @@ KINK_MAX = 0.5
 # decision in the references: far wider than fp32's forward error (~1e-5 at the logits), so
 # no input the engine could have put on the other side is decided twice.
 KINK_BAND = 1e-3
-failures = 0
 
 
 class Kinks:
@@ -120,14 +120,6 @@ def follow_engine_relus(model, kinks):
         for name, child in list(mod.named_children()):
             if isinstance(child, nn.ReLU):
                 setattr(mod, name, EngineReLU(kinks))
-
-
-def report(name, ok, detail=""):
-    global failures
-    print("%s %s%s" % ("PASS" if ok else "FAIL", name, (": " + detail) if detail and not ok else ""))
-    if not ok:
-        failures += 1
-    sys.stdout.flush()
 
 
 def rel_err(got, ref):
@@ -307,7 +299,7 @@ def main():
     for arch, classes, n, hw, tol, seed in CASES:
         if not only or arch in only:
             run_case(arch, classes, n, hw, tol, seed)
-    sys.exit(1 if failures else 0)
+    sys.exit(status())
 
 
 if __name__ == "__main__":

@@ -17,16 +17,9 @@ import numpy as np
 from PIL import Image
 import torchvision.transforms as T
 
-ROOT = os.environ.get("DS_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
-DSPACK = os.path.join(ROOT, os.environ.get("BIN", "bin"), "dspack")
-failures = 0
+from reflib import BIN, report, status  # noqa: E402
 
-
-def report(name, ok, detail=""):
-    global failures
-    print(f"{'PASS' if ok else 'FAIL'} {name}" + (f": {detail}" if detail and not ok else ""), flush=True)
-    if not ok:
-        failures += 1
+DSPACK = os.path.join(BIN, "dspack")
 
 
 def photo(w, h, seed):
@@ -114,7 +107,7 @@ def main():
                 report(f"pillow_mean_diff_le_2_{fit}_{size}", worst <= 2.0, f"worst {worst:.3f} on {worst_name}")
                 print(f"  {fit} {size}: worst mean |diff| {worst:.3f} levels ({worst_name})", file=sys.stderr)
                 report(f"png_exact_{fit}_{size}", exact_png)
-    sys.exit(1 if failures else 0)
+    sys.exit(status())
 
 
 if __name__ == "__main__":

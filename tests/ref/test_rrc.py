@@ -32,20 +32,11 @@ import torch
 import torchvision.transforms as T
 import torchvision.transforms.functional as TF
 
-ROOT = os.environ.get("DS_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
-DRIVER = os.path.join(ROOT, os.environ.get("BUILD", "build"), "drivers", "rrc_check")
+from reflib import BUILD, report, status  # noqa: E402
+
+DRIVER = os.path.join(BUILD, "drivers", "rrc_check")
 N = 20000
 KS_MAX = 0.025
-failures = 0
-
-
-def report(name, ok, detail=""):
-    global failures
-    print(f"{'PASS' if ok else 'FAIL'} {name}" + (f": {detail}" if detail and not ok else ""), flush=True)
-    if detail:
-        print(f"  {name}: {detail}", file=sys.stderr, flush=True)
-    if not ok:
-        failures += 1
 
 
 def ours(H, W, n, seed, scale, ratio):
@@ -176,7 +167,7 @@ def main():
     test_fallback_exact()
     with tempfile.TemporaryDirectory(dir=os.environ.get("DS_TEST_TMP")) as tmp:
         test_pixels(tmp)
-    sys.exit(1 if failures else 0)
+    sys.exit(status())
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ different orders (ds's GEMM, PyTorch's oneDNN), which leaves ~1e-6 relative per 
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -26,23 +25,7 @@ import torch
 import torchvision
 from PIL import Image
 
-ROOT = os.environ.get("DS_ROOT", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-BIN = os.path.join(ROOT, os.environ.get("BIN", "bin"))
-failures = 0
-
-
-def report(ok, name, detail=""):
-    global failures
-    failures += not ok
-    print("%s %s%s" % ("PASS" if ok else "FAIL", name, "" if ok or not detail else ": " + detail))
-
-
-def run(*cmd):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-    if r.returncode != 0:
-        print("FAIL command: %s\n%s" % (" ".join(map(str, cmd)), r.stderr))
-        sys.exit(1)
-    return r.stdout
+from reflib import BIN, ROOT, report, run, status  # noqa: E402
 
 
 def readme_reader():
@@ -50,11 +33,11 @@ def readme_reader():
     text = open(os.path.join(ROOT, "README.md")).read()
     m = re.search(r"^## Reading a checkpoint in PyTorch\n.*?^```python\n(.*?)^```", text, re.S | re.M)
     if not m:
-        report(False, "readme_has_the_reader", "no python block under '## Reading a checkpoint in PyTorch'")
+        report("readme_has_the_reader", False, "no python block under '## Reading a checkpoint in PyTorch'")
         sys.exit(1)
     scope = {}
     exec(compile(m.group(1), "README.md (Reading a checkpoint in PyTorch)", "exec"), scope)
-    report("load_ds_checkpoint" in scope, "readme_has_the_reader")
+    report("readme_has_the_reader", "load_ds_checkpoint" in scope)
     return scope["load_ds_checkpoint"]
 
 
@@ -86,9 +69,9 @@ def main():
         try:
             model, crop, normalize = load(ckpt)
         except Exception as e:   # noqa: BLE001 - any failure of the documented reader is the finding
-            report(False, "%s_loads_strict" % arch, repr(e))
+            report("%s_loads_strict" % arch, False, repr(e))
             continue
-        report(isinstance(model, torchvision.models.ResNet) and crop == 32, "%s_loads_strict" % arch)
+        report("%s_loads_strict" % arch, isinstance(model, torchvision.models.ResNet) and crop == 32)
 
         # strict=True checks names and shapes; copy_ would cast a wrong dtype silently.
         with h5py.File(ckpt, "r") as f:
@@ -96,12 +79,12 @@ def main():
             step = int(f.attrs["step"])
         ref = getattr(torchvision.models, arch)(num_classes=4).state_dict()
         bad = [k for k, v in ref.items() if raw[k].dtype != v.dtype or raw[k].shape != v.shape]
-        report(not bad and len(raw) == len(ref), "%s_dtypes_and_shapes_are_torchvisions" % arch, ", ".join(bad[:3]))
+        report("%s_dtypes_and_shapes_are_torchvisions" % arch, not bad and len(raw) == len(ref), ", ".join(bad[:3]))
         nbt = {int(v) for k, v in model.state_dict().items() if k.endswith("num_batches_tracked")}
-        report(nbt == {step} and step > 0, "%s_num_batches_tracked_is_the_step_count" % arch,
+        report("%s_num_batches_tracked_is_the_step_count" % arch, nbt == {step} and step > 0,
                "%s, step %d" % (sorted(nbt), step))
         moved = float(model.state_dict()["layer1.0.bn1.running_mean"].abs().max())
-        report(moved > 0, "%s_running_statistics_moved" % arch)
+        report("%s_running_statistics_moved" % arch, moved > 0)
 
         with h5py.File(run_dir + "/logits.h5", "r") as f:
             got, paths = f["logits"][()], list(f["paths"].asstr()[()])
@@ -113,9 +96,9 @@ def main():
         tol = 1e-4 * max(1.0, float(np.abs(want).max()))
         print("  %s: %d images, logits up to %.3f, worst difference %.2e (tolerance %.1e)"
               % (arch, len(paths), np.abs(want).max(), err, tol), file=sys.stderr)
-        report(len(paths) == 24 and err <= tol, "%s_logits_match_dseval" % arch, "worst %.3g > %.3g" % (err, tol))
+        report("%s_logits_match_dseval" % arch, len(paths) == 24 and err <= tol, "worst %.3g, tolerance %.3g" % (err, tol))
     shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if failures else 0
+    return status()
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ statistics 1e-4 (forward only).
 """
 import copy
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -30,21 +29,13 @@ import torch
 import torch.nn as nn
 from PIL import Image
 
-ROOT = os.environ.get("DS_ROOT", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-BIN = os.path.join(ROOT, os.environ.get("BIN", "bin"))
+from reflib import BIN, ROOT, run  # noqa: E402
+
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import torchvision_to_ds as tv  # noqa: E402
 
 LR, MOMENTUM, WD, SMOOTHING, STEPS = 0.2, 0.9, 5e-4, 0.1, 2
 failures = 0
-
-
-def run(*cmd):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-    if r.returncode != 0:
-        print("FAIL command: %s\n%s" % (" ".join(map(str, cmd)), r.stderr))
-        sys.exit(1)
-    return r.stdout
 
 
 def compare(name, got, ref, tol):
