@@ -24,7 +24,13 @@ int ds_eval_protocol(char *buf, size_t len, const ds_source *src, int crop)
      * round((L - S) / 2) + (S - C) / 2 for every longer side L. */
     if ((S - crop) % 4 == 0) snprintf(buf, len, "resize %d, centre crop %d", S, crop);
     else snprintf(buf, len, "resize %d, centre crop %d, centre crop %d", S, S, crop);
-    return S == 256 && crop == 224;
+    return S == DS_STANDARD_SIZE && crop == DS_STANDARD_CROP;
+}
+
+int ds_eval_standard_crop(const ds_source *src)
+{
+    char name[96];
+    return ds_eval_protocol(name, sizeof name, src, DS_STANDARD_CROP) ? DS_STANDARD_CROP : 0;
 }
 
 int ds_evaluate(ds_model *m, ds_loader *L, ds_feed *feed, const ds_eval_options *o, ds_topk *t, double *seconds)

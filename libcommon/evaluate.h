@@ -27,6 +27,12 @@ typedef struct {
  * images: "resize to SxS (squash)[, centre crop C]". Returns 1 for the standard protocol. */
 int ds_eval_protocol(char *buf, size_t len, const ds_source *src, int crop);
 
+/* The standard ImageNet evaluation's crop, 224, when src's images are what it crops from
+ * (stored at 256 x 256 by --fit crop), else 0. */
+#define DS_STANDARD_SIZE 256
+#define DS_STANDARD_CROP 224
+int ds_eval_standard_crop(const ds_source *src);
+
 /* Returns 0, or -1 with a message (a loader failure). Adds to t; *seconds gets the wall time. */
 int ds_evaluate(ds_model *m, ds_loader *L, ds_feed *feed, const ds_eval_options *o, ds_topk *t, double *seconds);
 

@@ -138,11 +138,12 @@ static void log_json(run *r, const char *json)
         ds_warn("metrics.jsonl could not be written; training goes on");
 }
 
-static int validate(run *r, ds_topk *t)
+/* One validation pass at crop x crop centre crops into t (summed over the ranks). */
+static int validate(run *r, ds_topk *t, int crop)
 {
     const ds_train_plan *p = r->p;
-    ds_eval_options o = {.crop = p->val_crop, .progress = 0};
-    if (ds_model_set_input_size(r->m, p->val_crop, p->val_crop)) return -1;
+    ds_eval_options o = {.crop = crop, .progress = 0};
+    if (ds_loader_set_crop(r->vl, crop) || ds_model_set_input_size(r->m, crop, crop)) return -1;
     memcpy(o.mean, p->meta->mean, sizeof o.mean);
     memcpy(o.std, p->meta->std, sizeof o.std);
     double secs;
@@ -195,14 +196,28 @@ static int end_epoch(run *r, int64_t e, int64_t g, double lr)
     double wait = data_wait(r, r->epoch_t0, r->epoch_wait0);  /* before validation's time counts */
     char note[96];
     input_bound_note(note, sizeof note, wait);
-    ds_topk t;
+    ds_topk t, st;
     ds_topk_init(&t, ds_model_config_of(r->m)->num_classes);
-    int have_val = p->val != NULL;
+    ds_topk_init(&st, ds_model_config_of(r->m)->num_classes);
+    int have_val = p->val != NULL, have_std = have_val && p->standard_crop > 0;
     ds_comm_set_where("validation of epoch %lld", (long long)e + 1);
-    if (have_val && validate(r, &t)) {
+    if ((have_val && validate(r, &t, p->val_crop)) || (have_std && validate(r, &st, p->standard_crop))) {
         ds_topk_free(&t);
+        ds_topk_free(&st);
         return -1;
     }
+    /* the standard protocol, when measured beside another, in its own words and field */
+    char std_text[160] = "", std_json[192] = "";
+    if (have_std) {
+        char name[96];
+        ds_eval_protocol(name, sizeof name, p->val, p->standard_crop);
+        snprintf(std_text, sizeof std_text, "  standard (%s): top-1 %.2f%%  top-5 %.2f%%", name,
+                 100 * ds_topk_top1(&st), 100 * ds_topk_top5(&st));
+        snprintf(std_json, sizeof std_json,
+                 ",\"standard\":{\"top1\":%.6f,\"top5\":%.6f,\"loss\":%.6g,\"protocol\":\"%s\"}",
+                 ds_topk_top1(&st), ds_topk_top5(&st), ds_topk_loss(&st), name);
+    }
+    ds_topk_free(&st);
     double loss = r->epoch_loss_sum / (double)r->S;
     double ips = r->epoch_seconds > 0 ? (double)(r->S * r->G) / r->epoch_seconds : 0;
     ds_metrics_row row = {.epoch = e + 1, .train_loss = loss, .val_top1 = have_val ? ds_topk_top1(&t) : NAN,
@@ -213,15 +228,16 @@ static int end_epoch(run *r, int64_t e, int64_t g, double lr)
     long rss = rss_kb();
     if (have_val) {
         ds_info("epoch %lld/%lld  crop %d  train loss %.4f  val top-1 %.2f%%  top-5 %.2f%%  loss %.4f  (%lld images, "
-                "%s; %.0f img/s, %.0f s, RSS %.1f MB)%s",
+                "%s; %.0f img/s, %.0f s, RSS %.1f MB)%s%s",
                 (long long)(e + 1), (long long)p->epochs, r->crop, loss, 100 * row.val_top1, 100 * row.val_top5,
-                ds_topk_loss(&t), (long long)t.count, r->protocol, ips, r->epoch_seconds, rss / 1024.0, note);
+                ds_topk_loss(&t), (long long)t.count, r->protocol, ips, r->epoch_seconds, rss / 1024.0, std_text,
+                note);
         snprintf(json, sizeof json,
                  "{\"step\":%lld,\"epoch\":%lld,\"crop\":%d,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f,"
                  "\"val_top1\":%.6f,\"val_top5\":%.6f,\"val_loss\":%.6g,\"val_crop\":%d,\"protocol\":\"%s\","
-                 "\"seconds\":%.2f,\"rss_kb\":%ld,\"data_wait\":%.4f}",
+                 "\"seconds\":%.2f,\"rss_kb\":%ld,\"data_wait\":%.4f%s}",
                  (long long)g, (long long)(e + 1), r->crop, loss, lr, ips, row.val_top1, row.val_top5,
-                 ds_topk_loss(&t), p->val_crop, r->protocol, r->epoch_seconds, rss, wait);
+                 ds_topk_loss(&t), p->val_crop, r->protocol, r->epoch_seconds, rss, wait, std_json);
     } else {
         ds_info("epoch %lld/%lld  crop %d  train loss %.4f  (%.0f img/s, %.0f s, RSS %.1f MB)%s", (long long)(e + 1),
                 (long long)p->epochs, r->crop, loss, ips, r->epoch_seconds, rss / 1024.0, note);

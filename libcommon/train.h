@@ -32,6 +32,9 @@ typedef struct {
                                 threads, centre-cropped to val_crop */
     ds_crop_ramp ramp;       /* the training crop of each epoch (ds_crop_for_epoch) */
     int val_crop;            /* the validation crop; the model is planned for the largest crop */
+    int standard_crop;       /* 0, or DS_STANDARD_CROP when the val images are the standard
+                                evaluation's (ds_eval_standard_crop) and val_crop is another:
+                                each epoch also evaluates that protocol, reported apart */
     ds_schedule schedule;    /* the whole run's, from ds_schedule_make with the steps per epoch
                                 of `loader` (ds_loader_train_steps) and `epochs` */
     ds_sgd sgd;              /* momentum, weight decay, nesterov (lr from the schedule) */

@@ -49,7 +49,7 @@ ev = json.load(open(sys.argv[2]))
 print(row, ev, file=sys.stderr)
 assert ev["crop"] == int(sys.argv[3]) and ev["count"] == 32
 assert abs(row["val_top1"] - ev["top1"]) < 1e-6 and abs(row["val_top5"] - ev["top5"]) < 1e-6
-assert abs(row["val_loss"] - ev["loss"]) <= 2e-6 * max(1, abs(ev["loss"])), (row["val_loss"], ev["loss"])
+assert abs(row["val_loss"] - ev["loss"]) <= 5e-6 * max(1, abs(ev["loss"])), (row["val_loss"], ev["loss"])  # %.6g
 PY
 
 # Validation at 12, below the training crop 16 (the model planned at 16 runs at 12), equals
@@ -65,7 +65,7 @@ print(row, ev, file=sys.stderr)
 assert row["val_crop"] == 12 and row["crop"] == 16 and ev["crop"] == 12
 assert row["protocol"] == ev["protocol"] == "resize 20, centre crop 12", (row["protocol"], ev["protocol"])
 assert abs(row["val_top1"] - ev["top1"]) < 1e-6 and abs(row["val_top5"] - ev["top5"]) < 1e-6
-assert abs(row["val_loss"] - ev["loss"]) <= 2e-6 * max(1, abs(ev["loss"])), (row["val_loss"], ev["loss"])
+assert abs(row["val_loss"] - ev["loss"]) <= 5e-6 * max(1, abs(ev["loss"])), (row["val_loss"], ev["loss"])  # %.6g
 PY
 # dseval's default crop is the checkpoint's (16), and --crop changes the numbers.
 dseval -q --json --threads 2 "$T/full/ckpt-00000036.h5" "$T/val" >"$T/e16"
@@ -85,6 +85,31 @@ check protocol_manifest test "$(proto --crop 16 --size 20 "$ck" "$T/split/val.tx
 check protocol_standard test "$(proto --crop 224 "$ck" "$T/val256")" = "resize 256, centre crop 224 True"
 check protocol_not_standard_at_192 test "$(proto --crop 192 "$ck" "$T/val256")" = "resize 256, centre crop 192 False"
 check protocol_in_text sh -c "dseval -q --crop 224 --threads 2 '$ck' '$T/val256' | grep -q 'protocol: resize 256, centre crop 224 (the standard ImageNet evaluation)'"
+
+# The standard protocol is measured every epoch where the val images allow it (stored 256 by
+# --fit crop), beside --val-crop when that is another crop, and reported apart: it equals
+# dseval --crop 224 of the checkpoint, and the val fields stay those of --val-crop.
+dstrain --train "$T/train" --val "$T/val256" --arch resnet20 --crop 16 --batch 8 --epochs 1 --lr 0.05 \
+    --lr-scaling none --threads 2 -o "$T/std" 2>"$T/std.err"
+dseval -q --json --crop 224 --threads 2 "$T/std/ckpt-00000012.h5" "$T/val256" >"$T/e224"
+dseval -q --json --crop 16 --threads 2 "$T/std/ckpt-00000012.h5" "$T/val256" >"$T/e16s"
+"$PYTHON" - "$T/std/metrics.jsonl" "$T/e224" "$T/e16s" <<'PY' && pass standard_protocol_beside_val_crop || fail standard_protocol_beside_val_crop
+import json, sys
+row = [json.loads(l) for l in open(sys.argv[1]) if "val_top1" in l][-1]
+std, own = (json.load(open(f)) for f in sys.argv[2:])
+print(row, std, own, file=sys.stderr)
+s = row["standard"]
+assert s["protocol"] == std["protocol"] == "resize 256, centre crop 224", s
+assert abs(s["top1"] - std["top1"]) < 1e-6 and abs(s["top5"] - std["top5"]) < 1e-6
+assert abs(s["loss"] - std["loss"]) <= 5e-6 * max(1, abs(std["loss"])), (s["loss"], std["loss"])  # %.6g
+assert row["val_crop"] == 16 and row["protocol"] == own["protocol"] == "resize 256, centre crop 16"
+assert abs(row["val_loss"] - own["loss"]) <= 5e-6 * max(1, abs(own["loss"])), (row["val_loss"], own["loss"])
+PY
+check standard_protocol_in_epoch_line grep -q "standard (resize 256, centre crop 224): top-1" "$T/std.err"
+# at --val-crop 224 the val fields are the standard protocol, and no second pass is made
+dstrain --train "$T/train" --val "$T/val256" --arch resnet20 --crop 16 --val-crop 224 --batch 8 --epochs 1 \
+    --lr 0.05 --lr-scaling none --threads 2 -q -o "$T/std224" 2>/dev/null
+check standard_protocol_not_twice "$PYTHON" -c "import json, sys; r = [json.loads(l) for l in open(sys.argv[1]) if 'val_top1' in l][-1]; sys.exit('standard' in r or r['protocol'] != 'resize 256, centre crop 224')" "$T/std224/metrics.jsonl"
 
 # --no-bn-bias-decay: recorded in the config; BN and bias tensors move differently, and the
 # run differs from the default one.

@@ -6,6 +6,7 @@
 #include "comm.h"
 #include "compute.h"
 #include "cpu_isa.h"
+#include "evaluate.h"
 #include "fsutil.h"
 #include "loader.h"
 #include "log.h"
@@ -72,7 +73,9 @@ static ds_option options[] = {
     DS_NUM("crop-step", DS_OPT_INT, &crop_step, "N", "--min-crop: crops inside the ramp are rounded to multiples of N",
            1, 65535),
     DS_NUM("val-crop", DS_OPT_INT, &val_crop, "N",
-           "per-epoch validation: N x N centre crops (0: --crop; the model is planned for the larger)", 0, 65535),
+           "per-epoch validation: N x N centre crops (0: --crop; the model is planned for the larger); on val "
+           "images stored at 256 by --fit crop, the standard protocol (centre 224) is also measured, apart", 0,
+           65535),
     DS_NUM("crop", DS_OPT_INT, &crop, "N", "network input: N x N crops of the stored images", 1, 65535),
     DS_NUM("pad", DS_OPT_INT, &pad, "N", "--augment standard: zero padding around the stored image before random "
            "crops (4: CIFAR-style)", 0, 1024),
@@ -196,6 +199,10 @@ int main(int argc, char **argv)
         ds_die("--train and --val must hold the same classes");
     if (have_val && (val_crop > va.height || val_crop > va.width))
         ds_die("--val-crop %lld is larger than the %dx%d images of --val %s", val_crop, va.height, va.width, val_dir);
+    /* The standard protocol is always measured where the val images allow it: beside
+     * --val-crop when that is another crop. */
+    int standard_crop = have_val ? ds_eval_standard_crop(&va) : 0;
+    if (standard_crop == val_crop) standard_crop = 0;
     int G = (int)(batch * world * accum);
 
     char *resume_path = NULL;
@@ -227,6 +234,7 @@ int main(int argc, char **argv)
                 ds_precision_name(be->precision), compute.precision);
     /* Planned once for the largest input: training crops never exceed --crop. */
     int planned = (int)(have_val && val_crop > crop ? val_crop : crop);
+    if (standard_crop > planned) planned = standard_crop;
     ds_model_config mc = {.arch = arch, .num_classes = tr.num_classes, .max_batch = (int)batch,
                           .height = planned, .width = planned, .training = 1,
                           .bucket_bytes = (size_t)(bucket_mb * 1048576.0)};
@@ -291,6 +299,7 @@ int main(int argc, char **argv)
                                      ds_loader_train_steps(&lc, tr.n), epochs),
         .ramp = {.min = (int)min_crop, .max = (int)crop, .start = ramp_start, .end = ramp_end, .step = (int)crop_step},
         .val_crop = (int)val_crop,
+        .standard_crop = standard_crop,
         .sgd = {.momentum = (float)momentum, .weight_decay = (float)wd, .nesterov = nesterov,
                 .no_bn_bias_decay = !bn_bias_decay},
         .smoothing = (float)label_smoothing, .log_every = (int)log_every, .ckpt_steps = ckpt_steps,
