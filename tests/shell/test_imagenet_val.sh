@@ -231,8 +231,12 @@ for name in ("meta-plain.mat", "devkit/data/meta.mat"):
             b[rng.randrange(128, len(b))] = rng.randrange(256)
         open("%s/hostile/%s-flip%02d.mat" % (t, tag, k), "wb").write(bytes(b))
 PY
-crashed=0 accepted_cut=0 n=0
+# The sanitizer pass takes every third file (test_matfile refuses every cut under it too).
+crashed=0 accepted_cut=0 n=0 k=0 every=1
+[[ $BIN == *san* ]] && every=3
 for f in "$T"/hostile/*.mat; do
+    k=$((k + 1))
+    [ $(((k - 1) % every)) -eq 0 ] || continue
     "${VAL[@]}" -q --val-labels "$GT" --synsets "$f" -o "$T/v-hostile" >/dev/null 2>"$T/err"
     rc=$?
     n=$((n + 1))
