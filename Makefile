@@ -1,8 +1,11 @@
 # ds: one build for the libcommon library, the four tools, the data generators and the tests.
 #   make            build everything into build/ and bin/
 #   make demo       install what is missing, then Fashion-MNIST -> trained, evaluated network
-#   make test       install what is missing, then run the whole suite (and again under sanitizers)
-#   make test-san   the sanitizer pass alone
+#   make test       install what is missing, then the quick tier of the suite (the normal build;
+#                   long tests left out and counted)
+#   make check      install what is missing, then every test: both builds, the long tests, the
+#                   sanitizer pass (CI runs this)
+#   make test-san   the sanitizer pass alone (quick tier)
 #   make bench      build the benchmarks (make bench-build) and run bench/run.sh (BENCH="ops ...")
 #   make SAN=1      AddressSanitizer + UndefinedBehaviorSanitizer build (objects in build-san/)
 #   make CUDA=0     never look for nvcc
@@ -122,7 +125,7 @@ DEPS_DEB := libhdf5-dev hdf5-tools libturbojpeg0-dev libpng-dev libxxhash-dev li
             python3-torch python3-torchvision python3-h5py python3-pil python3-numpy time
 
 FORCE:
-.PHONY: all deps config test test-san check-march demo pipeline plot bench bench-build fuzz clean
+.PHONY: all deps config test check test-san check-march demo pipeline plot bench bench-build fuzz clean
 # The objects of tests, drivers, data generators and benchmarks are intermediate files (a
 # pattern rule makes them on the way to a program); without this make deletes them after
 # every build. Named one by one: a bare .SECONDARY: would make FORCE secondary too, and the
@@ -191,12 +194,19 @@ $(BIN)/$(basename $(notdir $(1))): $(BUILD)/$(1:.c=.o) $(LIB)
 endef
 $(foreach s,$(TOOL_SRCS),$(eval $(call tool_rule,$(s))))
 
-# The whole suite on the normal build, then the unit and pipeline tests again on the
-# sanitizer build (ASan + UBSan + LeakSanitizer; tests/run.sh --san); the last line counts both.
+# The quick tier: every test on the normal build but those marked long (tests/run.sh; its last
+# line counts what it left to make check).
 test: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all
+	@BIN=$(BIN) BUILD=$(BUILD) tests/run.sh
+
+# Everything: the whole suite with its long tests on the normal build, then the unit and
+# pipeline tests again on the sanitizer build (ASan + UBSan + LeakSanitizer; tests/run.sh
+# --long --san); the last line counts both passes.
+check: deps
+	@$(MAKE) --no-print-directory -j$(NPROC) all
 	@$(MAKE) --no-print-directory -j$(NPROC) SAN=1 all
-	@BIN=$(BIN) BUILD=$(BUILD) tests/run.sh --san
+	@BIN=$(BIN) BUILD=$(BUILD) tests/run.sh --long --san
 
 # Every C source compiled, not linked (-O0: seconds), for the x86-64 levels the CPU kernels
 # come in: an intrinsic outside a function whose target attribute allows it fails on each

@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include "cpu_isa.h"
+#include "testhook.h"
 #include "log.h"
 
 #include <errno.h>
@@ -221,6 +222,8 @@ int ds_cli_parse(ds_cli *cli, int argc, char **argv, char ***pos)
     // The CPU kernels are chosen here, once, so that a DS_CPU_KERNELS this CPU cannot honour
     // is an error before any work starts.
     if (ds_cpu_isa_init()) exit(1);
+    // Test hooks (testhook.h) likewise: an unknown DS_TESTHOOK_* or a bad value stops here.
+    if (ds_test_hooks_init()) exit(1);
     ds_debug("cpu kernels: %s", ds_cpu_isa_name(ds_cpu_isa_get()));
     *pos = out;
     return npos;

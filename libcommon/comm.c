@@ -253,8 +253,7 @@ static struct {
     int running, quit;
     bucket *q;              /* this round's buckets: [0, next) taken, [next, nq) waiting */
     int nq, cap, next, done;
-    uint64_t queued;        /* since the process started */
-    double first_begin;     /* ds_now() when the worker began this round's first sum; 0: not yet */
+    ds_comm_reduce_record rec;  /* .queued since the process started; the rest of this round */
 } wk = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static void *worker_main(void *arg)
@@ -263,7 +262,10 @@ static void *worker_main(void *arg)
     for (;;) {
         while (!wk.quit && wk.next == wk.nq) pthread_cond_wait(&wk.cv, &wk.mu);
         if (wk.next == wk.nq) break;   /* quit, and nothing left */
-        if (wk.next == 0) wk.first_begin = ds_now();
+        if (wk.next == 0) {
+            wk.rec.first_begun_time = ds_now();
+            wk.rec.first_begun_event = ds_event_seq();
+        }
         bucket b = wk.q[wk.next++];
         pthread_mutex_unlock(&wk.mu);
         reduce_bcast(b.buf, b.n, sizeof *b.buf, MPI_FLOAT, 1, "gradient sum");
@@ -298,9 +300,13 @@ void ds_comm_reduce_start(float *buf, size_t n)
         wk.cap = wk.cap ? 2 * wk.cap : 16;
         wk.q = ds_xrealloc(wk.q, (size_t)wk.cap * sizeof *wk.q);
     }
-    if (wk.nq == 0) wk.first_begin = 0;   /* a new round */
+    if (wk.nq == 0) {  /* a new round */
+        wk.rec.first_queued_event = ds_event_seq();
+        wk.rec.first_begun_event = 0;
+        wk.rec.first_begun_time = 0;
+    }
     wk.q[wk.nq++] = (bucket){buf, n};
-    wk.queued++;
+    wk.rec.queued++;
     pthread_cond_broadcast(&wk.cv);
     pthread_mutex_unlock(&wk.mu);
 }
@@ -313,11 +319,10 @@ void ds_comm_reduce_wait(void)
     pthread_mutex_unlock(&wk.mu);
 }
 
-void ds_comm_reduce_stats(uint64_t *queued, double *first_begin)
+void ds_comm_reduce_stats(ds_comm_reduce_record *rec)
 {
     pthread_mutex_lock(&wk.mu);
-    *queued = wk.queued;
-    *first_begin = wk.first_begin;
+    *rec = wk.rec;
     pthread_mutex_unlock(&wk.mu);
 }
 
@@ -370,7 +375,7 @@ void ds_comm_allreduce_sum_f32(float *buf, size_t n) {}
 void ds_comm_allreduce_sum_f64(double *buf, size_t n) {}
 void ds_comm_reduce_start(float *buf, size_t n) {}
 void ds_comm_reduce_wait(void) {}
-void ds_comm_reduce_stats(uint64_t *queued, double *first_begin) { *queued = 0, *first_begin = 0; }
+void ds_comm_reduce_stats(ds_comm_reduce_record *rec) { memset(rec, 0, sizeof *rec); }
 void ds_comm_allreduce_sum_i64(int64_t *buf, size_t n) {}
 void ds_comm_bcast(void *buf, size_t bytes, int root) {}
 void ds_comm_barrier(void) {}

@@ -52,11 +52,17 @@ void ds_comm_allreduce_sum_f64(double *buf, size_t n);
  * queues the same sums in the same order. In a world of one both do nothing. */
 void ds_comm_reduce_start(float *buf, size_t n);
 void ds_comm_reduce_wait(void);
-/* The sums queued since the process started, and when (ds_now()) the worker began the
- * first sum of the latest round, the sums queued since the last wait (0: not begun yet).
- * Set beside the time backward reached its last layer, it tells whether the reduction
- * overlapped backward (tests, --verbose). */
-void ds_comm_reduce_stats(uint64_t *queued, double *first_begin);
+/* What the worker's queue has seen: the sums queued since the process started, and for the
+ * latest round (the sums queued since the last wait) the events (ds_event_seq) of its first
+ * sum being queued and being begun by the worker, and when that began (ds_now()); 0: not yet.
+ * Set beside backward's own events, they tell whether the reduction was handed over, and
+ * began, while backward was still computing (test_dstrain_mpi.sh, --verbose). */
+typedef struct {
+    uint64_t queued;
+    uint64_t first_queued_event, first_begun_event;
+    double first_begun_time;
+} ds_comm_reduce_record;
+void ds_comm_reduce_stats(ds_comm_reduce_record *rec);
 /* Integer sums (exact in any order), through the same path. */
 void ds_comm_allreduce_sum_i64(int64_t *buf, size_t n);
 /* Copies `bytes` from root's buf to every other rank's buf. */

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     ds_batch b;
@@ -80,9 +81,9 @@ ds_loader *ds_loader_new(ds_source *src, const ds_loader_config *cfg)
 {
     const ds_loader_config *c = cfg;
     if (c->batch <= 0 || c->world <= 0 || c->rank < 0 || c->rank >= c->world || c->accum <= 0 || c->threads <= 0 ||
-        c->crop <= 0 || c->pad < 0) {
-        ds_err("loader: invalid configuration (batch %d, world %d, rank %d, accum %d, threads %d, crop %d, pad %d)",
-               c->batch, c->world, c->rank, c->accum, c->threads, c->crop, c->pad);
+        c->crop <= 0 || c->pad < 0 || c->read_delay_ms < 0) {
+        ds_err("loader: invalid configuration (batch %d, world %d, rank %d, accum %d, threads %d, crop %d, pad %d, "
+               "read delay %d ms)", c->batch, c->world, c->rank, c->accum, c->threads, c->crop, c->pad, c->read_delay_ms);
         return NULL;
     }
     int rrc = c->train && c->augment == DS_AUGMENT_RRC;
@@ -100,6 +101,7 @@ ds_loader *ds_loader_new(ds_source *src, const ds_loader_config *cfg)
     ds_loader *L = ds_xcalloc(1, sizeof *L);
     L->src = src;
     L->cfg = *c;
+    if (!L->cfg.clock) L->cfg.clock = ds_now;
     if (L->cfg.depth <= 0) L->cfg.depth = c->threads + 2;
     if (L->cfg.depth < 2) L->cfg.depth = 2;
     L->pad = c->train && c->augment == DS_AUGMENT_CROP ? c->pad : 0;
@@ -219,6 +221,10 @@ static int fill(ds_loader *L, int worker, slot *sl, int64_t j)
         char reason[256] = "";
         int rc = src->read(src, worker, idx, into, reason, sizeof reason);
         if (rc < 0) return -1;
+        if (c->read_delay_ms) {
+            struct timespec d = {c->read_delay_ms / 1000, (long)(c->read_delay_ms % 1000) * 1000000L};
+            while (nanosleep(&d, &d)) {}
+        }
         b->valid[i] = rc == 0;
         if (rc > 0) {
             ds_warn("%s: skipping %s: %s", src->name, src->path(src, idx), reason);
@@ -320,9 +326,9 @@ int ds_loader_next(ds_loader *L, ds_batch **b)
     }
     slot *sl = &L->slots[L->consumed % L->cfg.depth];
     if (!(sl->ready && sl->job == L->consumed)) {
-        double t0 = ds_now();
+        double t0 = L->cfg.clock();
         while (!(sl->ready && sl->job == L->consumed)) pthread_cond_wait(&L->cond, &L->lock);
-        L->wait_seconds += ds_now() - t0;
+        L->wait_seconds += L->cfg.clock() - t0;
     }
     int failed = sl->failed;
     L->consumed++;

@@ -52,6 +52,9 @@ typedef struct {
     uint64_t seed;
     int threads;         /* background workers, >= 1 */
     int depth;           /* batches kept ready; 0: threads + 2 */
+    int read_delay_ms;   /* each image read takes this many ms longer (DS_TESTHOOK_READ_DELAY_MS); 0: none */
+    double (*clock)(void); /* the clock ds_loader_wait_seconds counts with (seconds); NULL: ds_now. A test
+                            * gives its own to make the count exact */
 } ds_loader_config;
 
 typedef struct {

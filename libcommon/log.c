@@ -77,6 +77,12 @@ void ds_die(const char *fmt, ...)
     exit(1);
 }
 
+uint64_t ds_event_seq(void)
+{
+    static uint64_t seq;
+    return __atomic_add_fetch(&seq, 1, __ATOMIC_SEQ_CST);
+}
+
 double ds_now(void)
 {
     struct timespec ts;

@@ -36,6 +36,10 @@ void ds_set_abort_hook(void (*hook)(int status));
 
 /* Seconds on a monotonic clock. */
 double ds_now(void);
+/* The next number (1, 2, ...) of one sequence for the whole process, taken atomically: two
+ * events on any threads that each take one are ordered by their numbers, whatever the clock
+ * resolution or the machine's load (tests prove an order with them, not with times). */
+uint64_t ds_event_seq(void);
 
 /* A one-line progress bar on stderr: "label  [#####.....]  1234/5000  812.3/s  ETA 0:04".
  * Drawn only when enabled (a terminal, or --progress) and at most ~10 times a second. */

@@ -110,6 +110,7 @@ struct ds_model {
     } *buckets;                    /* in start order: from the buffer's end towards its start */
     int nbuckets;
     double last_layer_t;           /* ds_now() as the last reducing backward began layer 0 */
+    uint64_t last_layer_event;     /* ds_event_seq() then */
 };
 
 #define ALIGN_FLOATS 64            /* 256 bytes: every region starts aligned for any backend */
@@ -813,7 +814,10 @@ static double backward(ds_model *m, const int32_t *labels, int n, float scale, f
         ds_layer *L = &m->layers[l];
         const ds_act *in = &m->acts[L->in];
         size_t in_count = (size_t)n * act_size(in);
-        if (reduce && l == 0) m->last_layer_t = ds_now();
+        if (reduce && l == 0) {
+            m->last_layer_t = ds_now();
+            m->last_layer_event = ds_event_seq();
+        }
         float *dy = dA(m, L->out);
         /* The model input needs no gradient; an input another consumer already wrote
          * gets this layer's part through the scratch slot. */
@@ -867,6 +871,7 @@ double ds_model_backward_reduce(ds_model *m, const int32_t *labels, int n, float
 void ds_model_reduce_wait(ds_model *m) { m->be->reduce_wait(); }
 
 double ds_model_last_layer_time(const ds_model *m) { return m->last_layer_t; }
+uint64_t ds_model_last_layer_event(const ds_model *m) { return m->last_layer_event; }
 
 int ds_model_bucket(const ds_model *m, int i, size_t *lo, size_t *hi)
 {

@@ -136,6 +136,8 @@ void ds_model_reduce_wait(ds_model *m);
  * which only conv1's bucket is left to start (tests and --verbose set the first bucket's
  * start beside it). */
 double ds_model_last_layer_time(const ds_model *m);
+/* The event (ds_event_seq) taken at that moment: orders it against other threads' events. */
+uint64_t ds_model_last_layer_event(const ds_model *m);
 
 /* The bucket plan, in the order the buckets are started: returns how many there are, and
  * sets bucket i's range of the reduction buffer, [lo, hi) in floats (i out of range: left

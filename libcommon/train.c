@@ -8,6 +8,7 @@
 #include "log.h"
 #include "rundir.h"
 #include "signals.h"
+#include "testhook.h"
 #include "topk.h"
 
 #include <math.h>
@@ -37,19 +38,23 @@ typedef struct {
 
 /* The step's last backward has handed its buckets (gradients + BN statistics) to the
  * backend's reduction as it went; waits for their sums, then sums the loss, a host double,
- * through comm. --verbose says how long before backward's last layer the host reduction
- * began its first bucket (negative: only after it). */
+ * through comm. Where the host reduction ran them, --verbose says in what order the first
+ * bucket was queued, backward began its last layer, and comm's thread began that bucket
+ * (process-wide event numbers), and how long before that layer the thread began (negative:
+ * only after it; bench/overlap_bench.sh reads these). */
 static void reduce_step(run *r, int64_t g, double *loss, uint64_t queued0)
 {
     ds_model_reduce_wait(r->m);
-    uint64_t queued;
-    double first_begin;
-    ds_comm_reduce_stats(&queued, &first_begin);
+    ds_comm_reduce_record rec;
+    ds_comm_reduce_stats(&rec);
     ds_comm_allreduce_sum_f64(loss, 1);
-    if (queued > queued0)
-        ds_debug("step %lld: %llu gradient buckets reduced, the first begun %.3f ms before backward's last layer",
-                 (long long)g + 1, (unsigned long long)(queued - queued0),
-                 1e3 * (ds_model_last_layer_time(r->m) - first_begin));
+    if (rec.queued > queued0)
+        ds_debug("step %lld: %llu gradient buckets reduced; events: first queued #%llu, backward's last layer "
+                 "#%llu, first begun #%llu (%.3f ms before that layer)",
+                 (long long)g + 1, (unsigned long long)(rec.queued - queued0),
+                 (unsigned long long)rec.first_queued_event, (unsigned long long)ds_model_last_layer_event(r->m),
+                 (unsigned long long)rec.first_begun_event,
+                 1e3 * (ds_model_last_layer_time(r->m) - rec.first_begun_time));
 }
 
 /* FNV-1a over 64-bit words (the tail bytewise): a fingerprint of a tensor's bits. */
@@ -254,6 +259,16 @@ static int end_epoch(run *r, int64_t e, int64_t g, double lr)
     return save(r, g, best);
 }
 
+/* DS_TESTHOOK_PAUSE_AFTER_STEP: step g is done and written; a signal that arrives now stops the
+ * run at g, however fast the machine would have gone on. */
+static void pause_if_asked(const run *r, int64_t g)
+{
+    if (r->p->pause_after_step <= 0 || g != r->p->pause_after_step) return;
+    char what[64];
+    snprintf(what, sizeof what, "step %lld is done", (long long)g);
+    ds_test_pause(what);
+}
+
 static int setup(run *r, ds_model *m, const ds_train_plan *p)
 {
     memset(r, 0, sizeof *r);
@@ -343,12 +358,11 @@ static int train_loop(run *r)
                 ds_loader_release(r->tl, b);
                 continue;
             }
-            uint64_t queued0;
-            double first0;
-            ds_comm_reduce_stats(&queued0, &first0);
+            ds_comm_reduce_record rec0;
+            ds_comm_reduce_stats(&rec0);
             loss += ds_model_backward_reduce(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing);
             ds_loader_release(r->tl, b);
-            reduce_step(r, g, &loss, queued0);
+            reduce_step(r, g, &loss, rec0.queued);
             double step_loss = loss / (double)r->G;
             if (!isfinite(step_loss)) {
                 ds_loader_stop(r->tl);
@@ -391,18 +405,18 @@ static int train_loop(run *r)
                 wait_log = ds_loader_wait_seconds(r->tl);
             }
             if (g % r->S == 0) continue;  /* the epoch's end follows: validation, checkpoint */
-            int stop = ds_comm_any(ds_signals_pending() || (p->max_steps > 0 && g >= p->max_steps));
-            if (stop || (p->ckpt_steps > 0 && g % p->ckpt_steps == 0)) {
-                if (stop) ds_loader_stop(r->tl);
-                if (save(r, g, 0)) return -1;
-            }
-            if (stop) {
+            int ckpt_due = p->ckpt_steps > 0 && g % p->ckpt_steps == 0;
+            if (ckpt_due && save(r, g, 0)) return -1;
+            pause_if_asked(r, g);
+            if (ds_comm_any(ds_signals_pending() || (p->max_steps > 0 && g >= p->max_steps))) {
                 ds_loader_stop(r->tl);
+                if (!ckpt_due && save(r, g, 0)) return -1;
                 return 1;
             }
         }
         if (rc < 0) return -1;
         if (end_epoch(r, e, g, lr)) return -1;
+        pause_if_asked(r, g);
         if (ds_comm_any(ds_signals_pending() || (p->max_steps > 0 && g >= p->max_steps))) return 1;
     }
     return 0;

@@ -28,6 +28,17 @@ static inline void check_end(void)
 
 static inline int check_exit(void) { return check_total_failures ? 1 : 0; }
 
+/* 1 when the long tier runs (tests/run.sh --long, make check); in the quick tier prints
+ * "LONG name" (run.sh counts it as left to make check) and returns 0. */
+static inline int check_long(const char *name)
+{
+    const char *v = getenv("DS_TEST_LONG");
+    if (v && v[0] == '1') return 1;
+    printf("LONG %s\n", name);
+    fflush(stdout);
+    return 0;
+}
+
 #define CHECK(cond, ...)                                                          \
     do {                                                                          \
         if (!(cond)) {                                                            \

@@ -1,44 +1,70 @@
 #!/bin/bash
-# Runs the whole suite: C unit tests (build/tests/*), pipeline tests (tests/shell/*.sh) and
-# reference tests against PyTorch (tests/ref/*.py, Debian's /usr/bin/python3).
+# Runs the suite: C unit tests (build/tests/*), pipeline tests (tests/shell/*.sh) and reference
+# tests against PyTorch (tests/ref/*.py, Debian's /usr/bin/python3).
 # Every test prints "PASS name" / "FAIL name" lines; a test that exits non-zero without a
 # FAIL line counts as one failure. "SKIP name: reason" marks a check this machine cannot
 # make (the GPU tests without a GPU): counted apart, listed, never a pass. Ends with
 # "N passed, N failed"; exits 1 on any failure.
-#   tests/run.sh [PATTERN]          only tests whose file name contains PATTERN
-#   tests/run.sh --san [PATTERN]    then the unit and pipeline tests again on the sanitizer
+#   tests/run.sh [PATTERN]          the quick tier (make test): the normal build, every test
+#                                   but the long ones, only tests whose file name contains
+#                                   PATTERN; the last line also counts what it left out
+#   tests/run.sh --long [...]       every test and case, the long ones too (make check)
+#   tests/run.sh --san [...]        then the unit and pipeline tests again on the sanitizer
 #                                   build (make SAN=1: bin-san/, build-san/); the last line
 #                                   counts both passes
 #   tests/run.sh --san-only [...]   the sanitizer pass alone
+# Two tiers, no list to edit: a test that takes long marks itself with a line near its top,
+# "# LONG: why" (shell, Python) or "/* LONG: why */" (C), and the quick tier leaves it out;
+# a long part of a test asks `long NAME` (lib.sh, reflib.py) or check_long (check.h), which
+# prints "LONG NAME" and is false in the quick tier. DS_TEST_LONG=1 tells the tests the long
+# tier is running (fault-injection loops then run at their full counts).
 # In the sanitizer pass every AddressSanitizer, LeakSanitizer or UBSan report fails the test
 # whose process made it, whatever that process's exit status (reports go to files, so a tool
 # that is expected to exit 1 cannot hide one). Leaks inside third-party libraries are
 # suppressed by tests/lsan.supp. The PyTorch reference tests are left out of that pass:
 # Python and torch are not instrumented, and they would only test the normal build again.
+# Timing: no test compares a time or a rate with a threshold (tests/README.md); `timeout`
+# below and in the tests is a hang guard, far above any test's run time.
 set -u
 cd "$(dirname "$0")/.."
 export DS_ROOT=$PWD
 export PYTHON=${PYTHON:-/usr/bin/python3}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-passes="normal"
-case ${1:-} in
---san) passes="normal san"; shift ;;
---san-only) passes="san"; shift ;;
-esac
+passes="normal" long=0
+while [ $# -gt 0 ]; do
+    case $1 in
+    --long) long=1; shift ;;
+    --san) passes="normal san"; shift ;;
+    --san-only) passes="san"; shift ;;
+    *) break ;;
+    esac
+done
+export DS_TEST_LONG=$long
 pattern=${1:-}
 work=$(mktemp -d "${TMPDIR:-/tmp}/ds-test.XXXXXX")
 export DS_TEST_TMP=$work
 trap 'rm -rf "$work"' EXIT
-passed=0 failed=0 skipped=0 failed_names=() skip_lines=()
-run_one() {  # kind file command...
-    local name=$1; shift
+passed=0 failed=0 skipped=0 left=0 failed_names=() skip_lines=() left_names=()
+# The reason a test file gives for being long ("# LONG: why" or "/* LONG: why */" in its first
+# 40 lines), or nothing.
+long_mark() { head -n 40 "$1" 2>/dev/null | sed -n 's@^\(# \|/\* \)LONG: \(.*\)$@\2@p' | sed 's@ \*/$@@' | head -n 1; }
+run_one() {  # name source command...
+    local name=$1 src=$2; shift 2
     [ -n "$pattern" ] && [[ "$name" != *"$pattern"* ]] && return
+    local why
+    why=$(long_mark "$src")
+    if [ "$long" = 0 ] && [ -n "$why" ]; then
+        printf '%-40s long: left to make check (%s)\n' "$name" "$why"
+        left=$((left + 1)); left_names+=("$name")
+        return
+    fi
     local log="$work/$(basename "$name").log" t0=$SECONDS
     timeout 900 "$@" >"$log" 2>&1
-    local rc=$? p f k
+    local rc=$? p f k l
     p=$(grep -c '^PASS ' "$log")
     f=$(grep -c '^FAIL ' "$log")
     k=$(grep -c '^SKIP ' "$log")
+    l=$(grep -c '^LONG ' "$log")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
         echo "FAIL $name (exit $rc)" >>"$log"
         f=1
@@ -63,10 +89,10 @@ run_one() {  # kind file command...
         fi
         rm -f "$san_logs"/* "$log.san"
     fi
-    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + k))
+    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + k)); left=$((left + l))
     [ "$k" -gt 0 ] && mapfile -t -O "${#skip_lines[@]}" skip_lines < <(grep '^SKIP ' "$log" | sed "s|^SKIP |$name: |")
-    printf '%-40s %3d passed, %d failed%s  (%ds)\n' "$name" "$p" "$f" "$([ "$k" -gt 0 ] && echo ", $k skipped")" \
-        $((SECONDS - t0))
+    printf '%-40s %3d passed, %d failed%s%s  (%ds)\n' "$name" "$p" "$f" "$([ "$k" -gt 0 ] && echo ", $k skipped")" \
+        "$([ "$l" -gt 0 ] && echo ", $l long left")" $((SECONDS - t0))
     if [ "$f" -ne 0 ]; then
         failed_names+=("$name")
         sed 's/^/    /' "$log" | tail -60
@@ -81,14 +107,14 @@ run_pass() {  # LABEL: every test of $BUILD and $BIN (no reference tests in the 
     [ "$label" = san ] && prefix="san:"
     echo "== $label pass: $BIN/, $BUILD/"
     for t in "$BUILD"/tests/*; do
-        [ -x "$t" ] && [ -f "$t" ] && run_one "${prefix}unit/$(basename "$t")" "$t"
+        [ -x "$t" ] && [ -f "$t" ] && run_one "${prefix}unit/$(basename "$t")" "tests/unit/$(basename "$t").c" "$t"
     done
     for t in tests/shell/test_*.sh; do
-        [ -f "$t" ] && run_one "${prefix}shell/$(basename "$t")" bash "$t"
+        [ -f "$t" ] && run_one "${prefix}shell/$(basename "$t")" "$t" bash "$t"
     done
     [ "$label" = san ] && return
     for t in tests/ref/test_*.py; do
-        [ -f "$t" ] && run_one "ref/$(basename "$t")" "$PYTHON" "$t"
+        [ -f "$t" ] && run_one "ref/$(basename "$t")" "$t" "$PYTHON" "$t"
     done
 }
 
@@ -117,5 +143,10 @@ if [ "$skipped" -gt 0 ]; then
     printf '    %s\n' "${skip_lines[@]}" | sort -u | head -20
 fi
 [ ${#failed_names[@]} -gt 0 ] && echo "failed: ${failed_names[*]}"
-echo "$passed passed, $failed failed"
+if [ "$long" = 0 ]; then
+    [ ${#left_names[@]} -gt 0 ] && echo "long tests left to make check: ${left_names[*]}"
+    echo "$passed passed, $failed failed; $left long tests and cases left to make check"
+else
+    echo "$passed passed, $failed failed"
+fi
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

@@ -1,5 +1,5 @@
-"""What the reference tests share: where the tools are, their PASS/FAIL lines, and commands
-that must succeed. Imported by tests/ref/test_*.py (their folder is on sys.path when run)."""
+"""What the reference tests share: where the tools are, their PASS/FAIL lines, the long tier's
+question, and commands that must succeed. Imported by tests/ref/test_*.py (their folder is on sys.path when run)."""
 import os
 import subprocess
 import sys
@@ -19,6 +19,15 @@ def report(name, ok, detail=""):
         print(f"  {name}: {detail}", file=sys.stderr, flush=True)
     if not ok:
         failures += 1
+
+
+def long(name):
+    """True when the long tier runs (tests/run.sh --long, make check); in the quick tier prints
+    `LONG name` (run.sh counts it as left to make check) and is False."""
+    if os.environ.get("DS_TEST_LONG", "0") == "1":
+        return True
+    print(f"LONG {name}", flush=True)
+    return False
 
 
 def fail_count(extra=0):

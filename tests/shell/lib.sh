@@ -16,6 +16,10 @@ check() {
     local name=$1; shift
     if "$@"; then pass "$name"; else fail "$name" "command failed: $*"; fi
 }
+# long NAME: true when the long tier runs (tests/run.sh --long, make check); in the quick
+# tier prints "LONG NAME" (run.sh counts it as left to make check) and is false:
+#     if long resnet50_steps; then ...checks...; fi
+long() { [ "${DS_TEST_LONG:-0}" = 1 ] && return 0; echo "LONG $1"; return 1; }
 # expect_status NAME CODE CMD...: PASS when CMD exits with CODE.
 expect_status() {
     local name=$1 want=$2; shift 2

@@ -73,7 +73,8 @@ if [ -n "$nvcc" ] && [ -f "$home/include/cudnn.h" ] && [ -f "$home/include/nccl.
     check "build probe: a wheel's versioned library is linked by its file name" \
         sh -c "VIRTUAL_ENV='$T/venv' make -n -C '$DS_ROOT' SAN=0 PYTHON_SITES= CUDA_HOME='$T/bare' bin/dseval 2>/dev/null | grep -q -- '-l:libcudnn.so.9 '"
 fi
-if [ "${DS_TEST_PASS:-normal}" != san ]; then  # the same compile twice would test nothing new
+# (the same compile twice would test nothing new: not in the sanitizer pass; ~12 s: long)
+if [ "${DS_TEST_PASS:-normal}" != san ] && long check_march; then
     for m in x86-64 x86-64-v3 x86-64-v4; do
         check "every source compiles for -march=$m" make -s -C "$DS_ROOT" check-march MARCH_LEVELS=$m
     done

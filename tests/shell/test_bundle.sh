@@ -14,6 +14,7 @@
 # Builds the bundle first (incremental; the first build compiles the CUDA code once more,
 # for the bundle's architectures). Needs root (unshare -m), dpkg and the CUDA build; without
 # them it prints SKIP lines.
+# LONG: builds the GPU bundle (the CUDA code compiled once more) and runs it in a namespace
 . "$(dirname "$0")/lib.sh"
 B=$DS_ROOT/${GPU_BUNDLE:-build/gpu-bundle}
 

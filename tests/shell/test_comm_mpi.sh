@@ -30,8 +30,8 @@ else
     fail "comm mpi: ds_die on one rank ends the job" "exit $rc"; head -20 "$T/die.err"
 fi
 
-# kill -9 of one rank mid-run: the others are reducing forever; the job must end non-zero
-# within 60 s.
+# kill -9 of one rank mid-run: the others are reducing forever; the job must end non-zero on
+# its own (timeout's 90 s is a hang guard, not a measure: exit 124 means it hung).
 mkdir -p "$T/pids"
 timeout 90 "${mpi[@]}" "$drv" spin "$T/pids" >"$T/spin.out" 2>"$T/spin.err" &
 job=$!
@@ -45,7 +45,7 @@ if [ -s "$T/pids/1.pid" ]; then
     kill -9 "$(cat "$T/pids/1.pid")"
     wait "$job"
     rc=$? took=$((SECONDS - t0))
-    if [ "$rc" -ne 0 ] && [ "$took" -le 60 ]; then
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ]; then
         pass "comm mpi: kill -9 of one rank ends the job non-zero (exit $rc, $took s)"
     else
         fail "comm mpi: kill -9 of one rank ends the job non-zero" "exit $rc after $took s"

@@ -36,27 +36,21 @@ waits = [r["data_wait"] for r in rows]
 print("data_wait", waits)
 assert all(isinstance(w, float) and 0 <= w <= 1 for w in waits), waits
 PY
-# An input-bound run: deflate-compressed 256x256 shards of noisy photo-sized JPEGs, read
-# through HDF5 by one loader thread, feed a resnet20 on 8x8 crops that computes far faster
-# with the AVX2 or AVX-512 kernels (with the portable ones, forced or on a CPU without AVX2,
-# the network is the slower side: measured data_wait 0.08 then 0, so the premise is gone).
-if [ "${DS_CPU_KERNELS:-}" = plain ] || ! grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
-    echo "SKIP input_bound: the portable kernels compute this network slower than the loader reads"
-elif "$BUILD_DIR/data/synth" -q --classes 2 --per-class 60 --width 500 --height 375 --noise 0.35 "$T/photo" \
-    >/dev/null && dsplit -q --val 0 -o "$T/photo-split" "$T/photo" >/dev/null &&
-    dspack -q --size 256 --compress 1 -o "$T/photo-shards" "$T/photo-split/train.txt" >/dev/null; then
-    dstrain --train "$T/photo-shards" -o "$T/slow" --arch resnet20 --crop 8 --batch 16 --loader-threads 1 \
-        --threads 1 --epochs 1 --log-every 2 --max-steps 6 2>"$T/slow.err"
-    check input_bound_progress_line grep -q "input-bound: [0-9]*% of step time waiting for data" "$T/slow.err"
-    "$PYTHON" - "$T/slow/metrics.jsonl" "$T/full/metrics.jsonl" <<'PY' && pass data_wait_large_when_input_bound || fail data_wait_large_when_input_bound
+# An input-bound run by construction: every image read takes 25 ms more (a test hook,
+# libcommon/testhook.h), so one loader thread needs 200 ms for a batch of 8 that resnet20 on
+# 8x8 crops computes in a few ms (tens under the sanitizers). The loader's wait is counted
+# exactly in test_loader; this checks that dstrain reports it: data_wait near 1 in every
+# row, and the progress line that names it.
+DS_TESTHOOK_READ_DELAY_MS=25 dstrain --train "$T/train" -o "$T/slow" --arch resnet20 --crop 8 --batch 8 \
+    --loader-threads 1 --threads 1 --epochs 1 --log-every 2 --max-steps 6 2>"$T/slow.err"
+check input_bound_progress_line grep -q "input-bound: [0-9]*% of step time waiting for data" "$T/slow.err"
+check test_hook_announced grep -q "warning: test hook DS_TESTHOOK_READ_DELAY_MS=25" "$T/slow.err"
+"$PYTHON" - "$T/slow/metrics.jsonl" <<'PY' && pass data_wait_large_when_input_bound || fail data_wait_large_when_input_bound
 import json, sys
-slow, full = ([json.loads(l)["data_wait"] for l in open(f)] for f in sys.argv[1:])
-print("input-bound data_wait", slow, "compute-bound", max(full))
-assert len(slow) == 3 and min(slow) > 0.2 and min(slow) > max(full), (slow, full)
+slow = [json.loads(l)["data_wait"] for l in open(sys.argv[1])]
+print("input-bound data_wait", slow)
+assert len(slow) == 3 and min(slow) > 0.5, slow
 PY
-else
-    fail input_bound_data "synth/dsplit/dspack of the photo-sized set failed"
-fi
 
 if command -v gnuplot >/dev/null; then
     "$DS_ROOT/scripts/plot.sh" "$T/full" >/dev/null 2>&1
@@ -75,19 +69,18 @@ check resume_is_bitwise same_state "$T/full/ckpt-00000036.h5" "$T/part/ckpt-0000
 check resume_epoch_checkpoint_bitwise same_state "$T/full/ckpt-00000012.h5" "$T/part/ckpt-00000012.h5"
 check metrics_not_duplicated test "$(grep -c '"step":36,.*val_top1' "$T/part/metrics.jsonl")" = 1
 
-# SIGTERM mid-epoch: the step finishes, a checkpoint is written, resume ends identical.
-dstrain "${COMMON[@]}" -o "$T/sig" --log-every 1 &
+# SIGTERM mid-epoch: the step finishes, a checkpoint is written, resume ends identical. The
+# run waits after step 3 (a test hook) until the signal has come, so it lands mid-run on any
+# machine: the checkpoint is step 3's.
+DS_TESTHOOK_PAUSE_AFTER_STEP=3 dstrain "${COMMON[@]}" -o "$T/sig" --log-every 1 2>"$T/sig.err" &
 pid=$!
-for _ in $(seq 1 600); do
-    [ -f "$T/sig/metrics.jsonl" ] && [ "$(wc -l <"$T/sig/metrics.jsonl")" -ge 3 ] && break
-    sleep 0.1
-done
+for _ in $(seq 1 600); do grep -q 'waiting for a signal' "$T/sig.err" && break; sleep 0.1; done
 kill -TERM $pid
 wait $pid
 rc=$?
 ck=$(readlink "$T/sig/last.h5")
-if [ "$rc" = 143 ] && [ -n "$ck" ] && [ "$ck" != ckpt-00000036.h5 ]; then pass sigterm_checkpoints; else
-    fail sigterm_checkpoints "exit $rc, last.h5 -> '$ck'"; fi
+if [ "$rc" = 143 ] && [ "$ck" = ckpt-00000003.h5 ]; then pass sigterm_checkpoints; else
+    fail sigterm_checkpoints "exit $rc, last.h5 -> '$ck', want 143 and ckpt-00000003.h5"; fi
 dstrain "${COMMON[@]}" --resume "$T/sig" 2>/dev/null
 check sigterm_resume_is_bitwise same_state "$T/full/ckpt-00000036.h5" "$T/sig/ckpt-00000036.h5"
 
@@ -109,6 +102,12 @@ import h5py
 c = json.loads(h5py.File(sys.argv[1], "r").attrs["config"])
 assert c["augment"] == "rrc" and c["rrc-scale"] == "0.25,1" and c["rrc-ratio"] == "3/4,4/3", c
 PY
+# The test hooks themselves: an unknown name or a bad value stops a tool before any work.
+expect_status testhook_unknown_refused 1 env DS_TESTHOOK_READ_DELAY=5 dstrain "${COMMON[@]}" -o "$T/h1"
+check testhook_unknown_named grep -q 'DS_TESTHOOK_READ_DELAY: unknown test hook' "$T/err"
+expect_status testhook_bad_value_refused 1 env DS_TESTHOOK_PAUSE_AFTER_STEP=-3 dseval "$T/full/last.h5" "$T/val"
+check testhook_bad_value_named grep -q 'DS_TESTHOOK_PAUSE_AFTER_STEP=-3: not a whole number' "$T/err"
+check testhook_refusal_wrote_nothing test ! -e "$T/h1"
 expect_status dstrain_rrc_refuses_pad 2 dstrain "${RRC[@]}" -o "$T/x5" --pad 2
 check rrc_pad_message grep -q -- "--pad is for --augment standard" "$T/err"
 expect_status dstrain_rrc_options_need_rrc 2 dstrain "${COMMON[@]}" -o "$T/x6" --rrc-ratio 1/2,2

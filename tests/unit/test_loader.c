@@ -9,7 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <pthread.h>
 
 #define H 6
 #define W 5
@@ -20,19 +20,6 @@ static int fake_read(ds_source *s, int worker, size_t i, uint8_t *out, char *rea
 {
     for (size_t k = 0; k < (size_t)H * W * 3; k++) out[k] = pixel(i, k);
     return 0;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts)) {}
-}
-
-/* A source that takes 2 ms per image: a loader that cannot keep up. */
-static int slow_read(ds_source *s, int worker, size_t i, uint8_t *out, char *reason, size_t len)
-{
-    sleep_ms(2);
-    return fake_read(s, worker, i, out, reason, len);
 }
 
 static const char *fake_path(const ds_source *s, size_t i) { return "x"; }
@@ -336,38 +323,88 @@ static void test_refusals(void)
     check_end();
 }
 
-/* The consumer's time blocked in ds_loader_next over an epoch's wall time: most of it with a
- * slow source and a consumer that does nothing; little with a fast source and a consumer
- * that takes 10 ms a batch. Bounds are loose: the machine may be busy with other work. */
-static double wait_share(ds_source *src, int consumer_ms)
+/* ds_loader_wait_seconds, made exact: the loader reads a clock the test moves by hand, and a
+ * source that cannot deliver batch k until the consumer is blocked waiting for it. The clock
+ * advances 5 s only while the consumer is blocked (the opener thread moves it, then lets batch
+ * k through) and 100 s between batches, while the consumer "computes". The count must be
+ * 5 s per batch exactly, on any machine and under any load: time blocked is counted, the
+ * consumer's own time is not. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    double t;             /* the clock, seconds */
+    int reads;            /* clock reads: ds_loader_next reads it as a wait begins and ends */
+    int waits;            /* waits begun */
+    int open;             /* batches the source may deliver */
+    int images_read;
+} gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0};
+
+enum { GATE_BATCH = 4, GATE_BATCHES = 10 };
+
+static double gate_clock(void)
 {
-    ds_loader_config c = config(4, 1, 0, 1, 1, 1);
-    ds_loader *L = ds_loader_new(src, &c);
-    if (!L) return -1;
-    double t0 = ds_now(), w0 = ds_loader_wait_seconds(L);
-    ds_batch *b;
-    int rc = ds_loader_start(L, 0, 0);
-    while (rc == 0 && (rc = ds_loader_next(L, &b)) == 1) {
-        if (consumer_ms) sleep_ms(consumer_ms);
-        ds_loader_release(L, b);
-        rc = 0;
+    pthread_mutex_lock(&gate.mu);
+    double t = gate.t;
+    if (gate.reads++ % 2 == 0) {  /* a wait begins */
+        gate.waits++;
+        pthread_cond_broadcast(&gate.cv);
     }
-    double share = (ds_loader_wait_seconds(L) - w0) / (ds_now() - t0);
-    ds_loader_free(L);
-    return rc < 0 ? -1 : share;
+    pthread_mutex_unlock(&gate.mu);
+    return t;
+}
+
+static int gated_read(ds_source *s, int worker, size_t i, uint8_t *out, char *reason, size_t len)
+{
+    pthread_mutex_lock(&gate.mu);
+    int batch = gate.images_read++ / GATE_BATCH;  /* one worker: the images come in batch order */
+    while (batch >= gate.open) pthread_cond_wait(&gate.cv, &gate.mu);
+    pthread_mutex_unlock(&gate.mu);
+    return fake_read(s, worker, i, out, reason, len);
+}
+
+static void *gate_opener(void *arg)
+{
+    for (int k = 0; k < GATE_BATCHES; k++) {
+        pthread_mutex_lock(&gate.mu);
+        while (gate.waits <= k) pthread_cond_wait(&gate.cv, &gate.mu);  /* the consumer waits for batch k */
+        gate.t += 5;
+        gate.open = k + 1;
+        pthread_cond_broadcast(&gate.cv);
+        pthread_mutex_unlock(&gate.mu);
+    }
+    return arg;
 }
 
 static void test_wait_seconds(void)
 {
     check_begin("wait_seconds_counts_time_blocked_on_workers");
     ds_source src;
-    fake_source(&src, 40);
-    double fast = wait_share(&src, 10);
-    src.read = slow_read;
-    double slow = wait_share(&src, 0);
-    CHECK(slow > 0.5 && slow <= 1.0, "slow source: %.3f of the time waiting, want most of it", slow);
-    CHECK(fast >= 0 && fast < 0.3, "fast source, slow consumer: %.3f of the time waiting, want little", fast);
-    printf("wait share: slow source %.3f, slow consumer %.3f\n", slow, fast);
+    fake_source(&src, GATE_BATCH * GATE_BATCHES);
+    src.read = gated_read;
+    ds_loader_config c = config(GATE_BATCH, 1, 0, 1, 1, 1);
+    c.clock = gate_clock;
+    ds_loader *L = ds_loader_new(&src, &c);
+    pthread_t opener;
+    CHECK(L && pthread_create(&opener, NULL, gate_opener, NULL) == 0, "setup");
+    if (L) {
+        int rc = ds_loader_start(L, 0, 0), batches = 0;
+        ds_batch *b;
+        while (rc == 0 && (rc = ds_loader_next(L, &b)) == 1) {
+            batches++;
+            ds_loader_release(L, b);
+            pthread_mutex_lock(&gate.mu);
+            gate.t += 100;  /* the consumer's own work */
+            pthread_mutex_unlock(&gate.mu);
+            rc = 0;
+        }
+        pthread_join(opener, NULL);
+        double w = ds_loader_wait_seconds(L);
+        CHECK(rc == 0 && batches == GATE_BATCHES, "rc %d after %d batches", rc, batches);
+        CHECK(w == 5.0 * GATE_BATCHES, "%.1f s counted, want %.1f: the %d waits of 5 s, none of the consumer's "
+              "%.0f s", w, 5.0 * GATE_BATCHES, GATE_BATCHES, 100.0 * GATE_BATCHES);
+        printf("wait counted: %.1f s of %.1f s on the clock\n", w, gate.t);
+        ds_loader_free(L);
+    }
     free(src.labels);
     check_end();
 }

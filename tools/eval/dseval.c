@@ -14,6 +14,7 @@
 #include "logits.h"
 #include "model.h"
 #include "source.h"
+#include "testhook.h"
 #include "topk.h"
 
 #include <omp.h>
@@ -98,7 +99,8 @@ int main(int argc, char **argv)
     if (ds_ckpt_load(ckpt, m, NULL, 0)) ds_die("cannot evaluate %s", ckpt);
 
     ds_loader_config lc = {.batch = (int)batch, .world = world, .rank = rank, .accum = 1, .crop = input,
-                           .train = 0, .seed = meta.seed, .threads = (int)compute.loader_threads};
+                           .train = 0, .seed = meta.seed, .threads = (int)compute.loader_threads,
+                           .read_delay_ms = ds_test_hooks_get()->read_delay_ms};
     ds_loader *L = ds_loader_new(&src, &lc);
     if (!L) ds_die("cannot evaluate %s on %s", ckpt, data);
     ds_feed feed;

@@ -7,6 +7,7 @@
 #include "log.h"
 #include "manifest.h"
 #include "pack.h"
+#include "testhook.h"
 #include "verify.h"
 
 #include <errno.h>
@@ -129,6 +130,7 @@ int main(int argc, char **argv)
         .progress = ds_cli_progress_mode(),
     };
     if (ds_pack_run(&o, &m, classes, num_classes, &r)) goto out;
+    if (ds_test_hooks_get()->pause_before_exit) ds_test_pause("dspack is done");
 
     double rate = r.seconds > 0 ? r.packed / r.seconds : 0;
     ds_info("packed %zu, rejected %zu (listed in %s/rejected.txt) into %d shards in %.1f s, %.1f images/s (%s kernels)",

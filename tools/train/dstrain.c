@@ -15,6 +15,7 @@
 #include "schedule.h"
 #include "signals.h"
 #include "source.h"
+#include "testhook.h"
 #include "train.h"
 
 #include <omp.h>
@@ -292,7 +293,8 @@ int main(int argc, char **argv)
                                       : augment_kind == AUGMENT_RRC    ? DS_AUGMENT_RRC
                                                                        : DS_AUGMENT_NONE,
                            .rrc_scale = {scale_range[0], scale_range[1]},
-                           .rrc_ratio = {ratio_range[0], ratio_range[1]}};
+                           .rrc_ratio = {ratio_range[0], ratio_range[1]},
+                           .read_delay_ms = ds_test_hooks_get()->read_delay_ms};
     ds_train_plan plan = {
         .train = &tr, .val = have_val ? &va : NULL, .out = out_dir, .epochs = epochs, .loader = lc,
         .schedule = ds_schedule_make((ds_schedule_kind)schedule_kind, base_lr, warmup_epochs, step_epochs, step_gamma,
@@ -304,6 +306,7 @@ int main(int argc, char **argv)
                 .no_bn_bias_decay = !bn_bias_decay},
         .smoothing = (float)label_smoothing, .log_every = (int)log_every, .ckpt_steps = ckpt_steps,
         .max_steps = max_steps, .keep = (int)keep, .start_step = start_step, .meta = &meta,
+        .pause_after_step = ds_test_hooks_get()->pause_after_step,
     };
     char kernels[64] = "";
     if (be == &ds_backend_cpu) snprintf(kernels, sizeof kernels, ", %s kernels", ds_cpu_isa_name(ds_cpu_isa_get()));
@@ -311,6 +314,7 @@ int main(int argc, char **argv)
             nthreads, kernels, world, world > 1 ? "s" : "", tr.n, tr.height, tr.width, tr.num_classes, base_lr);
     if (ds_signals_install()) ds_die("cannot handle signals");
     int rc = ds_train(m, &plan);
+    if (rc >= 0 && ds_test_hooks_get()->pause_before_exit) ds_test_pause("dstrain is done");
     int sig = ds_signals_pending();
 
     ds_model_free(m);
