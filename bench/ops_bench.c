@@ -179,7 +179,7 @@ static void bench_net(const char *net, const shape *sh, int count, int reps, dou
     double tot[3] = {0, 0, 0}, flops_all = 0, bn_total = 0;
     for (int i = 0; i < count; i++) {
         const shape *s = &sh[i];
-        ds_conv_desc d = {s->n, s->h, s->w, s->c, s->k, s->r, s->r, s->stride, s->pad, 0, 0};
+        ds_conv_desc d = {s->n, s->h, s->w, s->c, s->k, s->r, s->r, s->stride, s->pad, 0, 0, 0};
         d.p = (d.h + 2 * d.pad - d.r) / d.stride + 1;
         d.q = (d.w + 2 * d.pad - d.s) / d.stride + 1;
         size_t ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.k,

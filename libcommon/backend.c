@@ -37,7 +37,9 @@ const ds_backend *ds_backend_select(const char *device, const ds_backend_opts *o
         return NULL;
     }
 #ifdef DS_HAVE_CUDA
-    if (ds_cuda_device_count() > 0) return ds_cuda_select(opts);
+    int count = ds_cuda_device_count();
+    if (count < 0) return NULL;   /* a GPU that cannot start is an error, never a quiet CPU run */
+    if (count > 0) return ds_cuda_select(opts);
     if (!strcmp(device, "auto")) return &ds_backend_cpu;
     ds_err("--device cuda: no CUDA device is visible (try --device cpu)");
 #else

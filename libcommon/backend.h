@@ -31,6 +31,8 @@ typedef struct {
     int k, r, s;         /* output channels, kernel height, kernel width */
     int stride, pad;     /* same in both dimensions */
     int p, q;            /* output height, width: (h + 2 pad - r) / stride + 1 */
+    int no_dx;           /* 1: the input needs no gradient (the network's input): conv_bwd_data is
+                            never called, and a backend need not plan it */
 } ds_conv_desc;
 
 typedef struct {
@@ -72,9 +74,11 @@ typedef struct ds_backend {
     void (*sync)(void);                            /* wait for queued work */
 
     /* ---- convolution ---- */
-    /* Bytes of scratch for the three ops at d's shape, and enough for every run of the same
-     * convolution with n, h and w no larger (p, q following): a model planned at its
-     * largest batch and input runs smaller ones in the same workspace. */
+    /* Bytes of scratch for the three ops at d's shape (two with d->no_dx), and enough for
+     * every run of the same convolution with n, h and w no larger (p, q following): a model
+     * planned at its largest batch and input runs smaller ones in the same workspace.
+     * SIZE_MAX, with a message, when the backend cannot compute an op d needs (a GPU
+     * library with no algorithm for it). */
     size_t (*conv_workspace)(const ds_conv_desc *d);
     /* out [n,p,q,k] = conv(in [n,h,w,c], w [k,r,s,c]) */
     void (*conv_fwd)(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws);

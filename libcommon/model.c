@@ -162,7 +162,7 @@ static int build_conv(ds_model *m, const char *name, int in, int k, int r, int s
     L->out = out;
     L->weight = t;
     L->conv = (ds_conv_desc){.n = 0, .h = a.h, .w = a.w, .c = a.c, .k = k, .r = r, .s = r,
-                             .stride = stride, .pad = pad, .p = p, .q = q};
+                             .stride = stride, .pad = pad, .p = p, .q = q, .no_dx = in == 0};
     return out;
 }
 
@@ -374,6 +374,11 @@ static int plan_memory(ds_model *m)
         ds_conv_desc d = m->layers[l].conv;
         d.n = m->cfg.max_batch;
         size_t b = be->conv_workspace(&d);
+        if (b == SIZE_MAX) {
+            const char *w = m->tinfo[m->layers[l].weight].name;
+            return ds_err("%s: layer %.*s cannot run on %s (above)", m->arch, (int)(strlen(w) - strlen(".weight")), w,
+                          be->name);
+        }
         if (b > m->ws_bytes) m->ws_bytes = b;
     }
     return 0;

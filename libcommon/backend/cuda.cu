@@ -4,6 +4,7 @@
 #include <cublas_v2.h>
 #include <cudnn.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,11 +17,16 @@ extern "C" {
 #include "cuda_plan.h"
 }
 
+/* cuDNN 9 keeps a message of its own on the last failure: said with the status. */
 #define cudnnCheck(call)                                                                   \
     do {                                                                                   \
         cudnnStatus_t s_ = (call);                                                         \
-        if (s_ != CUDNN_STATUS_SUCCESS)                                                    \
-            ds_die("%s:%d: %s: %s", __FILE__, __LINE__, #call, cudnnGetErrorString(s_));   \
+        if (s_ != CUDNN_STATUS_SUCCESS) {                                                  \
+            char last_[512] = "";                                                          \
+            cudnnGetLastErrorString(last_, sizeof last_);                                  \
+            ds_die("%s:%d: %s: %s%s%s", __FILE__, __LINE__, #call, cudnnGetErrorString(s_), \
+                   last_[0] ? ": " : "", last_);                                           \
+        }                                                                                  \
     } while (0)
 
 #define cublasCheck(call)                                                                  \
@@ -47,14 +53,23 @@ static struct {
 
 #define CUBLAS_WS_BYTES ((size_t)32 << 20)
 
+/* No device, or no driver at all (the runtime then reports an insufficient driver, and the
+ * driver version it finds is 0): a machine without a GPU. Any other failure (a driver too old
+ * for this runtime, a device the sandbox refuses, an initialisation error) is CUDA failing
+ * to start on a machine that has a GPU: an error with CUDA's words, never a quiet 0. */
 extern "C" int ds_cuda_device_count(void)
 {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        cudaGetLastError();   /* no driver or no device: clear the sticky-free error, report none */
-        return 0;
-    }
-    return n;
+    int n = 0, driver = 0, runtime = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess) return n;
+    cudaGetLastError();   /* clear the (non-sticky) error */
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    if (e == cudaErrorNoDevice || (e == cudaErrorInsufficientDriver && driver == 0)) return 0;
+    ds_err("CUDA could not start: %s (%s; the driver supports CUDA %d.%d, this build's runtime is %d.%d)",
+           cudaGetErrorString(e), cudaGetErrorName(e), driver / 1000, driver % 1000 / 10, runtime / 1000,
+           runtime % 1000 / 10);
+    return -1;
 }
 
 /* Binds the device (the rank's index on its node), the stream, cuDNN, cuBLAS and their
@@ -63,6 +78,7 @@ static int bind_device(void)
 {
     if (g.ready) return 0;
     int count = ds_cuda_device_count();
+    if (count < 0) return -1;
     if (count == 0) return ds_err("CUDA: no GPU is visible (driver missing or no device)");
     /* One process per GPU: the rank's index on its node picks the device. */
     g.device = ds_comm_local_rank() % count;
@@ -85,6 +101,10 @@ static int bind_device(void)
 extern "C" cudaStream_t ds_cuda_stream(void) { return g.stream; }
 
 /* ---- memory ---- */
+
+/* Forgets the convolutions' bf16 copy of an output gradient (see dout_bf16 below): anything
+ * that may write device memory calls it. */
+static void dout_bf16_drop(void);
 
 static void *cuda_alloc(size_t bytes)
 {
@@ -156,6 +176,7 @@ static int stage_busy(size_t lo, size_t hi)
 
 static void cuda_upload(void *dst, const void *src, size_t bytes)
 {
+    dout_bf16_drop();
     if (!stage.made) stage_make();
     if (stage.failed) {
         cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g.stream));
@@ -187,11 +208,13 @@ static void cuda_download(void *dst, const void *src, size_t bytes)
 
 static void cuda_zero(void *p, size_t bytes)
 {
+    dout_bf16_drop();
     cudaCheck(cudaMemsetAsync(p, 0, bytes, g.stream));
 }
 
 static void cuda_copy(void *dst, const void *src, size_t bytes)
 {
+    dout_bf16_drop();
     if (dst != src) cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g.stream));
 }
 
@@ -206,24 +229,19 @@ static void cuda_sync(void)
  * conv_workspace (the model's planning pass) and only looked up afterwards. A plan serves
  * every batch n and input h x w up to its planned ones: each (n, h, w) run gets a slot,
  * with its own tensor and convolution descriptors and the plan's algorithms, or others
- * where those would need more workspace at that size than the arena holds. */
+ * where those would need more workspace at that size than the arena holds. Each op has its
+ * own precision: the run's, or a lower one where the run's has no usable algorithm for it
+ * (ds_conv_choose); [0] descriptors are fp32 tensors (fp32 and tf32 ops), [1] bf16. */
 typedef struct {
-    cudnnTensorDescriptor_t x, y;            /* for the slot's n; NULL until first set up */
-    cudnnConvolutionDescriptor_t conv[3];    /* fwd, bwd data, bwd filter: own math types */
-    cudnnConvolutionFwdAlgo_t fwd;
-    cudnnConvolutionBwdDataAlgo_t bwd_data;
-    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
-    size_t cudnn_ws;                         /* the largest of the three algorithms' workspaces */
+    cudnnTensorDescriptor_t x[2], y[2];      /* for the slot's n, h, w; [1] only in bf16 runs */
+    cudnnConvolutionDescriptor_t conv[DS_CONV_OPS];  /* each with its op's math type */
+    ds_conv_choice choice[DS_CONV_OPS];      /* what the slot runs: the plan's, or others that fit */
+    size_t cudnn_ws;                         /* the largest of the ops' workspaces */
 } conv_slot;
 
 typedef struct {
-    cudnnDataType_t type;
-    cudnnFilterDescriptor_t w;
-    /* what cuDNN chose at the planned n, with the math type each was measured with */
-    cudnnConvolutionFwdAlgo_t fwd;
-    cudnnConvolutionBwdDataAlgo_t bwd_data;
-    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
-    cudnnMathType_t math[3];
+    cudnnFilterDescriptor_t w[2];            /* fp32, bf16 ([1] only in bf16 runs) */
+    ds_conv_choice choice[DS_CONV_OPS];      /* what cuDNN chose at the planned size */
     conv_slot slot[DS_CONV_PLAN_SLOTS];
 } conv_impl;
 
@@ -238,102 +256,192 @@ static size_t n_in(const ds_conv_desc *d) { return (size_t)d->n * d->h * d->w * 
 static size_t n_w(const ds_conv_desc *d) { return (size_t)d->k * d->r * d->s * d->c; }
 static size_t n_out(const ds_conv_desc *d) { return (size_t)d->n * d->p * d->q * d->k; }
 
-/* bf16 copies of in, w, out placed before cuDNN's workspace (bf16 only), for batch d->n */
+/* bf16 copies of in, w, out placed before cuDNN's workspace (bf16 runs only), for batch d->n */
 static size_t bf16_bytes(const ds_conv_desc *d)
 {
     if (g.precision != DS_PRECISION_BF16) return 0;
     return align256(n_in(d) * 2) + align256(n_w(d) * 2) + align256(n_out(d) * 2);
 }
 
-/* fp32: FMA only (DEFAULT would allow TF32 on Ampere and later); tf32/bf16: tensor cores */
-static cudnnMathType_t base_math(void)
-{
-    return g.precision == DS_PRECISION_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
-}
+/* The math an op computing in precision p asks for: fp32 FMA only (DEFAULT would allow TF32
+ * on Ampere and later); tf32 and bf16 tensor cores. */
+static cudnnMathType_t base_math(int p) { return p == DS_PRECISION_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH; }
+static int type_index(int p) { return p == DS_PRECISION_BF16; }
 
-/* A result cuDNN reported is usable when it succeeded, fits the budget, is deterministic
- * when asked, and under fp32 runs plain FMA math: a result with DEFAULT math (TF32 allowed
- * on Ampere and later) or tensor-op math would silently compute in TF32. */
-static int usable(cudnnStatus_t status, cudnnDeterminism_t det, cudnnMathType_t math, size_t memory, size_t budget)
+static ds_conv_math math_of(cudnnMathType_t m)
 {
-    if (status != CUDNN_STATUS_SUCCESS || memory > budget) return 0;
-    if (g.deterministic && det != CUDNN_DETERMINISTIC) return 0;
-    if (g.precision == DS_PRECISION_FP32 && math != CUDNN_FMA_MATH) return 0;
-    return 1;
-}
-
-/* Picks the first usable result (Find lists the fastest first, Get_v7 the likeliest best). */
-#define PICK(results, count, budget, out, math_out, mem_out, what, d)                            \
-    do {                                                                                         \
-        int found_ = 0;                                                                          \
-        for (int i_ = 0; i_ < (count) && !found_; i_++) {                                        \
-            if (!usable(results[i_].status, results[i_].determinism, results[i_].mathType,       \
-                        results[i_].memory, budget))                                             \
-                continue;                                                                        \
-            (out) = results[i_].algo;                                                            \
-            (math_out) = results[i_].mathType;                                                   \
-            (mem_out) = results[i_].memory;                                                      \
-            found_ = 1;                                                                          \
-        }                                                                                        \
-        if (!found_)                                                                             \
-            ds_die("cuDNN has no usable %s algorithm for conv %dx%dx%dx%d -> %d (%dx%d/%d)%s"    \
-                   " within %zu bytes of workspace", what, d->n, d->h, d->w, d->c, d->k, d->r,   \
-                   d->s, d->stride, g.deterministic ? " that is deterministic" : "", (size_t)(budget)); \
-    } while (0)
-
-/* Sets the slot's descriptors for d (its n, h, w), each convolution descriptor with the math type
- * given; creates them the first time. */
-static void slot_describe(conv_slot *s, cudnnDataType_t type, const ds_conv_desc *d, const cudnnMathType_t math[3])
-{
-    if (!s->x) {
-        cudnnCheck(cudnnCreateTensorDescriptor(&s->x));
-        cudnnCheck(cudnnCreateTensorDescriptor(&s->y));
-        for (int i = 0; i < 3; i++) cudnnCheck(cudnnCreateConvolutionDescriptor(&s->conv[i]));
+    switch (m) {
+    case CUDNN_TENSOR_OP_MATH: return DS_MATH_TENSOR_OP;
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return DS_MATH_TENSOR_OP_CONVERSION;
+    case CUDNN_FMA_MATH: return DS_MATH_FMA;
+    default: return DS_MATH_DEFAULT;
     }
-    /* x [n,h,w,c], y [n,p,q,k] */
-    cudnnCheck(cudnnSetTensor4dDescriptor(s->x, CUDNN_TENSOR_NHWC, type, d->n, d->c, d->h, d->w));
-    cudnnCheck(cudnnSetTensor4dDescriptor(s->y, CUDNN_TENSOR_NHWC, type, d->n, d->k, d->p, d->q));
-    for (int i = 0; i < 3; i++) {
+}
+
+static cudnnMathType_t cudnn_math(ds_conv_math m)
+{
+    switch (m) {
+    case DS_MATH_TENSOR_OP: return CUDNN_TENSOR_OP_MATH;
+    case DS_MATH_TENSOR_OP_CONVERSION: return CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+    case DS_MATH_FMA: return CUDNN_FMA_MATH;
+    default: return CUDNN_DEFAULT_MATH;
+    }
+}
+
+/* "64x56x56x64 -> 64 (3x3/1)" */
+static const char *conv_name(const ds_conv_desc *d, char *buf, size_t len)
+{
+    snprintf(buf, len, "%dx%dx%dx%d -> %d (%dx%d/%d)", d->n, d->h, d->w, d->c, d->k, d->r, d->s, d->stride);
+    return buf;
+}
+
+/* Sets the slot's descriptors for d (its n, h, w); creates them the first time. */
+static void slot_describe(conv_slot *s, const ds_conv_desc *d)
+{
+    int types = g.precision == DS_PRECISION_BF16 ? 2 : 1;
+    static const cudnnDataType_t type[2] = {CUDNN_DATA_FLOAT, CUDNN_DATA_BFLOAT16};
+    for (int t = 0; t < types; t++) {
+        if (!s->x[t]) {
+            cudnnCheck(cudnnCreateTensorDescriptor(&s->x[t]));
+            cudnnCheck(cudnnCreateTensorDescriptor(&s->y[t]));
+        }
+        /* x [n,h,w,c], y [n,p,q,k] */
+        cudnnCheck(cudnnSetTensor4dDescriptor(s->x[t], CUDNN_TENSOR_NHWC, type[t], d->n, d->c, d->h, d->w));
+        cudnnCheck(cudnnSetTensor4dDescriptor(s->y[t], CUDNN_TENSOR_NHWC, type[t], d->n, d->k, d->p, d->q));
+    }
+    for (int i = 0; i < DS_CONV_OPS; i++) {
+        if (!s->conv[i]) cudnnCheck(cudnnCreateConvolutionDescriptor(&s->conv[i]));
         cudnnCheck(cudnnSetConvolution2dDescriptor(s->conv[i], d->pad, d->pad, d->stride, d->stride, 1, 1,
                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-        cudnnCheck(cudnnSetConvolutionMathType(s->conv[i], math[i]));
     }
 }
 
+/* ds_conv_query for cuDNN: op's algorithms for the slot's size at precision p, by cudnnFind*
+ * (find = 1: every algorithm run once on buffers cuDNN allocates itself, fastest first) or
+ * by the heuristics of cudnnGet*_v7 (best guess first). */
+typedef struct { conv_impl *p; conv_slot *s; int find; } conv_query_ctx;
+
+#define TO_ALGOS(perf, count, out, cap)                                                            \
+    do {                                                                                           \
+        for (int i_ = 0; i_ < (count) && i_ < (cap); i_++) {                                       \
+            (out)[i_].algo = (int)(perf)[i_].algo;                                                 \
+            (out)[i_].ok = (perf)[i_].status == CUDNN_STATUS_SUCCESS;                              \
+            (out)[i_].status = cudnnGetErrorString((perf)[i_].status);                             \
+            (out)[i_].deterministic = (perf)[i_].determinism == CUDNN_DETERMINISTIC;               \
+            (out)[i_].math = math_of((perf)[i_].mathType);                                         \
+            (out)[i_].memory = (perf)[i_].memory;                                                  \
+        }                                                                                          \
+    } while (0)
+
+static int cudnn_query(void *ctx, const ds_conv_desc *d, ds_conv_op op, int p, ds_conv_algo *out, int cap,
+                       char *why, size_t why_len)
+{
+    conv_query_ctx *c = (conv_query_ctx *)ctx;
+    conv_slot *s = c->s;   /* its descriptors hold d's sizes */
+    (void)d;
+    int t = type_index(p), n = 0;
+    cudnnFilterDescriptor_t w = c->p->w[t];
+    cudnnStatus_t st = cudnnSetConvolutionMathType(s->conv[op], base_math(p));
+#define ASK(kind, ...) (c->find ? cudnnFind##kind##Algorithm(__VA_ARGS__) : cudnnGet##kind##Algorithm_v7(__VA_ARGS__))
+    if (st == CUDNN_STATUS_SUCCESS && op == DS_CONV_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        st = ASK(ConvolutionForward, g.cudnn, s->x[t], w, s->conv[op], s->y[t], CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, r);
+        if (st == CUDNN_STATUS_SUCCESS) TO_ALGOS(r, n, out, cap);
+    } else if (st == CUDNN_STATUS_SUCCESS && op == DS_CONV_BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        st = ASK(ConvolutionBackwardData, g.cudnn, w, s->y[t], s->conv[op], s->x[t],
+                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, r);
+        if (st == CUDNN_STATUS_SUCCESS) TO_ALGOS(r, n, out, cap);
+    } else if (st == CUDNN_STATUS_SUCCESS) {
+        cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        st = ASK(ConvolutionBackwardFilter, g.cudnn, s->x[t], s->y[t], s->conv[op], w,
+                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, r);
+        if (st == CUDNN_STATUS_SUCCESS) TO_ALGOS(r, n, out, cap);
+    }
+#undef ASK
+    if (st != CUDNN_STATUS_SUCCESS) {
+        char last[256] = "";
+        cudnnGetLastErrorString(last, sizeof last);
+        snprintf(why, why_len, "%s%s%s", cudnnGetErrorString(st), last[0] ? ": " : "", last);
+        return -1;
+    }
+    return n < cap ? n : cap;
+}
+
+/* Gives each op of slot s the math type of its choice. */
+static void slot_set_math(conv_slot *s)
+{
+    for (int i = 0; i < DS_CONV_OPS; i++)
+        if (s->choice[i].needed) cudnnCheck(cudnnSetConvolutionMathType(s->conv[i], cudnn_math(s->choice[i].math)));
+}
+
+/* The workspace op i of slot s needs with its chosen algorithm at the slot's size;
+ * SIZE_MAX when cuDNN cannot say (the algorithm does not run at this size). */
+static size_t op_workspace(const conv_impl *p, const conv_slot *s, int i)
+{
+    const ds_conv_choice *c = &s->choice[i];
+    int t = type_index(c->precision);
+    size_t need = 0;
+    cudnnStatus_t st;
+    if (i == DS_CONV_FWD)
+        st = cudnnGetConvolutionForwardWorkspaceSize(g.cudnn, s->x[t], p->w[t], s->conv[i], s->y[t],
+                                                     (cudnnConvolutionFwdAlgo_t)c->algo, &need);
+    else if (i == DS_CONV_BWD_DATA)
+        st = cudnnGetConvolutionBackwardDataWorkspaceSize(g.cudnn, p->w[t], s->y[t], s->conv[i], s->x[t],
+                                                          (cudnnConvolutionBwdDataAlgo_t)c->algo, &need);
+    else
+        st = cudnnGetConvolutionBackwardFilterWorkspaceSize(g.cudnn, s->x[t], s->y[t], s->conv[i], p->w[t],
+                                                            (cudnnConvolutionBwdFilterAlgo_t)c->algo, &need);
+    return st == CUDNN_STATUS_SUCCESS ? need : SIZE_MAX;
+}
+
+/* Says once per plan which ops compute below the run's precision, and at --verbose what
+ * each op of the plan runs. */
+static void plan_report(const ds_conv_desc *d, const ds_conv_choice choice[DS_CONV_OPS], const char *where)
+{
+    char name[96], text[512];
+    conv_name(d, name, sizeof name);
+    for (int i = 0; i < DS_CONV_OPS; i++)
+        if (choice[i].needed && choice[i].precision != g.precision)
+            ds_warn("CUDA conv %s: cuDNN has no usable %s %s algorithm%s; that op computes in %s", name,
+                    ds_precision_name(g.precision), ds_conv_op_name((ds_conv_op)i),
+                    g.deterministic ? " that is deterministic" : "", ds_precision_name((ds_precision)choice[i].precision));
+    ds_conv_choice_describe(choice, text, sizeof text);
+    ds_debug("CUDA conv %s, %s: %s", name, where, text);
+}
+
+/* Chooses the plan's algorithms at the planned size: NULL, with a message, when an op d
+ * needs has none at any precision. */
 static conv_impl *plan_make(const ds_conv_desc *d, size_t *bytes)
 {
     conv_impl *p = (conv_impl *)calloc(1, sizeof *p);
     if (!p) ds_die("out of memory for a convolution plan");
-    p->type = g.precision == DS_PRECISION_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-    /* w [k,r,s,c]: cuDNN's NHWC filter layout is exactly KRSC */
-    cudnnCheck(cudnnCreateFilterDescriptor(&p->w));
-    cudnnCheck(cudnnSetFilter4dDescriptor(p->w, p->type, CUDNN_TENSOR_NHWC, d->k, d->c, d->r, d->s));
-    const cudnnMathType_t base[3] = {base_math(), base_math(), base_math()};
-    conv_slot *s = &p->slot[0];   /* describes the planned n for the search */
-    slot_describe(s, p->type, d, base);
-    int n = 0;
-    /* cudnnFind* runs every algorithm once on buffers it allocates itself: exact choices for
-     * this GPU, paid once per shape at planning time. Timing can rank two algorithms either
-     * way from one process to the next, so under --deterministic the choice comes from
-     * cuDNN's heuristics instead (same arguments): a pure function of the shape, the GPU and
-     * the cuDNN version, so a resumed run computes with the algorithms the first run used. */
-#define CHOOSE(op, ...) (g.deterministic ? cudnnGet##op##Algorithm_v7(__VA_ARGS__) : cudnnFind##op##Algorithm(__VA_ARGS__))
-    size_t mem[3];
-    cudnnConvolutionFwdAlgoPerf_t rf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    cudnnCheck(CHOOSE(ConvolutionForward, g.cudnn, s->x, p->w, s->conv[0], s->y,
-                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, rf));
-    PICK(rf, n, CONV_WS_LIMIT, p->fwd, p->math[0], mem[0], "forward", d);
-    cudnnConvolutionBwdDataAlgoPerf_t rd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    cudnnCheck(CHOOSE(ConvolutionBackwardData, g.cudnn, p->w, s->y, s->conv[1], s->x,
-                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, rd));
-    PICK(rd, n, CONV_WS_LIMIT, p->bwd_data, p->math[1], mem[1], "backward-data", d);
-    cudnnConvolutionBwdFilterAlgoPerf_t rw[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    cudnnCheck(CHOOSE(ConvolutionBackwardFilter, g.cudnn, s->x, s->y, s->conv[2], p->w,
-                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, rw));
-    PICK(rw, n, CONV_WS_LIMIT, p->bwd_filter, p->math[2], mem[2], "backward-filter", d);
-#undef CHOOSE
-    size_t ws = mem[0] > mem[1] ? mem[0] : mem[1];
-    *bytes = bf16_bytes(d) + (mem[2] > ws ? mem[2] : ws);
+    int types = g.precision == DS_PRECISION_BF16 ? 2 : 1;
+    static const cudnnDataType_t type[2] = {CUDNN_DATA_FLOAT, CUDNN_DATA_BFLOAT16};
+    for (int t = 0; t < types; t++) {
+        /* w [k,r,s,c]: cuDNN's NHWC filter layout is exactly KRSC */
+        cudnnCheck(cudnnCreateFilterDescriptor(&p->w[t]));
+        cudnnCheck(cudnnSetFilter4dDescriptor(p->w[t], type[t], CUDNN_TENSOR_NHWC, d->k, d->c, d->r, d->s));
+    }
+    conv_slot *s = &p->slot[0];   /* describes the planned size for the search */
+    slot_describe(s, d);
+    /* Find times every algorithm: exact choices for this GPU, paid once per shape at planning
+     * time. Timing can rank two algorithms either way from one process to the next, so under
+     * --deterministic the choice comes from cuDNN's heuristics instead: a pure function of the
+     * shape, the GPU and the cuDNN version, so a resumed run computes as the first run did. */
+    conv_query_ctx ctx = {p, s, !g.deterministic};
+    char msg[1024], name[96];
+    if (ds_conv_choose(d, g.precision, g.deterministic, CONV_WS_LIMIT, cudnn_query, &ctx, p->choice, msg,
+                       sizeof msg)) {
+        ds_err("CUDA conv %s, --precision %s%s: %s", conv_name(d, name, sizeof name), ds_precision_name(g.precision),
+               g.deterministic ? " --deterministic" : "", msg);
+        return NULL;   /* the model stops before anything runs; the plan's few descriptors are not freed */
+    }
+    plan_report(d, p->choice, "planned");
+    size_t ws = 0;
+    for (int i = 0; i < DS_CONV_OPS; i++)
+        if (p->choice[i].needed && p->choice[i].memory > ws) ws = p->choice[i].memory;
+    *bytes = bf16_bytes(d) + ws;
     return p;
 }
 
@@ -343,6 +451,7 @@ static size_t cuda_conv_workspace(const ds_conv_desc *d)
     if (p) return p->bytes;
     size_t bytes = 0;
     conv_impl *impl = plan_make(d, &bytes);
+    if (!impl) return SIZE_MAX;
     if (!ds_conv_plans_add(&plans, d, g.precision, g.deterministic, bytes, impl))
         ds_die("out of memory for convolution plans");
     return bytes;
@@ -350,65 +459,41 @@ static size_t cuda_conv_workspace(const ds_conv_desc *d)
 
 /* Sets up slot s of plan p for d's n, h and w: descriptors for that size, and for each op the
  * plan's algorithm when its workspace at this size fits the budget, else the first usable
- * one of cuDNN's heuristic list that fits (a short batch or a smaller input can change what
- * an algorithm needs). */
+ * one of cuDNN's heuristic list that fits, at the op's precision or below (a short batch or a
+ * smaller input can change what an algorithm needs). */
 static void slot_set_up(conv_impl *p, conv_slot *s, const ds_conv_desc *d, size_t limit)
 {
+    char name[96];
     size_t lead = bf16_bytes(d);
     if (lead > limit)   /* cannot happen: bf16_bytes grows with n, h and w, each <= the planned one */
-        ds_die("CUDA conv %dx%dx%dx%d -> %d: the workspace (%zu bytes) cannot hold its bf16 copies",
-               d->n, d->h, d->w, d->c, d->k, limit);
-    size_t budget = limit - lead, need[3] = {0, 0, 0};
-    const cudnnMathType_t base[3] = {base_math(), base_math(), base_math()};
-    slot_describe(s, p->type, d, p->math);
-    s->fwd = p->fwd, s->bwd_data = p->bwd_data, s->bwd_filter = p->bwd_filter;
-    /* A query that fails counts as not fitting: the op then picks another algorithm. */
-    if (cudnnGetConvolutionForwardWorkspaceSize(g.cudnn, s->x, p->w, s->conv[0], s->y, s->fwd, &need[0]) !=
-        CUDNN_STATUS_SUCCESS)
-        need[0] = SIZE_MAX;
-    if (cudnnGetConvolutionBackwardDataWorkspaceSize(g.cudnn, p->w, s->y, s->conv[1], s->x, s->bwd_data,
-                                                     &need[1]) != CUDNN_STATUS_SUCCESS)
-        need[1] = SIZE_MAX;
-    if (cudnnGetConvolutionBackwardFilterWorkspaceSize(g.cudnn, s->x, s->y, s->conv[2], p->w, s->bwd_filter,
-                                                       &need[2]) != CUDNN_STATUS_SUCCESS)
-        need[2] = SIZE_MAX;
-    int n = 0;
-    cudnnMathType_t math;
-    if (need[0] > budget) {
-        cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        cudnnCheck(cudnnSetConvolutionMathType(s->conv[0], base[0]));
-        cudnnCheck(cudnnGetConvolutionForwardAlgorithm_v7(g.cudnn, s->x, p->w, s->conv[0], s->y,
-                                                          CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, r));
-        PICK(r, n, budget, s->fwd, math, need[0], "forward", d);
-        cudnnCheck(cudnnSetConvolutionMathType(s->conv[0], math));
-        cudnnCheck(cudnnGetConvolutionForwardWorkspaceSize(g.cudnn, s->x, p->w, s->conv[0], s->y, s->fwd, &need[0]));
+        ds_die("CUDA conv %s: the workspace (%zu bytes) cannot hold its bf16 copies", conv_name(d, name, sizeof name),
+               limit);
+    size_t budget = limit - lead;
+    slot_describe(s, d);
+    memcpy(s->choice, p->choice, sizeof s->choice);
+    slot_set_math(s);
+    int changed = 0;
+    conv_query_ctx ctx = {p, s, 0};
+    s->cudnn_ws = 0;
+    for (int i = 0; i < DS_CONV_OPS; i++) {
+        if (!s->choice[i].needed) continue;
+        size_t need = op_workspace(p, s, i);
+        if (need > budget) {
+            char msg[1024];
+            if (ds_conv_choose_op(d, (ds_conv_op)i, s->choice[i].precision, g.deterministic, budget, cudnn_query, &ctx,
+                                  &s->choice[i], msg, sizeof msg))
+                ds_die("CUDA conv %s, --precision %s: within the %zu bytes planned: %s", conv_name(d, name, sizeof name),
+                       ds_precision_name(g.precision), budget, msg);
+            cudnnCheck(cudnnSetConvolutionMathType(s->conv[i], cudnn_math(s->choice[i].math)));
+            need = op_workspace(p, s, i);
+            changed = 1;
+        }
+        if (need > budget)   /* the heuristics' estimate and the exact query disagree */
+            ds_die("CUDA conv %s: %s needs %zu bytes of workspace, %zu planned", conv_name(d, name, sizeof name),
+                   ds_conv_op_name((ds_conv_op)i), need, budget);
+        if (need > s->cudnn_ws) s->cudnn_ws = need;
     }
-    if (need[1] > budget) {
-        cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        cudnnCheck(cudnnSetConvolutionMathType(s->conv[1], base[1]));
-        cudnnCheck(cudnnGetConvolutionBackwardDataAlgorithm_v7(g.cudnn, p->w, s->y, s->conv[1], s->x,
-                                                               CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, r));
-        PICK(r, n, budget, s->bwd_data, math, need[1], "backward-data", d);
-        cudnnCheck(cudnnSetConvolutionMathType(s->conv[1], math));
-        cudnnCheck(cudnnGetConvolutionBackwardDataWorkspaceSize(g.cudnn, p->w, s->y, s->conv[1], s->x,
-                                                                s->bwd_data, &need[1]));
-    }
-    if (need[2] > budget) {
-        cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        cudnnCheck(cudnnSetConvolutionMathType(s->conv[2], base[2]));
-        cudnnCheck(cudnnGetConvolutionBackwardFilterAlgorithm_v7(g.cudnn, s->x, s->y, s->conv[2], p->w,
-                                                                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, r));
-        PICK(r, n, budget, s->bwd_filter, math, need[2], "backward-filter", d);
-        cudnnCheck(cudnnSetConvolutionMathType(s->conv[2], math));
-        cudnnCheck(cudnnGetConvolutionBackwardFilterWorkspaceSize(g.cudnn, s->x, s->y, s->conv[2], p->w,
-                                                                  s->bwd_filter, &need[2]));
-    }
-    for (int i = 0; i < 3; i++)
-        if (need[i] > budget)   /* the heuristics' estimate and the exact query disagree */
-            ds_die("CUDA conv %dx%dx%dx%d -> %d (%dx%d/%d): op %d needs %zu bytes of workspace, %zu planned",
-                   d->n, d->h, d->w, d->c, d->k, d->r, d->s, d->stride, i, need[i], budget);
-    s->cudnn_ws = need[0] > need[1] ? need[0] : need[1];
-    s->cudnn_ws = need[2] > s->cudnn_ws ? need[2] : s->cudnn_ws;
+    if (changed) plan_report(d, s->choice, "at this size");
 }
 
 /* The plan and slot that run d (its n), set up on first use. */
@@ -416,20 +501,20 @@ typedef struct { conv_impl *p; conv_slot *s; } conv_run;
 
 static conv_run plan_get(const ds_conv_desc *d)
 {
-    char why[160];
+    char why[160], name[96];
     size_t limit = 0;
     ds_conv_plan *plan = ds_conv_plans_lookup(&plans, d, g.precision, g.deterministic, &limit, why, sizeof why);
     if (!plan)   /* its workspace was never counted: running it could overrun the arena */
-        ds_die("CUDA conv %dx%dx%dx%d -> %d (%dx%d/%d): %s", d->n, d->h, d->w, d->c, d->k, d->r, d->s,
-               d->stride, why);
+        ds_die("CUDA conv %s: %s", conv_name(d, name, sizeof name), why);
     int fresh = 0, k = ds_conv_plan_slot_for(&plans, plan, d, &fresh);
     conv_run run = {(conv_impl *)plan->impl, &((conv_impl *)plan->impl)->slot[k]};
     if (fresh) slot_set_up(run.p, run.s, d, limit);
     return run;
 }
 
-/* Workspace layout under bf16, for the batch actually run:
- * [in bf16][w bf16][out bf16][cuDNN workspace]. */
+/* Workspace layout in a bf16 run, for the batch actually run:
+ * [in bf16][w bf16][out bf16][cuDNN workspace] (an op falling back to fp32 tensors uses only
+ * the last). */
 typedef struct { void *in, *w, *out, *cudnn; } conv_ws;
 
 static conv_ws ws_split(const ds_conv_desc *d, void *ws)
@@ -450,19 +535,24 @@ static conv_ws ws_split(const ds_conv_desc *d, void *ws)
 /* bf16: the two backward ops of a convolution take the same dout, and the model calls one
  * right after the other (conv_bwd_weight, then conv_bwd_data) with the same workspace. The
  * first converts dout into the workspace's out slot and leaves a note; the second, seeing
- * the same dout, batch shape and workspace, skips the conversion. Any other convolution
- * call (the forward writes the out slot) drops the note, and it is used only once. */
+ * the same dout, batch shape and workspace, skips the conversion. Every other call that
+ * could change the slot or dout (any other convolution op, upload, zero, copy) drops the
+ * note, and it is used only once. */
 static struct { const float *dout; void *ws; ds_conv_desc d; } dout_bf16;
+
+static void dout_bf16_drop(void) { dout_bf16.dout = NULL; }
 
 static void dout_to_bf16(void *dst, const float *dout, const ds_conv_desc *d, void *ws)
 {
     if (dout_bf16.dout == dout && dout_bf16.ws == ws && !memcmp(&dout_bf16.d, d, sizeof *d)) {
-        dout_bf16.dout = NULL;
+        dout_bf16_drop();
         return;
     }
     ds_cuda_to_bf16(dst, dout, n_out(d));
     dout_bf16.dout = dout, dout_bf16.ws = ws, dout_bf16.d = *d;
 }
+
+static int op_bf16(const conv_run *r, int op) { return r->s->choice[op].precision == DS_PRECISION_BF16; }
 
 /* out [n,p,q,k] = conv(in [n,h,w,c], w [k,r,s,c]) */
 static void cuda_conv_fwd(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws)
@@ -470,17 +560,18 @@ static void cuda_conv_fwd(float *out, const float *in, const float *w, const ds_
     conv_run r = plan_get(d);
     conv_ws s = ws_split(d, ws);
     const float one = 1, zero = 0;
-    dout_bf16.dout = NULL;
-    if (g.precision == DS_PRECISION_BF16) {
+    const cudnnConvolutionFwdAlgo_t algo = (cudnnConvolutionFwdAlgo_t)r.s->choice[DS_CONV_FWD].algo;
+    dout_bf16_drop();
+    if (op_bf16(&r, DS_CONV_FWD)) {
         ds_cuda_to_bf16(s.in, in, n_in(d));
         ds_cuda_to_bf16(s.w, w, n_w(d));
-        cudnnCheck(cudnnConvolutionForward(g.cudnn, &one, r.s->x, s.in, r.p->w, s.w, r.s->conv[0], r.s->fwd,
-                                           s.cudnn, r.s->cudnn_ws, &zero, r.s->y, s.out));
+        cudnnCheck(cudnnConvolutionForward(g.cudnn, &one, r.s->x[1], s.in, r.p->w[1], s.w, r.s->conv[DS_CONV_FWD],
+                                           algo, s.cudnn, r.s->cudnn_ws, &zero, r.s->y[1], s.out));
         ds_cuda_from_bf16(out, s.out, n_out(d), 0);
         return;
     }
-    cudnnCheck(cudnnConvolutionForward(g.cudnn, &one, r.s->x, in, r.p->w, w, r.s->conv[0], r.s->fwd,
-                                       ws, r.s->cudnn_ws, &zero, r.s->y, out));
+    cudnnCheck(cudnnConvolutionForward(g.cudnn, &one, r.s->x[0], in, r.p->w[0], w, r.s->conv[DS_CONV_FWD], algo,
+                                       s.cudnn, r.s->cudnn_ws, &zero, r.s->y[0], out));
 }
 
 /* din [n,h,w,c] = conv_transpose(dout [n,p,q,k], w) (overwritten) */
@@ -489,16 +580,23 @@ static void cuda_conv_bwd_data(float *din, const float *dout, const float *w, co
     conv_run r = plan_get(d);
     conv_ws s = ws_split(d, ws);
     const float one = 1, zero = 0;
-    if (g.precision == DS_PRECISION_BF16) {
+    char name[96];
+    if (!r.s->choice[DS_CONV_BWD_DATA].needed)
+        ds_die("CUDA conv %s: backward-data asked of a convolution planned without it (its input needs no "
+               "gradient)", conv_name(d, name, sizeof name));
+    const cudnnConvolutionBwdDataAlgo_t algo = (cudnnConvolutionBwdDataAlgo_t)r.s->choice[DS_CONV_BWD_DATA].algo;
+    if (op_bf16(&r, DS_CONV_BWD_DATA)) {
         dout_to_bf16(s.out, dout, d, ws);
         ds_cuda_to_bf16(s.w, w, n_w(d));
-        cudnnCheck(cudnnConvolutionBackwardData(g.cudnn, &one, r.p->w, s.w, r.s->y, s.out, r.s->conv[1],
-                                                r.s->bwd_data, s.cudnn, r.s->cudnn_ws, &zero, r.s->x, s.in));
+        cudnnCheck(cudnnConvolutionBackwardData(g.cudnn, &one, r.p->w[1], s.w, r.s->y[1], s.out,
+                                                r.s->conv[DS_CONV_BWD_DATA], algo, s.cudnn, r.s->cudnn_ws, &zero,
+                                                r.s->x[1], s.in));
         ds_cuda_from_bf16(din, s.in, n_in(d), 0);
         return;
     }
-    cudnnCheck(cudnnConvolutionBackwardData(g.cudnn, &one, r.p->w, w, r.s->y, dout, r.s->conv[1], r.s->bwd_data,
-                                            ws, r.s->cudnn_ws, &zero, r.s->x, din));
+    dout_bf16_drop();
+    cudnnCheck(cudnnConvolutionBackwardData(g.cudnn, &one, r.p->w[0], w, r.s->y[0], dout, r.s->conv[DS_CONV_BWD_DATA],
+                                            algo, s.cudnn, r.s->cudnn_ws, &zero, r.s->x[0], din));
 }
 
 /* dw [k,r,s,c] += correlation(in, dout): beta = 1 accumulates, as the interface asks */
@@ -507,17 +605,22 @@ static void cuda_conv_bwd_weight(float *dw, const float *dout, const float *in, 
     conv_run r = plan_get(d);
     conv_ws s = ws_split(d, ws);
     const float one = 1, zero = 0;
-    if (g.precision == DS_PRECISION_BF16) {
+    const cudnnConvolutionBwdFilterAlgo_t algo =
+        (cudnnConvolutionBwdFilterAlgo_t)r.s->choice[DS_CONV_BWD_FILTER].algo;
+    if (op_bf16(&r, DS_CONV_BWD_FILTER)) {
         /* this micro-batch's gradient in bf16, added to the fp32 gradient (autocast's rule) */
         dout_to_bf16(s.out, dout, d, ws);
         ds_cuda_to_bf16(s.in, in, n_in(d));
-        cudnnCheck(cudnnConvolutionBackwardFilter(g.cudnn, &one, r.s->x, s.in, r.s->y, s.out, r.s->conv[2],
-                                                  r.s->bwd_filter, s.cudnn, r.s->cudnn_ws, &zero, r.p->w, s.w));
+        cudnnCheck(cudnnConvolutionBackwardFilter(g.cudnn, &one, r.s->x[1], s.in, r.s->y[1], s.out,
+                                                  r.s->conv[DS_CONV_BWD_FILTER], algo, s.cudnn, r.s->cudnn_ws, &zero,
+                                                  r.p->w[1], s.w));
         ds_cuda_from_bf16(dw, s.w, n_w(d), 1);
         return;
     }
-    cudnnCheck(cudnnConvolutionBackwardFilter(g.cudnn, &one, r.s->x, in, r.s->y, dout, r.s->conv[2],
-                                              r.s->bwd_filter, ws, r.s->cudnn_ws, &one, r.p->w, dw));
+    dout_bf16_drop();
+    cudnnCheck(cudnnConvolutionBackwardFilter(g.cudnn, &one, r.s->x[0], in, r.s->y[0], dout,
+                                              r.s->conv[DS_CONV_BWD_FILTER], algo, s.cudnn, r.s->cudnn_ws, &one,
+                                              r.p->w[0], dw));
 }
 
 /* ---- fully connected, row-major through column-major cuBLAS ----
@@ -566,6 +669,8 @@ static void cuda_reduce_wait(void)
 static ds_backend cuda_backend = {
     .name = "cuda",
     .host_memory = 0,
+    .precision = DS_PRECISION_BF16,   /* both set by ds_cuda_select */
+    .deterministic = 0,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .upload = cuda_upload,

@@ -26,7 +26,9 @@
 extern "C" {
 #endif
 
-/* Number of visible GPUs (0 when the driver or device is missing, never an error). */
+/* Number of visible GPUs: 0 when there is no NVIDIA driver or no device (a machine without a
+ * GPU); -1, with CUDA's message, when a driver is there but CUDA cannot start (too old for
+ * the runtime, a device the sandbox refuses, an initialisation error). */
 int ds_cuda_device_count(void);
 /* ds_backend_select's CUDA half: binds the device (first call), applies opts, joins NCCL
  * for data_parallel under a launcher. Returns the backend, or NULL with a message. */

@@ -1,19 +1,21 @@
 /* cuda_plan: see cuda_plan.h. */
 #include "cuda_plan.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int ds_conv_same_shape(const ds_conv_desc *a, const ds_conv_desc *b)
 {
     return a->h == b->h && a->w == b->w && a->c == b->c && a->k == b->k && a->r == b->r && a->s == b->s &&
-           a->stride == b->stride && a->pad == b->pad && a->p == b->p && a->q == b->q;
+           a->stride == b->stride && a->pad == b->pad && a->p == b->p && a->q == b->q && a->no_dx == b->no_dx;
 }
 
 int ds_conv_same_layer(const ds_conv_desc *a, const ds_conv_desc *b)
 {
     return a->c == b->c && a->k == b->k && a->r == b->r && a->s == b->s && a->stride == b->stride &&
-           a->pad == b->pad;
+           a->pad == b->pad && a->no_dx == b->no_dx;
 }
 
 static int same_kind(const ds_conv_plan *p, const ds_conv_desc *d, int precision, int deterministic)
@@ -128,4 +130,113 @@ void ds_conv_plans_free(ds_conv_plans *t)
     free(t->v);
     t->v = NULL;
     t->count = t->cap = 0;
+}
+
+/* ---- choosing algorithms ---- */
+
+const char *ds_conv_op_name(ds_conv_op op)
+{
+    static const char *const names[DS_CONV_OPS] = {"forward", "backward-data", "backward-filter"};
+    return op >= 0 && op < DS_CONV_OPS ? names[op] : "?";
+}
+
+const char *ds_conv_math_name(ds_conv_math m)
+{
+    static const char *const names[] = {"default", "tensor-op", "tensor-op-conversion", "fma"};
+    return m >= DS_MATH_DEFAULT && m <= DS_MATH_FMA ? names[m] : "?";
+}
+
+static const char *precision_name(int p) { return p == 2 ? "bf16" : p == 1 ? "tf32" : p == 0 ? "fp32" : "?"; }
+
+/* Appends printf-style text to buf[len] at *at, never past its end. */
+static void add(char *buf, size_t len, size_t *at, const char *fmt, ...)
+{
+    if (*at + 1 >= len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf + *at, len - *at, fmt, ap);
+    va_end(ap);
+    if (k > 0) *at = *at + (size_t)k < len ? *at + (size_t)k : len - 1;
+}
+
+/* Why the algorithm is not usable (NULL: it is). fp32 means FMA math only. */
+static const char *unusable(const ds_conv_algo *a, int precision, int deterministic, size_t budget)
+{
+    if (!a->ok) return "failed";
+    if (a->memory > budget) return "over the workspace budget";
+    if (deterministic && !a->deterministic) return "not deterministic";
+    if (precision == 0 && a->math != DS_MATH_FMA) return "not plain FMA math";
+    return NULL;
+}
+
+#define QUERY_CAP 16   /* more than cuDNN has algorithms for any op */
+
+int ds_conv_choose_op(const ds_conv_desc *d, ds_conv_op op, int precision, int deterministic, size_t budget,
+                      ds_conv_query q, void *ctx, ds_conv_choice *out, char *msg, size_t msg_len)
+{
+    static const char *const reasons[] = {"failed", "over the workspace budget", "not deterministic",
+                                          "not plain FMA math"};
+    size_t at = 0;
+    add(msg, msg_len, &at, "no usable %s algorithm%s (cuDNN answered:", ds_conv_op_name(op),
+        deterministic ? " that is deterministic" : "");
+    for (int p = precision; p >= 0; p--) {
+        ds_conv_algo list[QUERY_CAP];
+        char why[160] = "";
+        int n = q(ctx, d, op, p, list, QUERY_CAP, why, sizeof why);
+        if (n > QUERY_CAP) n = QUERY_CAP;
+        for (int i = 0; i < n; i++)
+            if (!unusable(&list[i], p, deterministic, budget)) {
+                *out = (ds_conv_choice){.needed = 1, .precision = p, .algo = list[i].algo, .math = list[i].math,
+                                        .memory = list[i].memory};
+                return 0;
+            }
+        /* none: say what was answered, counted by reason, with the first failure's status */
+        add(msg, msg_len, &at, "%s %s: ", p == precision ? "" : ";", precision_name(p));
+        if (n < 0) {
+            add(msg, msg_len, &at, "the query failed: %s", why);
+            continue;
+        }
+        add(msg, msg_len, &at, "%d algorithm%s", n, n == 1 ? "" : "s");
+        for (size_t r = 0; r < sizeof reasons / sizeof reasons[0]; r++) {
+            int count = 0;
+            const char *status = NULL;
+            for (int i = 0; i < n; i++)
+                if (unusable(&list[i], p, deterministic, budget) == reasons[r]) {
+                    count++;
+                    if (!status) status = list[i].status;
+                }
+            if (count)
+                add(msg, msg_len, &at, ", %d %s%s%s%s", count, reasons[r], status && r == 0 ? " (" : "",
+                    status && r == 0 ? status : "", status && r == 0 ? ")" : "");
+        }
+    }
+    add(msg, msg_len, &at, ")");
+    return -1;
+}
+
+int ds_conv_choose(const ds_conv_desc *d, int precision, int deterministic, size_t budget, ds_conv_query q,
+                   void *ctx, ds_conv_choice choice[DS_CONV_OPS], char *msg, size_t msg_len)
+{
+    for (int op = 0; op < DS_CONV_OPS; op++) {
+        choice[op] = (ds_conv_choice){0};
+        if (op == DS_CONV_BWD_DATA && d->no_dx) continue;
+        if (ds_conv_choose_op(d, (ds_conv_op)op, precision, deterministic, budget, q, ctx, &choice[op], msg,
+                              msg_len))
+            return -1;
+    }
+    return 0;
+}
+
+void ds_conv_choice_describe(const ds_conv_choice choice[DS_CONV_OPS], char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = 0;
+    for (int op = 0; op < DS_CONV_OPS; op++) {
+        const ds_conv_choice *c = &choice[op];
+        if (!c->needed)
+            add(buf, len, &at, "%s%s: not planned (never run)", op ? "; " : "", ds_conv_op_name((ds_conv_op)op));
+        else
+            add(buf, len, &at, "%s%s: algo %d, %s, %s, %.1f MiB", op ? "; " : "", ds_conv_op_name((ds_conv_op)op),
+                c->algo, ds_conv_math_name(c->math), precision_name(c->precision), c->memory / 1048576.0);
+    }
 }

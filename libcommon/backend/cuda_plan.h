@@ -15,7 +15,17 @@
  * with different batches, and a run at n may come from any of them, so a run at n may use
  * at most the smallest `bytes` of the plans of its layer that cover it (the lookup's limit).
  * Adding a plan can lower that limit: it empties the slots of its layer, which are then set
- * up (and checked) again. */
+ * up (and checked) again.
+ *
+ * Choosing algorithms (ds_conv_choose): for each op a convolution needs (backward-data not
+ * for the network's input, d.no_dx), the first algorithm cuDNN lists that is usable: it
+ * succeeded, fits the workspace budget, is deterministic when the run must be, and under
+ * fp32 runs plain FMA math (any other math type would compute in TF32). When the run's
+ * precision has none for an op, that op alone falls back to the next precision down (bf16,
+ * then tf32, then fp32) and the plan says so; only an op with no usable algorithm at any
+ * precision makes planning fail, with a message naming the op and, per precision, what cuDNN
+ * answered. The cuDNN calls are the backend's (a query function); a test gives made-up
+ * answers. */
 #ifndef DS_CUDA_PLAN_H
 #define DS_CUDA_PLAN_H
 
@@ -74,5 +84,49 @@ int ds_conv_plan_slot(ds_conv_plans *t, ds_conv_plan *p, int n, int *fresh);
 
 /* Frees the bookkeeping (not the impls: the caller frees those first). */
 void ds_conv_plans_free(ds_conv_plans *t);
+
+/* ---- choosing algorithms ---- */
+
+typedef enum { DS_CONV_FWD, DS_CONV_BWD_DATA, DS_CONV_BWD_FILTER, DS_CONV_OPS } ds_conv_op;
+/* "forward", "backward-data", "backward-filter" */
+const char *ds_conv_op_name(ds_conv_op op);
+
+/* The math type an algorithm runs with, as cuDNN reports it. */
+typedef enum { DS_MATH_DEFAULT, DS_MATH_TENSOR_OP, DS_MATH_TENSOR_OP_CONVERSION, DS_MATH_FMA } ds_conv_math;
+/* "default", "tensor-op", "tensor-op-conversion", "fma" */
+const char *ds_conv_math_name(ds_conv_math m);
+
+/* One algorithm of cuDNN's answer (a cudnnConvolution*AlgoPerf_t), best first. */
+typedef struct {
+    int algo;
+    int ok;                   /* its status was success */
+    const char *status;       /* cuDNN's name for the status when not ok */
+    int deterministic;
+    ds_conv_math math;
+    size_t memory;            /* workspace bytes */
+} ds_conv_algo;
+
+/* Lists op's algorithms for d at precision (a ds_precision): at most cap into out, best
+ * first; returns how many, or -1 when the question itself failed (why[] says how). */
+typedef int (*ds_conv_query)(void *ctx, const ds_conv_desc *d, ds_conv_op op, int precision, ds_conv_algo *out,
+                             int cap, char *why, size_t why_len);
+
+typedef struct {
+    int needed;               /* 0: never run (backward-data of the network's input) */
+    int precision;            /* what it computes in: the run's or, falling back, a lower one */
+    int algo;
+    ds_conv_math math;
+    size_t memory;
+} ds_conv_choice;
+
+/* Chooses an algorithm for op at `precision` or below (see above) within `budget` bytes:
+ * 0 with *out set, or -1 with msg[] naming the op and what was answered at each precision. */
+int ds_conv_choose_op(const ds_conv_desc *d, ds_conv_op op, int precision, int deterministic, size_t budget,
+                      ds_conv_query q, void *ctx, ds_conv_choice *out, char *msg, size_t msg_len);
+/* The same for every op d needs (choice[DS_CONV_BWD_DATA].needed = 0 with d->no_dx). */
+int ds_conv_choose(const ds_conv_desc *d, int precision, int deterministic, size_t budget, ds_conv_query q,
+                   void *ctx, ds_conv_choice choice[DS_CONV_OPS], char *msg, size_t msg_len);
+/* "forward: algo 1, tensor-op, bf16, 12.5 MiB; backward-data: ...": for --verbose. */
+void ds_conv_choice_describe(const ds_conv_choice choice[DS_CONV_OPS], char *buf, size_t len);
 
 #endif

@@ -8,7 +8,10 @@
 #   - --deterministic: a run stopped and resumed ends bitwise equal to one never stopped
 #   - bf16 training from scratch learns (loss falls, accuracy well above chance)
 # Without a GPU (or in a build without CUDA) `--device cuda` must fail with a clear message,
-# and the GPU checks print SKIP lines (counted apart, never as passes).
+# and the GPU checks print SKIP lines (counted apart, never as passes). A driver that is
+# there but cannot start CUDA is an error with CUDA's words, under --device auto too, never
+# a SKIP or a quiet CPU run: shown on any machine with a stand-in for the CUDA runtime's
+# first calls (LD_PRELOAD), which answers as such a driver would.
 # DS_TEST_GPU_DEVICE=cpu runs every GPU check with --device cpu: a dry run of this script's
 # own plumbing on a machine without a GPU (it says nothing about the GPU).
 . "$(dirname "$0")/lib.sh"
@@ -28,7 +31,29 @@ dstrain "${COMMON[@]}" --device cpu --threads 2 --epochs 2 -o "$T/cpu" 2>"$T/cpu
     { fail cpu_train "$(tail -3 "$T/cpu.err")"; finish; }
 ck=$T/cpu/last.h5
 
-dseval --device "$GPU" --json "$ck" "$T/ev" >"$T/g32.json" 2>"$T/probe.err"
+# ---- CUDA that cannot start (a stand-in runtime: initialisation error; a driver too old) ----
+if ldd "$(command -v dseval)" 2>/dev/null | grep -q libcudart; then
+    for kind in init old; do
+        code=$([ $kind = init ] && echo 3 || echo 35) driver=$([ $kind = init ] && echo 13000 || echo 11040)
+        printf '%s\n' "/* as a machine whose driver is broken or too old answers */" \
+            "int cudaGetDeviceCount(int *n) { *n = 0; return $code; }" \
+            "int cudaDriverGetVersion(int *v) { *v = $driver; return 0; }" >"$T/stub-$kind.c"
+        cc -shared -fPIC -o "$T/stub-$kind.so" "$T/stub-$kind.c" || { fail "cuda stub $kind" "cannot compile"; continue; }
+        LD_PRELOAD="$T/stub-$kind.so" dseval --json "$ck" "$T/ev" >/dev/null 2>"$T/stub-$kind.err"
+        rc=$?
+        want=$([ $kind = init ] && echo 'CUDA could not start: initialization error' ||
+            echo 'CUDA could not start: CUDA driver version is insufficient.*driver supports CUDA 11.4')
+        if [ $rc = 1 ] && grep -Eq "$want" "$T/stub-$kind.err"; then pass "cuda_cannot_start_is_an_error_$kind"
+        else fail "cuda_cannot_start_is_an_error_$kind" "exit $rc: $(head -2 "$T/stub-$kind.err")"; fi
+    done
+    LD_PRELOAD="$T/stub-init.so" dseval --device cpu --json "$ck" "$T/ev" >/dev/null 2>"$T/stub-cpu.err"
+    check cuda_cannot_start_device_cpu_unaffected test $? = 0
+else
+    echo "SKIP cuda_cannot_start: this build has no CUDA support"
+fi
+
+# fp32 first: the probe asks for the plainest arithmetic there is
+dseval --device "$GPU" --precision fp32 --json "$ck" "$T/ev" >"$T/g32.json" 2>"$T/probe.err"
 rc=$?
 if [ $rc -ne 0 ]; then
     if grep -Eq 'error: --device cuda: (no CUDA device is visible|this build has no CUDA support)' "$T/probe.err"; then

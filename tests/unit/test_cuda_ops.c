@@ -1,10 +1,17 @@
 /* Every op of the CUDA backend against the CPU backend (the reference), fp32 with
- * deterministic cuDNN algorithms. Where no GPU is visible (or the build has no CUDA) the
- * test prints one SKIP line (counted apart by tests/run.sh, not as a pass).
+ * deterministic cuDNN algorithms; then the convolutions again in tf32 and bf16 (the
+ * algorithms cuDNN's Find picks, and the bf16 copies in the workspace). Convolutions are
+ * planned at one size and also run at a smaller batch and input (short batches, progressive
+ * resizing, validation at another crop), and a conv1-like layer whose input needs no
+ * gradient is planned without backward-data. Where no GPU is visible (or the build has no
+ * CUDA) the test prints one SKIP line (counted apart by tests/run.sh, not as a pass); a GPU
+ * that is there but cannot start is a failure.
  *
- * Tolerance: |gpu - cpu| <= 1e-4 |cpu| + 1e-4 max|cpu|. Both compute in fp32 but sum in
- * different orders; a sum of K products then differs by ~K * 2^-24 of its largest terms,
- * which for the K <= 600 here stays below 1e-4 of the tensor's scale. */
+ * Tolerance: |gpu - cpu| <= tol |cpu| + tol max|cpu|, tol = 1e-4 in fp32: both compute in
+ * fp32 but sum in different orders; a sum of K products then differs by ~K * 2^-24 of its
+ * largest terms, which for the K <= 600 here stays below 1e-4 of the tensor's scale. tf32
+ * and bf16 round each product's inputs to 10 and 7 mantissa bits (2^-11, 2^-8 relative): a
+ * sum of K such products with random signs stays within ~1e-2 of the tensor's scale. */
 #include "../check.h"
 #include "backend.h"
 
@@ -28,6 +35,7 @@ int main(void)
 
 static const ds_backend *C = &ds_backend_cpu, *G;
 static uint64_t next_id = 1;
+static double tol = 1e-4;      /* of the comparisons below: 1e-2 for the tf32 and bf16 convolutions */
 
 static void *xmalloc(size_t bytes)
 {
@@ -61,7 +69,7 @@ static void cmp(const char *what, const float *dev, const float *ref, size_t n)
     G->download(got, dev, n * sizeof *got);
     double scale = 0;
     for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(ref[i]));
-    check_close(what, got, ref, n, 1e-4 * scale, 1e-4);
+    check_close(what, got, ref, n, tol * scale, tol);
     free(got);
 }
 
@@ -72,38 +80,81 @@ static float *dup(const float *x, size_t n)
     return y;
 }
 
-/* Planned (conv_workspace) for batches of `planned`, run with n <= planned: the model plans
- * for max_batch and runs shorter batches too (an evaluation's last one). */
-static void test_conv(int n, int planned, int h, int w, int c, int k, int r, int stride, int pad)
+/* Planned (conv_workspace) for `planned` x ph x pw, run at n x h x w, each no larger: the
+ * model plans for max_batch at its largest input and runs shorter batches (an evaluation's
+ * last one) and smaller inputs too. no_dx: the input needs no gradient (conv1), so
+ * backward-data is neither planned nor run. */
+typedef struct { int n, planned, h, w, ph, pw, c, k, r, stride, pad, no_dx; } conv_case;
+
+static void test_conv_case(conv_case t)
 {
-    ds_conv_desc d = {planned, h, w, c, k, r, r, stride, pad, 0, 0};
-    d.p = (h + 2 * pad - r) / stride + 1;
-    d.q = (w + 2 * pad - r) / stride + 1;
-    char name[128];
-    snprintf(name, sizeof name, "cuda conv %dx%dx%dx%d k%d %dx%d/%d pad %d (planned for %d)", n, h, w, c, k, r, r,
-             stride, pad, planned);
+    int n = t.n, h = t.h, w = t.w, c = t.c, k = t.k, r = t.r, stride = t.stride, pad = t.pad;
+    ds_conv_desc d = {.n = t.planned, .h = t.ph, .w = t.pw, .c = c, .k = k, .r = r, .s = r, .stride = stride,
+                      .pad = pad, .no_dx = t.no_dx};
+    d.p = (t.ph + 2 * pad - r) / stride + 1;
+    d.q = (t.pw + 2 * pad - r) / stride + 1;
+    char name[160];
+    snprintf(name, sizeof name, "cuda %s conv %dx%dx%dx%d k%d %dx%d/%d pad %d (planned for %dx%dx%d)%s",
+             ds_precision_name(G->precision), n, h, w, c, k, r, r, stride, pad, t.planned, t.ph, t.pw,
+             t.no_dx ? " without backward-data" : "");
     check_begin(name);
     size_t cws = C->conv_workspace(&d), gws = G->conv_workspace(&d);
-    d.n = n;
+    CHECK(gws != SIZE_MAX, "the GPU could not plan it");
+    if (gws == SIZE_MAX) {
+        check_end();
+        return;
+    }
+    d.n = n, d.h = h, d.w = w;
+    d.p = (h + 2 * pad - r) / stride + 1;
+    d.q = (w + 2 * pad - r) / stride + 1;
     size_t ni = (size_t)n * h * w * c, nw = (size_t)k * r * r * c, no = (size_t)n * d.p * d.q * k;
     float *in = host_rand(ni, -1, 1), *wt = host_rand(nw, -0.5f, 0.5f), *dout = host_rand(no, -1, 1);
     float *dw0 = host_rand(nw, -0.1f, 0.1f);   /* bwd_weight must add to what is there */
     void *cw = xmalloc(cws), *gw = G->alloc(gws ? gws : 1);
     float *out = xmalloc(no * sizeof *out), *din = xmalloc(ni * sizeof *din), *dw = dup(dw0, nw);
     C->conv_fwd(out, in, wt, &d, cw);
-    C->conv_bwd_data(din, dout, wt, &d, cw);
+    if (!t.no_dx) C->conv_bwd_data(din, dout, wt, &d, cw);
     C->conv_bwd_weight(dw, dout, in, &d, cw);
     float *g_in = to_dev(in, ni * 4), *g_w = to_dev(wt, nw * 4), *g_dout = to_dev(dout, no * 4);
     float *g_out = G->alloc(no * 4), *g_din = G->alloc(ni * 4), *g_dw = to_dev(dw0, nw * 4);
     G->conv_fwd(g_out, g_in, g_w, &d, gw);
-    G->conv_bwd_data(g_din, g_dout, g_w, &d, gw);
+    /* the model's order: weight gradient, then data gradient (the bf16 dout is shared) */
     G->conv_bwd_weight(g_dw, g_dout, g_in, &d, gw);
+    if (!t.no_dx) G->conv_bwd_data(g_din, g_dout, g_w, &d, gw);
     cmp("conv_fwd", g_out, out, no);
-    cmp("conv_bwd_data", g_din, din, ni);
+    if (!t.no_dx) cmp("conv_bwd_data", g_din, din, ni);
     cmp("conv_bwd_weight (accumulated)", g_dw, dw, nw);
     check_end();
     G->free(g_in), G->free(g_w), G->free(g_dout), G->free(g_out), G->free(g_din), G->free(g_dw), G->free(gw);
     free(in), free(wt), free(dout), free(dw0), free(cw), free(out), free(din), free(dw);
+}
+
+/* Planned and run at the same input size. */
+static void test_conv(int n, int planned, int h, int w, int c, int k, int r, int stride, int pad)
+{
+    test_conv_case((conv_case){n, planned, h, w, h, w, c, k, r, stride, pad, 0});
+}
+
+/* The convolutions of one precision: short batches, smaller inputs, a conv1 without
+ * backward-data, each size twice (its slot set up, then reused). */
+static void test_convs(void)
+{
+    test_conv(2, 2, 9, 7, 16, 24, 3, 1, 1);
+    test_conv(3, 3, 8, 8, 32, 16, 1, 2, 0);
+    test_conv(2, 2, 15, 15, 3, 8, 7, 2, 3);
+    test_conv(1, 1, 6, 5, 64, 64, 3, 2, 1);
+    test_conv(40, 64, 8, 8, 16, 16, 3, 1, 1);
+    test_conv(1, 64, 8, 8, 16, 16, 3, 1, 1);
+    test_conv(40, 64, 8, 8, 16, 16, 3, 1, 1);
+    test_conv(64, 64, 8, 8, 16, 16, 3, 1, 1);
+    test_conv(5, 7, 15, 15, 3, 8, 7, 2, 3);
+    /* planned at 7 x 15 x 15, run at 5 x 11 x 9 and at the planned size */
+    test_conv_case((conv_case){5, 7, 11, 9, 15, 15, 16, 24, 3, 1, 1, 0});
+    test_conv_case((conv_case){5, 7, 11, 9, 15, 15, 16, 24, 3, 2, 1, 0});
+    test_conv_case((conv_case){7, 7, 15, 15, 15, 15, 16, 24, 3, 1, 1, 0});
+    /* conv1 of an ImageNet ResNet at a small size: 3 channels, 7x7/2, no backward-data */
+    test_conv_case((conv_case){4, 8, 32, 32, 40, 40, 3, 64, 7, 2, 3, 1});
+    test_conv_case((conv_case){8, 8, 40, 40, 40, 40, 3, 64, 7, 2, 3, 1});
 }
 
 static void test_bn(int m, int c, int relu, int residual)
@@ -286,16 +337,20 @@ static void test_normalize(void)
     free(in), free(out);
 }
 
-static void test_resized_crop(void)
+/* n (at most 5) images of H x W to ch x cw crops: boxes that scale down and up, the whole
+ * image, thin boxes (placed within the image whatever its size). */
+static void test_resized_crop(int n, int H, int W, int ch, int cw)
 {
-    check_begin("cuda resized_crop_u8 against the CPU; a crop-sized box is normalize_u8");
-    enum { n = 5, H = 21, W = 26, ch = 12, cw = 9 };
+    char title[128];
+    snprintf(title, sizeof title, "cuda resized_crop_u8 %dx%d to %dx%d against the CPU; a crop-sized box is normalize_u8",
+             H, W, ch, cw);
+    check_begin(title);
     size_t nin = (size_t)n * H * W * 3, nout = (size_t)n * ch * cw * 3;
     uint8_t *in = xmalloc(nin);
     for (size_t i = 0; i < nin; i++) in[i] = (uint8_t)(i * 131 + i / 7);
-    /* down- and upscaling, the whole image, thin boxes */
-    int32_t y0[n] = {0, 8, 3, 20, 0}, x0[n] = {0, 8, 2, 1, 25}, bh[n] = {21, 5, 18, 1, 10}, bw[n] = {26, 17, 3, 20, 1};
-    uint8_t flip[n] = {0, 1, 1, 0, 1};
+    int32_t y0[5] = {0, H / 3, H / 7, H - 1, 0}, x0[5] = {0, W / 3, W / 13, 1, W - 1};
+    int32_t bh[5] = {H, H / 4 + 1, H - H / 7, 1, H / 2}, bw[5] = {W, W / 2 + 4, 3, W - 6, 1};
+    uint8_t flip[5] = {0, 1, 1, 0, 1};
     const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
     float *out = xmalloc(nout * 4), *got = xmalloc(nout * 4), *same = xmalloc(nout * 4);
     C->resized_crop_u8(out, in, n, H, W, ch, cw, y0, x0, bh, bw, flip, mean, std);
@@ -327,22 +382,18 @@ static void test_resized_crop(void)
 int main(void)
 {
     ds_log_init("test_cuda_ops");
-    if (ds_cuda_device_count() == 0) {
+    int count = ds_cuda_device_count();
+    if (count < 0) {   /* a GPU that cannot start: CUDA's message is above */
+        printf("FAIL cuda ops: CUDA could not start\n");
+        return 1;
+    }
+    if (count == 0) {
         printf("SKIP cuda ops: no GPU\n");
         return 0;
     }
     ds_backend_opts opts = {.precision = DS_PRECISION_FP32, .deterministic = 1};
     if (!(G = ds_backend_select("cuda", &opts))) return 1;
-    test_conv(2, 2, 9, 7, 16, 24, 3, 1, 1);
-    test_conv(3, 3, 8, 8, 32, 16, 1, 2, 0);
-    test_conv(2, 2, 15, 15, 3, 8, 7, 2, 3);
-    test_conv(1, 1, 6, 5, 64, 64, 3, 2, 1);
-    /* shorter batches than planned, each size twice (its slot set up, then reused) */
-    test_conv(40, 64, 8, 8, 16, 16, 3, 1, 1);
-    test_conv(1, 64, 8, 8, 16, 16, 3, 1, 1);
-    test_conv(40, 64, 8, 8, 16, 16, 3, 1, 1);
-    test_conv(64, 64, 8, 8, 16, 16, 3, 1, 1);
-    test_conv(5, 7, 15, 15, 3, 8, 7, 2, 3);
+    test_convs();
     test_bn(300, 48, 1, 1);
     test_bn(1000, 70, 0, 0);
     test_bn(97, 8, 1, 0);
@@ -353,7 +404,16 @@ int main(void)
     test_loss(0.1f);
     test_sgd_elementwise();
     test_normalize();
-    test_resized_crop();
+    test_resized_crop(5, 21, 26, 12, 9);
+    test_resized_crop(4, 256, 256, 224, 224);   /* RandomResizedCrop at ImageNet sizes */
+    /* tf32 and bf16 convolutions, Find's choices (selecting again plans afresh) */
+    tol = 1e-2;
+    opts = (ds_backend_opts){.precision = DS_PRECISION_TF32};
+    if (!(G = ds_backend_select("cuda", &opts))) return 1;
+    test_convs();
+    opts.precision = DS_PRECISION_BF16;
+    if (!(G = ds_backend_select("cuda", &opts))) return 1;
+    test_convs();
     return check_exit();
 }
 #endif

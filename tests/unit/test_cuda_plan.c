@@ -4,7 +4,12 @@
  * are made for max_batch only, and every shorter batch must find them. Then the rules one by
  * one: n above the planned batch refused with a message, other shapes and precisions not
  * matched, the workspace limit over plans of one layer, the slots kept per batch and input
- * size, and inputs smaller than planned (ds_model_set_input_size) served by the plan. */
+ * size, and inputs smaller than planned (ds_model_set_input_size) served by the plan.
+ * Choosing algorithms (ds_conv_choose) against made-up cuDNN answers: no backward-data for the
+ * network's input, a bf16 op without a usable algorithm falling back to tf32 or fp32 alone,
+ * fp32 refusing tensor-op math, the workspace budget, --deterministic with no deterministic
+ * algorithm failing with a message that says what was answered; and a model whose backend
+ * cannot plan a layer failing to build, naming the layer. */
 #include <string.h>
 
 #include "../check.h"
@@ -227,10 +232,149 @@ static void test_rules(void)
     check_end();
 }
 
+/* ---- choosing algorithms against made-up answers ---- */
+
+/* answers[op][precision]: what the fake cuDNN lists; n < 0: the query fails */
+typedef struct {
+    ds_conv_algo list[4];
+    int n;
+} answer;
+static answer answers[DS_CONV_OPS][3];
+static int queries[DS_CONV_OPS][3];
+
+static int fake_query(void *ctx, const ds_conv_desc *d, ds_conv_op op, int precision, ds_conv_algo *out, int cap,
+                      char *why, size_t len)
+{
+    queries[op][precision]++;
+    const answer *a = &answers[op][precision];
+    if (a->n < 0) {
+        snprintf(why, len, "CUDNN_STATUS_BAD_PARAM: made up");
+        return -1;
+    }
+    for (int i = 0; i < a->n && i < cap; i++) out[i] = a->list[i];
+    return a->n;
+}
+
+static ds_conv_algo algo(int id, int ok, int det, ds_conv_math math, size_t mem)
+{
+    return (ds_conv_algo){.algo = id, .ok = ok, .status = ok ? "CUDNN_STATUS_SUCCESS" : "CUDNN_STATUS_NOT_SUPPORTED",
+                          .deterministic = det, .math = math, .memory = mem};
+}
+
+/* Every op at every precision: one good algorithm (id 10 + precision) of the right math. */
+static void answers_all_good(void)
+{
+    memset(queries, 0, sizeof queries);
+    for (int op = 0; op < DS_CONV_OPS; op++)
+        for (int p = 0; p < 3; p++) {
+            answers[op][p].n = 1;
+            answers[op][p].list[0] = algo(10 + p, 1, 1, p == DS_PRECISION_FP32 ? DS_MATH_FMA : DS_MATH_TENSOR_OP, 100);
+        }
+}
+
+static void test_choose(void)
+{
+    check_begin("cuda_plan_choose_falls_back_never_dies");
+    ds_conv_desc conv1 = {.n = 256, .h = 224, .w = 224, .c = 3, .k = 64, .r = 7, .s = 7, .stride = 2, .pad = 3,
+                          .p = 112, .q = 112, .no_dx = 1};
+    ds_conv_desc mid = conv3x3(256, 56, 64, 64);
+    ds_conv_choice ch[DS_CONV_OPS];
+    char msg[1024], text[512];
+
+    /* all answered: the run's precision for each op; no backward-data asked for conv1 */
+    answers_all_good();
+    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 0, 1000, fake_query, NULL, ch, msg, sizeof msg) == 0, "%s", msg);
+    CHECK(!ch[DS_CONV_BWD_DATA].needed && queries[DS_CONV_BWD_DATA][2] + queries[DS_CONV_BWD_DATA][1] +
+                                                  queries[DS_CONV_BWD_DATA][0] == 0,
+          "backward-data of the network's input was planned (%d queries)", queries[DS_CONV_BWD_DATA][2]);
+    CHECK(ch[DS_CONV_FWD].precision == DS_PRECISION_BF16 && ch[DS_CONV_FWD].algo == 12 &&
+              ch[DS_CONV_BWD_FILTER].precision == DS_PRECISION_BF16,
+          "forward %d/%d", ch[DS_CONV_FWD].precision, ch[DS_CONV_FWD].algo);
+    ds_conv_choice_describe(ch, text, sizeof text);
+    CHECK(strstr(text, "backward-data: not planned") && strstr(text, "forward: algo 12, tensor-op, bf16"), "%s", text);
+
+    /* bf16 has no usable backward-filter (one not supported, one over budget): that op alone
+     * computes in tf32; with tf32 failing too, in fp32 */
+    answers[DS_CONV_BWD_FILTER][2].n = 2;
+    answers[DS_CONV_BWD_FILTER][2].list[0] = algo(1, 0, 1, DS_MATH_TENSOR_OP, 0);
+    answers[DS_CONV_BWD_FILTER][2].list[1] = algo(2, 1, 1, DS_MATH_TENSOR_OP, 5000);
+    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 0, 1000, fake_query, NULL, ch, msg, sizeof msg) == 0, "%s", msg);
+    CHECK(ch[DS_CONV_BWD_FILTER].precision == DS_PRECISION_TF32 && ch[DS_CONV_BWD_FILTER].algo == 11 &&
+              ch[DS_CONV_FWD].precision == DS_PRECISION_BF16,
+          "backward-filter fell back to %d (algo %d)", ch[DS_CONV_BWD_FILTER].precision, ch[DS_CONV_BWD_FILTER].algo);
+    answers[DS_CONV_BWD_FILTER][1].n = 0;
+    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 0, 1000, fake_query, NULL, ch, msg, sizeof msg) == 0 &&
+              ch[DS_CONV_BWD_FILTER].precision == DS_PRECISION_FP32 && ch[DS_CONV_BWD_FILTER].math == DS_MATH_FMA,
+          "no fp32 fallback: %s", msg);
+
+    /* fp32 takes plain FMA math only: a tensor-op (TF32) answer listed first is passed over */
+    answers_all_good();
+    answers[DS_CONV_FWD][0].n = 2;
+    answers[DS_CONV_FWD][0].list[0] = algo(7, 1, 1, DS_MATH_TENSOR_OP, 10);
+    answers[DS_CONV_FWD][0].list[1] = algo(8, 1, 1, DS_MATH_FMA, 10);
+    CHECK(ds_conv_choose(&mid, DS_PRECISION_FP32, 0, 1000, fake_query, NULL, ch, msg, sizeof msg) == 0 &&
+              ch[DS_CONV_FWD].algo == 8 && ch[DS_CONV_BWD_DATA].needed,
+          "fp32 forward took algo %d", ch[DS_CONV_FWD].algo);
+
+    /* --deterministic: a non-deterministic answer is never taken; with none deterministic at
+     * any precision the choice fails, saying which op and what cuDNN answered at each */
+    answers_all_good();
+    for (int p = 0; p < 3; p++) {
+        answers[DS_CONV_BWD_FILTER][p].n = 3;
+        for (int i = 0; i < 3; i++) answers[DS_CONV_BWD_FILTER][p].list[i] = algo(i, 1, 0, DS_MATH_FMA, 1);
+    }
+    answers[DS_CONV_BWD_FILTER][1].n = -1;
+    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 1, 1000, fake_query, NULL, ch, msg, sizeof msg) == -1,
+          "a non-deterministic algorithm was accepted under --deterministic");
+    CHECK(strstr(msg, "backward-filter") && strstr(msg, "deterministic") &&
+              strstr(msg, "bf16: 3 algorithms, 3 not deterministic") && strstr(msg, "tf32: the query failed") &&
+              strstr(msg, "fp32: 3 algorithms, 3 not deterministic"),
+          "message: %s", msg);
+    printf("deterministic failure says: %s\n", msg);
+    /* the same answers without --deterministic: the first one */
+    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 0, 1000, fake_query, NULL, ch, msg, sizeof msg) == 0 &&
+              ch[DS_CONV_BWD_FILTER].precision == DS_PRECISION_BF16 && ch[DS_CONV_BWD_FILTER].algo == 0,
+          "%s", msg);
+
+    /* nothing usable anywhere: failed statuses are named */
+    for (int p = 0; p < 3; p++) answers[DS_CONV_FWD][p].n = 1, answers[DS_CONV_FWD][p].list[0] = algo(0, 0, 1, 0, 0);
+    CHECK(ds_conv_choose(&mid, DS_PRECISION_TF32, 0, 1000, fake_query, NULL, ch, msg, sizeof msg) == -1 &&
+              strstr(msg, "forward") && strstr(msg, "1 failed (CUDNN_STATUS_NOT_SUPPORTED)") && !strstr(msg, "bf16"),
+          "message: %s", msg);
+    check_end();
+}
+
+/* A backend that cannot plan one layer (conv_workspace returns SIZE_MAX): the model is not
+ * built, and the message names the layer. */
+static size_t refusing_workspace(const ds_conv_desc *d)
+{
+    if (d->c == 3) {
+        ds_err("no algorithm (made up)");
+        return SIZE_MAX;
+    }
+    return ds_backend_cpu.conv_workspace(d);
+}
+
+static void test_unplannable_layer(void)
+{
+    check_begin("cuda_plan_unplannable_layer_stops_the_model");
+    ds_backend be = ds_backend_cpu;
+    be.conv_workspace = refusing_workspace;
+    ds_model_config mc = {.arch = "resnet20", .num_classes = 4, .max_batch = 4, .height = 16, .width = 16,
+                          .training = 1};
+    fprintf(stderr, "(an error naming conv1 is expected here)\n");
+    ds_model *m = ds_model_create(&be, &mc);
+    CHECK(m == NULL, "a model was built around a layer its backend cannot run");
+    ds_model_free(m);
+    check_end();
+}
+
 int main(void)
 {
     ds_log_init("test_cuda_plan");
     test_model_batches();
     test_rules();
+    test_choose();
+    test_unplannable_layer();
     return check_exit();
 }

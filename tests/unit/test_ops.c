@@ -102,7 +102,7 @@ static void ref_conv_bwd(double *din, double *dw, const double *dout, const doub
 
 static ds_conv_desc conv_desc(int n, int h, int w, int c, int k, int r, int s, int stride, int pad)
 {
-    ds_conv_desc d = {n, h, w, c, k, r, s, stride, pad, 0, 0};
+    ds_conv_desc d = {n, h, w, c, k, r, s, stride, pad, 0, 0, 0};
     d.p = (h + 2 * pad - r) / stride + 1;
     d.q = (w + 2 * pad - s) / stride + 1;
     return d;
