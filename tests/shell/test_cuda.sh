@@ -4,7 +4,9 @@
 #     points; tf32 and bf16 within 1 point. Its 1000 images at dseval's default --batch 64
 #     end with a batch of 40: convolutions planned for 64 run shorter batches too
 #   - three training steps from the same weights: fp32 weights, BN statistics and momentum
-#     within 1e-3 of the CPU's (relative to each tensor's largest value)
+#     within 1e-3 of the CPU's (relative to each tensor's largest value); again with
+#     --augment rrc at the small end of a crop ramp (boxes resized on the device, convolutions
+#     planned at 16x16 run at 12x12)
 #   - --deterministic: a run stopped and resumed ends bitwise equal to one never stopped
 #   - bf16 training from scratch learns (loss falls, accuracy well above chance)
 # Without a GPU (or in a build without CUDA) `--device cuda` must fail with a clear message,
@@ -32,7 +34,9 @@ dstrain "${COMMON[@]}" --device cpu --threads 2 --epochs 2 -o "$T/cpu" 2>"$T/cpu
 ck=$T/cpu/last.h5
 
 # ---- CUDA that cannot start (a stand-in runtime: initialisation error; a driver too old) ----
-if ldd "$(command -v dseval)" 2>/dev/null | grep -q libcudart; then
+if ! command -v cc >/dev/null; then
+    echo "SKIP cuda_cannot_start: no C compiler here to build the stand-in runtime"
+elif ldd "$(command -v dseval)" 2>/dev/null | grep -q libcudart; then
     for kind in init old; do
         code=$([ $kind = init ] && echo 3 || echo 35) driver=$([ $kind = init ] && echo 13000 || echo 11040)
         printf '%s\n' "/* as a machine whose driver is broken or too old answers */" \
@@ -59,7 +63,9 @@ if [ $rc -ne 0 ]; then
     if grep -Eq 'error: --device cuda: (no CUDA device is visible|this build has no CUDA support)' "$T/probe.err"; then
         why=$(sed -n 's/.*error: --device cuda: //p' "$T/probe.err" | head -1)
         pass "cuda: --device cuda without a GPU fails with a clear message ($why)"
-        for c in dseval_fp32 dseval_tf32_bf16 step_fp32 resume_bitwise bf16_learns; do echo "SKIP cuda $c: ${why% (*}"; done
+        for c in dseval_fp32 dseval_tf32_bf16 step_fp32 rrc_ramp_fp32 resume_bitwise bf16_learns; do
+            echo "SKIP cuda $c: ${why% (*}"
+        done
     else
         fail "cuda: dseval --device cuda" "exit $rc: $(head -3 "$T/probe.err")"
     fi
@@ -100,10 +106,13 @@ STEP=(--train "$T/train" --arch resnet20 --crop 16 --batch 16 --augment none --l
 dstrain "${STEP[@]}" --device cpu --threads 2 -o "$T/sc" 2>/dev/null
 dstrain "${STEP[@]}" --device "$GPU" --precision fp32 --deterministic -o "$T/sg" 2>"$T/sg.err" ||
     fail cuda_step_runs "$(tail -3 "$T/sg.err")"
-"$PYTHON" - "$T/sc/ckpt-00000003.h5" "$T/sg/ckpt-00000003.h5" <<'PY' && pass cuda_step_fp32_matches_cpu ||
+# The largest relative difference between two checkpoints' float tensors (model, optimizer);
+# exit 1 past 1e-3.
+same_within() {  # A B WHAT
+    "$PYTHON" - "$@" <<'PY'
 import sys
 import h5py, numpy as np
-a, b = (h5py.File(f, "r") for f in sys.argv[1:])
+a, b = (h5py.File(f, "r") for f in sys.argv[1:3])
 worst, where = 0.0, "-"
 for group in ("model", "optimizer"):
     def visit(name, x):
@@ -115,10 +124,20 @@ for group in ("model", "optimizer"):
         if d > worst:
             worst, where = d, group + "/" + name
     a[group].visititems(visit)
-print("3 steps, GPU fp32 against CPU: max relative difference %.3g (%s)" % (worst, where))
+print("%s, GPU fp32 against CPU: max relative difference %.3g (%s)" % (sys.argv[3], worst, where))
 sys.exit(worst > 1e-3)
 PY
-    fail cuda_step_fp32_matches_cpu
+}
+check cuda_step_fp32_matches_cpu same_within "$T/sc/ckpt-00000003.h5" "$T/sg/ckpt-00000003.h5" "3 steps"
+
+# ---- RandomResizedCrop and progressive resizing: the same three steps at crop 12 (epoch 0
+# of a ramp to 16) with boxes resized on the device: convolutions planned at 16x16 run at
+# 12x12, resized_crop_u8 on the GPU ----
+RRC=("${STEP[@]}" --augment rrc --min-crop 12 --ramp-start 1 --ramp-end 2 --crop-step 4 --epochs 3)
+dstrain "${RRC[@]}" --device cpu --threads 2 -o "$T/rc" 2>/dev/null
+dstrain "${RRC[@]}" --device "$GPU" --precision fp32 --deterministic -o "$T/rg" 2>"$T/rg.err" ||
+    fail cuda_rrc_ramp_runs "$(tail -3 "$T/rg.err")"
+check cuda_rrc_ramp_fp32_matches_cpu same_within "$T/rc/ckpt-00000003.h5" "$T/rg/ckpt-00000003.h5" "3 rrc steps at 12x12"
 
 # ---- --deterministic: stopped at step 4 and resumed to 8 == 8 steps in one go ----
 RUN=("${COMMON[@]}" --device "$GPU" --precision bf16 --deterministic --epochs 3)
