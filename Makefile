@@ -6,6 +6,7 @@
 #   make check      install what is missing, then every test: both builds, the long tests, the
 #                   sanitizer pass (CI runs this)
 #   make test-san   the sanitizer pass alone (quick tier)
+#   make compare RUNS="a b"  runs side by side: a table and compare.png
 #   make bench      build the benchmarks (make bench-build) and run bench/run.sh (BENCH="ops ...")
 #   make SAN=1      AddressSanitizer + UndefinedBehaviorSanitizer build (objects in build-san/)
 #   make CUDA=0     never look for nvcc
@@ -125,7 +126,7 @@ DEPS_DEB := libhdf5-dev hdf5-tools libturbojpeg0-dev libpng-dev libxxhash-dev li
             python3-torch python3-torchvision python3-h5py python3-pil python3-numpy time
 
 FORCE:
-.PHONY: all deps config test check test-san check-march demo pipeline plot bench bench-build fuzz clean
+.PHONY: all deps config test check test-san check-march demo pipeline plot compare bench bench-build fuzz clean
 # The objects of tests, drivers, data generators and benchmarks are intermediate files (a
 # pattern rule makes them on the way to a program); without this make deletes them after
 # every build. Named one by one: a bare .SECONDARY: would make FORCE secondary too, and the
@@ -236,6 +237,14 @@ pipeline: deps
 plot:
 	@test -n "$(RUN)" || { echo "usage: make plot RUN=RUN_DIR"; exit 2; }
 	@scripts/plot.sh "$(RUN)"
+
+# Runs side by side: a table on stdout and the curves overlaid in $(PNG) (scripts/compare.py,
+# with Debian's Python for h5py; COMPARE_ARGS=--json for the table as JSON).
+PYTHON ?= /usr/bin/python3
+PNG    ?= compare.png
+compare:
+	@test -n "$(RUNS)" || { echo 'usage: make compare RUNS="RUN_DIR RUN_DIR ..." [PNG=compare.png] [COMPARE_ARGS=--json]'; exit 2; }
+	@$(PYTHON) scripts/compare.py --png "$(PNG)" $(COMPARE_ARGS) $(RUNS)
 
 # Benchmarks build apart from the product, so none can break `make all`: bench-build makes
 # what bench/run.sh runs (the tools, the data generators, the bench/*.c drivers).

@@ -16,6 +16,8 @@
 #            loader (bench/checksum_bench.c)
 #   overlap  under mpirun, how long before backward's end  bench/overlap_bench.sh (~10 s)
 #            the CPU reduction thread begins its first bucket
+#   scaling  one configuration at 1, 2, 3 ranks, bitwise    bench/scaling.sh (~40 s)
+#            checked, compared (scripts/compare.py)
 # --quick runs each with its smallest setting (seconds: to see that it runs, not to measure);
 # --no-build skips the make. Results: each benchmark's output also goes to
 # $BENCH_RESULTS/NAME.txt (default bench/results/<UTC date-time>/), named at the start and
@@ -29,8 +31,8 @@ for a in "$@"; do
     --quick) quick=1 ;;
     --no-build) build=0 ;;
     -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    ops | pack | dsplit | loader | engine | gpu | checksum | overlap) names+=("$a") ;;
-    *) echo "bench/run.sh: unknown benchmark or option '$a' (ops pack dsplit loader engine gpu checksum overlap, --quick, --no-build)" >&2
+    ops | pack | dsplit | loader | engine | gpu | checksum | overlap | scaling) names+=("$a") ;;
+    *) echo "bench/run.sh: unknown benchmark or option '$a' (ops pack dsplit loader engine gpu checksum overlap scaling, --quick, --no-build)" >&2
        exit 2 ;;
     esac
 done
@@ -52,7 +54,7 @@ missing() {
     pack) "$PY" -c 'import PIL, h5py' 2>/dev/null || echo "$PY cannot import PIL and h5py (make deps)" ;;
     engine) "$PY" -c 'import torch' 2>/dev/null || echo "$PY cannot import torch (make deps, or PYTHON=...)" ;;
     gpu) nvidia-smi -L >/dev/null 2>&1 || echo "no GPU (nvidia-smi -L failed)" ;;
-    overlap) command -v mpirun >/dev/null || echo "no mpirun (make deps)" ;;
+    overlap | scaling) command -v mpirun >/dev/null || echo "no mpirun (make deps)" ;;
     esac
 }
 # The command line of a benchmark, full or --quick, into args.
@@ -73,6 +75,8 @@ set_args() {
     checksum:1) args=(build/bench/checksum_bench 128 64 1 2) ;;
     overlap:0) args=(bench/overlap_bench.sh) ;;
     overlap:1) args=(bench/overlap_bench.sh 2 4) ;;
+    scaling:0) args=(bench/scaling.sh 3 resnet20 32 8 "$results/scaling") ;;
+    scaling:1) args=(bench/scaling.sh 1 resnet20 16 4 "$results/scaling") ;;
     esac
 }
 

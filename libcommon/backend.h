@@ -157,14 +157,20 @@ typedef struct ds_backend {
     /* ---- gradient reduction over the job's ranks (comm.h), in pieces ("buckets") ----
      * reduce_start queues the in-place sum over all ranks of buf[0, n) (backend memory),
      * to run once the work queued before it has produced buf, and returns at once: the
-     * model starts each bucket while backward still computes the next ones. reduce_wait
-     * returns when every started sum is complete; ops queued after it see the sums. Every
-     * rank starts the same buckets in the same order. The sum is the one comm.h promises:
-     * on the CPU formed in rank order, so W ranks give bitwise what --accum W gives in one.
-     * In a world of one both do nothing. Between start and wait the buffers are not
-     * touched and no other comm call is made. */
-    void (*reduce_start)(float *buf, size_t n);
+     * model starts each bucket while backward still computes the next ones. to_all = 1:
+     * every rank gets the sum; 0 (ordered_reduce backends only): the ranks' buffers are
+     * added into rank 0's, in rank order, and the others' are left as they are (a step that
+     * reduces each of its micro-batches as it ends: see model.h). reduce_wait returns when
+     * every started sum is complete; ops queued after it see the sums. Every rank starts
+     * the same buckets in the same order. In a world of one both do nothing. Between start
+     * and wait the buffers are not touched and no other comm call is made. */
+    void (*reduce_start)(float *buf, size_t n, int to_all);
     void (*reduce_wait)(void);
+    /* 1: the sum is formed on rank 0 in rank order, ((b0 + b1) + b2) + ..., as one process
+     * accumulating micro-batches adds them (the CPU's, through comm): W ranks give bitwise
+     * what --accum W gives in one, and to_all = 0 is available. 0: the library's order
+     * (NCCL). */
+    int ordered_reduce;
 } ds_backend;
 
 /* The CPU backend: always there; host memory, fp32, deterministic for any thread count. */

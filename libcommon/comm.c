@@ -191,14 +191,14 @@ static void send_from_root(void *buf, int count, MPI_Datatype type, int root, in
     free(req);
 }
 
-/* Sum on rank 0, then broadcast: the one sum that exists is the one every rank gets.
+/* Sum on rank 0, then (bcast) broadcast: the one sum that exists is the one every rank gets.
  * Rank 0 adds the ranks' buffers one at a time in rank order, ((b0 + b1) + b2) + ..., which
  * is the order in which one process accumulating micro-batches adds them: a step of world W
  * and accum 1 is then bitwise the step of world 1 and accum W on the CPU (docs/DESIGN.md §3), not
  * only equal up to rounding. MPI_Reduce leaves the order of its additions to the library.
  * Rank 0 receives a piece from every rank at once, adds them in rank order, and sends the
  * sum back to each rank by name (integer counts take the same path: exact in any order). */
-static void reduce_bcast(void *buf, size_t n, size_t elem, MPI_Datatype type, int nap, const char *what)
+static void reduce_bcast(void *buf, size_t n, size_t elem, MPI_Datatype type, int nap, int bcast, const char *what)
 {
     if (!mpi_live || world_size == 1) return;
     size_t piece = chunk_elems < ORDERED_PIECE ? chunk_elems : ORDERED_PIECE;
@@ -230,20 +230,21 @@ static void reduce_bcast(void *buf, size_t n, size_t elem, MPI_Datatype type, in
             mpiCheck(MPI_Isend(chunk, count, type, 0, TAG_SUM, MPI_COMM_WORLD, &req[0]));
             wait_req(&req[0], 0, nap, what);
         }
-        send_from_root(chunk, count, type, 0, nap, what);
+        if (bcast) send_from_root(chunk, count, type, 0, nap, what);
     }
     free(req);
     free(tmp);
 }
 
-void ds_comm_allreduce_sum_f32(float *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_FLOAT, 0, "sum"); }
-void ds_comm_allreduce_sum_f64(double *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_DOUBLE, 0, "sum"); }
+void ds_comm_allreduce_sum_f32(float *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_FLOAT, 0, 1, "sum"); }
+void ds_comm_allreduce_sum_f64(double *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_DOUBLE, 0, 1, "sum"); }
 
 /* ---- the worker: queued sums, in order, beside the caller's computation ---- */
 
 typedef struct {
     float *buf;
     size_t n;
+    int to_all;
 } bucket;
 
 static struct {
@@ -268,7 +269,7 @@ static void *worker_main(void *arg)
         }
         bucket b = wk.q[wk.next++];
         pthread_mutex_unlock(&wk.mu);
-        reduce_bcast(b.buf, b.n, sizeof *b.buf, MPI_FLOAT, 1, "gradient sum");
+        reduce_bcast(b.buf, b.n, sizeof *b.buf, MPI_FLOAT, 1, b.to_all, "gradient sum");
         pthread_mutex_lock(&wk.mu);
         wk.done++;
         pthread_cond_broadcast(&wk.cv);
@@ -277,7 +278,7 @@ static void *worker_main(void *arg)
     return arg;
 }
 
-void ds_comm_reduce_start(float *buf, size_t n)
+void ds_comm_reduce_start(float *buf, size_t n, int to_all)
 {
     if (!mpi_live || world_size == 1) return;
     pthread_mutex_lock(&wk.mu);
@@ -305,7 +306,7 @@ void ds_comm_reduce_start(float *buf, size_t n)
         wk.rec.first_begun_event = 0;
         wk.rec.first_begun_time = 0;
     }
-    wk.q[wk.nq++] = (bucket){buf, n};
+    wk.q[wk.nq++] = (bucket){buf, n, to_all};
     wk.rec.queued++;
     pthread_cond_broadcast(&wk.cv);
     pthread_mutex_unlock(&wk.mu);
@@ -340,7 +341,7 @@ static void worker_stop(void)
     wk.running = wk.quit = wk.nq = wk.cap = wk.next = wk.done = 0;
 }
 
-void ds_comm_allreduce_sum_i64(int64_t *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_INT64_T, 0, "count sum"); }
+void ds_comm_allreduce_sum_i64(int64_t *buf, size_t n) { reduce_bcast(buf, n, sizeof *buf, MPI_INT64_T, 0, 1, "count sum"); }
 
 void ds_comm_bcast(void *buf, size_t bytes, int root)
 {
@@ -359,7 +360,7 @@ int ds_comm_any(int flag)
     /* Through the ordered sum rather than MPI_Allreduce: rank 0 then receives from every
      * rank by name, so a rank that stalls here (the step's last agreement) is named. */
     double any = flag != 0;
-    reduce_bcast(&any, 1, sizeof any, MPI_DOUBLE, 0, "agreement between the ranks");
+    reduce_bcast(&any, 1, sizeof any, MPI_DOUBLE, 0, 1, "agreement between the ranks");
     return any != 0;
 }
 
@@ -373,7 +374,7 @@ int ds_comm_init(int *argc, char ***argv)
 
 void ds_comm_allreduce_sum_f32(float *buf, size_t n) {}
 void ds_comm_allreduce_sum_f64(double *buf, size_t n) {}
-void ds_comm_reduce_start(float *buf, size_t n) {}
+void ds_comm_reduce_start(float *buf, size_t n, int to_all) {}
 void ds_comm_reduce_wait(void) {}
 void ds_comm_reduce_stats(ds_comm_reduce_record *rec) { memset(rec, 0, sizeof *rec); }
 void ds_comm_allreduce_sum_i64(int64_t *buf, size_t n) {}

@@ -44,13 +44,14 @@ void ds_comm_allreduce_sum_f32(float *buf, size_t n);
 void ds_comm_allreduce_sum_f64(double *buf, size_t n);
 /* The same sum, asynchronous: the gradient buckets a data-parallel backward hands over as
  * it completes them. ds_comm_reduce_start queues the in-place sum of buf[0, n) and returns
- * at once; comm's worker thread carries the queue out in order, each bucket with the
+ * at once (to_all = 0: the sum stays on rank 0, the others' buffers as they were: one
+ * micro-batch of several in a step); comm's worker thread carries the queue out in order, each bucket with the
  * rank-ordered sum above, while the caller goes on computing (it polls MPI with short
  * naps instead of spinning, so it leaves the cores to that computation).
  * ds_comm_reduce_wait returns when every queued sum is complete. Between the two the
  * caller makes no other comm call and touches none of the queued buffers; every rank
  * queues the same sums in the same order. In a world of one both do nothing. */
-void ds_comm_reduce_start(float *buf, size_t n);
+void ds_comm_reduce_start(float *buf, size_t n, int to_all);
 void ds_comm_reduce_wait(void);
 /* What the worker's queue has seen: the sums queued since the process started, and for the
  * latest round (the sums queued since the last wait) the events (ds_event_seq) of its first

@@ -791,13 +791,16 @@ double ds_model_loss(ds_model *m, const int32_t *labels, int n, float smoothing)
 }
 
 /* Starts every bucket not yet started that is complete once layer l has run backward. */
-static void start_buckets(ds_model *m, int *next, int l)
+static void start_buckets(ds_model *m, int *next, int l, int to_all)
 {
     for (; *next < m->nbuckets && m->buckets[*next].ready >= l; ++*next)
-        m->be->reduce_start(m->reduction + m->buckets[*next].lo, m->buckets[*next].hi - m->buckets[*next].lo);
+        m->be->reduce_start(m->reduction + m->buckets[*next].lo, m->buckets[*next].hi - m->buckets[*next].lo,
+                            to_all);
 }
 
-static double backward(ds_model *m, const int32_t *labels, int n, float scale, float smoothing, int reduce)
+/* reduce: 0 none; else buckets are started as they complete, to_all as given */
+static double backward(ds_model *m, const int32_t *labels, int n, float scale, float smoothing, int reduce,
+                       int to_all)
 {
     const ds_backend *be = m->be;
     int next = 0;
@@ -809,12 +812,12 @@ static double backward(ds_model *m, const int32_t *labels, int n, float scale, f
         if (labels[i] < 0 || labels[i] >= m->cfg.num_classes) {
             /* The other ranks' buckets wait for this rank's: send them (the NaN loss
              * discards the step everywhere) rather than leave the job hanging. */
-            if (reduce) start_buckets(m, &next, -1);
+            if (reduce) start_buckets(m, &next, -1, to_all);
             return ds_err("model: label %d out of range [0, %d)", labels[i], m->cfg.num_classes), NAN;
         }
     double loss = loss_and_dlogits(m, labels, n, smoothing, scale);
     float *scratch = m->act + m->scratch_off;
-    if (reduce) start_buckets(m, &next, m->nlayers);
+    if (reduce) start_buckets(m, &next, m->nlayers, to_all);
     for (int l = m->nlayers - 1; l >= 0; l--) {
         ds_layer *L = &m->layers[l];
         const ds_act *in = &m->acts[L->in];
@@ -858,19 +861,24 @@ static double backward(ds_model *m, const int32_t *labels, int n, float scale, f
             break;
         }
         if (dx && L->in_acc) be->axpy(dA(m, L->in), 1.0f, scratch, in_count);
-        if (reduce) start_buckets(m, &next, l);
+        if (reduce) start_buckets(m, &next, l, to_all);
     }
     return loss;
 }
 
 double ds_model_backward(ds_model *m, const int32_t *labels, int n, float scale, float smoothing)
 {
-    return backward(m, labels, n, scale, smoothing, 0);
+    return backward(m, labels, n, scale, smoothing, 0, 1);
 }
 
-double ds_model_backward_reduce(ds_model *m, const int32_t *labels, int n, float scale, float smoothing)
+double ds_model_backward_reduce(ds_model *m, const int32_t *labels, int n, float scale, float smoothing,
+                                ds_reduce_round round)
 {
-    return backward(m, labels, n, scale, smoothing, 1);
+    if (round == DS_REDUCE_TO_ROOT && !m->be->ordered_reduce) {
+        ds_err("model: the %s backend sums over the ranks in its own order; only whole sums", m->be->name);
+        return NAN;
+    }
+    return backward(m, labels, n, scale, smoothing, 1, round == DS_REDUCE_TO_ALL);
 }
 
 void ds_model_reduce_wait(ds_model *m) { m->be->reduce_wait(); }

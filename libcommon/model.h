@@ -27,9 +27,16 @@
  *     ds_model_zero_reduction(m);
  *     for each micro-batch: write the input (ds_model_input), ds_model_forward(m, n, 1),
  *                           loss += ds_model_backward(m, labels, n, 1.0f / G, smoothing),
- *                           the last one ds_model_backward_reduce instead;
+ *                           the last one ds_model_backward_reduce(..., DS_REDUCE_TO_ALL);
  *     ds_model_reduce_wait(m);   (the reduction buffer is now summed over the ranks)
  *     ds_model_step(m, &sgd, A * W);
+ * With W > 1, A > 1 and a backend whose reduction is ordered (be->ordered_reduce, the CPU's),
+ * each micro-batch is reduced as it ends instead, so that rank 0 adds them one by one in
+ * the order one process accumulating W x A micro-batches adds them (m = a W + r): before
+ * micro-batch a > 0, ds_model_reduce_wait(m) and, on ranks other than 0,
+ * ds_model_zero_reduction(m); after it, ds_model_backward_reduce(..., DS_REDUCE_TO_ROOT),
+ * the last one DS_REDUCE_TO_ALL. A step of W ranks x A micro-batches is then bitwise one of
+ * W x A micro-batches in one process.
  *
  * Data-parallel reduction overlaps the last backward: the reduction buffer is cut into
  * buckets of whole tensors (about bucket_bytes each), taken from its end, where the last
@@ -125,11 +132,18 @@ double ds_model_loss(ds_model *m, const int32_t *labels, int n, float smoothing)
  * as ds_model_loss does. Training models only. */
 double ds_model_backward(ds_model *m, const int32_t *labels, int n, float scale, float smoothing);
 
-/* The last micro-batch of a step: ds_model_backward, and meanwhile each bucket of the
- * reduction buffer handed to the backend's reduce_start as soon as backward completes it
- * (see above; in a world of one the backend does nothing with them). Every rank runs it at
- * the same point. Follow it with ds_model_reduce_wait before reading the buffer. */
-double ds_model_backward_reduce(ds_model *m, const int32_t *labels, int n, float scale, float smoothing);
+/* What the buckets of a reducing backward are summed into (backend.h's reduce_start). */
+typedef enum {
+    DS_REDUCE_TO_ALL = 1,   /* every rank gets the sum over the ranks: a step's last micro-batch */
+    DS_REDUCE_TO_ROOT = 0,  /* added into rank 0's buffer in rank order, the others' left as they are */
+} ds_reduce_round;
+
+/* ds_model_backward, and meanwhile each bucket of the reduction buffer handed to the
+ * backend's reduce_start as soon as backward completes it (see above; in a world of one the
+ * backend does nothing with them). Every rank runs it at the same point. Follow it with
+ * ds_model_reduce_wait before reading or writing the buffer. */
+double ds_model_backward_reduce(ds_model *m, const int32_t *labels, int n, float scale, float smoothing,
+                                ds_reduce_round round);
 /* Waits until the buckets' sums over the ranks are complete. */
 void ds_model_reduce_wait(ds_model *m);
 /* When (ds_now()) the last ds_model_backward_reduce began its last layer, the one after

@@ -340,12 +340,22 @@ static int train_loop(run *r)
         ds_batch *b;
         int rc;
         double loss = 0, t_step = ds_now();
+        /* Several micro-batches per rank under an ordered reduction: each is summed into rank
+         * 0's buffer as it ends, so the step is bitwise W x A micro-batches in one process
+         * (model.h); rank 0's next micro-batch adds on top only once the sums are in, and the
+         * other ranks start each one from zero. */
+        int each_micro = lc->world > 1 && lc->accum > 1 && r->be->ordered_reduce;
+        ds_comm_reduce_record rec0;
         while ((rc = ds_loader_next(r->tl, &b)) == 1) {
             if (b->micro == 0) {
                 ds_comm_set_where("step %lld", (long long)g + 1);
                 ds_model_zero_reduction(m);
+                ds_comm_reduce_stats(&rec0);
                 loss = 0;
                 t_step = ds_now();
+            } else if (each_micro) {
+                ds_model_reduce_wait(m);
+                if (lc->rank != 0) ds_model_zero_reduction(m);
             }
             if (ds_feed_batch(&r->tf, m, b, r->crop, p->meta->mean, p->meta->std)) {
                 ds_loader_release(r->tl, b);
@@ -354,13 +364,13 @@ static int train_loop(run *r)
             ds_model_forward(m, b->n, 1);
             int last_micro = b->micro == lc->accum - 1;
             if (!last_micro) {
-                loss += ds_model_backward(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing);
+                loss += each_micro ? ds_model_backward_reduce(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing,
+                                                              DS_REDUCE_TO_ROOT)
+                                   : ds_model_backward(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing);
                 ds_loader_release(r->tl, b);
                 continue;
             }
-            ds_comm_reduce_record rec0;
-            ds_comm_reduce_stats(&rec0);
-            loss += ds_model_backward_reduce(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing);
+            loss += ds_model_backward_reduce(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing, DS_REDUCE_TO_ALL);
             ds_loader_release(r->tl, b);
             reduce_step(r, g, &loss, rec0.queued);
             double step_loss = loss / (double)r->G;

@@ -453,4 +453,5 @@ const ds_backend ds_backend_cpu = {
     /* host buffers: comm's ordered sums, on its worker thread */
     .reduce_start = ds_comm_reduce_start,
     .reduce_wait = ds_comm_reduce_wait,
+    .ordered_reduce = 1,
 };

@@ -649,8 +649,10 @@ static void cuda_linear_bwd(float *din, float *dw, float *db, const float *dout,
 /* ---- gradient reduction: NCCL on its own stream, each bucket behind the compute work that
  * produced it (an event), so backward goes on while the bucket travels ---- */
 
-static void cuda_reduce_start(float *buf, size_t n)
+static void cuda_reduce_start(float *buf, size_t n, int to_all)
 {
+    /* NCCL sums in its own order (ordered_reduce = 0): the model asks only for whole sums */
+    if (!to_all) ds_die("CUDA: a reduction to rank 0 alone was asked of NCCL");
     if (!g.nccl) return;
     cudaCheck(cudaEventRecord(g.produced, g.stream));
     cudaCheck(cudaStreamWaitEvent(g.comm_stream, g.produced, 0));
@@ -699,6 +701,7 @@ static ds_backend cuda_backend = {
     .resized_crop_u8 = ds_cuda_resized_crop_u8,
     .reduce_start = cuda_reduce_start,
     .reduce_wait = cuda_reduce_wait,
+    .ordered_reduce = 0,
 };
 
 extern "C" const ds_backend *ds_cuda_select(const ds_backend_opts *opts)

@@ -438,7 +438,7 @@ static void test_no_bn_bias_decay(void)
 #define MAX_STARTS 256
 static struct {
     const float *base;          /* the model's reduction buffer */
-    int starts;
+    int starts, to_all;
     size_t lo[MAX_STARTS], n[MAX_STARTS];
     float *copy[MAX_STARTS];    /* the bucket as it was when started */
     int bwd_ops_at[MAX_STARTS]; /* backward convolution ops run before it */
@@ -451,8 +451,9 @@ static void rec_conv_bwd_weight(float *dw, const float *dout, const float *in, c
     ds_backend_cpu.conv_bwd_weight(dw, dout, in, d, ws);
 }
 
-static void rec_reduce_start(float *buf, size_t n)
+static void rec_reduce_start(float *buf, size_t n, int to_all)
 {
+    rec.to_all += to_all;
     if (rec.starts == MAX_STARTS) return;
     int i = rec.starts++;
     rec.lo[i] = (size_t)(buf - rec.base);
@@ -505,9 +506,10 @@ static void test_buckets(const char *arch, int n, int hw, size_t bucket_bytes)
     int total_ops = rec.bwd_ops;
     rec.bwd_ops = 0;
     ds_model_forward(m, n, 1);
-    ds_model_backward_reduce(m, labels, n, 1.0f / n, 0);
+    ds_model_backward_reduce(m, labels, n, 1.0f / n, 0, DS_REDUCE_TO_ALL);
     ds_model_reduce_wait(m);
     CHECK(rec.starts == nb, "%d buckets started, %d planned", rec.starts, nb);
+    CHECK(rec.to_all == nb, "%d of the %d buckets asked for a sum on every rank", rec.to_all, nb);
     for (int i = 0; i < rec.starts && i < nb; i++) {
         ds_model_bucket(m, i, &lo, &hi);
         CHECK(rec.lo[i] == lo && rec.n[i] == hi - lo, "start %d was [%zu, +%zu), bucket %d is [%zu, %zu)", i,
