@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""A ds checkpoint in PyTorch, through the reader the README documents.
+"""A ds checkpoint in PyTorch, through the reader docs/TOOLS.md documents.
 
 dstrain trains resnet18 and resnet50 for one short epoch (4 classes x 6 images stored at
 36x36, crop 32, so the BN running statistics and num_batches_tracked have moved); the
-python block under "Reading a checkpoint in PyTorch" in README.md is taken from the README
+python block under "Reading a checkpoint in PyTorch" in docs/TOOLS.md is taken from there
 and run as it stands (so the documented reader cannot rot), loading each checkpoint into
 torchvision's model with load_state_dict(strict=True). Checked: every tensor's dtype and
 shape against torchvision's own state_dict, num_batches_tracked = the optimizer steps, and
@@ -28,16 +28,16 @@ from PIL import Image
 from reflib import BIN, ROOT, report, run, status  # noqa: E402
 
 
-def readme_reader():
-    """The README's python block of the section, executed; returns its load_ds_checkpoint."""
-    text = open(os.path.join(ROOT, "README.md")).read()
+def documented_reader():
+    """docs/TOOLS.md's python block of the section, executed; returns its load_ds_checkpoint."""
+    text = open(os.path.join(ROOT, "docs", "TOOLS.md")).read()
     m = re.search(r"^## Reading a checkpoint in PyTorch\n.*?^```python\n(.*?)^```", text, re.S | re.M)
     if not m:
-        report("readme_has_the_reader", False, "no python block under '## Reading a checkpoint in PyTorch'")
+        report("docs_have_the_reader", False, "no python block under '## Reading a checkpoint in PyTorch'")
         sys.exit(1)
     scope = {}
-    exec(compile(m.group(1), "README.md (Reading a checkpoint in PyTorch)", "exec"), scope)
-    report("readme_has_the_reader", "load_ds_checkpoint" in scope)
+    exec(compile(m.group(1), "docs/TOOLS.md (Reading a checkpoint in PyTorch)", "exec"), scope)
+    report("docs_have_the_reader", "load_ds_checkpoint" in scope)
     return scope["load_ds_checkpoint"]
 
 
@@ -54,7 +54,7 @@ def main():
             Image.fromarray(img).save(os.path.join(d, "%d.png" % i))
     run(BIN + "/dsplit", "-q", "--val", "0", "-o", tmp + "/split", tmp + "/tree")
     run(BIN + "/dspack", "-q", "--size", "36", "-o", tmp + "/packed", tmp + "/split/train.txt")
-    load = readme_reader()
+    load = documented_reader()
 
     with h5py.File(tmp + "/packed/shard-00000.h5", "r") as f:
         stored = {p: img for p, img in zip(f["paths"].asstr()[()], f["images"][()])}

@@ -1,6 +1,6 @@
 #!/bin/bash
 # dsplit --val-images: an ILSVRC2012-shaped validation set (a flat folder of
-# ILSVRC2012_val_<8 digits>.JPEG, packed as a tar and extracted as the README says) with its
+# ILSVRC2012_val_<8 digits>.JPEG, packed as a tar and extracted as docs/IMAGENET.md says) with its
 # ground truth as the devkit gives it (ID list + meta.mat, written here byte by byte as MATLAB
 # writes a level 5 file, compressed and not) and as Kaggle gives it (LOC_val_solution.csv +
 # LOC_synset_mapping.txt). Each image is one flat colour that encodes its class, so every
@@ -105,7 +105,7 @@ write("meta-bigendian.mat", bytes(big))
 write("meta-v73.mat", b"MATLAB 7.3 MAT-file, Platform: GLNXA64".ljust(512, b" "))
 PY
 
-# The README's step: the images come as one tar, extracted into a folder.
+# The documented step (docs/IMAGENET.md): the images come as one tar, extracted into a folder.
 tar -cf "$T/ILSVRC2012_img_val.tar" -C "$T/valsrc" . && mkdir -p "$T/val" && tar -xf "$T/ILSVRC2012_img_val.tar" -C "$T/val" \
     || { fail fixture "cannot make the val tar"; finish; }
 dsplit -q --val 0 -o "$T/split" "$T/train" >/dev/null || { fail fixture "dsplit of the training tree"; finish; }
