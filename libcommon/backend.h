@@ -171,6 +171,10 @@ typedef struct ds_backend {
      * what --accum W gives in one, and to_all = 0 is available. 0: the library's order
      * (NCCL). */
     int ordered_reduce;
+
+    /* The set of kernels computing (the CPU's "avx512", "avx2+fma", "plain": cpu_isa.h), for
+     * start-up lines; NULL where the backend has no such choice. */
+    const char *(*kernel_set)(void);
 } ds_backend;
 
 /* The CPU backend: always there; host memory, fp32, deterministic for any thread count. */

@@ -43,13 +43,21 @@ void ds_comm_set_chunk(size_t elems)
     chunk_elems = elems < 1 ? 1 : elems > INT_MAX ? INT_MAX : elems;
 }
 
+static void (*device_abort)(void), (*device_free)(void);
+
+void ds_comm_set_device_hooks(void (*on_abort)(void), void (*on_free)(void))
+{
+    device_abort = on_abort;
+    device_free = on_free;
+}
+
 void ds_comm_abort(int status)
 {
-#ifdef DS_HAVE_CUDA
-    /* A rank blocked in an NCCL kernel would never reach MPI again; abort NCCL first so
-     * this rank's GPU work stops, then let MPI_Abort kill the other ranks. */
-    ds_nccl_abort();
-#endif
+    /* A rank blocked in a device kernel (NCCL) would never reach MPI again: end the
+     * device's link first so this rank's work stops, then let MPI_Abort end the others. */
+    void (*abort_device)(void) = device_abort;
+    device_abort = NULL;   /* once: an error inside it comes back here */
+    if (abort_device) abort_device();
 #ifdef DS_HAVE_MPI
     if (mpi_live) MPI_Abort(MPI_COMM_WORLD, status ? status : 1);
 #endif
@@ -386,9 +394,8 @@ int ds_comm_any(int flag) { return flag != 0; }
 
 void ds_comm_free(void)
 {
-#ifdef DS_HAVE_CUDA
-    ds_nccl_free();
-#endif
+    if (device_free) device_free();
+    device_abort = device_free = NULL;
 #ifdef DS_HAVE_MPI
     worker_stop();
     if (!mpi_live) return;

@@ -78,9 +78,9 @@ void ds_comm_set_chunk(size_t elems);
 
 /* Stalled ranks: a rank that stops without dying (SIGSTOP, a hung read, a wedged GPU) is
  * not noticed by mpirun and would leave the others waiting forever. Every wait of comm (MPI)
- * and of ds_nccl_sync gives up after `seconds` (0: never; default DS_COMM_TIMEOUT) and ends
- * the job with an error naming where it was (ds_comm_set_where) and, when rank 0 knows
- * them, the ranks that did not arrive. Choose it above the longest legitimate wait (rank 0
+ * and of a device backend's reduction (NCCL) gives up after `seconds` (0: never; default
+ * DS_COMM_TIMEOUT) and ends the job with an error naming where it was (ds_comm_set_where)
+ * and, when rank 0 knows them, the ranks that did not arrive. Choose it above the longest legitimate wait (rank 0
  * writing a checkpoint while the others wait). */
 #define DS_COMM_TIMEOUT 300.0
 void ds_comm_set_timeout(double seconds);
@@ -88,34 +88,13 @@ double ds_comm_timeout(void);
 /* What the job is doing now ("step 1234"), printf-style: the stall message names it. */
 void ds_comm_set_where(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Ends every rank of the job with `status` (NCCL communicator aborted first, then
+/* Ends every rank of the job with `status` (the device hook's abort first, then
  * MPI_Abort). In a world of one without MPI: exit(status). Never returns. */
 void ds_comm_abort(int status) __attribute__((noreturn));
 
-#ifdef DS_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-/* NCCL between the ranks' GPUs. Call after ds_comm_init and after the current CUDA device
- * has been set (the communicator binds to it); the unique id is made on rank 0 and sent by
- * MPI_Bcast. Returns 0, or -1 with a message (no NCCL, no device). Collective: every rank
- * calls it. */
-int ds_nccl_init(void);
-/* In-place sum of a device buffer of n floats (or bf16 values) on `stream`; returns at
- * once, the result is ready when the stream reaches it. Every rank must enqueue the same
- * reductions in the same order. NCCL's ring/tree sums give all ranks the same bits. */
-void ds_nccl_allreduce_sum_f32(float *dbuf, size_t n, cudaStream_t stream);
-void ds_nccl_allreduce_sum_bf16(void *dbuf, size_t n, cudaStream_t stream);
-/* Waits for `stream`, polling NCCL for asynchronous errors (a peer that died or a broken
- * link) instead of blocking in cudaStreamSynchronize forever; such an error, or a wait past
- * timeout_s (<= 0: no limit; callers pass ds_comm_timeout()), aborts the job. */
-void ds_nccl_sync(cudaStream_t stream, double timeout_s);
-/* NCCL's version as major*10000 + minor*100 + patch (e.g. 22809), 0 when unavailable. */
-int ds_nccl_version(void);
-/* Destroys the communicator (collective). */
-void ds_nccl_free(void);
-/* Aborts the communicator without waiting for peers; safe to call at any time, also when
- * it was never created. Used by ds_comm_abort. */
-void ds_nccl_abort(void);
-#endif
+/* A device backend that joins the ranks over a link of its own (NCCL) registers what ends
+ * it: on_abort runs first in ds_comm_abort (a rank blocked in a device kernel would never
+ * reach MPI again), on_free in ds_comm_free before MPI finishes. One pair; NULL: none. */
+void ds_comm_set_device_hooks(void (*on_abort)(void), void (*on_free)(void));
 
 #endif

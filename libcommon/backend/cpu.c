@@ -419,6 +419,8 @@ static void cpu_resized_crop_u8(float *out, const uint8_t *in, int n, int H, int
         }
 }
 
+static const char *cpu_kernel_set(void) { return ds_cpu_isa_name(ds_cpu_isa_get()); }
+
 const ds_backend ds_backend_cpu = {
     .name = "cpu",
     .host_memory = 1,
@@ -454,4 +456,5 @@ const ds_backend ds_backend_cpu = {
     .reduce_start = ds_comm_reduce_start,
     .reduce_wait = ds_comm_reduce_wait,
     .ordered_reduce = 1,
+    .kernel_set = cpu_kernel_set,
 };

@@ -16,6 +16,7 @@ extern "C" {
 #include "cuda_kernels.h"
 #include "cuda_plan.h"
 }
+#include "cuda_nccl.h"
 
 /* cuDNN 9 keeps a message of its own on the last failure: said with the status. */
 #define cudnnCheck(call)                                                                   \
@@ -702,6 +703,7 @@ static ds_backend cuda_backend = {
     .reduce_start = cuda_reduce_start,
     .reduce_wait = cuda_reduce_wait,
     .ordered_reduce = 0,
+    .kernel_set = NULL,
 };
 
 extern "C" const ds_backend *ds_cuda_select(const ds_backend_opts *opts)

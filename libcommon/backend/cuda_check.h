@@ -1,14 +1,19 @@
-/* cuda_check: the check macros of the CUDA backend's files. A failing CUDA, cuDNN or
- * cuBLAS call, or a failed kernel launch, stops the program with the file, line, call and
- * the library's own message (ds_die, which under MPI aborts every rank). */
+/* cuda_check: the check macros of the CUDA backend's files (C and C++). A failing CUDA
+ * call, or a failed kernel launch, stops the program with the file, line, call and the
+ * library's own message (ds_die, which under MPI aborts every rank); cuda.cu adds cuDNN's
+ * and cuBLAS's beside it, NCCL's is in cuda_nccl.c. */
 #ifndef DS_CUDA_CHECK_H
 #define DS_CUDA_CHECK_H
 
 #include <cuda_runtime.h>
 
+#ifdef __cplusplus
 extern "C" {
+#endif
 #include "log.h"
+#ifdef __cplusplus
 }
+#endif
 
 #define cudaCheck(call)                                                                    \
     do {                                                                                   \

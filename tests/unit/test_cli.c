@@ -112,7 +112,7 @@ static void parse_65(void)
 {
     static int v[65];
     static ds_option big[66];
-    static char names[65][8];
+    static char names[65][16];
     for (int i = 0; i < 65; i++) {
         snprintf(names[i], sizeof names[i], "o%d", i);
         big[i] = (ds_option)DS_OPT(names[i], DS_OPT_FLAG, &v[i], NULL, "x");

@@ -5,7 +5,6 @@
 #include "cli.h"
 #include "comm.h"
 #include "compute.h"
-#include "cpu_isa.h"
 #include "evaluate.h"
 #include "feed.h"
 #include "fsutil.h"
@@ -107,7 +106,7 @@ int main(int argc, char **argv)
     if (ds_feed_init(&feed, be, (int)batch, src.height, src.width)) ds_die("cannot evaluate");
     size_t count = ds_loader_eval_count(L);
     char kernels[64] = "";
-    if (be == &ds_backend_cpu) snprintf(kernels, sizeof kernels, ", %s kernels", ds_cpu_isa_name(ds_cpu_isa_get()));
+    if (be->kernel_set) snprintf(kernels, sizeof kernels, ", %s kernels", be->kernel_set());
     ds_info("%s (%s, %d classes) on %s: %zu images, %s (%d threads%s)", ckpt, meta.arch, meta.num_classes, data,
             src.n, be->name, omp_get_max_threads(), kernels);
     ds_eval_options eo = {.crop = input, .progress = ds_cli_progress_mode()};

@@ -5,7 +5,6 @@
 #include "cli.h"
 #include "comm.h"
 #include "compute.h"
-#include "cpu_isa.h"
 #include "evaluate.h"
 #include "fsutil.h"
 #include "loader.h"
@@ -309,7 +308,7 @@ int main(int argc, char **argv)
         .pause_after_step = ds_test_hooks_get()->pause_after_step,
     };
     char kernels[64] = "";
-    if (be == &ds_backend_cpu) snprintf(kernels, sizeof kernels, ", %s kernels", ds_cpu_isa_name(ds_cpu_isa_get()));
+    if (be->kernel_set) snprintf(kernels, sizeof kernels, ", %s kernels", be->kernel_set());
     ds_info("%s on %s (%d threads%s), %d rank%s; %zu training images of %dx%d, %d classes; lr %g", arch, be->name,
             nthreads, kernels, world, world > 1 ? "s" : "", tr.n, tr.height, tr.width, tr.num_classes, base_lr);
     if (ds_signals_install()) ds_die("cannot handle signals");

@@ -1,12 +1,10 @@
-/* comm_nccl: the NCCL half of comm (comm.h), for device buffers. Built only with CUDA.
- *
- * One communicator per process, bound to the device current at ds_nccl_init. Collectives
- * are enqueued on the caller's stream and return at once; ds_nccl_sync waits while
- * watching for asynchronous NCCL errors, so a dead peer ends the job instead of hanging
- * it. Any failure aborts the communicator and then the MPI job (ds_comm_abort). */
+/* cuda_nccl: see cuda_nccl.h. Built only with CUDA. */
 #ifdef DS_HAVE_CUDA
 
+#include "cuda_nccl.h"
+
 #include "comm.h"
+#include "cuda_check.h"
 #include "log.h"
 
 #include <cuda_runtime.h>
@@ -23,21 +21,6 @@ static void nccl_check(ncclResult_t rc, const char *what, const char *file, int 
     ds_err("%s:%d: %s: %s%s%s (rank %d of %d)", file, line, what, ncclGetErrorString(rc),
            detail && *detail ? ": " : "", detail ? detail : "", ds_comm_rank(), ds_comm_world());
     ds_comm_abort(1);
-}
-
-#define cudaCheck(call) cuda_check((call), #call, __FILE__, __LINE__)
-static void cuda_check(cudaError_t rc, const char *what, const char *file, int line)
-{
-    if (rc == cudaSuccess) return;
-    ds_err("%s:%d: %s: %s (rank %d of %d)", file, line, what, cudaGetErrorString(rc),
-           ds_comm_rank(), ds_comm_world());
-    ds_comm_abort(1);
-}
-
-int ds_nccl_version(void)
-{
-    int v = 0;
-    return ncclGetVersion(&v) == ncclSuccess ? v : 0;
 }
 
 int ds_nccl_init(void)
@@ -59,26 +42,17 @@ int ds_nccl_init(void)
         comm = NULL;
         return -1;
     }
+    ds_comm_set_device_hooks(ds_nccl_abort, ds_nccl_free);
     return 0;
 }
 
-static void allreduce(void *dbuf, size_t n, ncclDataType_t type, cudaStream_t stream)
+void ds_nccl_allreduce_sum_f32(float *dbuf, size_t n, cudaStream_t stream)
 {
     if (!comm) {
         ds_err("NCCL allreduce before ds_nccl_init");
         ds_comm_abort(1);
     }
-    ncclCheck(ncclAllReduce(dbuf, dbuf, n, type, ncclSum, comm, stream));
-}
-
-void ds_nccl_allreduce_sum_f32(float *dbuf, size_t n, cudaStream_t stream)
-{
-    allreduce(dbuf, n, ncclFloat32, stream);
-}
-
-void ds_nccl_allreduce_sum_bf16(void *dbuf, size_t n, cudaStream_t stream)
-{
-    allreduce(dbuf, n, ncclBfloat16, stream);
+    ncclCheck(ncclAllReduce(dbuf, dbuf, n, ncclFloat32, ncclSum, comm, stream));
 }
 
 void ds_nccl_sync(cudaStream_t stream, double timeout_s)
