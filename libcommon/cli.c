@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include "cpu_isa.h"
+#include "json.h"
 #include "testhook.h"
 #include "log.h"
 
@@ -238,58 +239,28 @@ int ds_cli_given(const ds_cli *cli, const char *name)
 
 int ds_cli_progress_mode(void) { return ds_cli_progress ? 1 : -1; }
 
-void ds_json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        switch (*p) {
-        case '"': fputs("\\\"", f); break;
-        case '\\': fputs("\\\\", f); break;
-        case '\n': fputs("\\n", f); break;
-        case '\t': fputs("\\t", f); break;
-        case '\r': fputs("\\r", f); break;
-        default:
-            if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-            else fputc(*p, f);
-        }
-    }
-    fputc('"', f);
-}
-
 char *ds_cli_json(const ds_cli *cli)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) return NULL;
-    fputc('{', f);
+    ds_json j;
+    ds_json_init(&j, DS_JSON_SPACED);
+    ds_json_begin(&j, NULL);
     for (const ds_option *o = cli->opts; o->name; o++) {
-        if (o != cli->opts) fputs(", ", f);
-        ds_json_string(f, o->name);
-        fputs(": ", f);
         switch (o->type) {
         case DS_OPT_FLAG:
-            fputs(*(int *)o->value ? "true" : "false", f);
+            ds_json_bool(&j, o->name, *(int *)o->value);
             if (o->legacy_no) {
                 char key[128];
                 snprintf(key, sizeof key, "no-%s", o->name);
-                fputs(", ", f);
-                ds_json_string(f, key);
-                fputs((cli->given_no >> (o - cli->opts) & 1) ? ": true" : ": false", f);
+                ds_json_bool(&j, key, cli->given_no >> (o - cli->opts) & 1);
             }
             break;
-        case DS_OPT_INT: fprintf(f, "%lld", *(long long *)o->value); break;
-        case DS_OPT_DOUBLE: fprintf(f, "%.17g", *(double *)o->value); break;
-        default: {
-            const char *s = *(const char **)o->value;
-            if (s) ds_json_string(f, s);
-            else fputs("null", f);
-        }
+        case DS_OPT_INT: ds_json_int(&j, o->name, *(long long *)o->value); break;
+        case DS_OPT_DOUBLE: ds_json_double(&j, o->name, *(double *)o->value, "%.17g"); break;
+        default: ds_json_string(&j, o->name, *(const char **)o->value);
         }
     }
-    fputc('}', f);
-    fclose(f);
-    return buf;
+    ds_json_end(&j);
+    return ds_json_release(&j);
 }
 
 /* One number of a range: a decimal or A/B, ending at `end`. */

@@ -85,7 +85,5 @@ int ds_cli_progress_mode(void);
  * the option). The order of LO and HI is not checked. */
 int ds_cli_range(const char *s, double out[2]);
 
-/* Writes s as a JSON string literal (quotes included). */
-void ds_json_string(FILE *f, const char *s);
 
 #endif

@@ -4,7 +4,9 @@
  * (compressed shards, written whole), plus each thread's decoder scratch, whatever the
  * dataset size. */
 #include "pack.h"
+
 #include "fsutil.h"
+#include "json.h"
 #include "log.h"
 #include "rng.h"
 #include "shard.h"
@@ -354,13 +356,18 @@ static int remove_stale(const char *out, int shard_count)
 
 static char *make_config(const ds_pack_options *o)
 {
-    char *s = ds_xmalloc(512);
-    snprintf(s, 512,
-             "{\"size\": %d, \"fit\": \"%s\", \"shard_size\": %zu, \"compress\": %d, \"seed\": %llu, "
-             "\"shuffle\": %s, \"max_pixels\": %llu}",
-             o->size, ds_fit_name(o->fit), o->shard_size, o->compress, (unsigned long long)o->seed,
-             o->shuffle ? "true" : "false", (unsigned long long)o->max_pixels);
-    return s;
+    ds_json j;
+    ds_json_init(&j, DS_JSON_SPACED);
+    ds_json_begin(&j, NULL);
+    ds_json_int(&j, "size", o->size);
+    ds_json_string(&j, "fit", ds_fit_name(o->fit));
+    ds_json_uint(&j, "shard_size", o->shard_size);
+    ds_json_int(&j, "compress", o->compress);
+    ds_json_uint(&j, "seed", (unsigned long long)o->seed);
+    ds_json_bool(&j, "shuffle", o->shuffle);
+    ds_json_uint(&j, "max_pixels", (unsigned long long)o->max_pixels);
+    ds_json_end(&j);
+    return ds_json_release(&j);
 }
 
 int ds_pack_run(const ds_pack_options *o, const ds_manifest *m, char *const *classes, int num_classes,

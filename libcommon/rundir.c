@@ -1,6 +1,7 @@
 #include "rundir.h"
 
 #include "fsutil.h"
+#include "json.h"
 #include "log.h"
 
 #include <dirent.h>
@@ -148,6 +149,59 @@ int ds_metrics_log_write(ds_metrics_log *m, const char *json)
     if (fprintf(m->f, "%s\n", json) < 0 || fflush(m->f) || fsync(fileno(m->f)))
         return ds_err("%s: %s", m->path, strerror(errno));
     return 0;
+}
+
+int ds_metrics_log_step(ds_metrics_log *m, const ds_metrics_step *r)
+{
+    ds_json j;
+    ds_json_init(&j, DS_JSON_COMPACT);
+    ds_json_begin(&j, NULL);
+    ds_json_int(&j, "step", r->step);
+    ds_json_double(&j, "epoch", r->epoch, "%.4f");
+    ds_json_int(&j, "crop", r->crop);
+    ds_json_double(&j, "loss", r->loss, "%.6g");
+    ds_json_double(&j, "lr", r->lr, "%.6g");
+    ds_json_double(&j, "images_per_sec", r->images_per_sec, "%.1f");
+    ds_json_double(&j, "data_wait", r->data_wait, "%.4f");
+    ds_json_end(&j);
+    int rc = ds_metrics_log_write(m, ds_json_text(&j));
+    ds_json_free(&j);
+    return rc;
+}
+
+int ds_metrics_log_epoch(ds_metrics_log *m, const ds_metrics_epoch *r)
+{
+    ds_json j;
+    ds_json_init(&j, DS_JSON_COMPACT);
+    ds_json_begin(&j, NULL);
+    ds_json_int(&j, "step", r->step);
+    ds_json_int(&j, "epoch", r->epoch);
+    ds_json_int(&j, "crop", r->crop);
+    ds_json_double(&j, "loss", r->loss, "%.6g");
+    ds_json_double(&j, "lr", r->lr, "%.6g");
+    ds_json_double(&j, "images_per_sec", r->images_per_sec, "%.1f");
+    if (r->have_val) {
+        ds_json_double(&j, "val_top1", r->val_top1, "%.6f");
+        ds_json_double(&j, "val_top5", r->val_top5, "%.6f");
+        ds_json_double(&j, "val_loss", r->val_loss, "%.6g");
+        ds_json_int(&j, "val_crop", r->val_crop);
+        ds_json_string(&j, "protocol", r->protocol);
+    }
+    ds_json_double(&j, "seconds", r->seconds, "%.2f");
+    ds_json_int(&j, "rss_kb", r->rss_kb);
+    ds_json_double(&j, "data_wait", r->data_wait, "%.4f");
+    if (r->have_val && r->have_standard) {
+        ds_json_begin(&j, "standard");
+        ds_json_double(&j, "top1", r->std_top1, "%.6f");
+        ds_json_double(&j, "top5", r->std_top5, "%.6f");
+        ds_json_double(&j, "loss", r->std_loss, "%.6g");
+        ds_json_string(&j, "protocol", r->std_protocol);
+        ds_json_end(&j);
+    }
+    ds_json_end(&j);
+    int rc = ds_metrics_log_write(m, ds_json_text(&j));
+    ds_json_free(&j);
+    return rc;
 }
 
 void ds_metrics_log_close(ds_metrics_log *m)

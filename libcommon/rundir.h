@@ -34,6 +34,34 @@ typedef struct {
 int ds_metrics_log_open(ds_metrics_log *m, const char *dir);
 /* Appends one line (a complete JSON object without the newline). */
 int ds_metrics_log_write(ds_metrics_log *m, const char *json);
+
+/* The two kinds of row (docs/DESIGN.md §2), each written by one function. A step row every
+ * --log-every steps: the window's mean loss, lr, images/s and the share of its time spent
+ * waiting for data; epoch is fractional. */
+typedef struct {
+    int64_t step;
+    double epoch;
+    int crop;
+    double loss, lr, images_per_sec, data_wait;
+} ds_metrics_step;
+int ds_metrics_log_step(ds_metrics_log *m, const ds_metrics_step *r);
+/* An epoch row at every epoch's end: the epoch's mean training loss, its images/s and
+ * training seconds, resident memory; the validation result when there is a val set
+ * (have_val), and the standard protocol's when it was measured apart (have_standard). */
+typedef struct {
+    int64_t step, epoch;
+    int crop;
+    double loss, lr, images_per_sec, seconds, data_wait;
+    long rss_kb;
+    int have_val;
+    double val_top1, val_top5, val_loss;
+    int val_crop;
+    const char *protocol;
+    int have_standard;
+    double std_top1, std_top5, std_loss;
+    const char *std_protocol;
+} ds_metrics_epoch;
+int ds_metrics_log_epoch(ds_metrics_log *m, const ds_metrics_epoch *r);
 void ds_metrics_log_close(ds_metrics_log *m);
 /* Drops lines whose "step" is greater than `step` (a resumed run rewrites what came after
  * its checkpoint, so no line is written twice; a step that ends an epoch has two lines, the

@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 typedef struct {
     const ds_train_plan *p;
@@ -57,19 +58,8 @@ static void reduce_step(run *r, int64_t g, double *loss, uint64_t queued0)
                  1e3 * (ds_model_last_layer_time(r->m) - rec.first_begun_time));
 }
 
-/* FNV-1a over 64-bit words (the tail bytewise): a fingerprint of a tensor's bits. */
-static uint64_t fingerprint(const void *data, size_t bytes)
-{
-    const unsigned char *b = data;
-    uint64_t h = 14695981039346656037ull, w;
-    size_t i = 0;
-    for (; i + 8 <= bytes; i += 8) {
-        memcpy(&w, b + i, 8);
-        h = (h ^ w) * 1099511628211ull;
-    }
-    for (; i < bytes; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
+/* A fingerprint of a tensor's bits: XXH3-64, the hash shards already carry. */
+static uint64_t fingerprint(const void *data, size_t bytes) { return XXH3_64bits(data, bytes); }
 
 /* docs/DESIGN.md §3: every rank holds the same weights, BN running statistics and momentum, so rank
  * 0's checkpoint stands for all. Checked before each checkpoint: every rank fingerprints
@@ -137,11 +127,9 @@ static int save(run *r, int64_t g, int best)
     return 0;
 }
 
-static void log_json(run *r, const char *json)
-{
-    if (r->p->loader.rank == 0 && r->log.f && ds_metrics_log_write(&r->log, json))
-        ds_warn("metrics.jsonl could not be written; training goes on");
-}
+/* metrics.jsonl is rank 0's; a row it cannot write is said, and training goes on. */
+static int logging(const run *r) { return r->p->loader.rank == 0 && r->log.f; }
+static void log_failed(void) { ds_warn("metrics.jsonl could not be written; training goes on"); }
 
 /* One validation pass at crop x crop centre crops into t (summed over the ranks). */
 static int validate(run *r, ds_topk *t, int crop)
@@ -211,47 +199,37 @@ static int end_epoch(run *r, int64_t e, int64_t g, double lr)
         ds_topk_free(&st);
         return -1;
     }
-    /* the standard protocol, when measured beside another, in its own words and field */
-    char std_text[160] = "", std_json[192] = "";
-    if (have_std) {
-        char name[96];
-        ds_eval_protocol(name, sizeof name, p->val, p->standard_crop);
-        snprintf(std_text, sizeof std_text, "  standard (%s): top-1 %.2f%%  top-5 %.2f%%", name,
-                 100 * ds_topk_top1(&st), 100 * ds_topk_top5(&st));
-        snprintf(std_json, sizeof std_json,
-                 ",\"standard\":{\"top1\":%.6f,\"top5\":%.6f,\"loss\":%.6g,\"protocol\":\"%s\"}",
-                 ds_topk_top1(&st), ds_topk_top5(&st), ds_topk_loss(&st), name);
-    }
-    ds_topk_free(&st);
     double loss = r->epoch_loss_sum / (double)r->S;
     double ips = r->epoch_seconds > 0 ? (double)(r->S * r->G) / r->epoch_seconds : 0;
     ds_metrics_row row = {.epoch = e + 1, .train_loss = loss, .val_top1 = have_val ? ds_topk_top1(&t) : NAN,
                           .val_top5 = have_val ? ds_topk_top5(&t) : NAN, .images_per_s = ips,
                           .seconds = r->epoch_seconds};
     ds_ckpt_meta_add_metrics(p->meta, &row);
-    char json[768];
-    long rss = rss_kb();
+    ds_metrics_epoch er = {.step = g, .epoch = e + 1, .crop = r->crop, .loss = loss, .lr = lr, .images_per_sec = ips,
+                           .seconds = r->epoch_seconds, .data_wait = wait, .rss_kb = rss_kb(), .have_val = have_val};
+    /* the standard protocol, when measured beside another, in its own words and field */
+    char std_text[160] = "", std_name[96] = "";
+    if (have_std) {
+        ds_eval_protocol(std_name, sizeof std_name, p->val, p->standard_crop);
+        snprintf(std_text, sizeof std_text, "  standard (%s): top-1 %.2f%%  top-5 %.2f%%", std_name,
+                 100 * ds_topk_top1(&st), 100 * ds_topk_top5(&st));
+        er.have_standard = 1, er.std_protocol = std_name;
+        er.std_top1 = ds_topk_top1(&st), er.std_top5 = ds_topk_top5(&st), er.std_loss = ds_topk_loss(&st);
+    }
+    ds_topk_free(&st);
     if (have_val) {
+        er.val_top1 = row.val_top1, er.val_top5 = row.val_top5, er.val_loss = ds_topk_loss(&t);
+        er.val_crop = p->val_crop, er.protocol = r->protocol;
         ds_info("epoch %lld/%lld  crop %d  train loss %.4f  val top-1 %.2f%%  top-5 %.2f%%  loss %.4f  (%lld images, "
                 "%s; %.0f img/s, %.0f s, RSS %.1f MB)%s%s",
                 (long long)(e + 1), (long long)p->epochs, r->crop, loss, 100 * row.val_top1, 100 * row.val_top5,
-                ds_topk_loss(&t), (long long)t.count, r->protocol, ips, r->epoch_seconds, rss / 1024.0, std_text,
+                ds_topk_loss(&t), (long long)t.count, r->protocol, ips, r->epoch_seconds, er.rss_kb / 1024.0, std_text,
                 note);
-        snprintf(json, sizeof json,
-                 "{\"step\":%lld,\"epoch\":%lld,\"crop\":%d,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f,"
-                 "\"val_top1\":%.6f,\"val_top5\":%.6f,\"val_loss\":%.6g,\"val_crop\":%d,\"protocol\":\"%s\","
-                 "\"seconds\":%.2f,\"rss_kb\":%ld,\"data_wait\":%.4f%s}",
-                 (long long)g, (long long)(e + 1), r->crop, loss, lr, ips, row.val_top1, row.val_top5,
-                 ds_topk_loss(&t), p->val_crop, r->protocol, r->epoch_seconds, rss, wait, std_json);
     } else {
         ds_info("epoch %lld/%lld  crop %d  train loss %.4f  (%.0f img/s, %.0f s, RSS %.1f MB)%s", (long long)(e + 1),
-                (long long)p->epochs, r->crop, loss, ips, r->epoch_seconds, rss / 1024.0, note);
-        snprintf(json, sizeof json,
-                 "{\"step\":%lld,\"epoch\":%lld,\"crop\":%d,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f,"
-                 "\"seconds\":%.2f,\"rss_kb\":%ld,\"data_wait\":%.4f}",
-                 (long long)g, (long long)(e + 1), r->crop, loss, lr, ips, r->epoch_seconds, rss, wait);
+                (long long)p->epochs, r->crop, loss, ips, r->epoch_seconds, er.rss_kb / 1024.0, note);
     }
-    log_json(r, json);
+    if (logging(r) && ds_metrics_log_epoch(&r->log, &er)) log_failed();
     int best = have_val && row.val_top1 > r->best_top1;
     if (best) r->best_top1 = row.val_top1;
     ds_topk_free(&t);
@@ -267,6 +245,52 @@ static void pause_if_asked(const run *r, int64_t g)
     char what[64];
     snprintf(what, sizeof what, "step %lld is done", (long long)g);
     ds_test_pause(what);
+}
+
+/* The steps since the last progress line. */
+typedef struct {
+    double t_run;          /* when this process began training, at step g_run */
+    int64_t g_run;
+    double t0, wait0;      /* when the window began, and the loader's wait then */
+    double loss;           /* the window's summed step losses */
+    int64_t steps;
+} window;
+
+/* Every --log-every steps: the progress line and the metrics row of the window, which then
+ * starts again. */
+static void log_progress(run *r, window *w, int64_t e, int64_t g, double lr, double now)
+{
+    const ds_train_plan *p = r->p;
+    double ips = (double)(w->steps * r->G) / (now - w->t0);
+    double per_step = (now - w->t_run) / (double)(g - w->g_run);
+    int64_t end = p->max_steps > 0 && p->max_steps < r->total ? p->max_steps : r->total;
+    double wait = data_wait(r, w->t0, w->wait0);
+    char eta[32], note[96];
+    ds_format_duration(eta, sizeof eta, per_step * (double)(end - g));
+    ds_info("epoch %lld/%lld  step %lld/%lld  crop %d  loss %.4f  lr %.5f  %.0f img/s  ETA %s%s", (long long)(e + 1),
+            (long long)p->epochs, (long long)(g - e * r->S), (long long)r->S, r->crop, w->loss / w->steps, lr, ips, eta,
+            input_bound_note(note, sizeof note, wait));
+    ds_metrics_step row = {.step = g, .epoch = (double)g / (double)r->S, .crop = r->crop, .loss = w->loss / w->steps,
+                           .lr = lr, .images_per_sec = ips, .data_wait = wait};
+    if (logging(r) && ds_metrics_log_step(&r->log, &row)) log_failed();
+    w->loss = 0;
+    w->steps = 0;
+    w->t0 = now;
+    w->wait0 = ds_loader_wait_seconds(r->tl);
+}
+
+/* After step g when it ends no epoch: the checkpoint every --ckpt-steps; then, all ranks
+ * agreeing, a stop (with a checkpoint) on a signal or at --max-steps. 1: stop; 0: go on;
+ * -1: an error. */
+static int after_step(run *r, int64_t g)
+{
+    const ds_train_plan *p = r->p;
+    int ckpt_due = p->ckpt_steps > 0 && g % p->ckpt_steps == 0;
+    if (ckpt_due && save(r, g, 0)) return -1;
+    pause_if_asked(r, g);
+    if (!ds_comm_any(ds_signals_pending() || (p->max_steps > 0 && g >= p->max_steps))) return 0;
+    ds_loader_stop(r->tl);
+    return !ckpt_due && save(r, g, 0) ? -1 : 1;
 }
 
 static int setup(run *r, ds_model *m, const ds_train_plan *p)
@@ -328,8 +352,8 @@ static int train_loop(run *r)
     }
     ds_info("training: %lld epochs of %lld steps, global batch %lld (batch %d x world %d x accum %d), from step %lld",
             (long long)p->epochs, (long long)r->S, (long long)r->G, lc->batch, lc->world, lc->accum, (long long)g);
-    double t_run = ds_now(), t_log = t_run, win_loss = 0, lr = 0, wait_log = ds_loader_wait_seconds(r->tl);
-    int64_t g_run = g, win_steps = 0;
+    double lr = 0;
+    window w = {.t_run = ds_now(), .g_run = g, .t0 = ds_now(), .wait0 = ds_loader_wait_seconds(r->tl)};
     for (int64_t e = g / r->S; e < p->epochs; e++) {
         /* progressive resizing: the crop is a function of e alone (resume and ranks agree) */
         r->crop = ds_crop_for_epoch(&p->ramp, e);
@@ -390,39 +414,12 @@ static int train_loop(run *r)
             double now = ds_now();
             r->epoch_seconds += now - t_step;
             r->epoch_loss_sum += step_loss;
-            win_loss += step_loss;
-            win_steps++;
-
-            if (p->log_every > 0 && g % p->log_every == 0) {
-                double ips = (double)(win_steps * r->G) / (now - t_log);
-                double per_step = (now - t_run) / (double)(g - g_run);
-                int64_t end = p->max_steps > 0 && p->max_steps < r->total ? p->max_steps : r->total;
-                double wait = data_wait(r, t_log, wait_log);
-                char eta[32], note[96];
-                ds_format_duration(eta, sizeof eta, per_step * (double)(end - g));
-                ds_info("epoch %lld/%lld  step %lld/%lld  crop %d  loss %.4f  lr %.5f  %.0f img/s  ETA %s%s",
-                        (long long)(e + 1), (long long)p->epochs, (long long)(g - e * r->S), (long long)r->S, r->crop,
-                        win_loss / win_steps, lr, ips, eta, input_bound_note(note, sizeof note, wait));
-                char json[256];
-                snprintf(json, sizeof json,
-                         "{\"step\":%lld,\"epoch\":%.4f,\"crop\":%d,\"loss\":%.6g,\"lr\":%.6g,\"images_per_sec\":%.1f,"
-                         "\"data_wait\":%.4f}",
-                         (long long)g, (double)g / (double)r->S, r->crop, win_loss / win_steps, lr, ips, wait);
-                log_json(r, json);
-                win_loss = 0;
-                win_steps = 0;
-                t_log = now;
-                wait_log = ds_loader_wait_seconds(r->tl);
-            }
+            w.loss += step_loss;
+            w.steps++;
+            if (p->log_every > 0 && g % p->log_every == 0) log_progress(r, &w, e, g, lr, now);
             if (g % r->S == 0) continue;  /* the epoch's end follows: validation, checkpoint */
-            int ckpt_due = p->ckpt_steps > 0 && g % p->ckpt_steps == 0;
-            if (ckpt_due && save(r, g, 0)) return -1;
-            pause_if_asked(r, g);
-            if (ds_comm_any(ds_signals_pending() || (p->max_steps > 0 && g >= p->max_steps))) {
-                ds_loader_stop(r->tl);
-                if (!ckpt_due && save(r, g, 0)) return -1;
-                return 1;
-            }
+            int stop = after_step(r, g);
+            if (stop) return stop;
         }
         if (rc < 0) return -1;
         if (end_epoch(r, e, g, lr)) return -1;

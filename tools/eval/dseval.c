@@ -8,6 +8,7 @@
 #include "evaluate.h"
 #include "feed.h"
 #include "fsutil.h"
+#include "json.h"
 #include "loader.h"
 #include "log.h"
 #include "logits.h"
@@ -139,12 +140,23 @@ int main(int argc, char **argv)
             free(paths);
         }
         if (skipped) ds_warn("%lld undecodable image%s skipped (not counted)", (long long)skipped, skipped == 1 ? "" : "s");
-        if (json)
-            printf("{\"top1\": %.6f, \"top5\": %.6f, \"loss\": %.6f, \"count\": %lld, \"images_per_sec\": %.1f, "
-                   "\"skipped\": %lld, \"crop\": %d, \"protocol\": \"%s\", \"standard_protocol\": %s}\n",
-                   ds_topk_top1(&t), ds_topk_top5(&t), ds_topk_loss(&t), (long long)t.count, ips, (long long)skipped,
-                   input, protocol, standard ? "true" : "false");
-        else
+        if (json) {
+            ds_json j;
+            ds_json_init(&j, DS_JSON_SPACED);
+            ds_json_begin(&j, NULL);
+            ds_json_double(&j, "top1", ds_topk_top1(&t), "%.6f");
+            ds_json_double(&j, "top5", ds_topk_top5(&t), "%.6f");
+            ds_json_double(&j, "loss", ds_topk_loss(&t), "%.6f");
+            ds_json_int(&j, "count", (long long)t.count);
+            ds_json_double(&j, "images_per_sec", ips, "%.1f");
+            ds_json_int(&j, "skipped", (long long)skipped);
+            ds_json_int(&j, "crop", input);
+            ds_json_string(&j, "protocol", protocol);
+            ds_json_bool(&j, "standard_protocol", standard);
+            ds_json_end(&j);
+            printf("%s\n", ds_json_text(&j));
+            ds_json_free(&j);
+        } else
             printf("top-1 %.2f%%  top-5 %.2f%%  loss %.4f  count %lld  %.0f images/s  protocol: %s%s\n",
                    100 * ds_topk_top1(&t), 100 * ds_topk_top5(&t), ds_topk_loss(&t), (long long)t.count, ips, protocol,
                    standard ? " (the standard ImageNet evaluation)" : "");

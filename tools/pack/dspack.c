@@ -4,6 +4,7 @@
 #include "cpu_isa.h"
 #include "fsutil.h"
 #include "image.h"
+#include "json.h"
 #include "log.h"
 #include "manifest.h"
 #include "pack.h"
@@ -31,12 +32,21 @@ static int verify_dir(const char *dir, int threads, int json)
                 "labels are checked, their pixels are not (repack them to get checksums)",
                 r.shards_unchecked, r.shards, r.images_unchecked);
     if (json) {
-        printf("{\"shards\": %d, \"shards_bad\": %d, \"shards_unchecked\": %d, \"images\": %zu, \"images_bad\": %zu, "
-               "\"images_unchecked\": %zu, \"bytes\": %llu, \"seconds\": %.3f, \"dir\": ",
-               r.shards, r.shards_bad, r.shards_unchecked, r.images, r.images_bad, r.images_unchecked,
-               (unsigned long long)r.bytes, r.seconds);
-        ds_json_string(stdout, dir);
-        printf("}\n");
+        ds_json j;
+        ds_json_init(&j, DS_JSON_SPACED);
+        ds_json_begin(&j, NULL);
+        ds_json_int(&j, "shards", r.shards);
+        ds_json_int(&j, "shards_bad", r.shards_bad);
+        ds_json_int(&j, "shards_unchecked", r.shards_unchecked);
+        ds_json_uint(&j, "images", r.images);
+        ds_json_uint(&j, "images_bad", r.images_bad);
+        ds_json_uint(&j, "images_unchecked", r.images_unchecked);
+        ds_json_uint(&j, "bytes", (unsigned long long)r.bytes);
+        ds_json_double(&j, "seconds", r.seconds, "%.3f");
+        ds_json_string(&j, "dir", dir);
+        ds_json_end(&j);
+        printf("%s\n", ds_json_text(&j));
+        ds_json_free(&j);
     }
     if (rc) ds_err("%s: %d bad shards, %zu bad images (each named above)", dir, r.shards_bad, r.images_bad);
     return rc ? 1 : 0;
@@ -137,11 +147,19 @@ int main(int argc, char **argv)
             r.packed, r.rejected, out, r.shards, r.seconds, rate, ds_cpu_isa_name(ds_cpu_isa_get()));
     if (resume) ds_info("resume: kept %d of %d shards", r.shards_kept, r.shards);
     if (json) {
-        printf("{\"packed\": %zu, \"rejected\": %zu, \"shards\": %d, \"shards_kept\": %d, \"seconds\": %.3f, "
-               "\"images_per_second\": %.1f, \"out\": ",
-               r.packed, r.rejected, r.shards, r.shards_kept, r.seconds, rate);
-        ds_json_string(stdout, out);
-        printf("}\n");
+        ds_json j;
+        ds_json_init(&j, DS_JSON_SPACED);
+        ds_json_begin(&j, NULL);
+        ds_json_uint(&j, "packed", r.packed);
+        ds_json_uint(&j, "rejected", r.rejected);
+        ds_json_int(&j, "shards", r.shards);
+        ds_json_int(&j, "shards_kept", r.shards_kept);
+        ds_json_double(&j, "seconds", r.seconds, "%.3f");
+        ds_json_double(&j, "images_per_second", rate, "%.1f");
+        ds_json_string(&j, "out", out);
+        ds_json_end(&j);
+        printf("%s\n", ds_json_text(&j));
+        ds_json_free(&j);
     }
     status = 0;
     if ((long long)r.rejected > max_reject) {

@@ -4,6 +4,7 @@
  * split's classes.txt. */
 #include "cli.h"
 #include "fsutil.h"
+#include "json.h"
 #include "log.h"
 #include "manifest.h"
 #include "materialize.h"
@@ -136,21 +137,33 @@ static void print_json(const ds_split_tree *t, size_t ntrain, size_t nval, int e
         [DS_SKIP_NOT_IMAGE] = "not_image", [DS_SKIP_DIR] = "nested_dir",
         [DS_SKIP_ROOT_FILE] = "root_file",
     };
-    printf("{\"root\": ");
-    ds_json_string(stdout, t->root);
-    printf(", \"classes\": %d, \"images\": %zu, \"train\": %zu, \"val\": %zu, \"empty_classes\": %d, "
-           "\"seed\": %lld, \"val_fraction\": %.15g, \"skipped\": {",
-           t->nclasses, t->nimages, ntrain, nval, empty, seed, val_fraction);
-    for (int k = 0; k < DS_SKIP_KINDS; k++) printf("%s\"%s\": %zu", k ? ", " : "", keys[k], t->skipped[k]);
-    printf("}, \"materialized\": ");
+    ds_json j;
+    ds_json_init(&j, DS_JSON_SPACED);
+    ds_json_begin(&j, NULL);
+    ds_json_string(&j, "root", t->root);
+    ds_json_int(&j, "classes", t->nclasses);
+    ds_json_uint(&j, "images", t->nimages);
+    ds_json_uint(&j, "train", ntrain);
+    ds_json_uint(&j, "val", nval);
+    ds_json_int(&j, "empty_classes", empty);
+    ds_json_int(&j, "seed", seed);
+    ds_json_double(&j, "val_fraction", val_fraction, "%.15g");
+    ds_json_begin(&j, "skipped");
+    for (int k = 0; k < DS_SKIP_KINDS; k++) ds_json_uint(&j, keys[k], t->skipped[k]);
+    ds_json_end(&j);
     if (mat_abs) {
-        printf("{\"dir\": ");
-        ds_json_string(stdout, mat_abs);
-        printf(", \"how\": \"%s\", \"placed\": %zu, \"present\": %zu}", how_name, placed, present);
+        ds_json_begin(&j, "materialized");
+        ds_json_string(&j, "dir", mat_abs);
+        ds_json_string(&j, "how", how_name);
+        ds_json_uint(&j, "placed", placed);
+        ds_json_uint(&j, "present", present);
+        ds_json_end(&j);
     } else {
-        printf("null");
+        ds_json_null(&j, "materialized");
     }
-    printf("}\n");
+    ds_json_end(&j);
+    printf("%s\n", ds_json_text(&j));
+    ds_json_free(&j);
 }
 
 /* A file of the output directory that must hold these classes: written when absent, kept
@@ -212,10 +225,17 @@ static int run_valset(int npos, char **pos)
         if (v.left_out) ds_info("left out %zu images of classes outside %s (--subset)", v.left_out, classes_file);
         if (v.unused_classes) ds_warn("%zu of the %d classes have no validation image", v.unused_classes, nclasses);
         if (json) {
-            printf("{\"images\": %zu, \"left_out\": %zu, \"classes\": %d, \"classes_without_images\": %zu, \"root\": ",
-                   v.n, v.left_out, nclasses, v.unused_classes);
-            ds_json_string(stdout, v.root);
-            printf("}\n");
+            ds_json j;
+            ds_json_init(&j, DS_JSON_SPACED);
+            ds_json_begin(&j, NULL);
+            ds_json_uint(&j, "images", v.n);
+            ds_json_uint(&j, "left_out", v.left_out);
+            ds_json_int(&j, "classes", nclasses);
+            ds_json_uint(&j, "classes_without_images", v.unused_classes);
+            ds_json_string(&j, "root", v.root);
+            ds_json_end(&j);
+            printf("%s\n", ds_json_text(&j));
+            ds_json_free(&j);
         }
     }
     ds_valset_free(&v);
