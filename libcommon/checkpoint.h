@@ -8,36 +8,12 @@
  *   /classes            vlen UTF-8 string [num_classes], class names in label order
  *   /metrics            compound [epochs]: epoch, train_loss, val_top1, val_top5,
  *                       images_per_s, seconds (one row per finished epoch)
- *   root attributes, as written (a reader takes any integer or float width, fixed or
- *   variable-length strings):
- *     ds_format int32 1, ds_kind "checkpoint"    the header of every ds file (h5util.h)
- *     arch string, num_classes int32             the network
- *     input_size int32                           the crop it was trained at (0: not recorded)
- *     mean, std float32[3]                       input normalisation, on the 0..1 scale
- *     epoch int64, step int64                    finished epochs, global optimizer steps
- *     seed uint64                                --seed
- *     world_size int32, global_batch int32       ranks, batch x ranks x accum (0: not recorded;
- *                                                world_size 0: weights that never trained here)
- *     config string                              JSON of every dstrain option
- *     data_height int64, data_width int64        the training shards' stored size, at which
- *     data_fit string ("crop" or "squash")       dseval decodes a manifest (dstrain writes them)
- *     epoch_loss_sum float64                     the running epoch's sum of step losses and
- *     epoch_seconds float64                      its training seconds (resume inside an epoch)
- *     crop_ramp int64[4]                         progressive resizing: --min-crop (0: none),
- *                                                --ramp-start, --ramp-end, --crop-step
- *     bn_bias_decay int32                        1: weight decay on BN weights / biases and
- *                                                fc.bias too, 0: not on them
- *                                                (these two: dstrain; --resume takes them)
- *     anything else                              extras: kept and rewritten, read by no tool
- *                                                (dstrain adds lr_effective, device, precision)
- *
- * What a use needs (ds_ckpt_meta_require; the rest may be missing, as a converted or
- * hand-written file often has it, but what is there must be well formed):
- *   every use     ds_format, ds_kind, arch, num_classes, /model (loading checks each tensor)
- *   evaluation    + input_size (non-zero), mean, std
- *   --init        nothing more
- *   --resume      + mean, std, epoch, step, seed, world_size and global_batch (non-zero),
- *                 epoch_loss_sum, epoch_seconds, /classes
+ *   root attributes: one table in checkpoint.c (name, file and memory type, range, when it
+ *   may be missing, which uses need it), which the writer, the reader, the requirement
+ *   check and DESIGN §2's table (checked by test_checkpoint) all follow. A reader takes any
+ *   integer or float width and fixed or variable-length strings; an attribute outside the
+ *   table is an extra: kept and rewritten, read by no tool (dstrain adds lr_effective,
+ *   device, precision).
  *
  * Files are written with object time tracking off to NAME.tmp, then fsynced and renamed:
  * the same state gives the same bytes, and a crash never leaves a half checkpoint.
@@ -48,6 +24,7 @@
 #define DS_CHECKPOINT_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "model.h"
 
@@ -67,20 +44,6 @@ typedef struct {
     char *s;               /* owned by the meta */
 } ds_ckpt_attr;
 
-/* Which of the root attributes that may be missing the file held (ds_ckpt_meta.found). */
-enum {
-    DS_CKPT_HAS_INPUT_SIZE = 1 << 0,
-    DS_CKPT_HAS_MEAN = 1 << 1,
-    DS_CKPT_HAS_STD = 1 << 2,
-    DS_CKPT_HAS_EPOCH = 1 << 3,
-    DS_CKPT_HAS_STEP = 1 << 4,
-    DS_CKPT_HAS_SEED = 1 << 5,
-    DS_CKPT_HAS_WORLD_SIZE = 1 << 6,
-    DS_CKPT_HAS_GLOBAL_BATCH = 1 << 7,
-    DS_CKPT_HAS_EPOCH_SUMS = 1 << 8,   /* epoch_loss_sum and epoch_seconds, both */
-    DS_CKPT_HAS_CLASSES = 1 << 9,
-};
-
 typedef struct {
     char arch[32];
     int num_classes;
@@ -99,7 +62,8 @@ typedef struct {
     int64_t crop_ramp[4];  /* --min-crop (0: no ramp), --ramp-start, --ramp-end, --crop-step;
                               step 0: not recorded, not written */
     int bn_bias_decay;     /* 1 / 0 (--[no-]bn-bias-decay); -1: not recorded, not written */
-    unsigned found;        /* DS_CKPT_HAS_* bits, set by reading; the writer ignores them */
+    unsigned found;        /* which attributes the file held, by reading (ds_ckpt_meta_has) */
+    int has_classes;       /* the file held /classes */
     char *config;          /* JSON of the full option set; NULL: "{}" */
     char **classes;        /* [num_classes] or NULL (then "class<i>" names are written) */
     ds_metrics_row *metrics;
@@ -134,6 +98,11 @@ int ds_ckpt_read_meta(const char *path, ds_ckpt_meta *meta);
 
 /* What a checkpoint is read for; each needs its own attributes (the table above). */
 typedef enum { DS_CKPT_FOR_EVAL, DS_CKPT_FOR_INIT, DS_CKPT_FOR_RESUME } ds_ckpt_use;
+/* 1 when the file meta was read from held the attribute (for those where 0 means "not
+ * recorded": a non-zero value), or "/classes" the dataset. */
+int ds_ckpt_meta_has(const ds_ckpt_meta *meta, const char *name);
+/* Prints the attribute table as the rows of DESIGN §2's (name, type, meaning, needed by). */
+void ds_ckpt_attributes_doc(FILE *out);
 /* 0 when meta (as read from path) has what `use` needs; else -1 and a message naming the
  * file, the use and the missing attribute. */
 int ds_ckpt_meta_require(const ds_ckpt_meta *meta, const char *path, ds_ckpt_use use);

@@ -124,10 +124,13 @@ static void test_round_trip(void)
     CHECK(got.epoch_loss_sum == 12.25 && got.epoch_seconds == 3.5, "epoch sums");
     CHECK(!ds_ckpt_meta_get(&got, "data_height") && !ds_ckpt_meta_get(&got, "epoch_seconds"),
           "a typed field also read as an extra");
-    CHECK(got.found == (DS_CKPT_HAS_INPUT_SIZE | DS_CKPT_HAS_MEAN | DS_CKPT_HAS_STD | DS_CKPT_HAS_EPOCH |
-                        DS_CKPT_HAS_STEP | DS_CKPT_HAS_SEED | DS_CKPT_HAS_WORLD_SIZE | DS_CKPT_HAS_GLOBAL_BATCH |
-                        DS_CKPT_HAS_EPOCH_SUMS | DS_CKPT_HAS_CLASSES),
-          "found bits %#x", got.found);
+    static const char *const held[] = {"arch", "num_classes", "input_size", "mean", "std", "epoch", "step", "seed",
+                                       "world_size", "global_batch", "config", "data_height", "data_width",
+                                       "data_fit", "epoch_loss_sum", "epoch_seconds", "/classes"};
+    for (size_t i = 0; i < sizeof held / sizeof *held; i++)
+        CHECK(ds_ckpt_meta_has(&got, held[i]), "%s not seen in the file", held[i]);
+    CHECK(!ds_ckpt_meta_has(&got, "crop_ramp") && !ds_ckpt_meta_has(&got, "bn_bias_decay"),
+          "settings the run did not record seen as held");
     for (int use = DS_CKPT_FOR_EVAL; use <= DS_CKPT_FOR_RESUME; use++)
         CHECK(ds_ckpt_meta_require(&got, "a.h5", (ds_ckpt_use)use) == 0, "a full checkpoint refused for use %d", use);
     ds_ckpt_meta_free(&got);
@@ -189,17 +192,33 @@ static void test_uses(void)
 
     ds_ckpt_meta meta;
     CHECK(ds_ckpt_read_meta(path_in("bare.h5"), &meta) == 0, "a bare checkpoint's metadata refused");
-    CHECK(meta.found == 0 && meta.world_size == 0 && !meta.classes && meta.num_classes == 5, "found %#x", meta.found);
+    CHECK(!ds_ckpt_meta_has(&meta, "world_size") && !ds_ckpt_meta_has(&meta, "input_size") &&
+              !ds_ckpt_meta_has(&meta, "/classes") && meta.world_size == 0 && !meta.classes && meta.num_classes == 5,
+          "a bare file's fields seen as held");
     fprintf(stderr, "  ");
     CHECK(ds_ckpt_meta_require(&meta, "bare.h5", DS_CKPT_FOR_INIT) == 0, "--init refused");
     CHECK(ds_ckpt_meta_require(&meta, "bare.h5", DS_CKPT_FOR_EVAL) != 0, "evaluation accepted");
     fprintf(stderr, "  ");
     CHECK(ds_ckpt_meta_require(&meta, "bare.h5", DS_CKPT_FOR_RESUME) != 0, "--resume accepted");
-    meta.found |= DS_CKPT_HAS_INPUT_SIZE | DS_CKPT_HAS_MEAN | DS_CKPT_HAS_STD;
+    ds_ckpt_meta_free(&meta);
+    /* with input_size, mean and std it evaluates (and still does not resume) */
+    h = H5Fopen(path_in("bare.h5"), H5F_ACC_RDWR, H5P_DEFAULT);
+    int input = 16;
+    float three[3] = {0.5f, 0.5f, 0.5f};
+    hsize_t d3[1] = {3};
+    hid_t sp3 = H5Screate_simple(1, d3, NULL);
+    sp = H5Screate(H5S_SCALAR);
+    at = H5Acreate2(h, "input_size", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(at, H5T_NATIVE_INT, &input), H5Aclose(at);
+    at = H5Acreate2(h, "mean", H5T_IEEE_F32LE, sp3, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(at, H5T_NATIVE_FLOAT, three), H5Aclose(at);
+    at = H5Acreate2(h, "std", H5T_IEEE_F32LE, sp3, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(at, H5T_NATIVE_FLOAT, three), H5Aclose(at);
+    H5Sclose(sp3), H5Sclose(sp), H5Fclose(h);
+    CHECK(ds_ckpt_read_meta(path_in("bare.h5"), &meta) == 0, "bare + input_size, mean, std refused");
     CHECK(ds_ckpt_meta_require(&meta, "bare.h5", DS_CKPT_FOR_EVAL) == 0, "evaluation refused");
-    meta.found = ~0u & ~(unsigned)DS_CKPT_HAS_WORLD_SIZE;
     fprintf(stderr, "  ");
-    CHECK(ds_ckpt_meta_require(&meta, "bare.h5", DS_CKPT_FOR_RESUME) != 0, "--resume without world_size accepted");
+    CHECK(ds_ckpt_meta_require(&meta, "bare.h5", DS_CKPT_FOR_RESUME) != 0, "--resume accepted");
     ds_ckpt_meta_free(&meta);
     check_end();
 }
@@ -299,9 +318,37 @@ static void test_refusals(void)
     check_end();
 }
 
+/* DESIGN §2's attribute table is the code's: the rows checkpoint.c prints from its table
+ * are the document's rows, in order (the "anything else" row aside). */
+static void test_design_table(void)
+{
+    check_begin("design_table_is_the_codes");
+    char path[512], *doc = NULL, *mine = NULL;
+    snprintf(path, sizeof path, "%s/docs/DESIGN.md", getenv("DS_ROOT") ? getenv("DS_ROOT") : ".");
+    size_t len = 0, mlen = 0;
+    char *text = ds_read_file(path, &len);
+    CHECK(text != NULL, "%s unreadable", path);
+    const char *head = text ? strstr(text, "| attribute | type | meaning | needed by |\n|---|---|---|---|\n") : NULL;
+    CHECK(head != NULL, "no attribute table in %s", path);
+    if (head) {
+        head = strchr(strchr(head, '\n') + 1, '\n') + 1;
+        const char *end = strstr(head, "| anything else |");
+        doc = strndup(head, end ? (size_t)(end - head) : 0);
+    }
+    FILE *f = open_memstream(&mine, &mlen);
+    ds_ckpt_attributes_doc(f);
+    fclose(f);
+    CHECK(doc && !strcmp(doc, mine), "DESIGN §2 differs from checkpoint.c's table; the code's rows:\n%s", mine);
+    free(doc);
+    free(mine);
+    free(text);
+    check_end();
+}
+
 int main(void)
 {
     ds_log_init("test_checkpoint");
+    test_design_table();
     snprintf(dir, sizeof dir, "%s/test_checkpoint.XXXXXX", getenv("DS_TEST_TMP") ? getenv("DS_TEST_TMP") : "/tmp");
     if (!mkdtemp(dir)) return 1;
     test_round_trip();
