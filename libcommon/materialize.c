@@ -14,14 +14,14 @@
 
 static const char *how_names[] = {"symlink", "hardlink", "copy", "move"};
 
-int ds_mat_how_parse(const char *s)
+int ds_materialize_how_parse(const char *s)
 {
     for (int i = 0; i < 4; i++)
         if (!strcmp(s, how_names[i])) return i;
     return -1;
 }
 
-const char *ds_mat_how_name(ds_mat_how how) { return how_names[how]; }
+const char *ds_materialize_how_name(ds_materialize_how how) { return how_names[how]; }
 
 /* dir/.name.dsplit-tmp: hidden, so a scan of a half-built tree never takes it for an image. */
 static char *tmp_name_for(const char *dst)
@@ -109,7 +109,7 @@ static int exists_differs(const char *dst, const char *src)
     return ds_err("%s already exists and is not %s (remove it, or materialize into a new directory)", dst, src);
 }
 
-int ds_materialize_file(const char *src, const char *dst, const char *other, ds_mat_how how)
+int ds_materialize_file(const char *src, const char *dst, const char *other, ds_materialize_how how)
 {
     struct stat ss, ds;
     int have_dst = lstat(dst, &ds) == 0;
@@ -121,7 +121,7 @@ int ds_materialize_file(const char *src, const char *dst, const char *other, ds_
         return ds_err("%s is in %s from an earlier run with other --seed or --val; rerun with those "
                       "options or materialize into a new directory", src, other);
 
-    if (how == DS_MAT_MOVE) {
+    if (how == DS_MATERIALIZE_MOVE) {
         if (lstat(src, &ss)) {
             if (errno != ENOENT) return ds_err("%s: %s", src, strerror(errno));
             if (have_dst) return 1;  /* moved by an earlier, interrupted run */
@@ -146,7 +146,7 @@ int ds_materialize_file(const char *src, const char *dst, const char *other, ds_
 
     if (stat(src, &ss)) return ds_err("%s: %s", src, strerror(errno));
     switch (how) {
-    case DS_MAT_SYMLINK:
+    case DS_MATERIALIZE_SYMLINK:
         if (have_dst) {
             char target[PATH_MAX + 1];
             ssize_t l = S_ISLNK(ds.st_mode) ? readlink(dst, target, PATH_MAX) : -1;
@@ -156,7 +156,7 @@ int ds_materialize_file(const char *src, const char *dst, const char *other, ds_
         }
         if (symlink(src, dst)) return ds_err("cannot link %s to %s: %s", dst, src, strerror(errno));
         return 0;
-    case DS_MAT_HARDLINK:
+    case DS_MATERIALIZE_HARDLINK:
         if (have_dst) {
             if (stat(dst, &ds) == 0 && ds.st_dev == ss.st_dev && ds.st_ino == ss.st_ino) return 1;
             return exists_differs(dst, src);
@@ -168,7 +168,7 @@ int ds_materialize_file(const char *src, const char *dst, const char *other, ds_
             return ds_err("cannot hard-link %s to %s: %s", dst, src, strerror(errno));
         }
         return 0;
-    case DS_MAT_COPY:
+    case DS_MATERIALIZE_COPY:
         if (have_dst) {
             if (S_ISREG(ds.st_mode) && ds.st_size == ss.st_size) return 1;
             return exists_differs(dst, src);
@@ -181,7 +181,7 @@ int ds_materialize_file(const char *src, const char *dst, const char *other, ds_
 
 int ds_materialize(const char *dir, const char *split, const char *other_split, const char *root,
                    char *const *classes, int nclasses, const ds_manifest_entry *e, size_t n,
-                   ds_mat_how how, ds_progress *p, size_t *placed, size_t *present)
+                   ds_materialize_how how, ds_progress *p, size_t *placed, size_t *present)
 {
     char *base = ds_path_join(dir, split);
     char *obase = other_split ? ds_path_join(dir, other_split) : NULL;

@@ -16,17 +16,22 @@
 
 #include <stddef.h>
 
-typedef enum { DS_MAT_SYMLINK, DS_MAT_HARDLINK, DS_MAT_COPY, DS_MAT_MOVE } ds_mat_how;
+typedef enum {
+    DS_MATERIALIZE_SYMLINK,
+    DS_MATERIALIZE_HARDLINK,
+    DS_MATERIALIZE_COPY,
+    DS_MATERIALIZE_MOVE
+} ds_materialize_how;
 
 /* "symlink|hardlink|copy|move" -> mode; -1 for anything else. */
-int ds_mat_how_parse(const char *s);
-const char *ds_mat_how_name(ds_mat_how how);
+int ds_materialize_how_parse(const char *s);
+const char *ds_materialize_how_name(ds_materialize_how how);
 
 /* Puts src at dst by `how`. Returns 0 when placed, 1 when dst already held it, -1 (with a
  * message naming the file) on error. `other` is the destination in the other split (or
  * NULL); for a move whose source is gone it tells an earlier run with other options apart
  * from a missing file. */
-int ds_materialize_file(const char *src, const char *dst, const char *other, ds_mat_how how);
+int ds_materialize_file(const char *src, const char *dst, const char *other, ds_materialize_how how);
 
 /* Places root/<path> at dir/<split>/<path> for every entry, creating dir/<split>/<class>
  * for all classes (an empty one too, so labels read from the folders stay the same).
@@ -34,7 +39,7 @@ int ds_materialize_file(const char *src, const char *dst, const char *other, ds_
  * kinds of success. */
 int ds_materialize(const char *dir, const char *split, const char *other_split, const char *root,
                    char *const *classes, int nclasses, const ds_manifest_entry *e, size_t n,
-                   ds_mat_how how, ds_progress *p, size_t *placed, size_t *present);
+                   ds_materialize_how how, ds_progress *p, size_t *placed, size_t *present);
 
 /* For a rerun after an interrupted move: the paths of the manifests train.txt and val.txt
  * in out_dir (when there are any) whose source root/<path> is gone but which sit at

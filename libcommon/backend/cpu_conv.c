@@ -405,6 +405,22 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
     }
 }
 
+/* Adds the weight gradient's group partials to dw: each element's groups summed in group
+ * order, then added to dw once, so the result is the same for any thread count (the order
+ * the bitwise promise of docs/DESIGN.md §7 rests on, written once). The partials lie
+ * part_stride apart, each [k, rsc] or, transposed, [rsc, k]. */
+static void sum_groups(float *dw, const float *part, int groups, long part_stride, int k, long rsc, int transposed)
+{
+    const long krsc = k * rsc;
+#pragma omp parallel for schedule(static) num_threads(conv_threads())
+    for (long i = 0; i < krsc; i++) {
+        const long at = transposed ? i % rsc * k + i / rsc : i;   /* dw[i]: output channel i / rsc */
+        float s = part[at];
+        for (int g = 1; g < groups; g++) s += part[g * part_stride + at];
+        dw[i] += s;
+    }
+}
+
 void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws)
 {
     const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c, krsc = d->k * rsc;
@@ -449,22 +465,7 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
                 }
             }
         }
-        // Groups summed in group order into the first, then added to dw (transposed when
-        // the partials are [rsc, k]).
-#pragma omp parallel for schedule(static) num_threads(conv_threads())
-        for (long i = 0; i < krsc; i++) {
-            float s = part[i];
-            for (int g = 1; g < g_rows; g++) s += part[g * part_stride + i];
-            if (by_k)
-                dw[i] += s;
-            else
-                part[i] = s;
-        }
-        if (!by_k) {
-#pragma omp parallel for schedule(static) num_threads(conv_threads())
-            for (int k = 0; k < d->k; k++)
-                for (long j = 0; j < rsc; j++) dw[k * rsc + j] += part[j * d->k + k];
-        }
+        sum_groups(dw, part, g_rows, part_stride, d->k, rsc, !by_k);
         return;
     }
 
@@ -491,21 +492,5 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
                 ds_sgemm_small(d->k, (int)rsc, mr, a, 1, ld, col, rsc, pg, rsc, ch != c0);
         }
     }
-    // Groups summed in group order: the same result for any thread count.
-    if (small) {
-#pragma omp parallel for schedule(static) num_threads(conv_threads())
-        for (int k = 0; k < d->k; k++)
-            for (long j = 0; j < rsc; j++) {
-                float s = part[j * d->k + k];
-                for (int g = 1; g < groups; g++) s += part[g * part_stride + j * d->k + k];
-                dw[k * rsc + j] += s;
-            }
-        return;
-    }
-#pragma omp parallel for schedule(static) num_threads(conv_threads())
-    for (long i = 0; i < krsc; i++) {
-        float s = part[i];
-        for (int g = 1; g < groups; g++) s += part[g * part_stride + i];
-        dw[i] += s;
-    }
+    sum_groups(dw, part, groups, part_stride, d->k, rsc, small);
 }

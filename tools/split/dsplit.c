@@ -257,7 +257,7 @@ int main(int argc, char **argv)
         return run_valset(npos, pos);
     if (npos != 1) ds_usage_error(&cli, npos ? "unexpected argument '%s'" : "missing argument: ROOT", pos[npos > 1]);
     if (ds_cli_given(&cli, "how") && !mat_dir) ds_usage_error(&cli, "--how needs --materialize DIR");
-    ds_mat_how how = (ds_mat_how)ds_mat_how_parse(how_name);
+    ds_materialize_how how = (ds_materialize_how)ds_materialize_how_parse(how_name);
     double t0 = ds_now();
 
     ds_split_tree t;
@@ -271,7 +271,7 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    if (mat_abs && how == DS_MAT_MOVE) {
+    if (mat_abs && how == DS_MATERIALIZE_MOVE) {
         /* Files an interrupted move already took out of ROOT still belong to the split. */
         char **moved;
         size_t nmoved;
@@ -296,7 +296,7 @@ int main(int argc, char **argv)
     ds_split_assign(&t, val_fraction, (uint64_t)seed, &train, &ntrain, &val, &nval);
 
     char *train_root = ds_xstrdup(t.root), *val_root = ds_xstrdup(t.root);
-    if (mat_abs && how == DS_MAT_MOVE) {
+    if (mat_abs && how == DS_MATERIALIZE_MOVE) {
         free(train_root);
         free(val_root);
         train_root = ds_path_join(mat_abs, "train");
