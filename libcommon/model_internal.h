@@ -1,0 +1,105 @@
+/* model_internal: the model's inside, shared by its two files (private to them): model_build.c
+ * makes the layer list of an architecture and plans memory and buckets once; model.c runs
+ * it (lifecycle, tensors, init, forward, backward, the step). */
+#ifndef DS_MODEL_INTERNAL_H
+#define DS_MODEL_INTERNAL_H
+
+#include "model.h"
+
+typedef struct {
+    const char *name;
+    int bottleneck;        /* 1: 1x1-3x3-1x1 blocks with expansion 4; 0: two 3x3 */
+    int cifar;             /* 1: 3x3/1 stem of 16 channels, no max pool */
+    int nstages;
+    int blocks[4];
+} ds_arch;
+
+/* The architecture named, or NULL. */
+const ds_arch *ds_model_arch_find(const char *name);
+
+typedef enum { L_CONV, L_BN, L_MAXPOOL, L_AVGPOOL, L_LINEAR } ds_layer_type;
+
+/* An activation tensor [n, h, w, c]; n is the run-time batch. */
+typedef struct {
+    int h, w, c;
+    size_t off;            /* floats into the activation allocation */
+    int grad_slot;         /* backward: gradient slot; -1 none (the input), -2 the dlogits buffer */
+} ds_act;
+
+typedef struct {
+    ds_layer_type type;
+    int in, out, res;      /* activation ids; res: BN's residual input, -1 when none */
+    int relu;
+    int weight, bias;      /* tensor ids: conv weight; BN gamma, beta; linear weight, bias */
+    int rmean, rvar, bn;   /* BN: running-stat tensor ids and BN index (num_batches_tracked) */
+    ds_conv_desc conv;     /* n set at run time */
+    ds_pool_desc pool;
+    size_t stats;          /* BN: activation offset of this micro-batch's mean, var, invstd [3, c] */
+    int in_acc, res_acc;   /* backward: another consumer already wrote that input's gradient,
+                              so this layer writes to the scratch slot and adds */
+} ds_layer;
+
+/* Where a named tensor lives: offset in floats into the parameter allocation (the same
+ * offset holds its gradient / statistic in the reduction buffer and its momentum). */
+typedef struct {
+    size_t off;
+    int conv;              /* OHWI inside, OIHW in PyTorch */
+    int bn;                /* COUNTER: BN index */
+} ds_tensor_loc;
+
+struct ds_model {
+    const ds_backend *be;
+    ds_model_config cfg;   /* the planned (largest) input size */
+    char arch[32];
+    int in_h, in_w;        /* the input size forward / backward run at now */
+
+    ds_layer *layers;
+    int nlayers;
+    ds_act *acts;
+    int nacts;
+    ds_tensor_info *tinfo;
+    ds_tensor_loc *tloc;
+    int ntensors;
+    int nbn;
+    int64_t *bn_tracked;   /* [nbn] num_batches_tracked, host */
+
+    size_t nparam, nbuffer;        /* floats: learnables, BN running buffers */
+    float *params;                 /* [nparam + nbuffer] */
+    float *reduction;              /* [nparam + nbuffer]: gradients, BN statistic sums */
+    float *momentum;               /* [nparam] */
+    float *act;                    /* activation allocation */
+    void *ws;
+    size_t act_floats, ws_bytes;
+    size_t scratch_off, grads_off;  /* scratch slot; gradient slot k at grads_off + k slot_floats */
+    size_t slot_floats;
+    size_t dlogits_off, loss_off, labels_off;
+    int logits;                    /* act id */
+    float *loss_host;              /* [max_batch] */
+
+    int momentum_started;
+    int last_n, last_training;     /* the last forward, for backward's checks */
+
+    struct {
+        size_t lo, hi;             /* floats of the reduction buffer */
+        int ready;                 /* complete once backward has run layer `ready` (nlayers: before) */
+    } *buckets;                    /* in start order: from the buffer's end towards its start */
+    int nbuckets;
+    double last_layer_t;           /* ds_now() as the last reducing backward began layer 0 */
+    uint64_t last_layer_event;     /* ds_event_seq() then */
+};
+
+#define ALIGN_FLOATS 64            /* 256 bytes: every region starts aligned for any backend */
+static inline size_t align_up(size_t x) { return (x + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS; }
+
+static inline size_t act_size(const ds_act *a) { return (size_t)a->h * a->w * a->c; }
+
+/* Builds m's layer list and tensors for architecture A at m->cfg's input size (m->acts[0]
+ * the input); -1 when the input is too small for the network. */
+int ds_model_build_network(ds_model *m, const ds_arch *A);
+/* Places parameters, buffers, activations and the workspace (asking the backend for each
+ * convolution's); -1 with a message when a layer cannot be planned. */
+int ds_model_plan_memory(ds_model *m);
+/* Cuts the reduction buffer into the buckets of a reducing backward. */
+void ds_model_plan_buckets(ds_model *m);
+
+#endif
