@@ -45,7 +45,7 @@ int ds_evaluate(ds_model *m, ds_loader *L, ds_feed *feed, const ds_eval_options 
     size_t done = 0;
     ds_batch *b;
     while (rc == 0 && (rc = ds_loader_next(L, &b)) == 1) {
-        rc = ds_feed_batch(feed, m, b, o->crop, o->mean, o->std);
+        rc = ds_feed_batch(feed, m, b, o->mean, o->std);
         if (rc == 0) {
             const float *logits = ds_model_forward(m, b->n, 0);
             be->download(host, logits, (size_t)b->n * C * sizeof *host);

@@ -10,8 +10,7 @@
 #include "topk.h"
 
 typedef struct {
-    float mean[3], std[3];   /* input normalisation (the checkpoint's) */
-    int crop;                /* the model's input size */
+    float mean[3], std[3];   /* input normalisation (the checkpoint's); the crop is the loader's */
     float *logits;           /* optional host [ds_loader_eval_count, num_classes]: this rank's
                                 logits in data order */
     uint8_t *valid;          /* optional host [ds_loader_eval_count]: 0 for undecodable images */

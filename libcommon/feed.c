@@ -41,11 +41,15 @@ void ds_feed_free(ds_feed *f)
     memset(f, 0, sizeof *f);
 }
 
-int ds_feed_batch(ds_feed *f, ds_model *m, const ds_batch *b, int crop, const float mean[3], const float std[3])
+int ds_feed_batch(ds_feed *f, ds_model *m, const ds_batch *b, const float mean[3], const float std[3])
 {
     if (b->n > f->batch || b->height != f->height || b->width != f->width)
         return ds_err("feed: batch of %d %dx%d images does not fit the %d %dx%d planned", b->n, b->height, b->width,
                       f->batch, f->height, f->width);
+    const int crop = b->crop;
+    int h, w;
+    ds_model_input_size(m, &h, &w);
+    if ((h != crop || w != crop) && ds_model_set_input_size(m, crop, crop)) return -1;
     const ds_backend *be = f->be;
     const uint8_t *img = b->images, *flip = b->flip;
     const int32_t *y0 = b->y0, *x0 = b->x0, *bh = b->bh, *bw = b->bw;

@@ -23,7 +23,9 @@ typedef struct {
 /* For batches of up to `batch` images of height x width (the loader's batch size). */
 int ds_feed_init(ds_feed *f, const ds_backend *be, int batch, int height, int width);
 void ds_feed_free(ds_feed *f);
-/* Writes batch b, cropped to crop x crop (the model's input size), into the model's input. */
-int ds_feed_batch(ds_feed *f, ds_model *m, const ds_batch *b, int crop, const float mean[3], const float std[3]);
+/* Writes batch b, cut to its crop x crop, into the model's input, first setting the model's
+ * input size to the batch's crop when it is another (ds_model_set_input_size: progressive
+ * resizing, validation at another crop): the crop travels with the batch. */
+int ds_feed_batch(ds_feed *f, ds_model *m, const ds_batch *b, const float mean[3], const float std[3]);
 
 #endif

@@ -177,6 +177,7 @@ static int fill(ds_loader *L, int worker, slot *sl, int64_t j)
     ds_source *src = L->src;
     size_t B = (size_t)c->batch;
     b->epoch = L->epoch;
+    b->crop = c->crop;
     if (c->train) {
         int64_t step = L->first_step + j / c->accum;
         int a = (int)(j % c->accum);

@@ -64,6 +64,7 @@ typedef struct {
     int32_t *labels;     /* [n] */
     int32_t *y0, *x0;    /* [n] box corner within the (padded) image */
     int32_t *bh, *bw;    /* [n] box size: crop x crop unless `resize` */
+    int crop;            /* the network's input this batch is cut to: crop x crop */
     int resize;          /* 1: the boxes are resized to crop x crop (DS_AUGMENT_RRC) */
     uint8_t *flip;       /* [n] */
     uint8_t *valid;      /* [n] 0: the image could not be decoded (manifest); pixels are 0 */

@@ -135,8 +135,8 @@ static void log_failed(void) { ds_warn("metrics.jsonl could not be written; trai
 static int validate(run *r, ds_topk *t, int crop)
 {
     const ds_train_plan *p = r->p;
-    ds_eval_options o = {.crop = crop, .progress = 0};
-    if (ds_loader_set_crop(r->vl, crop) || ds_model_set_input_size(r->m, crop, crop)) return -1;
+    ds_eval_options o = {.progress = 0};
+    if (ds_loader_set_crop(r->vl, crop)) return -1;
     memcpy(o.mean, p->meta->mean, sizeof o.mean);
     memcpy(o.std, p->meta->std, sizeof o.std);
     double secs;
@@ -357,7 +357,7 @@ static int train_loop(run *r)
     for (int64_t e = g / r->S; e < p->epochs; e++) {
         /* progressive resizing: the crop is a function of e alone (resume and ranks agree) */
         r->crop = ds_crop_for_epoch(&p->ramp, e);
-        if (ds_loader_set_crop(r->tl, r->crop) || ds_model_set_input_size(m, r->crop, r->crop)) return -1;
+        if (ds_loader_set_crop(r->tl, r->crop)) return -1;   /* the batches carry it to the model */
         if (ds_loader_start(r->tl, e, g % r->S)) return -1;
         r->epoch_t0 = ds_now();
         r->epoch_wait0 = ds_loader_wait_seconds(r->tl);
@@ -381,7 +381,7 @@ static int train_loop(run *r)
                 ds_model_reduce_wait(m);
                 if (lc->rank != 0) ds_model_zero_reduction(m);
             }
-            if (ds_feed_batch(&r->tf, m, b, r->crop, p->meta->mean, p->meta->std)) {
+            if (ds_feed_batch(&r->tf, m, b, p->meta->mean, p->meta->std)) {
                 ds_loader_release(r->tl, b);
                 return -1;
             }

@@ -110,7 +110,7 @@ int main(int argc, char **argv)
     if (be->kernel_set) snprintf(kernels, sizeof kernels, ", %s kernels", be->kernel_set());
     ds_info("%s (%s, %d classes) on %s: %zu images, %s (%d threads%s)", ckpt, meta.arch, meta.num_classes, data,
             src.n, be->name, omp_get_max_threads(), kernels);
-    ds_eval_options eo = {.crop = input, .progress = ds_cli_progress_mode()};
+    ds_eval_options eo = {.progress = ds_cli_progress_mode()};
     char protocol[96];
     int standard = ds_eval_protocol(protocol, sizeof protocol, &src, input);
     memcpy(eo.mean, meta.mean, sizeof eo.mean);
