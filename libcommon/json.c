@@ -34,6 +34,13 @@ char *ds_json_release(ds_json *j)
     return s;
 }
 
+int ds_json_print(ds_json *j, FILE *f)
+{
+    int rc = fprintf(f, "%s\n", j->buf) < 0 ? -1 : 0;
+    ds_json_free(j);
+    return rc;
+}
+
 static void put(ds_json *j, const char *s, size_t n)
 {
     if (j->len + n + 1 > j->cap) {

@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef enum { DS_JSON_SPACED, DS_JSON_COMPACT } ds_json_style;
 
@@ -39,6 +40,8 @@ void ds_json_free(ds_json *j);
 const char *ds_json_text(const ds_json *j);
 /* The text, handed to the caller (free it); j is left empty. */
 char *ds_json_release(ds_json *j);
+/* Prints the text and a newline to f (a --json result), then frees j; -1 when f fails. */
+int ds_json_print(ds_json *j, FILE *f);
 
 /* An object: at the top level (key NULL) or as the value of key in the open object. */
 void ds_json_begin(ds_json *j, const char *key);

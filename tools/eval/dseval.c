@@ -154,8 +154,7 @@ int main(int argc, char **argv)
             ds_json_string(&j, "protocol", protocol);
             ds_json_bool(&j, "standard_protocol", standard);
             ds_json_end(&j);
-            printf("%s\n", ds_json_text(&j));
-            ds_json_free(&j);
+            ds_json_print(&j, stdout);
         } else
             printf("top-1 %.2f%%  top-5 %.2f%%  loss %.4f  count %lld  %.0f images/s  protocol: %s%s\n",
                    100 * ds_topk_top1(&t), 100 * ds_topk_top5(&t), ds_topk_loss(&t), (long long)t.count, ips, protocol,

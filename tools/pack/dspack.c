@@ -45,8 +45,7 @@ static int verify_dir(const char *dir, int threads, int json)
         ds_json_double(&j, "seconds", r.seconds, "%.3f");
         ds_json_string(&j, "dir", dir);
         ds_json_end(&j);
-        printf("%s\n", ds_json_text(&j));
-        ds_json_free(&j);
+        ds_json_print(&j, stdout);
     }
     if (rc) ds_err("%s: %d bad shards, %zu bad images (each named above)", dir, r.shards_bad, r.images_bad);
     return rc ? 1 : 0;
@@ -158,8 +157,7 @@ int main(int argc, char **argv)
         ds_json_double(&j, "images_per_second", rate, "%.1f");
         ds_json_string(&j, "out", out);
         ds_json_end(&j);
-        printf("%s\n", ds_json_text(&j));
-        ds_json_free(&j);
+        ds_json_print(&j, stdout);
     }
     status = 0;
     if ((long long)r.rejected > max_reject) {

@@ -162,8 +162,7 @@ static void print_json(const ds_split_tree *t, size_t ntrain, size_t nval, int e
         ds_json_null(&j, "materialized");
     }
     ds_json_end(&j);
-    printf("%s\n", ds_json_text(&j));
-    ds_json_free(&j);
+    ds_json_print(&j, stdout);
 }
 
 /* A file of the output directory that must hold these classes: written when absent, kept
@@ -234,8 +233,7 @@ static int run_valset(int npos, char **pos)
             ds_json_uint(&j, "classes_without_images", v.unused_classes);
             ds_json_string(&j, "root", v.root);
             ds_json_end(&j);
-            printf("%s\n", ds_json_text(&j));
-            ds_json_free(&j);
+            ds_json_print(&j, stdout);
         }
     }
     ds_valset_free(&v);
