@@ -2,10 +2,12 @@
  * checkpoints and stopping.
  *
  * One step: for each of the rank's `accum` micro-batches, feed, forward, and backward with
- * the loss scaled by 1 / G; then ONE allreduce of the model's reduction buffer (gradients
- * and BN statistics) and of the summed loss; then SGD at the schedule's learning rate for
- * this global step. Every rank takes the same decisions (stop, NaN) through ds_comm_any,
- * and only rank 0 writes files.
+ * the loss scaled by 1 / G; the last micro-batch's backward hands the reduction buffer
+ * (gradients and BN statistics) to the backend in buckets as it completes them (on the CPU
+ * with several micro-batches per rank, each micro-batch's, in the global order: model.h);
+ * then the summed loss; then SGD at the schedule's learning rate for this global step.
+ * Every rank takes the same decisions (stop, NaN) through ds_comm_any, and only rank 0
+ * writes files.
  *
  * Position: a run is at global step g; with S full steps per epoch it is in epoch g / S at
  * step g % S. A checkpoint stores g (and the model, momentum and BN buffers), so resuming
