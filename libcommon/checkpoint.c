@@ -147,6 +147,7 @@ typedef struct {
     int after_extras;          /* written after the extras (the byte order of older files) */
     const char *type, *meaning;/* DESIGN §2's columns */
     const char *used_by;       /* its "needed by" column where no use requires it (NULL: from uses) */
+    const char *options[4];    /* the dstrain option each value records, which --resume takes back */
 } ckpt_attr;
 
 static int fit_known(const char *fit) { return !strcmp(fit, "crop") || !strcmp(fit, "squash"); }
@@ -192,11 +193,12 @@ static const ckpt_attr attrs[] = {
      .rule = R_IF_SET, .valid = fit_known, .valid_what = "'crop' or 'squash'", .type = "string",
      .meaning = "their fit, `crop` or `squash` (default: `crop`)", .used_by = "dseval on a manifest"},
     {.name = "crop_ramp", .kind = K_I64, .count = 4, .offset = M(crop_ramp), .rule = R_IF_SET, .max = BIG,
-     .set_index = 3, .after_extras = 1, .type = "int64 [4]",
+     .set_index = 3, .after_extras = 1, .options = {"min-crop", "ramp-start", "ramp-end", "crop-step"},
+     .type = "int64 [4]",
      .meaning = "`--min-crop` (0: none), `--ramp-start`, `--ramp-end` (start ≤ end), `--crop-step` (≥ 1)",
      .used_by = "`--resume` (taken when not given again)"},
     {.name = "bn_bias_decay", .kind = K_I32, .count = 1, .offset = M(bn_bias_decay), .rule = R_IF_SET, .max = 1,
-     .unset = -1, .after_extras = 1, .type = "int32",
+     .unset = -1, .after_extras = 1, .options = {"bn-bias-decay"}, .type = "int32",
      .meaning = "1: weight decay on every parameter; 0: not on BN weights/biases and `fc.bias`",
      .used_by = "`--resume` (taken when not given again)"},
     {.name = "epoch_loss_sum", .kind = K_F64, .count = 1, .offset = M(epoch_loss_sum), .rule = R_OPTIONAL,
@@ -339,6 +341,35 @@ static int attr_index(const char *name)
     for (int i = 0; i < NATTRS; i++)
         if (!strcmp(attrs[i].name, name)) return i;
     return -1;
+}
+
+/* The attribute that records dstrain's --option, and which of its values. */
+static const ckpt_attr *recording(const char *option, int *at)
+{
+    for (int i = 0; i < NATTRS; i++)
+        for (int k = 0; k < 4 && attrs[i].options[k]; k++)
+            if (!strcmp(attrs[i].options[k], option)) return *at = k, &attrs[i];
+    return NULL;
+}
+
+int ds_ckpt_meta_record(ds_ckpt_meta *meta, const char *option, long long value)
+{
+    int k;
+    const ckpt_attr *a = recording(option, &k);
+    if (!a) return -1;
+    if (a->kind == K_I64) ((int64_t *)field(meta, a))[k] = value;
+    else ((int *)field(meta, a))[k] = (int)value;
+    return 0;
+}
+
+int ds_ckpt_meta_recorded(const ds_ckpt_meta *meta, const char *option, long long *value)
+{
+    int k;
+    const ckpt_attr *a = recording(option, &k);
+    if (!a) return -1;
+    if (!ds_ckpt_meta_has(meta, a->name)) return 0;
+    *value = (long long)value_at(meta, a, k);
+    return 1;
 }
 
 int ds_ckpt_meta_has(const ds_ckpt_meta *meta, const char *name)

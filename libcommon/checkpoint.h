@@ -101,6 +101,12 @@ typedef enum { DS_CKPT_FOR_EVAL, DS_CKPT_FOR_INIT, DS_CKPT_FOR_RESUME } ds_ckpt_
 /* 1 when the file meta was read from held the attribute (for those where 0 means "not
  * recorded": a non-zero value), or "/classes" the dataset. */
 int ds_ckpt_meta_has(const ds_ckpt_meta *meta, const char *name);
+/* The run settings a checkpoint records for --resume to take back, by dstrain's option name
+ * (the crop ramp's four, bn-bias-decay): record sets the value a save will write (-1: no
+ * attribute records that option); recorded gives it back from a file that was read: 1 with
+ * *value, 0 when the file lacks it, -1 when no attribute records that option. */
+int ds_ckpt_meta_record(ds_ckpt_meta *meta, const char *option, long long value);
+int ds_ckpt_meta_recorded(const ds_ckpt_meta *meta, const char *option, long long *value);
 /* Prints the attribute table as the rows of DESIGN §2's (name, type, meaning, needed by). */
 void ds_ckpt_attributes_doc(FILE *out);
 /* 0 when meta (as read from path) has what `use` needs; else -1 and a message naming the

@@ -142,22 +142,21 @@ static int check_resume(const char *path, ds_ckpt_meta *rm, const ds_source *tr,
     if (rm->seed != (uint64_t)seed)
         return ds_err("%s: saved with --seed %llu, not %lld: an exact resume needs the same seed", path,
                       (unsigned long long)rm->seed, seed);
-    /* The training options a checkpoint records are taken from it when not given again. */
-    if (rm->bn_bias_decay >= 0) {
-        if (ds_cli_given(&cli, "bn-bias-decay") && bn_bias_decay != rm->bn_bias_decay)
-            return ds_err("%s: saved with --%sbn-bias-decay: an exact resume needs the same", path,
-                          rm->bn_bias_decay ? "" : "no-");
-        bn_bias_decay = rm->bn_bias_decay;
-    }
-    if (rm->crop_ramp[3] > 0) {
-        static const char *const names[4] = {"min-crop", "ramp-start", "ramp-end", "crop-step"};
-        long long *vals[4] = {&min_crop, &ramp_start, &ramp_end, &crop_step};
-        for (int i = 0; i < 4; i++) {
-            if (ds_cli_given(&cli, names[i]) && *vals[i] != rm->crop_ramp[i])
-                return ds_err("%s: saved with --%s %lld, not %lld: an exact resume needs the same crop per epoch",
-                              path, names[i], (long long)rm->crop_ramp[i], *vals[i]);
-            *vals[i] = rm->crop_ramp[i];
+    /* The training options a checkpoint records (checkpoint.c's table says which) are taken
+     * from it when not given again; given again, they must agree. */
+    for (ds_option *o = options; o->name; o++) {
+        long long saved;
+        if (ds_ckpt_meta_recorded(rm, o->name, &saved) != 1) continue;
+        long long now = o->type == DS_OPT_FLAG ? *(int *)o->value : *(long long *)o->value;
+        if (ds_cli_given(&cli, o->name) && now != saved) {
+            if (o->type == DS_OPT_FLAG)
+                return ds_err("%s: saved with --%s%s: an exact resume needs the same", path, saved ? "" : "no-",
+                              o->name);
+            return ds_err("%s: saved with --%s %lld, not %lld: an exact resume needs the same", path, o->name, saved,
+                          now);
         }
+        if (o->type == DS_OPT_FLAG) *(int *)o->value = (int)saved;
+        else *(long long *)o->value = saved;
     }
     return ds_classes_match(tr->classes, tr->num_classes, tr->name, rm->classes, rm->num_classes, path);
 }
@@ -277,9 +276,9 @@ int main(int argc, char **argv)
     meta.data_height = tr.height;
     meta.data_width = tr.width;
     snprintf(meta.data_fit, sizeof meta.data_fit, "%s", tr.fit);
-    meta.crop_ramp[0] = min_crop, meta.crop_ramp[1] = ramp_start, meta.crop_ramp[2] = ramp_end;
-    meta.crop_ramp[3] = crop_step;
-    meta.bn_bias_decay = bn_bias_decay;
+    for (const ds_option *o = options; o->name; o++)   /* the settings a checkpoint records */
+        if (o->type == DS_OPT_FLAG || o->type == DS_OPT_INT)
+            ds_ckpt_meta_record(&meta, o->name, o->type == DS_OPT_FLAG ? *(int *)o->value : *(long long *)o->value);
     ds_ckpt_meta_set_float(&meta, "lr_effective", base_lr);
     ds_ckpt_meta_set_string(&meta, "device", be->name);
     ds_ckpt_meta_set_string(&meta, "precision", ds_precision_name(be->precision));
