@@ -38,6 +38,8 @@
 
 /* ds_loader_config.augment; 0 and 1 keep their old meaning (none, random crop). */
 enum { DS_AUGMENT_NONE = 0, DS_AUGMENT_CROP = 1, DS_AUGMENT_RRC = 2 };
+/* dstrain's --augment names, in the order of DS_AUGMENT_*: a choice's index is its value. */
+#define DS_AUGMENT_CHOICES "none|standard|rrc"
 
 typedef struct {
     int batch;           /* micro-batch per rank */

@@ -21,10 +21,7 @@ char *ds_rundir_ckpt_path(const char *dir, int64_t step)
 
 int ds_rundir_link(const char *dir, const char *name, const char *target)
 {
-    char *path = ds_path_join(dir, name);
-    size_t len = strlen(path) + 5;
-    char *tmp = ds_xmalloc(len);
-    snprintf(tmp, len, "%s.tmp", path);
+    char *path = ds_path_join(dir, name), *tmp = ds_tmp_name(path);
     unlink(tmp);
     int rc = 0;
     if (symlink(target, tmp)) rc = ds_err("%s: cannot create a symlink: %s", tmp, strerror(errno));

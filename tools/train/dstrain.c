@@ -24,7 +24,6 @@
 
 /* The choices' indices (set by ds_cli_parse) follow the order of their lists. */
 enum { LR_SCALING_LINEAR, LR_SCALING_NONE };
-enum { AUGMENT_STANDARD, AUGMENT_RRC, AUGMENT_NONE };
 
 static const char *train_dir, *val_dir, *out_dir, *arch = "resnet50", *schedule = "cosine",
                   *augment = "standard", *rrc_scale = "0.08,1", *rrc_ratio = "3/4,4/3", *resume, *init,
@@ -79,7 +78,7 @@ static ds_option options[] = {
     DS_NUM("crop", DS_OPT_INT, &crop, "N", "network input: N x N crops of the stored images", 1, 65535),
     DS_NUM("pad", DS_OPT_INT, &pad, "N", "--augment standard: zero padding around the stored image before random "
            "crops (4: CIFAR-style)", 0, 1024),
-    DS_CHOICE_INDEX("augment", &augment, &augment_kind, "standard|rrc|none",
+    DS_CHOICE_INDEX("augment", &augment, &augment_kind, DS_AUGMENT_CHOICES,
                     "standard: random crop + horizontal flip; rrc: RandomResizedCrop (a random box of the stored "
                     "image, bilinearly resized to the crop) + horizontal flip, as torchvision's ImageNet training; "
                     "none: centre crop. Evaluation always takes the centre crop"),
@@ -179,9 +178,9 @@ int main(int argc, char **argv)
         ds_usage_error(&cli, "--rrc-scale wants LO,HI with 0 < LO <= HI, not '%s'", rrc_scale);
     if (ds_cli_range(rrc_ratio, ratio_range) || !(ratio_range[0] > 0 && ratio_range[0] <= ratio_range[1]))
         ds_usage_error(&cli, "--rrc-ratio wants LO,HI with 0 < LO <= HI, not '%s'", rrc_ratio);
-    if (augment_kind == AUGMENT_RRC && pad != 0)
+    if (augment_kind == DS_AUGMENT_RRC && pad != 0)
         ds_usage_error(&cli, "--pad is for --augment standard; --augment rrc takes its boxes from the unpadded image");
-    if (augment_kind != AUGMENT_RRC && (ds_cli_given(&cli, "rrc-scale") || ds_cli_given(&cli, "rrc-ratio")))
+    if (augment_kind != DS_AUGMENT_RRC && (ds_cli_given(&cli, "rrc-scale") || ds_cli_given(&cli, "rrc-ratio")))
         ds_usage_error(&cli, "--rrc-scale and --rrc-ratio need --augment rrc");
     if (min_crop > crop) ds_usage_error(&cli, "--min-crop %lld is larger than --crop %lld", min_crop, crop);
     if (min_crop && ramp_end < ramp_start)
@@ -287,9 +286,7 @@ int main(int argc, char **argv)
     ds_loader_config lc = {.batch = (int)batch, .world = world, .rank = rank, .accum = (int)accum, .crop = (int)crop,
                            .pad = (int)pad, .train = 1, .seed = (uint64_t)seed,
                            .threads = (int)compute.loader_threads,
-                           .augment = augment_kind == AUGMENT_STANDARD ? DS_AUGMENT_CROP
-                                      : augment_kind == AUGMENT_RRC    ? DS_AUGMENT_RRC
-                                                                       : DS_AUGMENT_NONE,
+                           .augment = augment_kind,
                            .rrc_scale = {scale_range[0], scale_range[1]},
                            .rrc_ratio = {ratio_range[0], ratio_range[1]},
                            .read_delay_ms = ds_test_hooks_get()->read_delay_ms};
