@@ -18,10 +18,10 @@
 #include <sys/stat.h>
 
 /* dspack --verify DIR: the summary on stderr (and stdout with --json); 0 when all is good. */
-static int verify_dir(const char *dir, int threads, int json)
+static int verify_dir(const char *dir, int nthreads, int as_json)
 {
     ds_verify_result r;
-    int rc = ds_verify_shards(dir, threads, &r);
+    int rc = ds_verify_shards(dir, nthreads, &r);
     if (rc < 0) return 1;
     double s = r.seconds > 0 ? r.seconds : 1e-9;
     ds_info("verified %s: %d shards, %zu images, %.3g MB in %.2f s (%.3g MB/s, %.0f images/s): %d bad shards, %zu bad "
@@ -31,7 +31,7 @@ static int verify_dir(const char *dir, int threads, int json)
         ds_info("%d of %d shards (%zu images) have no /checksums (packed before dspack wrote them): their structure and "
                 "labels are checked, their pixels are not (repack them to get checksums)",
                 r.shards_unchecked, r.shards, r.images_unchecked);
-    if (json) {
+    if (as_json) {
         ds_json j;
         ds_json_init(&j, DS_JSON_SPACED);
         ds_json_begin(&j, NULL);
@@ -51,54 +51,48 @@ static int verify_dir(const char *dir, int threads, int json)
     return rc ? 1 : 0;
 }
 
+static const char *out, *root, *fit = "crop";
+static long long size = 256, shard_size = 1024, compress = 0, threads = 0, seed = 42, max_reject = 100,
+                 max_pixels = (long long)DS_DEFAULT_MAX_PIXELS;
+static int no_shuffle, resume, json, verify;
+
+static ds_option options[] = {
+    {.name = "out", .short_name = 'o', .type = DS_OPT_STRING, .value = &out, .arg = "DIR",
+     .help = "output directory for shard-NNNNN.h5 and rejected.txt; required"},
+    DS_OPT("root", DS_OPT_STRING, &root, "DIR", "image root; none: the root= of the manifest header"),
+    DS_NUM("size", DS_OPT_INT, &size, "N", "output images are N x N", 1, 4096),
+    DS_CHOICE("fit", &fit, "crop|squash", "crop: shorter side to N then centre crop; squash: resize to N x N"),
+    DS_NUM("shard-size", DS_OPT_INT, &shard_size, "N", "manifest entries per shard", 1, 1 << 24),
+    DS_NUM("compress", DS_OPT_INT, &compress, "LEVEL", "0: contiguous /images; 1-9: chunked per image + deflate", 0, 9),
+    DS_NUM("threads", DS_OPT_INT, &threads, "N", "decoding threads (0: OMP_NUM_THREADS or all cores)", 0, 1024),
+    DS_NUM("seed", DS_OPT_INT, &seed, "N", "seed of the shuffle of the manifest order", 0, 9.2e18),
+    DS_OPT("no-shuffle", DS_OPT_FLAG, &no_shuffle, NULL, "keep the manifest order"),
+    DS_NUM("max-reject", DS_OPT_INT, &max_reject, "N", "exit 1 (after writing everything) when more images are "
+           "rejected", 0, 9.2e18),
+    DS_NUM("max-pixels", DS_OPT_INT, &max_pixels, "N", "reject images with more pixels (read from the header)", 1,
+           9.2e18),
+    DS_OPT("resume", DS_OPT_FLAG, &resume, NULL, "keep the complete shards of an interrupted run that match this one"),
+    DS_OPT("json", DS_OPT_FLAG, &json, NULL, "print the summary as JSON on stdout"),
+    DS_OPT("verify", DS_OPT_FLAG, &verify, NULL, "check the shard directory DIR instead of packing (see below)"),
+    {0},
+};
+
+static ds_cli cli = {
+    .prog = "dspack",
+    .args = "[options] MANIFEST  |  --verify [--threads N] [--json] DIR",
+    .summary = "Decode, resize and pack the images of a dsplit manifest into HDF5 shards.",
+    .epilog = "Images are recognised by content (JPEG, PNG). Undecodable ones are skipped and listed in\n"
+              "OUT/rejected.txt with the reason; packed + rejected = manifest entries. The output does not\n"
+              "depend on --threads, and a --resume'd run equals an uninterrupted one byte for byte.\n"
+              "--verify DIR reads every shard in DIR: structure, labels, the set's agreement, and every image\n"
+              "against its /checksums entry (XXH3-64 of its pixels); exit 1 naming each bad shard and image.",
+    .min_pos = 1,
+    .max_pos = 1,
+    .opts = options,
+};
+
 int main(int argc, char **argv)
 {
-    const char *out = NULL, *root = NULL, *fit = "crop";
-    long long size = 256, shard_size = 1024, compress = 0, threads = 0, seed = 42, max_reject = 100;
-    long long max_pixels = (long long)DS_DEFAULT_MAX_PIXELS;
-    int no_shuffle = 0, resume = 0, json = 0, verify = 0;
-    ds_option opts[] = {
-        {.name = "out", .short_name = 'o', .type = DS_OPT_STRING, .value = &out, .arg = "DIR",
-         .help = "output directory for shard-NNNNN.h5 and rejected.txt; required"},
-        {.name = "root", .type = DS_OPT_STRING, .value = &root, .arg = "DIR",
-         .help = "image root; none: the root= of the manifest header"},
-        {.name = "size", .type = DS_OPT_INT, .value = &size, .arg = "N", .help = "output images are N x N",
-         .min = 1, .max = 4096},
-        {.name = "fit", .type = DS_OPT_CHOICE, .value = &fit, .choices = "crop|squash",
-         .help = "crop: shorter side to N then centre crop; squash: resize to N x N"},
-        {.name = "shard-size", .type = DS_OPT_INT, .value = &shard_size, .arg = "N",
-         .help = "manifest entries per shard", .min = 1, .max = 1 << 24},
-        {.name = "compress", .type = DS_OPT_INT, .value = &compress, .arg = "LEVEL",
-         .help = "0: contiguous /images; 1-9: chunked per image + deflate", .min = 0, .max = 9},
-        {.name = "threads", .type = DS_OPT_INT, .value = &threads, .arg = "N",
-         .help = "decoding threads (0: OMP_NUM_THREADS or all cores)", .min = 0, .max = 1024},
-        {.name = "seed", .type = DS_OPT_INT, .value = &seed, .arg = "N",
-         .help = "seed of the shuffle of the manifest order", .min = 0, .max = 9.2e18},
-        {.name = "no-shuffle", .type = DS_OPT_FLAG, .value = &no_shuffle, .help = "keep the manifest order"},
-        {.name = "max-reject", .type = DS_OPT_INT, .value = &max_reject, .arg = "N",
-         .help = "exit 1 (after writing everything) when more images are rejected", .min = 0, .max = 9.2e18},
-        {.name = "max-pixels", .type = DS_OPT_INT, .value = &max_pixels, .arg = "N",
-         .help = "reject images with more pixels (read from the header)", .min = 1, .max = 9.2e18},
-        {.name = "resume", .type = DS_OPT_FLAG, .value = &resume,
-         .help = "keep the complete shards of an interrupted run that match this one"},
-        {.name = "json", .type = DS_OPT_FLAG, .value = &json, .help = "print the summary as JSON on stdout"},
-        {.name = "verify", .type = DS_OPT_FLAG, .value = &verify,
-         .help = "check the shard directory DIR instead of packing (see below)"},
-        {NULL},
-    };
-    ds_cli cli = {
-        .prog = "dspack",
-        .args = "[options] MANIFEST  |  --verify [--threads N] [--json] DIR",
-        .summary = "Decode, resize and pack the images of a dsplit manifest into HDF5 shards.",
-        .epilog = "Images are recognised by content (JPEG, PNG). Undecodable ones are skipped and listed in\n"
-                  "OUT/rejected.txt with the reason; packed + rejected = manifest entries. The output does not\n"
-                  "depend on --threads, and a --resume'd run equals an uninterrupted one byte for byte.\n"
-                  "--verify DIR reads every shard in DIR: structure, labels, the set's agreement, and every image\n"
-                  "against its /checksums entry (XXH3-64 of its pixels); exit 1 naming each bad shard and image.",
-        .min_pos = 1,
-        .max_pos = 1,
-        .opts = opts,
-    };
     char **pos;
     ds_cli_parse(&cli, argc, argv, &pos);
     if (verify) {
