@@ -28,22 +28,18 @@ static int json;
 static ds_compute_options compute = DS_COMPUTE_DEFAULTS;
 
 static ds_option options[] = {
-    {.name = "batch", .type = DS_OPT_INT, .value = &batch, .arg = "N", .help = "images per forward pass (per rank)",
-     .min = 1, .max = 1e6},
+    DS_NUM("batch", DS_OPT_INT, &batch, "N", "images per forward pass (per rank)", 1, 1e6),
     DS_COMPUTE_OPTIONS(compute, "reading / decoding threads (0: 2, or every core for a manifest)"),
-    {.name = "json", .type = DS_OPT_FLAG, .value = &json,
-     .help = "print one JSON object (top1, top5, loss, count, images_per_sec) on stdout"},
-    {.name = "per-class", .type = DS_OPT_STRING, .value = &per_class, .arg = "FILE.csv",
-     .help = "write per-class counts and accuracies"},
-    {.name = "logits", .type = DS_OPT_STRING, .value = &logits_file, .arg = "FILE.h5",
-     .help = "write /logits [N, C], /labels, /paths in data order"},
-    {.name = "crop", .type = DS_OPT_INT, .value = &crop, .arg = "N",
-     .help = "network input: N x N centre crops (0: the checkpoint's input size); any size the stored images hold",
-     .min = 0, .max = 65535},
-    {.name = "size", .type = DS_OPT_INT, .value = &size, .arg = "N",
-     .help = "manifest decoding size (0: the checkpoint's data size, else input size x 8/7)", .min = 0, .max = 65535},
-    {.name = "fit", .type = DS_OPT_CHOICE, .value = &fit, .choices = "crop|squash",
-     .help = "manifest decoding fit (none: the checkpoint's, else crop)"},
+    DS_OPT("json", DS_OPT_FLAG, &json, NULL,
+           "print one JSON object (top1, top5, loss, count, images_per_sec) on stdout"),
+    DS_OPT("per-class", DS_OPT_STRING, &per_class, "FILE.csv", "write per-class counts and accuracies"),
+    DS_OPT("logits", DS_OPT_STRING, &logits_file, "FILE.h5", "write /logits [N, C], /labels, /paths in data order"),
+    DS_NUM("crop", DS_OPT_INT, &crop, "N",
+           "network input: N x N centre crops (0: the checkpoint's input size); any size the stored images hold", 0,
+           65535),
+    DS_NUM("size", DS_OPT_INT, &size, "N", "manifest decoding size (0: the checkpoint's data size, else input size x "
+           "8/7)", 0, 65535),
+    DS_CHOICE("fit", &fit, "crop|squash", "manifest decoding fit (none: the checkpoint's, else crop)"),
     {0},
 };
 
