@@ -18,17 +18,16 @@ static ds_test_hooks hooks;
 /* One table: the variable, where its value goes, its range, and what a warning says it does. */
 typedef struct {
     const char *name;
-    int64_t *value64;
-    int *value;
+    int64_t *value;
     int64_t min, max;
     const char *effect;
 } hook_spec;
 
 static const hook_spec specs[] = {
-    {"DS_TESTHOOK_READ_DELAY_MS", NULL, &hooks.read_delay_ms, 0, 10000, "every image a loader reads takes that many ms longer"},
-    {"DS_TESTHOOK_PAUSE_AFTER_STEP", &hooks.pause_after_step, NULL, 0, INT64_MAX,
+    {"DS_TESTHOOK_READ_DELAY_MS", &hooks.read_delay_ms, 0, 10000, "every image a loader reads takes that many ms longer"},
+    {"DS_TESTHOOK_PAUSE_AFTER_STEP", &hooks.pause_after_step, 0, INT64_MAX,
      "dstrain waits for a signal once that step is done"},
-    {"DS_TESTHOOK_PAUSE_BEFORE_EXIT", NULL, &hooks.pause_before_exit, 0, 1, "the tool waits for a signal before it exits"},
+    {"DS_TESTHOOK_PAUSE_BEFORE_EXIT", &hooks.pause_before_exit, 0, 1, "the tool waits for a signal before it exits"},
 };
 #define NSPECS (sizeof specs / sizeof specs[0])
 
@@ -62,8 +61,7 @@ static void read_hooks(void)
                      (long long)s->min, (long long)s->max);
             return;
         }
-        if (s->value64) *s->value64 = x;
-        else *s->value = (int)x;
+        *s->value = x;
         if (x) ds_warn("test hook %s=%lld: %s", s->name, x, s->effect);
     }
 }

@@ -22,9 +22,9 @@
 #include <stdint.h>
 
 typedef struct {
-    int read_delay_ms;         /* DS_TESTHOOK_READ_DELAY_MS; 0: off */
+    int64_t read_delay_ms;     /* DS_TESTHOOK_READ_DELAY_MS (0-10000); 0: off */
     int64_t pause_after_step;  /* DS_TESTHOOK_PAUSE_AFTER_STEP; 0: off */
-    int pause_before_exit;     /* DS_TESTHOOK_PAUSE_BEFORE_EXIT; 0: off */
+    int64_t pause_before_exit; /* DS_TESTHOOK_PAUSE_BEFORE_EXIT (0 or 1); 0: off */
 } ds_test_hooks;
 
 /* Reads every DS_TESTHOOK_* variable (once; later calls return the first answer): 0, or -1 with a

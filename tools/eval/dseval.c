@@ -96,7 +96,7 @@ int main(int argc, char **argv)
 
     ds_loader_config lc = {.batch = (int)batch, .world = world, .rank = rank, .accum = 1, .crop = input,
                            .train = 0, .seed = meta.seed, .threads = (int)compute.loader_threads,
-                           .read_delay_ms = ds_test_hooks_get()->read_delay_ms};
+                           .read_delay_ms = (int)ds_test_hooks_get()->read_delay_ms};
     ds_loader *L = ds_loader_new(&src, &lc);
     if (!L) ds_die("cannot evaluate %s on %s", ckpt, data);
     ds_feed feed;

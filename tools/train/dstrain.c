@@ -289,7 +289,7 @@ int main(int argc, char **argv)
                            .augment = augment_kind,
                            .rrc_scale = {scale_range[0], scale_range[1]},
                            .rrc_ratio = {ratio_range[0], ratio_range[1]},
-                           .read_delay_ms = ds_test_hooks_get()->read_delay_ms};
+                           .read_delay_ms = (int)ds_test_hooks_get()->read_delay_ms};
     ds_train_plan plan = {
         .train = &tr, .val = have_val ? &va : NULL, .out = out_dir, .epochs = epochs, .loader = lc,
         .schedule = ds_schedule_make((ds_schedule_kind)schedule_kind, base_lr, warmup_epochs, step_epochs, step_gamma,
