@@ -146,8 +146,6 @@ const char *ds_conv_math_name(ds_conv_math m)
     return m >= DS_MATH_DEFAULT && m <= DS_MATH_FMA ? names[m] : "?";
 }
 
-static const char *precision_name(int p) { return p == 2 ? "bf16" : p == 1 ? "tf32" : p == 0 ? "fp32" : "?"; }
-
 /* Appends printf-style text to buf[len] at *at, never past its end. */
 static void add(char *buf, size_t len, size_t *at, const char *fmt, ...)
 {
@@ -191,7 +189,7 @@ int ds_conv_choose_op(const ds_conv_desc *d, ds_conv_op op, int precision, int d
                 return 0;
             }
         /* none: say what was answered, counted by reason, with the first failure's status */
-        add(msg, msg_len, &at, "%s %s: ", p == precision ? "" : ";", precision_name(p));
+        add(msg, msg_len, &at, "%s %s: ", p == precision ? "" : ";", ds_precision_name((ds_precision)p));
         if (n < 0) {
             add(msg, msg_len, &at, "the query failed: %s", why);
             continue;
@@ -237,6 +235,7 @@ void ds_conv_choice_describe(const ds_conv_choice choice[DS_CONV_OPS], char *buf
             add(buf, len, &at, "%s%s: not planned (never run)", op ? "; " : "", ds_conv_op_name((ds_conv_op)op));
         else
             add(buf, len, &at, "%s%s: algo %d, %s, %s, %.1f MiB", op ? "; " : "", ds_conv_op_name((ds_conv_op)op),
-                c->algo, ds_conv_math_name(c->math), precision_name(c->precision), c->memory / 1048576.0);
+                c->algo, ds_conv_math_name(c->math), ds_precision_name((ds_precision)c->precision),
+                c->memory / 1048576.0);
     }
 }
