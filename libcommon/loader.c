@@ -38,6 +38,7 @@ struct ds_loader {
     int64_t next_job;        /* next job a worker takes */
     int64_t consumed;        /* jobs handed to the consumer */
     int64_t released;        /* jobs the consumer gave back */
+    int64_t asked;           /* read_delay_ms: jobs [0, asked) have been asked for by the consumer */
     int stop;
     double wait_seconds;     /* the consumer's time blocked in ds_loader_next (its thread only) */
 };
@@ -253,8 +254,10 @@ static void *worker_main(void *p)
     int depth = L->cfg.depth;
     pthread_mutex_lock(&L->lock);
     for (;;) {
-        /* Job j may use slot j % depth once job j - depth has been released. */
-        while (!L->stop && L->next_job < L->njobs && L->next_job >= L->released + depth)
+        /* Job j may use slot j % depth once job j - depth has been released; under a read
+         * delay (a test hook), only once the consumer has asked for it: nothing read ahead. */
+        while (!L->stop && L->next_job < L->njobs &&
+               (L->next_job >= L->released + depth || (L->cfg.read_delay_ms && L->next_job >= L->asked)))
             pthread_cond_wait(&L->cond, &L->lock);
         if (L->stop || L->next_job >= L->njobs) break;
         int64_t j = L->next_job++;
@@ -293,7 +296,7 @@ int ds_loader_start(ds_loader *L, int64_t epoch, int64_t first_step)
     L->first_step = first_step;
     if (L->cfg.train) ds_loader_epoch_order(L->perm, L->src->n, L->cfg.seed, epoch);
     L->njobs = (steps - first_step) * (L->cfg.train ? L->cfg.accum : 1);
-    L->next_job = L->consumed = L->released = 0;
+    L->next_job = L->consumed = L->released = L->asked = 0;
     L->stop = 0;
     for (int s = 0; s < L->cfg.depth; s++) L->slots[s].ready = 0, L->slots[s].job = -1;
     for (int t = 0; t < L->cfg.threads; t++) {
@@ -326,6 +329,10 @@ int ds_loader_next(ds_loader *L, ds_batch **b)
         return 0;
     }
     slot *sl = &L->slots[L->consumed % L->cfg.depth];
+    if (L->cfg.read_delay_ms) {
+        L->asked = L->consumed + 1;   /* a worker may begin it now, and the wait below counts it */
+        pthread_cond_broadcast(&L->cond);
+    }
     if (!(sl->ready && sl->job == L->consumed)) {
         double t0 = L->cfg.clock();
         while (!(sl->ready && sl->job == L->consumed)) pthread_cond_wait(&L->cond, &L->lock);

@@ -54,7 +54,10 @@ typedef struct {
     uint64_t seed;
     int threads;         /* background workers, >= 1 */
     int depth;           /* batches kept ready; 0: threads + 2 */
-    int read_delay_ms;   /* each image read takes this many ms longer (DS_TESTHOOK_READ_DELAY_MS); 0: none */
+    int read_delay_ms;   /* DS_TESTHOOK_READ_DELAY_MS; 0: none. Each image read takes this many ms
+                          * longer, and no batch is begun before ds_loader_next asks for it, so the
+                          * consumer waits at least batch x read_delay_ms for every one, whatever
+                          * its own speed */
     double (*clock)(void); /* the clock ds_loader_wait_seconds counts with (seconds); NULL: ds_now. A test
                             * gives its own to make the count exact */
 } ds_loader_config;

@@ -24,7 +24,7 @@ typedef struct {
 } hook_spec;
 
 static const hook_spec specs[] = {
-    {"DS_TESTHOOK_READ_DELAY_MS", &hooks.read_delay_ms, 0, 10000, "every image a loader reads takes that many ms longer"},
+    {"DS_TESTHOOK_READ_DELAY_MS", &hooks.read_delay_ms, 0, 10000, "every image a loader reads takes that many ms longer, none read ahead"},
     {"DS_TESTHOOK_PAUSE_AFTER_STEP", &hooks.pause_after_step, 0, INT64_MAX,
      "dstrain waits for a signal once that step is done"},
     {"DS_TESTHOOK_PAUSE_BEFORE_EXIT", &hooks.pause_before_exit, 0, 1, "the tool waits for a signal before it exits"},

@@ -10,7 +10,8 @@
  * the test scripts, which the tools never read.)
  *
  *   DS_TESTHOOK_READ_DELAY_MS=N     every image a loader worker reads (dstrain, dseval) takes
- *                                   N ms longer (0-10000)
+ *                                   N ms longer (0-10000), and no batch is read ahead: the
+ *                                   training loop waits at least batch x N ms for each one
  *   DS_TESTHOOK_PAUSE_AFTER_STEP=N  dstrain: once global step N is done (logged, its
  *                                   checkpoint and epoch end written when due), wait for
  *                                   SIGINT or SIGTERM, then stop as for that signal

@@ -36,20 +36,35 @@ waits = [r["data_wait"] for r in rows]
 print("data_wait", waits)
 assert all(isinstance(w, float) and 0 <= w <= 1 for w in waits), waits
 PY
-# An input-bound run by construction: every image read takes 25 ms more (a test hook,
-# libcommon/testhook.h), so one loader thread needs 200 ms for a batch of 8 that resnet20 on
-# 8x8 crops computes in a few ms (tens under the sanitizers). The loader's wait is counted
-# exactly in test_loader; this checks that dstrain reports it: data_wait near 1 in every
-# row, and the progress line that names it.
+# An input-bound run by construction: every image read takes 25 ms more and no batch is read
+# ahead (a test hook, libcommon/testhook.h), so the training loop waits at least 200 ms for
+# each batch of 8, however fast or slow the network computes on this CPU and kernel set. The
+# loader's count of that wait is checked exactly in test_loader (with a clock the test moves);
+# this checks that dstrain reports it: a non-zero data_wait in every row, and a progress line
+# that names the share (over 10%) exactly when its row's is. How large the share is depends on
+# the network's speed, so it is not compared with anything.
 DS_TESTHOOK_READ_DELAY_MS=25 dstrain --train "$T/train" -o "$T/slow" --arch resnet20 --crop 8 --batch 8 \
     --loader-threads 1 --threads 1 --epochs 1 --log-every 2 --max-steps 6 2>"$T/slow.err"
-check input_bound_progress_line grep -q "input-bound: [0-9]*% of step time waiting for data" "$T/slow.err"
 check test_hook_announced grep -q "warning: test hook DS_TESTHOOK_READ_DELAY_MS=25" "$T/slow.err"
-"$PYTHON" - "$T/slow/metrics.jsonl" <<'PY' && pass data_wait_large_when_input_bound || fail data_wait_large_when_input_bound
-import json, sys
-slow = [json.loads(l)["data_wait"] for l in open(sys.argv[1])]
-print("input-bound data_wait", slow)
-assert len(slow) == 3 and min(slow) > 0.5, slow
+"$PYTHON" - "$T/slow/metrics.jsonl" <<'PY' && pass data_wait_counted_when_input_bound || fail data_wait_counted_when_input_bound
+import json, re, sys
+rows = {r["step"]: r["data_wait"] for r in map(json.loads, open(sys.argv[1])) if "seconds" not in r}
+print("input-bound data_wait", rows)
+assert sorted(rows) == [2, 4, 6] and all(w > 0 for w in rows.values()), rows
+PY
+"$PYTHON" - "$T/slow/metrics.jsonl" "$T/slow.err" <<'PY' && pass input_bound_progress_line || fail input_bound_progress_line
+import json, re, sys
+rows = {r["step"]: r["data_wait"] for r in map(json.loads, open(sys.argv[1])) if "seconds" not in r}
+lines = [re.search(r"step (\d+)/\d+ .*?(?:input-bound: (\d+)% of step time waiting for data)?$", l)
+         for l in open(sys.argv[2]) if " step " in l]
+said = {int(m.group(1)): m.group(2) for m in lines if m}
+assert sorted(said) == sorted(rows), (said, rows)
+for step, share in rows.items():
+    note = said[step]
+    # the row keeps 4 decimals, the line none: they agree to a percent
+    assert (note is not None) == (share > 0.10) or abs(share - 0.10) < 1e-4, (step, share, note)
+    assert note is None or abs(int(note) - 100 * share) <= 1, (step, share, note)
+print("progress lines", said)
 PY
 
 if command -v gnuplot >/dev/null; then

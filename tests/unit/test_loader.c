@@ -409,6 +409,63 @@ static void test_wait_seconds(void)
     check_end();
 }
 
+/* Under a read delay (DS_TESTHOOK_READ_DELAY_MS) nothing is read ahead: every image of batch k
+ * is read only once the consumer has begun to wait for batch k (the clock counts the waits as
+ * ds_loader_next reads it), so each wait lasts at least the batch's delays, however fast the
+ * consumer is. Two workers, which would otherwise read two batches ahead from the start. */
+static struct {
+    pthread_mutex_t mu;
+    int reads, waits, early;
+} ahead = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
+
+enum { AHEAD_BATCH = 3, AHEAD_BATCHES = 6 };
+
+static double ahead_clock(void)
+{
+    pthread_mutex_lock(&ahead.mu);
+    if (ahead.reads++ % 2 == 0) ahead.waits++;  /* a wait begins */
+    pthread_mutex_unlock(&ahead.mu);
+    return 0;
+}
+
+static int ahead_read(ds_source *s, int worker, size_t i, uint8_t *out, char *reason, size_t len)
+{
+    /* eval order: image i is in batch i / AHEAD_BATCH */
+    pthread_mutex_lock(&ahead.mu);
+    if (ahead.waits <= (int)(i / AHEAD_BATCH)) ahead.early++;
+    pthread_mutex_unlock(&ahead.mu);
+    return fake_read(s, worker, i, out, reason, len);
+}
+
+static void test_read_delay(void)
+{
+    check_begin("read_delay_reads_no_batch_ahead");
+    ds_source src;
+    fake_source(&src, AHEAD_BATCH * AHEAD_BATCHES);
+    src.read = ahead_read;
+    ds_loader_config c = config(AHEAD_BATCH, 1, 0, 1, 0, 2);
+    c.clock = ahead_clock;
+    c.read_delay_ms = 1;
+    ds_loader *L = ds_loader_new(&src, &c);
+    CHECK(L != NULL, "setup");
+    if (L) {
+        int rc = ds_loader_start(L, 0, 0), batches = 0;
+        ds_batch *b;
+        while (rc == 0 && (rc = ds_loader_next(L, &b)) == 1) {
+            batches++;
+            ds_loader_release(L, b);
+            rc = 0;
+        }
+        CHECK(rc == 0 && batches == AHEAD_BATCHES, "rc %d after %d batches", rc, batches);
+        CHECK(ahead.early == 0, "%d of %d images read before the consumer asked for their batch", ahead.early,
+              AHEAD_BATCH * AHEAD_BATCHES);
+        CHECK(ahead.waits == AHEAD_BATCHES, "the consumer waited for %d of %d batches", ahead.waits, AHEAD_BATCHES);
+        ds_loader_free(L);
+    }
+    free(src.labels);
+    check_end();
+}
+
 static void test_center(void)
 {
     check_begin("center_offset_rounds_like_torchvision");
@@ -430,5 +487,6 @@ int main(void)
     test_refusals();
     test_center();
     test_wait_seconds();
+    test_read_delay();
     return check_exit();
 }
