@@ -375,6 +375,29 @@ static void *gate_opener(void *arg)
     return arg;
 }
 
+/* Takes every batch of epoch 0 from L, calling work() (when given) after each: 0 when the
+ * epoch ended well, with *batches counted. */
+static int consume_epoch(ds_loader *L, void (*work)(void), int *batches)
+{
+    int rc = ds_loader_start(L, 0, 0);
+    ds_batch *b;
+    *batches = 0;
+    while (rc == 0 && (rc = ds_loader_next(L, &b)) == 1) {
+        ++*batches;
+        ds_loader_release(L, b);
+        if (work) work();
+        rc = 0;
+    }
+    return rc;
+}
+
+static void gate_work(void)
+{
+    pthread_mutex_lock(&gate.mu);
+    gate.t += 100;  /* the consumer's own work */
+    pthread_mutex_unlock(&gate.mu);
+}
+
 static void test_wait_seconds(void)
 {
     check_begin("wait_seconds_counts_time_blocked_on_workers");
@@ -387,16 +410,7 @@ static void test_wait_seconds(void)
     pthread_t opener;
     CHECK(L && pthread_create(&opener, NULL, gate_opener, NULL) == 0, "setup");
     if (L) {
-        int rc = ds_loader_start(L, 0, 0), batches = 0;
-        ds_batch *b;
-        while (rc == 0 && (rc = ds_loader_next(L, &b)) == 1) {
-            batches++;
-            ds_loader_release(L, b);
-            pthread_mutex_lock(&gate.mu);
-            gate.t += 100;  /* the consumer's own work */
-            pthread_mutex_unlock(&gate.mu);
-            rc = 0;
-        }
+        int batches, rc = consume_epoch(L, gate_work, &batches);
         pthread_join(opener, NULL);
         double w = ds_loader_wait_seconds(L);
         CHECK(rc == 0 && batches == GATE_BATCHES, "rc %d after %d batches", rc, batches);
@@ -449,13 +463,7 @@ static void test_read_delay(void)
     ds_loader *L = ds_loader_new(&src, &c);
     CHECK(L != NULL, "setup");
     if (L) {
-        int rc = ds_loader_start(L, 0, 0), batches = 0;
-        ds_batch *b;
-        while (rc == 0 && (rc = ds_loader_next(L, &b)) == 1) {
-            batches++;
-            ds_loader_release(L, b);
-            rc = 0;
-        }
+        int batches, rc = consume_epoch(L, NULL, &batches);
         CHECK(rc == 0 && batches == AHEAD_BATCHES, "rc %d after %d batches", rc, batches);
         CHECK(ahead.early == 0, "%d of %d images read before the consumer asked for their batch", ahead.early,
               AHEAD_BATCH * AHEAD_BATCHES);
