@@ -138,7 +138,7 @@ static double measure_peak(void)
 #pragma omp parallel reduction(+ : total)
     {
 #if defined(__x86_64__) || defined(__i386__)
-        if (isa == DS_CPU_AVX512)
+        if (isa >= DS_CPU_AVX512)
             total += peak_avx512(20000000);
         else if (isa == DS_CPU_AVX2)
             total += peak_avx2(20000000);

@@ -9,8 +9,8 @@
 #include <string.h>
 
 /* The names DS_CPU_KERNELS takes, by level. */
-static const char *const env_names[DS_CPU_LEVELS] = {"plain", "avx2", "avx512"};
-static const char *const long_names[DS_CPU_LEVELS] = {"plain", "avx2+fma", "avx512"};
+static const char *const env_names[DS_CPU_LEVELS] = {"plain", "avx2", "avx512", "avx512bf16"};
+static const char *const long_names[DS_CPU_LEVELS] = {"plain", "avx2+fma", "avx512", "avx512+bf16"};
 
 int ds_cpu_isa_supported(ds_cpu_isa isa)
 {
@@ -24,6 +24,8 @@ int ds_cpu_isa_supported(ds_cpu_isa isa)
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case DS_CPU_AVX512:
         return __builtin_cpu_supports("avx512f") && ds_cpu_isa_supported(DS_CPU_AVX2);
+    case DS_CPU_AVX512BF16:
+        return __builtin_cpu_supports("avx512bf16") && ds_cpu_isa_supported(DS_CPU_AVX512);
 #endif
     default:
         return 0;
@@ -70,7 +72,7 @@ static void decide(void)
                      want, long_names[l], have);
         return;
     }
-    snprintf(problem, sizeof problem, "DS_CPU_KERNELS=%.40s: unknown kernel set (plain, avx2 or avx512; this CPU can run: %s)",
+    snprintf(problem, sizeof problem, "DS_CPU_KERNELS=%.40s: unknown kernel set (plain, avx2, avx512 or avx512bf16; this CPU can run: %s)",
              want, have);
 }
 

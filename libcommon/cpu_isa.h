@@ -4,7 +4,7 @@
  * binary carried to another machine runs there. The hot kernels (GEMM register tiles, the
  * resize passes) are compiled once per instruction set with target attributes, and every
  * module that has such kernels picks its version from the level chosen here:
- *   - DS_CPU_KERNELS=plain|avx2|avx512 in the environment forces one (it must be one the CPU
+ *   - DS_CPU_KERNELS=plain|avx2|avx512|avx512bf16 in the environment forces one (it must be one the CPU
  *     and the operating system support);
  *   - otherwise the best the CPU supports (cpuid, with the OS's XSAVE state checked).
  * Every level computes bitwise the same results (backend/cpu_sgemm.h states the rule), so the
@@ -18,6 +18,8 @@ typedef enum {
     DS_CPU_PLAIN,   /* portable C: any CPU, any architecture */
     DS_CPU_AVX2,    /* x86-64 with AVX2 and FMA (Haswell, Zen 1 and later) */
     DS_CPU_AVX512,  /* x86-64 with AVX-512F (Skylake-SP, Ice Lake, Zen 4 and later) */
+    DS_CPU_AVX512BF16, /* AVX-512F with AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4 and later):
+                          the avx512 kernels, and VDPBF16PS in the bf16 products */
     DS_CPU_LEVELS
 } ds_cpu_isa;
 
@@ -33,7 +35,7 @@ ds_cpu_isa ds_cpu_isa_get(void);
 /* Whether this CPU (and its OS) can run the level's kernels. */
 int ds_cpu_isa_supported(ds_cpu_isa isa);
 
-/* "plain", "avx2+fma", "avx512": the words start-up lines use. */
+/* "plain", "avx2+fma", "avx512", "avx512+bf16": the words start-up lines use. */
 const char *ds_cpu_isa_name(ds_cpu_isa isa);
 
 #endif

@@ -27,7 +27,7 @@
 const ds_cpu_loops *ds_cpu_loops_for(ds_cpu_isa isa)
 {
 #if defined(__x86_64__) || defined(__i386__)
-    if (isa == DS_CPU_AVX512) return &loops_avx512;
+    if (isa >= DS_CPU_AVX512) return &loops_avx512;  /* avx512bf16: the same loops */
     if (isa == DS_CPU_AVX2) return &loops_avx2;
 #endif
     return &loops_plain;

@@ -31,6 +31,7 @@ static ds_sgemm_kernel *const kernel_of[DS_CPU_LEVELS] = {
 #if defined(__x86_64__) || defined(__i386__)
     [DS_CPU_AVX2] = ds_sgemm_avx2,
     [DS_CPU_AVX512] = ds_sgemm_avx512,
+    [DS_CPU_AVX512BF16] = ds_sgemm_avx512,  /* fp32 products have no bf16 instruction */
 #endif
 };
 

@@ -1,0 +1,101 @@
+/* cpu_bf16: see cpu_bf16.h. The rounding, the packing, the driver and the plain kernel; the
+ * vector kernels live in cpu_bf16_x86.c. */
+#include "cpu_bf16.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+ds_bf16 ds_bf16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (ds_bf16)((u >> 16) | 0x40);  /* NaN: quiet */
+    if ((u & 0x7f800000u) == 0) return (ds_bf16)((u >> 16) & 0x8000);         /* zero, denormal */
+    u += 0x7fffu + ((u >> 16) & 1);                                             /* to nearest even */
+    return (ds_bf16)(u >> 16);
+}
+
+static void round_plain(ds_bf16 *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dst[i] = ds_bf16_round(src[i]);
+}
+
+void ds_bf16_round_n(ds_bf16 *dst, const float *src, size_t n)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    if (ds_cpu_isa_get() >= DS_CPU_AVX512) {
+        ds_bf16_round_n_avx512(dst, src, n);
+        return;
+    }
+#endif
+    round_plain(dst, src, n);
+}
+
+void ds_bf16_pack_pairs(ds_bf16 *dst, long ldb, const float *src, long sp, long sj, long k, int n)
+{
+    for (long t = 0; t < (k + 1) / 2; t++) {
+        ds_bf16 *row = dst + t * ldb;
+        const float *s0 = src + 2 * t * sp, *s1 = s0 + sp;
+        const int odd = 2 * t + 1 < k;
+        for (int j = 0; j < n; j++) {
+            row[2 * j] = ds_bf16_round(s0[j * sj]);
+            row[2 * j + 1] = odd ? ds_bf16_round(s1[j * sj]) : 0;
+        }
+    }
+}
+
+/* A result or input below the normal range as the instructions see it: a zero of its sign. */
+static inline float ftz(float x) { return fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x; }
+
+/* The plain kernel: the rule of cpu_bf16.h one fmaf at a time, each row's columns in blocks
+ * of 64 partial sums. The reference the vector kernels are tested against bit for bit. */
+static void bgemm_plain(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
+                        const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
+{
+    for (long i = 0; i < m; i++)
+        for (int j0 = 0; j0 < n; j0 += 64) {
+            const int nb = n - j0 < 64 ? n - j0 : 64;
+            float s[64] = {0}, *c = C + i * ldc + j0;
+            for (long g = 0; g < nseg; g++)
+                for (long t = 0; t < kseg / 2; t++) {
+                    const ds_bf16 *a = A + i * sai + g * seg_a + 2 * t, *b = B + g * seg_b + t * ldb + 2 * j0;
+                    const float a0 = ds_bf16_value(a[0]), a1 = ds_bf16_value(a[1]);
+                    for (int j = 0; j < nb; j++) {
+                        s[j] = ftz(fmaf(a1, ds_bf16_value(b[2 * j + 1]), s[j]));
+                        s[j] = ftz(fmaf(a0, ds_bf16_value(b[2 * j]), s[j]));
+                    }
+                }
+            for (int j = 0; j < nb; j++) c[j] = accumulate ? ftz(ftz(c[j]) + s[j]) : s[j];
+        }
+}
+
+static ds_bgemm_kernel *const kernel_of[DS_CPU_LEVELS] = {
+    [DS_CPU_PLAIN] = bgemm_plain,
+#if defined(__x86_64__) || defined(__i386__)
+    [DS_CPU_AVX2] = ds_bgemm_avx2,
+    [DS_CPU_AVX512] = ds_bgemm_avx512,
+    [DS_CPU_AVX512BF16] = ds_bgemm_avx512bf16,
+#endif
+};
+
+void ds_bgemm_seg_isa(ds_cpu_isa isa, long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
+                      const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
+{
+    ds_bgemm_kernel *kernel = kernel_of[isa];
+    if (nseg == 1 && kseg > BGEMM_KC_MAX) {
+        // 64 columns at a time, so that their (m, 64) block of C stays in L2 across blocks
+        for (int n0 = 0; n0 < n; n0 += 64)
+            for (long k0 = 0; k0 < kseg; k0 += BGEMM_KC)
+                kernel(m, n - n0 < 64 ? n - n0 : 64, 1, kseg - k0 < BGEMM_KC ? kseg - k0 : BGEMM_KC, A + k0, sai, 0,
+                       B + k0 / 2 * ldb + 2 * n0, ldb, 0, C + n0, ldc, accumulate || k0 > 0);
+        return;
+    }
+    kernel(m, n, nseg, kseg, A, sai, seg_a, B, ldb, seg_b, C, ldc, accumulate);
+}
+
+void ds_bgemm_seg(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a, const ds_bf16 *B,
+                  long ldb, long seg_b, float *C, long ldc, int accumulate)
+{
+    ds_bgemm_seg_isa(ds_cpu_isa_get(), m, n, nseg, kseg, A, sai, seg_a, B, ldb, seg_b, C, ldc, accumulate);
+}

@@ -1,0 +1,67 @@
+/* cpu_bf16: bfloat16 operands for the CPU's products under --precision bf16: the rounding
+ * of float32 to bf16, and C (+)= A * B with bf16 A and B and float32 sums.
+ *
+ * The exact rule, the same bits on every kernel set (plain C, AVX2, AVX-512F, AVX512-BF16):
+ * it is what the AVX512-BF16 instructions compute, measured on AMD Zen 5 against Intel's
+ * pseudocode and an Intel probe (VDPBF16PS: two float32 FMAs per pair, the odd element
+ * first), so the kernels that have those instructions use them and the others emulate them.
+ *   - Rounding (VCVTNEPS2BF16): to nearest even; a denormal becomes a zero of its sign; a NaN
+ *     stays a NaN (quiet).
+ *   - Products: the reduction runs in pairs (p, p + 1), p even. For every element of C,
+ *         S = 0;  for each segment g, each pair:  S = ftz(fma(A(i,p+1), B(p+1,j), S));
+ *                                                 S = ftz(fma(A(i,p),   B(p,j),   S))
+ *         C = accumulate ? ftz(daz(C) + S) : S
+ *     where ftz / daz turn a denormal result / input into a zero of its sign (the
+ *     instruction computes with DAZ and FTZ whatever MXCSR says). A bf16 x bf16 product is
+ *     exact in float32, so each step is one rounding. As ds_sgemm_seg, a single segment
+ *     longer than BGEMM_KC_MAX is summed in blocks of BGEMM_KC, each added to C in order.
+ * Operand layouts, in bf16 elements:
+ *   - A (m, k): row i of segment g at A + i sai + g seg_a, its k elements contiguous (pairs
+ *     are 32-bit words). k and seg_a even.
+ *   - B (k, n) "pair-packed": pair row t (elements 2t and 2t + 1 of the reduction) at
+ *     B + t ldb, holding (B(2t, j), B(2t+1, j)) at 2j, 2j + 1; ldb >= 2n; segment g at
+ *     g seg_b. ds_bf16_pack_pairs makes it from a row-major float32 matrix. */
+#ifndef DS_CPU_BF16_H
+#define DS_CPU_BF16_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpu_isa.h"
+
+typedef uint16_t ds_bf16;
+
+#define BGEMM_KC_MAX 1024
+#define BGEMM_KC 512
+
+/* x rounded to bf16 as above; its value back as float32. */
+ds_bf16 ds_bf16_round(float x);
+static inline float ds_bf16_value(ds_bf16 h)
+{
+    union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
+    return v.f;
+}
+
+/* dst[i] = round(src[i]) for n elements (the vector kernels where the CPU has them). */
+void ds_bf16_round_n(ds_bf16 *dst, const float *src, size_t n);
+
+/* B pair-packed from float32: rows [0, k) of src (row p at src + p sp, column j at j sj), n
+ * columns, into dst with pair rows ldb apart; an odd k gets a zero row k. */
+void ds_bf16_pack_pairs(ds_bf16 *dst, long ldb, const float *src, long sp, long sj, long k, int n);
+
+/* C (m, n) = A (m, nseg x kseg) * B (+= when accumulate), by the rule above. */
+void ds_bgemm_seg(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a, const ds_bf16 *B,
+                  long ldb, long seg_b, float *C, long ldc, int accumulate);
+/* The same on the kernels of a given level (one the CPU supports): for tests that compare. */
+void ds_bgemm_seg_isa(ds_cpu_isa isa, long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
+                      const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate);
+
+/* The per-level kernels (no blocking of their own); internal to cpu_bf16*.c. */
+typedef void ds_bgemm_kernel(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
+                             const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate);
+#if defined(__x86_64__) || defined(__i386__)
+ds_bgemm_kernel ds_bgemm_avx2, ds_bgemm_avx512, ds_bgemm_avx512bf16;
+void ds_bf16_round_n_avx512(ds_bf16 *dst, const float *src, size_t n);
+#endif
+
+#endif
