@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-static const char *const precision_names[] = {"fp32", "tf32", "bf16"};
+static const char *const precision_names[] = {"fp32", "tf32", "bf16", "auto"};
 
 const char *ds_precision_name(ds_precision p)
 {
@@ -23,7 +23,16 @@ int ds_precision_parse(const char *name, ds_precision *out)
             *out = (ds_precision)i;
             return 0;
         }
-    return ds_err("--precision %s: unknown (expected fp32, tf32 or bf16)", name ? name : "(none)");
+    return ds_err("--precision %s: unknown (expected fp32, tf32, bf16 or auto)", name ? name : "(none)");
+}
+
+/* The CPU backend of a precision: fp32 (also for auto) or bf16; tf32 is refused. */
+static const ds_backend *cpu_backend(ds_precision p)
+{
+    if (p == DS_PRECISION_FP32 || p == DS_PRECISION_AUTO) return &ds_backend_cpu;
+    if (p == DS_PRECISION_BF16) return &ds_backend_cpu_bf16;
+    ds_err("--precision %s: the CPU computes fp32 or bf16 (tf32 is a GPU tensor-core format)", ds_precision_name(p));
+    return NULL;
 }
 
 const ds_backend *ds_backend_select(const char *device, const ds_backend_opts *opts)
@@ -31,7 +40,7 @@ const ds_backend *ds_backend_select(const char *device, const ds_backend_opts *o
     static const ds_backend_opts defaults = {.precision = DS_PRECISION_FP32};
     if (!opts) opts = &defaults;
     if (!device) device = "auto";
-    if (!strcmp(device, "cpu")) return &ds_backend_cpu;
+    if (!strcmp(device, "cpu")) return cpu_backend(opts->precision);
     if (strcmp(device, "auto") && strcmp(device, "cuda")) {
         ds_err("--device %s: unknown device (expected cpu, cuda or auto)", device);
         return NULL;
@@ -39,11 +48,15 @@ const ds_backend *ds_backend_select(const char *device, const ds_backend_opts *o
 #ifdef DS_HAVE_CUDA
     int count = ds_cuda_device_count();
     if (count < 0) return NULL;   /* a GPU that cannot start is an error, never a quiet CPU run */
-    if (count > 0) return ds_cuda_select(opts);
-    if (!strcmp(device, "auto")) return &ds_backend_cpu;
+    if (count > 0) {
+        ds_backend_opts o = *opts;
+        if (o.precision == DS_PRECISION_AUTO) o.precision = DS_PRECISION_BF16;
+        return ds_cuda_select(&o);
+    }
+    if (!strcmp(device, "auto")) return cpu_backend(opts->precision);
     ds_err("--device cuda: no CUDA device is visible (try --device cpu)");
 #else
-    if (!strcmp(device, "auto")) return &ds_backend_cpu;
+    if (!strcmp(device, "auto")) return cpu_backend(opts->precision);
     ds_err("--device cuda: this build has no CUDA support (rebuild with nvcc available, or use --device cpu)");
 #endif
     return NULL;

@@ -41,16 +41,20 @@ typedef struct {
     int p, q;            /* output */
 } ds_pool_desc;
 
-typedef enum { DS_PRECISION_FP32, DS_PRECISION_TF32, DS_PRECISION_BF16 } ds_precision;
+/* AUTO is a request only (bf16 on a GPU, fp32 on the CPU); a selected backend's precision
+ * is one of the other three. */
+typedef enum { DS_PRECISION_FP32, DS_PRECISION_TF32, DS_PRECISION_BF16, DS_PRECISION_AUTO } ds_precision;
 
-/* "fp32", "tf32", "bf16": the enum's order is the names' order. */
+/* "fp32", "tf32", "bf16", "auto": the enum's order is the names' order. */
 const char *ds_precision_name(ds_precision p);
 /* Parses one of those names; returns 0, or -1 with a message naming the choices. */
 int ds_precision_parse(const char *name, ds_precision *out);
 
 /* What a tool asks of the backend it selects. */
 typedef struct {
-    ds_precision precision;  /* arithmetic of convolutions and GEMMs on a GPU (the CPU computes fp32) */
+    ds_precision precision;  /* arithmetic of the convolutions (and a GPU's GEMMs): the CPU
+                                computes fp32 or bf16, a GPU any of the three; AUTO: bf16 on a
+                                GPU, fp32 on the CPU */
     int deterministic;       /* 1: results repeatable bit for bit between runs (GPU: only
                                 deterministic cuDNN algorithms; the CPU always is) */
     int data_parallel;       /* 1: the tool reduces gradients over the job's ranks, so the
@@ -177,17 +181,21 @@ typedef struct ds_backend {
     const char *(*kernel_set)(void);
 } ds_backend;
 
-/* The CPU backend: always there; host memory, fp32, deterministic for any thread count. */
+/* The CPU backends: always there; host memory, deterministic for any thread count; fp32, and
+ * bf16 convolutions (bf16 operands, float32 sums and storage). */
 extern const ds_backend ds_backend_cpu;
+extern const ds_backend ds_backend_cpu_bf16;
 
 /* Picks and starts the backend for --device ("cpu", "cuda" or "auto": cuda when a GPU is
  * visible), configured with opts (NULL: fp32, not deterministic, not data-parallel). The
  * CUDA backend binds its GPU (the rank's index on its node) and, for data_parallel under a
  * launcher, joins the ranks' NCCL communicator now, so a GPU that cannot be used is an
  * error here and not at the first op; every rank then calls it. One process drives one
- * GPU: selecting cuda again reconfigures the same backend (tests compare precisions). The
- * CPU backend ignores precision. Returns NULL with a message when the device is unknown or
- * unavailable. */
+ * GPU: selecting cuda again reconfigures the same backend (tests compare precisions). On
+ * the CPU, fp32 and bf16 are two backends and tf32 is an error (a tensor-core format: the
+ * CPU has no such arithmetic, and a silent fp32 would be a lie in the run's record).
+ * Returns NULL with a message when the device is unknown or unavailable, or cannot compute
+ * in the precision asked. */
 const ds_backend *ds_backend_select(const char *device, const ds_backend_opts *opts);
 
 #endif

@@ -12,7 +12,7 @@
 #include "cli.h"
 
 /* --precision's choices, in the order of ds_precision: a choice's index is its enum value. */
-#define DS_PRECISION_CHOICES "fp32|tf32|bf16"
+#define DS_PRECISION_CHOICES "fp32|tf32|bf16|auto"
 
 typedef struct {
     const char *device;        /* auto|cpu|cuda, as ds_backend_select takes it */
@@ -23,14 +23,15 @@ typedef struct {
     long long loader_threads;  /* 0: the tool's default */
 } ds_compute_options;
 
-#define DS_COMPUTE_DEFAULTS {.device = "auto", .precision = "bf16", .precision_index = DS_PRECISION_BF16}
+#define DS_COMPUTE_DEFAULTS {.device = "auto", .precision = "auto", .precision_index = DS_PRECISION_AUTO}
 
 /* The five table entries; `c` is the tool's ds_compute_options (static storage). */
 #define DS_COMPUTE_OPTIONS(c, loader_threads_help)                                                                 \
     DS_CHOICE("device", &(c).device, "auto|cpu|cuda", "where to compute (auto: cuda when a GPU is visible)"),       \
     DS_CHOICE_INDEX("precision", &(c).precision, &(c).precision_index, DS_PRECISION_CHOICES,                       \
-                    "GPU arithmetic: bf16 tensor-core convolutions (BN, loss and training's master weights "      \
-                    "stay fp32), tf32, or fp32 without tensor cores; the CPU always computes fp32"),               \
+                    "arithmetic of the convolutions: bf16 (GPU: tensor cores; CPU: bf16 operands, fp32 sums; "    \
+                    "BN, loss and training's master weights stay fp32), tf32 (GPU only), fp32 (GPU: without "      \
+                    "tensor cores); auto: bf16 on a GPU, fp32 on the CPU"),                                         \
     DS_OPT("deterministic", DS_OPT_FLAG, &(c).deterministic, NULL,                                                 \
            "GPU: only the cuDNN algorithms cuDNN reports as deterministic; on the CPU every run is already "       \
            "bitwise repeatable"),                                                                                  \

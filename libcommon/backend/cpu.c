@@ -421,40 +421,56 @@ static void cpu_resized_crop_u8(float *out, const uint8_t *in, int n, int H, int
 
 static const char *cpu_kernel_set(void) { return ds_cpu_isa_name(ds_cpu_isa_get()); }
 
+/* Every entry but the convolutions and the precision: the two CPU backends share them. */
+#define CPU_COMMON \
+    .host_memory = 1, \
+    .deterministic = 1, \
+    .alloc = cpu_alloc, \
+    .free = cpu_free, \
+    .upload = cpu_copy, \
+    .download = cpu_copy, \
+    .zero = cpu_zero, \
+    .copy = cpu_copy, \
+    .sync = cpu_sync, \
+    .bn_fwd_train = cpu_bn_fwd_train, \
+    .bn_fwd_infer = cpu_bn_fwd_infer, \
+    .bn_bwd = cpu_bn_bwd, \
+    .maxpool_fwd = cpu_maxpool_fwd, \
+    .maxpool_bwd = cpu_maxpool_bwd, \
+    .avgpool_fwd = cpu_avgpool_fwd, \
+    .avgpool_bwd = cpu_avgpool_bwd, \
+    .linear_fwd = cpu_linear_fwd, \
+    .linear_bwd = cpu_linear_bwd, \
+    .softmax_xent = cpu_softmax_xent, \
+    .sgd_step = cpu_sgd_step, \
+    .scale = cpu_scale, \
+    .axpy = cpu_axpy, \
+    .normalize_u8 = cpu_normalize_u8, \
+    .resized_crop_u8 = cpu_resized_crop_u8, \
+    /* host buffers: comm's ordered sums, on its worker thread */ \
+    .reduce_start = ds_comm_reduce_start, \
+    .reduce_wait = ds_comm_reduce_wait, \
+    .ordered_reduce = 1, \
+    .kernel_set = cpu_kernel_set,
+
 const ds_backend ds_backend_cpu = {
     .name = "cpu",
-    .host_memory = 1,
     .precision = DS_PRECISION_FP32,
-    .deterministic = 1,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .upload = cpu_copy,
-    .download = cpu_copy,
-    .zero = cpu_zero,
-    .copy = cpu_copy,
-    .sync = cpu_sync,
     .conv_workspace = ds_cpu_conv_workspace,
     .conv_fwd = ds_cpu_conv_fwd,
     .conv_bwd_data = ds_cpu_conv_bwd_data,
     .conv_bwd_weight = ds_cpu_conv_bwd_weight,
-    .bn_fwd_train = cpu_bn_fwd_train,
-    .bn_fwd_infer = cpu_bn_fwd_infer,
-    .bn_bwd = cpu_bn_bwd,
-    .maxpool_fwd = cpu_maxpool_fwd,
-    .maxpool_bwd = cpu_maxpool_bwd,
-    .avgpool_fwd = cpu_avgpool_fwd,
-    .avgpool_bwd = cpu_avgpool_bwd,
-    .linear_fwd = cpu_linear_fwd,
-    .linear_bwd = cpu_linear_bwd,
-    .softmax_xent = cpu_softmax_xent,
-    .sgd_step = cpu_sgd_step,
-    .scale = cpu_scale,
-    .axpy = cpu_axpy,
-    .normalize_u8 = cpu_normalize_u8,
-    .resized_crop_u8 = cpu_resized_crop_u8,
-    /* host buffers: comm's ordered sums, on its worker thread */
-    .reduce_start = ds_comm_reduce_start,
-    .reduce_wait = ds_comm_reduce_wait,
-    .ordered_reduce = 1,
-    .kernel_set = cpu_kernel_set,
+    CPU_COMMON
+};
+
+/* --precision bf16: convolutions on bf16 operands with float32 sums (cpu_conv_bf16.c); the
+ * rest computes in float32 as above (docs/DESIGN.md §4 has the table). */
+const ds_backend ds_backend_cpu_bf16 = {
+    .name = "cpu",
+    .precision = DS_PRECISION_BF16,
+    .conv_workspace = ds_cpu_conv_workspace_bf16,
+    .conv_fwd = ds_cpu_conv_fwd_bf16,
+    .conv_bwd_data = ds_cpu_conv_bwd_data_bf16,
+    .conv_bwd_weight = ds_cpu_conv_bwd_weight_bf16,
+    CPU_COMMON
 };

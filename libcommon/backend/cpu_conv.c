@@ -37,15 +37,15 @@
 /* Scratch slots in a workspace: one per processor (at most CONV_MAX_SLOTS). The processor
  * count is fixed for the process, so a workspace planned early still fits later calls
  * whatever omp_set_num_threads says; more threads than processors would gain nothing. */
-static int conv_slots(void)
+int ds_cpu_conv_slots(void)
 {
     int p = omp_get_num_procs();
     return p < 1 ? 1 : p < CONV_MAX_SLOTS ? p : CONV_MAX_SLOTS;
 }
 
-static int conv_threads(void)
+int ds_cpu_conv_threads(void)
 {
-    int t = omp_get_max_threads(), s = conv_slots();
+    int t = omp_get_max_threads(), s = ds_cpu_conv_slots();
     return t < s ? t : s;
 }
 
@@ -115,7 +115,7 @@ static long chunk_count(const ds_conv_desc *d)
  * 784 rows of 7x7 outputs as 4 x 196, not 256 + 256 + 256 + 16 with one thread idle). */
 static long balanced_rows(const ds_conv_desc *d)
 {
-    long m = (long)d->n * d->p * d->q, threads = conv_threads();
+    long m = (long)d->n * d->p * d->q, threads = ds_cpu_conv_threads();
     long rounds = (chunk_count(d) + threads - 1) / threads, rows = round16((m + rounds * threads - 1) / (rounds * threads));
     return rows < chunk_rows(d) ? rows : chunk_rows(d);
 }
@@ -159,7 +159,7 @@ static int weight_groups(const ds_conv_desc *d)
 }
 
 /* Workspace layout: [weights area: partial weight gradients, or the weights transposed or
- * flipped with rows wt_ld apart] [conv_slots() slots of im2col scratch]. */
+ * flipped with rows wt_ld apart] [ds_cpu_conv_slots() slots of im2col scratch]. */
 static long weights_area(const ds_conv_desc *d)
 {
     ds_conv_desc t;
@@ -177,7 +177,7 @@ static const float *padded_weights(const float *w, const ds_conv_desc *d, float 
     const long rsc = (long)d->r * d->s * d->c;
     *ldw = wt_ld((int)rsc);
     if (*ldw == rsc) return w;
-#pragma omp parallel for schedule(static) num_threads(conv_threads())
+#pragma omp parallel for schedule(static) num_threads(ds_cpu_conv_threads())
     for (int k = 0; k < d->k; k++) memcpy(ws + k * *ldw, w + k * rsc, (size_t)rsc * sizeof *w);
     return ws;
 }
@@ -197,7 +197,7 @@ static long scratch_floats(const ds_conv_desc *d)
     long a = slot_floats(d), b = padded_image_floats(d);
     if (b > a) a = b;
     if (bwd_data_as_fwd(d, &t) && padded_image_floats(&t) > a) a = padded_image_floats(&t);
-    return conv_slots() * a;
+    return ds_cpu_conv_slots() * a;
 }
 
 size_t ds_cpu_conv_workspace(const ds_conv_desc *d)
@@ -233,11 +233,11 @@ static void conv_fwd_implicit(float *out, const float *in, const float *wt, cons
 {
     const long ldw = wt_ld(d->k);
     const int wp = d->w + 2 * d->pad;
-    const long sc = (long)d->s * d->c, hwc = (long)d->h * d->w * d->c, slot = scratch_floats(d) / conv_slots();
+    const long sc = (long)d->s * d->c, hwc = (long)d->h * d->w * d->c, slot = scratch_floats(d) / ds_cpu_conv_slots();
     // (Measured on resnet50: row by row wins at 14x14 outputs, loses at 7x7 where a row is
     // too short a tile to pay for reloading it.)
     const int by_row = (long)d->r * sc > 1024 && d->q >= 14;
-#pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
+#pragma omp parallel for schedule(dynamic) num_threads(ds_cpu_conv_threads())
     for (int n = 0; n < d->n; n++) {
         const float *src = pad_image(scratch + omp_get_thread_num() * slot, in + n * hwc, d);
         for (int k0 = 0; k0 < d->k; k0 += 64) {
@@ -297,7 +297,7 @@ static const float *chunk_cols(const float *in, const ds_conv_desc *d, int point
 }
 
 /* The adjoint of im2col: din += col scattered back to where im2col gathered it from. */
-static void col2im_add(float *din, const float *col, const ds_conv_desc *d, long m0, long rows)
+void ds_cpu_col2im_add(float *din, const float *col, const ds_conv_desc *d, long m0, long rows)
 {
     const long pq = (long)d->p * d->q, sc = (long)d->s * d->c;
     for (long i = 0; i < rows; i++) {
@@ -324,7 +324,7 @@ static void conv_fwd_slots(float *out, const float *in, const float *wt, const d
     const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c;
     const long rows = balanced_rows(d), chunks = (m + rows - 1) / rows;
     const int pointwise = is_pointwise(d);
-#pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
+#pragma omp parallel for schedule(dynamic) num_threads(ds_cpu_conv_threads())
     for (long ch = 0; ch < chunks; ch++) {
         long m0 = ch * rows, mr = m - m0 < rows ? m - m0 : rows;
         const float *col = chunk_cols(in, d, pointwise, m0, mr, slots, slot);
@@ -339,7 +339,7 @@ void ds_cpu_conv_fwd(float *out, const float *in, const float *w, const ds_conv_
     float *slots = (float *)ws + weights_area(d), *wt = ws;
     const long ldw = wt_ld(d->k);
     // wt [rsc, k] = w^T
-#pragma omp parallel for schedule(static) num_threads(conv_threads())
+#pragma omp parallel for schedule(static) num_threads(ds_cpu_conv_threads())
     for (long j = 0; j < rsc; j++)
         for (int k = 0; k < d->k; k++) wt[j * ldw + k] = w[k * rsc + j];
     if (implicit_ok(d))
@@ -359,7 +359,7 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
         const long prows = balanced_rows(d), chunks = (m + prows - 1) / prows;
         long ldw;
         const float *wp = padded_weights(w, d, ws, &ldw);
-#pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
+#pragma omp parallel for schedule(dynamic) num_threads(ds_cpu_conv_threads())
         for (long ch = 0; ch < chunks; ch++) {
             long m0 = ch * prows, mr = m - m0 < prows ? m - m0 : prows;
             // din (mr, c) = dout (mr, k) * w (k, c)
@@ -374,7 +374,7 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
         // The flipped convolution's weights, transposed for ds_sgemm_small (rows wt_ld(C)
         // apart): wt [r, s, k, c] = w [k, R-1-r, S-1-s, c]
         const long ldw = wt_ld(C);
-#pragma omp parallel for collapse(2) schedule(static) num_threads(conv_threads())
+#pragma omp parallel for collapse(2) schedule(static) num_threads(ds_cpu_conv_threads())
         for (int r = 0; r < R; r++)
             for (int s = 0; s < S; s++)
                 for (int k = 0; k < K; k++)
@@ -392,7 +392,7 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
     const long pq = (long)d->p * d->q, hwc = (long)d->h * d->w * d->c;
     long ldw;
     const float *wp = padded_weights(w, d, ws, &ldw);
-#pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
+#pragma omp parallel for schedule(dynamic) num_threads(ds_cpu_conv_threads())
     for (int n = 0; n < d->n; n++) {
         float *col = slots + omp_get_thread_num() * slot;
         memset(din + n * hwc, 0, hwc * sizeof(float));
@@ -400,7 +400,7 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
             long mr = (n + 1) * pq - m0 < rows ? (n + 1) * pq - m0 : rows;
             // col (mr, rsc) = dout (mr, k) * w (k, rsc)
             ds_sgemm_small(mr, (int)rsc, d->k, dout + m0 * d->k, d->k, 1, wp, ldw, col, rsc, 0);
-            col2im_add(din, col, d, m0, mr);
+            ds_cpu_col2im_add(din, col, d, m0, mr);
         }
     }
 }
@@ -409,10 +409,10 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
  * order, then added to dw once, so the result is the same for any thread count (the order
  * the bitwise promise of docs/DESIGN.md §7 rests on, written once). The partials lie
  * part_stride apart, each [k, rsc] or, transposed, [rsc, k]. */
-static void sum_groups(float *dw, const float *part, int groups, long part_stride, int k, long rsc, int transposed)
+void ds_cpu_conv_sum_groups(float *dw, const float *part, int groups, long part_stride, int k, long rsc, int transposed)
 {
     const long krsc = k * rsc;
-#pragma omp parallel for schedule(static) num_threads(conv_threads())
+#pragma omp parallel for schedule(static) num_threads(ds_cpu_conv_threads())
     for (long i = 0; i < krsc; i++) {
         const long at = transposed ? i % rsc * k + i / rsc : i;   /* dw[i]: output channel i / rsc */
         float s = part[at];
@@ -439,13 +439,13 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
         // register tiles (k = 16: 8 x 48 instead of 16 x 16).
         const int wp = d->w + 2 * d->pad;
         const long sc = (long)d->s * d->c, pqk = (long)d->p * d->q * d->k, hwc = (long)d->h * d->w * d->c;
-        const long pslot = scratch_floats(d) / conv_slots();
+        const long pslot = scratch_floats(d) / ds_cpu_conv_slots();
         const int by_k = d->k < 32 && sc >= 32;
         // Wide windows: 32 output channels at a time, so the image's (p*q, 32) block of dout
         // stays in L1 while the many window rows stream past it.
         const int kcols = rsc > SMALL_KD ? 32 : d->k;
         const int g_rows = groups < d->n ? groups : d->n;
-#pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
+#pragma omp parallel for schedule(dynamic) num_threads(ds_cpu_conv_threads())
         for (int g = 0; g < g_rows; g++) {
             float *pg = part + g * part_stride, *buf = slots + omp_get_thread_num() * pslot;
             const long n0 = (long)g * d->n / g_rows, n1 = (long)(g + 1) * d->n / g_rows;
@@ -465,12 +465,12 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
                 }
             }
         }
-        sum_groups(dw, part, g_rows, part_stride, d->k, rsc, !by_k);
+        ds_cpu_conv_sum_groups(dw, part, g_rows, part_stride, d->k, rsc, !by_k);
         return;
     }
 
     const long copy_ld = bwdw_copy_ld(d);
-#pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
+#pragma omp parallel for schedule(dynamic) num_threads(ds_cpu_conv_threads())
     for (int g = 0; g < groups; g++) {
         long c0 = g * chunks / groups, c1 = (g + 1) * chunks / groups;
         float *pg = part + g * part_stride;
@@ -492,5 +492,5 @@ void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const
                 ds_sgemm_small(d->k, (int)rsc, mr, a, 1, ld, col, rsc, pg, rsc, ch != c0);
         }
     }
-    sum_groups(dw, part, groups, part_stride, d->k, rsc, small);
+    ds_cpu_conv_sum_groups(dw, part, groups, part_stride, d->k, rsc, small);
 }

@@ -10,4 +10,23 @@ void ds_cpu_conv_fwd(float *out, const float *in, const float *w, const ds_conv_
 void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const ds_conv_desc *d, void *ws);
 void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws);
 
+
+/* Under --precision bf16 (cpu_conv_bf16.c): the same three ops with bf16 operands and float32
+ * sums (cpu_bf16.h's rule); inputs and outputs stay float32. */
+size_t ds_cpu_conv_workspace_bf16(const ds_conv_desc *d);
+void ds_cpu_conv_fwd_bf16(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws);
+void ds_cpu_conv_bwd_data_bf16(float *din, const float *dout, const float *w, const ds_conv_desc *d, void *ws);
+void ds_cpu_conv_bwd_weight_bf16(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws);
+
+/* Shared by the two files. Threads a convolution uses, and its scratch slots (one per
+ * processor, at most 16: fixed for the process). */
+int ds_cpu_conv_threads(void);
+int ds_cpu_conv_slots(void);
+/* din += col (rows m0 .. m0+rows-1 of the im2col matrix, r*s*c floats each) scattered back
+ * to where im2col gathers them from. */
+void ds_cpu_col2im_add(float *din, const float *col, const ds_conv_desc *d, long m0, long rows);
+/* dw += the sum of `groups` partial weight gradients part_stride floats apart, in group
+ * order ([k, rsc], or [rsc, k] when transposed): the order the bitwise promise rests on. */
+void ds_cpu_conv_sum_groups(float *dw, const float *part, int groups, long part_stride, int k, long rsc, int transposed);
+
 #endif

@@ -88,5 +88,5 @@ for k in "${levels[@]}"; do
 done
 # The runs really ran: a checkpoint per run, and the start-up line names the set.
 check runs_wrote_checkpoints test -f "$T/r20-plain/last.h5" -a \( $long_r50 = 0 -o -f "$T/r50-plain/last.h5" \)
-check startup_line_names_set grep -q "cpu (2 threads, ${best/avx2/avx2+fma} kernels)" "$T/r20-$best.err"
+check startup_line_names_set grep -q "cpu in fp32 (2 threads, $(long_name "$best") kernels)" "$T/r20-$best.err"
 finish

@@ -7,6 +7,7 @@
  * these smooth (or piecewise linear, away from kinks) functions. */
 #include "../check.h"
 #include "backend.h"
+#include "backend/cpu_bf16.h"
 #include "rng.h"
 #include "backend/cpu_sgemm.h"
 
@@ -166,6 +167,82 @@ static void test_conv(ds_conv_desc d, int fd)
     be->free(ws);
     free(in), free(w), free(g), free(out), free(din), free(dw0), free(dw);
     free(ind), free(wd), free(gd), free(outd), free(dind), free(dwd), free(got), free(outg), free(ding);
+    check_end();
+}
+
+/* ---- convolution under --precision bf16 ---- */
+
+/* x rounded to bf16, as doubles; |x| when take_abs. */
+static double *rounded_d(const float *x, size_t n, int take_abs)
+{
+    double *r = malloc(n * sizeof *r);
+    for (size_t i = 0; i < n; i++) {
+        r[i] = ds_bf16_value(ds_bf16_round(x[i]));
+        if (take_abs) r[i] = fabs(r[i]);
+    }
+    return r;
+}
+
+/* got against two truths: `exact`, the double sums of the bf16-rounded operands, within
+ * float32 summation error (kd terms, magnitude `mag`: the same sums of |operands|), which
+ * only the rule's float32 sums can meet; and `truth`, the double sums of the unrounded
+ * operands, within bf16's own error (two roundings of 2^-8 per product). Returns the
+ * number of elements off either. */
+static size_t bf16_off(const char *what, const float *got, const double *exact, const double *mag,
+                       const double *truth, size_t n, long kd, const float *base)
+{
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        /* base: what the op added to (got is the difference), whose roundings count too */
+        double b = base ? 2.4e-7 * fabs(base[i]) : 0;
+        double e1 = fabs(got[i] - exact[i]), e2 = fabs(got[i] - truth[i]);
+        if (e1 > 1.2e-7 * (kd + 2) * mag[i] + b + 1e-30 || e2 > 7.9e-3 * mag[i] + b + 1e-30) {
+            if (off++ < 3)
+                fprintf(stderr, "  %s[%zu]: %.9g, bf16 operands' sum %.9g, exact %.9g (magnitude %.3g)\n", what, i,
+                        got[i], exact[i], truth[i], mag[i]);
+        }
+    }
+    return off;
+}
+
+/* The three conv ops of the bf16 backend against double sums. */
+static void test_conv_bf16(ds_conv_desc d)
+{
+    const ds_backend *bb = &ds_backend_cpu_bf16;
+    char name[160];
+    snprintf(name, sizeof name, "bf16 conv n%d %dx%dx%d -> k%d %dx%d/%d pad %d", d.n, d.h, d.w, d.c, d.k, d.r, d.s,
+             d.stride, d.pad);
+    check_begin(name);
+    size_t ni = (size_t)d.n * d.h * d.w * d.c, nw = (size_t)d.k * d.r * d.s * d.c, no = (size_t)d.n * d.p * d.q * d.k;
+    float *in = randn(ni, 1), *w = randn(nw, 1 / sqrt(d.r * d.s * d.c)), *g = randn(no, 1);
+    float *out = malloc(no * sizeof *out), *din = malloc(ni * sizeof *din), *dw0 = randn(nw, 1),
+          *dw = dup_f(dw0, nw);
+    void *ws = bb->alloc(bb->conv_workspace(&d));
+    CHECK(ws != NULL, "workspace allocation");
+    bb->conv_fwd(out, in, w, &d, ws);
+    bb->conv_bwd_data(din, g, w, &d, ws);
+    bb->conv_bwd_weight(dw, g, in, &d, ws);
+    for (size_t i = 0; i < nw; i++) dw[i] -= dw0[i];  /* what it added */
+
+    double *inr = rounded_d(in, ni, 0), *wr = rounded_d(w, nw, 0), *gr = rounded_d(g, no, 0);
+    double *ina = rounded_d(in, ni, 1), *wa = rounded_d(w, nw, 1), *ga = rounded_d(g, no, 1);
+    double *ind = dup_d(in, ni), *wd = dup_d(w, nw), *gd = dup_d(g, no);
+    double *o1 = malloc(no * sizeof *o1), *o2 = malloc(no * sizeof *o2), *o3 = malloc(no * sizeof *o3);
+    double *di1 = malloc(ni * sizeof *di1), *di2 = malloc(ni * sizeof *di2), *di3 = malloc(ni * sizeof *di3);
+    double *dw1 = malloc(nw * sizeof *dw1), *dw2 = malloc(nw * sizeof *dw2), *dw3 = malloc(nw * sizeof *dw3);
+    ref_conv(o1, inr, wr, &d), ref_conv(o2, ina, wa, &d), ref_conv(o3, ind, wd, &d);
+    ref_conv_bwd(di1, dw1, gr, inr, wr, &d), ref_conv_bwd(di2, dw2, ga, ina, wa, &d);
+    ref_conv_bwd(di3, dw3, gd, ind, wd, &d);
+    size_t f = bf16_off("forward", out, o1, o2, o3, no, (long)d.r * d.s * d.c, NULL);
+    size_t bd = d.no_dx ? 0 : bf16_off("backward data", din, di1, di2, di3, ni, (long)d.r * d.s * d.k, NULL);
+    size_t bw = bf16_off("backward weight", dw, dw1, dw2, dw3, nw, (long)d.n * d.p * d.q, dw0);
+    CHECK(f == 0, "forward: %zu of %zu elements off", f, no);
+    CHECK(bd == 0, "backward data: %zu of %zu elements off", bd, ni);
+    CHECK(bw == 0, "backward weight: %zu of %zu elements off", bw, nw);
+    bb->free(ws);
+    free(in), free(w), free(g), free(out), free(din), free(dw0), free(dw);
+    free(inr), free(wr), free(gr), free(ina), free(wa), free(ga), free(ind), free(wd), free(gd);
+    free(o1), free(o2), free(o3), free(di1), free(di2), free(di3), free(dw1), free(dw2), free(dw3);
     check_end();
 }
 
@@ -678,19 +755,23 @@ static float *run_ops(int threads, size_t *len)
         conv_desc(2, 5, 5, 40, 1200, 1, 1, 2, 0),   conv_desc(1, 14, 14, 128, 24, 3, 3, 1, 1),
         conv_desc(2, 24, 24, 288, 8, 3, 3, 1, 1),   conv_desc(2, 7, 7, 600, 40, 3, 3, 1, 1),
     };
-    for (size_t k = 0; k < sizeof cs / sizeof *cs; k++) {
-        const ds_conv_desc *d = &cs[k];
-        size_t ni = (size_t)d->n * d->h * d->w * d->c, no = (size_t)d->n * d->p * d->q * d->k,
-               nw = (size_t)d->k * d->r * d->s * d->c;
-        float *in = randn(ni, 1), *w = randn(nw, 0.1), *g = randn(no, 1);
-        void *ws = be->alloc(be->conv_workspace(d));
-        be->conv_fwd(take(&res, no), in, w, d, ws);
-        be->conv_bwd_data(take(&res, ni), g, w, d, ws);
-        float *dw = take(&res, nw);
-        memcpy(dw, w, nw * sizeof *dw);  // accumulates into what is there
-        be->conv_bwd_weight(dw, g, in, d, ws);
-        be->free(ws), free(in), free(w), free(g);
-    }
+    // Both CPU backends' convolutions: fp32, and bf16 (whose kernel sets promise the same bits).
+    const ds_backend *const convs[2] = {&ds_backend_cpu, &ds_backend_cpu_bf16};
+    for (int b = 0; b < 2; b++)
+        for (size_t k = 0; k < sizeof cs / sizeof *cs; k++) {
+            const ds_backend *cb = convs[b];
+            const ds_conv_desc *d = &cs[k];
+            size_t ni = (size_t)d->n * d->h * d->w * d->c, no = (size_t)d->n * d->p * d->q * d->k,
+                   nw = (size_t)d->k * d->r * d->s * d->c;
+            float *in = randn(ni, 1), *w = randn(nw, 0.1), *g = randn(no, 1);
+            void *ws = cb->alloc(cb->conv_workspace(d));
+            cb->conv_fwd(take(&res, no), in, w, d, ws);
+            cb->conv_bwd_data(take(&res, ni), g, w, d, ws);
+            float *dw = take(&res, nw);
+            memcpy(dw, w, nw * sizeof *dw);  // accumulates into what is there
+            cb->conv_bwd_weight(dw, g, in, d, ws);
+            cb->free(ws), free(in), free(w), free(g);
+        }
     const int m = 6 * 12 * 12, c = 64;
     float *x = randn((size_t)m * c, 2), *gm = randn(c, 1), *bt = randn(c, 1), *g = randn((size_t)m * c, 1),
           *rs = randn((size_t)m * c, 1);
@@ -760,12 +841,17 @@ static void test_thread_independence(void)
 static void test_select(void)
 {
     check_begin("backend selection");
-    ds_backend_opts bf16 = {.precision = DS_PRECISION_BF16, .deterministic = 0};
+    ds_backend_opts bf16 = {.precision = DS_PRECISION_BF16}, tf32 = {.precision = DS_PRECISION_TF32},
+                    fp32 = {.precision = DS_PRECISION_FP32}, any = {.precision = DS_PRECISION_AUTO};
     const ds_backend *cpu = ds_backend_select("cpu", &bf16);
-    CHECK(cpu == &ds_backend_cpu, "cpu");
-    CHECK(cpu->host_memory && cpu->precision == DS_PRECISION_FP32 && cpu->deterministic,
-          "the CPU backend says host memory, fp32 and deterministic whatever is asked");
-    CHECK(ds_backend_select("cpu", NULL) == &ds_backend_cpu, "cpu with default options");
+    CHECK(cpu == &ds_backend_cpu_bf16 && cpu->precision == DS_PRECISION_BF16, "cpu in bf16");
+    CHECK(cpu->host_memory && cpu->deterministic, "the CPU backend says host memory and deterministic");
+    CHECK(ds_backend_select("cpu", &fp32) == &ds_backend_cpu && ds_backend_cpu.precision == DS_PRECISION_FP32,
+          "cpu in fp32");
+    CHECK(ds_backend_select("cpu", NULL) == &ds_backend_cpu, "cpu with default options: fp32");
+    CHECK(ds_backend_select("cpu", &any) == &ds_backend_cpu, "cpu with precision auto: fp32");
+    fprintf(stderr, "  (an error message about tf32 on the CPU is expected here)\n");
+    CHECK(ds_backend_select("cpu", &tf32) == NULL, "tf32 on the CPU is refused, not computed in fp32");
     CHECK(ds_backend_select("auto", NULL) != NULL, "auto always finds one");
     fprintf(stderr, "  (error messages about an unknown device and precision are expected here)\n");
     CHECK(ds_backend_select("tpu", NULL) == NULL, "unknown device accepted");
@@ -777,7 +863,8 @@ static void test_select(void)
               pr == DS_PRECISION_TF32 && ds_precision_parse("fp32", &pr) == 0 && pr == DS_PRECISION_FP32,
           "precision names parse to their enums");
     CHECK(ds_precision_parse("fp16", &pr) == -1 && pr == DS_PRECISION_FP32, "an unknown precision is refused");
-    CHECK(!strcmp(ds_precision_name(DS_PRECISION_BF16), "bf16") && !strcmp(ds_precision_name(DS_PRECISION_TF32), "tf32"),
+    CHECK(!strcmp(ds_precision_name(DS_PRECISION_BF16), "bf16") && !strcmp(ds_precision_name(DS_PRECISION_TF32), "tf32") &&
+              !strcmp(ds_precision_name(DS_PRECISION_AUTO), "auto"),
           "precision names");
     float *p = be->alloc(100);
     CHECK(p && ((uintptr_t)p & 63) == 0, "alloc is 64-byte aligned");
@@ -821,6 +908,21 @@ int main(int argc, char **argv)
     test_conv(conv_desc(2, 5, 5, 40, 1200, 1, 1, 2, 0), 0);
     test_conv(conv_desc(1, 14, 14, 128, 24, 3, 3, 1, 1), 0);  // wide window, one row at a time
     test_conv(conv_desc(2, 24, 24, 288, 8, 3, 3, 1, 1), 0);   // im2col: more chunks than groups
+    // bf16: implicit (rows of 14 or more), gathered (1x1, small outputs), the stem's odd
+    // channel count padded, stride-1 backward-data as a forward, strided scatters, long
+    // reductions (blocked), several chunks and groups.
+    test_conv_bf16(conv_desc(2, 16, 16, 16, 32, 3, 3, 1, 1));
+    test_conv_bf16(conv_desc(2, 30, 30, 3, 16, 7, 7, 2, 3));
+    test_conv_bf16(conv_desc(2, 15, 15, 5, 6, 3, 3, 1, 1));
+    test_conv_bf16(conv_desc(3, 28, 28, 8, 16, 3, 3, 2, 1));
+    test_conv_bf16(conv_desc(4, 9, 9, 32, 64, 3, 3, 2, 1));
+    test_conv_bf16(conv_desc(4, 16, 16, 256, 16, 1, 1, 1, 0));
+    test_conv_bf16(conv_desc(3, 9, 9, 24, 48, 1, 1, 2, 0));
+    test_conv_bf16(conv_desc(2, 5, 5, 300, 260, 1, 1, 1, 0));
+    test_conv_bf16(conv_desc(2, 7, 7, 600, 40, 3, 3, 1, 1));
+    test_conv_bf16(conv_desc(12, 16, 16, 64, 16, 3, 3, 1, 1));
+    test_conv_bf16(conv_desc(1, 7, 7, 8, 8, 5, 5, 1, 2));
+    test_conv_bf16(conv_desc(2, 6, 5, 3, 7, 3, 1, 1, 0));
 
     test_bn(24, 5, 0, 0, 0, 1);
     test_bn(24, 5, 1, 1, 0, 1);

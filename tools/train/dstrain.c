@@ -227,9 +227,6 @@ int main(int argc, char **argv)
     if (!be) ds_die("no usable --device %s", compute.device);
     int nthreads = omp_get_max_threads();
     if (compute.loader_threads == 0) compute.loader_threads = nthreads > 8 ? nthreads / 4 : 2;
-    if (be->precision != (ds_precision)compute.precision_index && ds_cli_given(&cli, "precision"))
-        ds_info("device %s: computing in %s (--precision %s applies on a GPU)", be->name,
-                ds_precision_name(be->precision), compute.precision);
     /* Planned once for the largest input: training crops never exceed --crop. */
     int planned = (int)(have_val && val_crop > crop ? val_crop : crop);
     if (standard_crop > planned) planned = standard_crop;
@@ -281,6 +278,7 @@ int main(int argc, char **argv)
     ds_ckpt_meta_set_float(&meta, "lr_effective", base_lr);
     ds_ckpt_meta_set_string(&meta, "device", be->name);
     ds_ckpt_meta_set_string(&meta, "precision", ds_precision_name(be->precision));
+    if (be->kernel_set) ds_ckpt_meta_set_string(&meta, "kernels", be->kernel_set());
     free(config);
 
     ds_loader_config lc = {.batch = (int)batch, .world = world, .rank = rank, .accum = (int)accum, .crop = (int)crop,
@@ -305,8 +303,8 @@ int main(int argc, char **argv)
     };
     char kernels[64] = "";
     if (be->kernel_set) snprintf(kernels, sizeof kernels, ", %s kernels", be->kernel_set());
-    ds_info("%s on %s (%d threads%s), %d rank%s; %zu training images of %dx%d, %d classes; lr %g", arch, be->name,
-            nthreads, kernels, world, world > 1 ? "s" : "", tr.n, tr.height, tr.width, tr.num_classes, base_lr);
+    ds_info("%s on %s in %s (%d threads%s), %d rank%s; %zu training images of %dx%d, %d classes; lr %g", arch,
+            be->name, ds_precision_name(be->precision), nthreads, kernels, world, world > 1 ? "s" : "", tr.n, tr.height, tr.width, tr.num_classes, base_lr);
     if (ds_signals_install()) ds_die("cannot handle signals");
     int rc = ds_train(m, &plan);
     if (rc >= 0 && ds_test_hooks_get()->pause_before_exit) ds_test_pause("dstrain is done");
