@@ -2,7 +2,7 @@
  * resnet20 at 32x32 batch 128 and resnet50 at 224x224 batch 16, and prints GFLOP/s next to
  * the machine's measured FMA peak.
  *
- *   ops_bench [resnet20|resnet50|all] [repeats]
+ *   ops_bench [--precision fp32|bf16] [resnet20|resnet50|all] [repeats]
  *   ops_bench step ARCH BATCH SIZE [steps]    whole training steps of the engine (model.c):
  *                                             forward, backward, SGD; images/s
  *   ops_bench infer ARCH BATCH SIZE [steps]   inference forward passes
@@ -169,9 +169,12 @@ static float *randn(size_t n, ds_rng *r)
         }                                                          \
     } while (0)
 
+/* The CPU backend of --precision. */
+static const ds_backend *be_run = &ds_backend_cpu;
+
 static void bench_net(const char *net, const shape *sh, int count, int reps, double peak)
 {
-    const ds_backend *be = &ds_backend_cpu;
+    const ds_backend *be = be_run;
     ds_rng r;
     ds_rng_init(&r, 1, DS_RNG_DATA, 0);
     printf("\n%s (%d threads)\n%-26s %5s | %8s %6s | %8s %6s | %8s %6s\n", net, omp_get_max_threads(),
@@ -225,7 +228,7 @@ static int bench_step(const char *arch, int batch, int size, int steps, int trai
 {
     ds_model_config cfg = {.arch = arch, .num_classes = strcmp(arch, "resnet20") ? 1000 : 10, .max_batch = batch,
                            .height = size, .width = size, .training = training};
-    ds_model *m = ds_model_create(&ds_backend_cpu, &cfg);
+    ds_model *m = ds_model_create(be_run, &cfg);
     if (!m) return 1;
     ds_model_init(m, 1);
     ds_rng r;
@@ -254,9 +257,10 @@ static int bench_step(const char *arch, int batch, int size, int steps, int trai
         if (s > 0 && t < best) best = t;
         if (s > 0 && c < best_cpu) best_cpu = c;
     }
-    printf("%s %s %dx%d batch %d, %d threads, cpu kernels %s: best step %.1f ms = %.0f images/s (wall); "
+    printf("%s %s %dx%d batch %d, %s, %d threads, cpu kernels %s: best step %.1f ms = %.0f images/s (wall); "
            "%.1f CPU-ms per step = %.0f images per CPU-second\n",
-           training ? "training" : "inference", arch, size, size, batch, omp_get_max_threads(),
+           training ? "training" : "inference", arch, size, size, batch, ds_precision_name(be_run->precision),
+           omp_get_max_threads(),
            ds_cpu_isa_name(ds_cpu_isa_get()), best * 1e3, batch / best, best_cpu * 1e3,
            batch / best_cpu);
     free(labels);
@@ -270,6 +274,11 @@ int main(int argc, char **argv)
     if (ds_cpu_isa_init()) return 1;
     const char *clk = getenv("DS_BENCH_CLOCK");
     cpu_clock = clk && !strcmp(clk, "cpu");
+    if (argc > 2 && !strcmp(argv[1], "--precision")) {
+        ds_backend_opts o = {0};
+        if (ds_precision_parse(argv[2], &o.precision) || !(be_run = ds_backend_select("cpu", &o))) return 2;
+        argc -= 2, argv += 2;
+    }
     const char *which = argc > 1 ? argv[1] : "all";
     if (!strcmp(which, "step") || !strcmp(which, "infer")) {
         if (argc < 5) {
@@ -282,8 +291,8 @@ int main(int argc, char **argv)
     int reps = argc > 2 ? atoi(argv[2]) : 3;
     if (reps < 1) reps = 1;
     double peak = measure_peak();
-    printf("peak fp32 FMA: %.0f GFLOP/s on %d threads (cpu kernels: %s)\n", peak, omp_get_max_threads(),
-           ds_cpu_isa_name(ds_cpu_isa_get()));
+    printf("peak fp32 FMA: %.0f GFLOP/s on %d threads (cpu kernels: %s; convolutions in %s)\n", peak,
+           omp_get_max_threads(), ds_cpu_isa_name(ds_cpu_isa_get()), ds_precision_name(be_run->precision));
     if (!strcmp(which, "resnet20") || !strcmp(which, "all"))
         bench_net("resnet20 32x32 batch 128", resnet20, sizeof resnet20 / sizeof *resnet20, reps, peak);
     if (!strcmp(which, "resnet50") || !strcmp(which, "all"))

@@ -24,12 +24,35 @@ static void round_plain(ds_bf16 *dst, const float *src, size_t n)
 void ds_bf16_round_n(ds_bf16 *dst, const float *src, size_t n)
 {
 #if defined(__x86_64__) || defined(__i386__)
-    if (ds_cpu_isa_get() >= DS_CPU_AVX512) {
+    const ds_cpu_isa isa = ds_cpu_isa_get();
+    if (isa == DS_CPU_AVX512BF16) {
+        ds_bf16_round_n_avx512bf16(dst, src, n);
+        return;
+    }
+    if (isa == DS_CPU_AVX512) {
         ds_bf16_round_n_avx512(dst, src, n);
+        return;
+    }
+    if (isa == DS_CPU_AVX2) {
+        ds_bf16_round_n_avx2(dst, src, n);
         return;
     }
 #endif
     round_plain(dst, src, n);
+}
+
+void ds_bf16_interleave(ds_bf16 *dst, const ds_bf16 *a, const ds_bf16 *b, size_t n)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    if (ds_cpu_isa_get() >= DS_CPU_AVX2) {
+        ds_bf16_interleave_avx2(dst, a, b, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++) {
+        dst[2 * i] = a ? a[i] : 0;
+        dst[2 * i + 1] = b ? b[i] : 0;
+    }
 }
 
 void ds_bf16_pack_pairs(ds_bf16 *dst, long ldb, const float *src, long sp, long sj, long k, int n)

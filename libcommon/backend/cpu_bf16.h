@@ -45,6 +45,10 @@ static inline float ds_bf16_value(ds_bf16 h)
 /* dst[i] = round(src[i]) for n elements (the vector kernels where the CPU has them). */
 void ds_bf16_round_n(ds_bf16 *dst, const float *src, size_t n);
 
+/* dst[2i] = a[i], dst[2i + 1] = b[i] for n elements (a or b NULL: zeros): a pair row of a
+ * pair-packed B made from two rows of bf16. */
+void ds_bf16_interleave(ds_bf16 *dst, const ds_bf16 *a, const ds_bf16 *b, size_t n);
+
 /* B pair-packed from float32: rows [0, k) of src (row p at src + p sp, column j at j sj), n
  * columns, into dst with pair rows ldb apart; an odd k gets a zero row k. */
 void ds_bf16_pack_pairs(ds_bf16 *dst, long ldb, const float *src, long sp, long sj, long k, int n);
@@ -62,6 +66,9 @@ typedef void ds_bgemm_kernel(long m, int n, long nseg, long kseg, const ds_bf16 
 #if defined(__x86_64__) || defined(__i386__)
 ds_bgemm_kernel ds_bgemm_avx2, ds_bgemm_avx512, ds_bgemm_avx512bf16;
 void ds_bf16_round_n_avx512(ds_bf16 *dst, const float *src, size_t n);
+void ds_bf16_round_n_avx512bf16(ds_bf16 *dst, const float *src, size_t n);
+void ds_bf16_round_n_avx2(ds_bf16 *dst, const float *src, size_t n);
+void ds_bf16_interleave_avx2(ds_bf16 *dst, const ds_bf16 *a, const ds_bf16 *b, size_t n);
 #endif
 
 #endif

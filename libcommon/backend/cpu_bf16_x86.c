@@ -17,23 +17,30 @@
 #define BG_CAT_(a, b) a##b
 #define BG_CAT(a, b) BG_CAT_(a, b)
 
-/* Rounding to nearest even on 32-bit lanes: NaN quiet, denormals and zeros to signed zero. */
-__attribute__((target("avx512f"))) void ds_bf16_round_n_avx512(ds_bf16 *dst, const float *src, size_t n)
+/* Rounding to nearest even on 32-bit lanes, the bf16 left in the upper half (the lower half
+ * is garbage): NaN quiet, denormals and zeros to signed zero. */
+static inline __attribute__((target("avx512f"), always_inline)) __m512i round_hi(__m512i u)
 {
     const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000),
                   one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff), quiet = _mm512_set1_epi32(0x400000),
                   sign = _mm512_set1_epi32((int)0x80000000u);
-    size_t i = 0;
-    for (; i < n; i += 16) {
-        const __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
-        const __m512i u = _mm512_maskz_loadu_epi32(k, src + i);
-        const __m512i mag = _mm512_and_si512(u, abs);
-        const __mmask16 nan = _mm512_cmpgt_epu32_mask(mag, inf);
-        const __mmask16 tiny = _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, inf), _mm512_setzero_si512());
-        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
-        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, quiet));
-        r = _mm512_mask_mov_epi32(r, tiny, _mm512_and_si512(u, sign));
-        const __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
+    const __mmask16 tiny = _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, inf), _mm512_setzero_si512());
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, quiet));
+    return _mm512_mask_mov_epi32(r, tiny, _mm512_and_si512(u, sign));
+}
+
+static inline __attribute__((target("avx512f"), always_inline)) __mmask16 head(size_t left)
+{
+    return left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+}
+
+__attribute__((target("avx512f"))) void ds_bf16_round_n_avx512(ds_bf16 *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 k = head(n - i);
+        const __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_hi(_mm512_maskz_loadu_epi32(k, src + i)), 16));
         if (k == 0xffff) {
             _mm256_storeu_si256((__m256i *)(dst + i), h);
         } else {  /* the tail: a masked 16-bit store needs AVX512-BW */
@@ -41,6 +48,60 @@ __attribute__((target("avx512f"))) void ds_bf16_round_n_avx512(ds_bf16 *dst, con
             _mm256_storeu_si256((__m256i *)tail, h);
             memcpy(dst + i, tail, (n - i) * sizeof *dst);
         }
+    }
+}
+
+/* The rounding by the instruction itself (VCVTNEPS2BF16: test_bf16 checks it is the rule). */
+__attribute__((target("avx512f,avx512bf16"))) void ds_bf16_round_n_avx512bf16(ds_bf16 *dst, const float *src,
+                                                                            size_t n)
+{
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i));
+        _mm512_storeu_si512(dst + i, (__m512i)h);
+    }
+    if (i < n) ds_bf16_round_n_avx512(dst + i, src + i, n - i);
+}
+
+/* The same rounding on AVX2: 8 lanes, packed to 16 bits with unsigned saturation (the
+ * values are below 2^16 once shifted) and the 128-bit halves put back in order. */
+__attribute__((target("avx2"))) void ds_bf16_round_n_avx2(ds_bf16 *dst, const float *src, size_t n)
+{
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000),
+                  one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff), quiet = _mm256_set1_epi32(0x400000),
+                  sign = _mm256_set1_epi32((int)0x80000000u), zero = _mm256_setzero_si256();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i r2[2];
+        for (int h = 0; h < 2; h++) {
+            const __m256i u = _mm256_loadu_si256((const __m256i *)(src + i + 8 * h));
+            const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+            const __m256i tiny = _mm256_cmpeq_epi32(_mm256_and_si256(u, inf), zero);
+            __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+            r = _mm256_blendv_epi8(r, _mm256_or_si256(u, quiet), nan);
+            r = _mm256_blendv_epi8(r, _mm256_and_si256(u, sign), tiny);
+            r2[h] = _mm256_srli_epi32(r, 16);
+        }
+        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r2[0], r2[1]), 0xd8);
+        _mm256_storeu_si256((__m256i *)(dst + i), packed);
+    }
+    for (; i < n; i++) dst[i] = ds_bf16_round(src[i]);
+}
+
+/* dst = a and b interleaved, 16 pairs at a time: each widened to 32-bit lanes, b shifted up. */
+__attribute__((target("avx2"))) void ds_bf16_interleave_avx2(ds_bf16 *dst, const ds_bf16 *a, const ds_bf16 *b,
+                                                              size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i lo = a ? _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(a + i))) : _mm256_setzero_si256();
+        const __m256i hi = b ? _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(b + i))), 16)
+                             : _mm256_setzero_si256();
+        _mm256_storeu_si256((__m256i *)(dst + 2 * i), _mm256_or_si256(lo, hi));
+    }
+    for (; i < n; i++) {
+        dst[2 * i] = a ? a[i] : 0;
+        dst[2 * i + 1] = b ? b[i] : 0;
     }
 }
 

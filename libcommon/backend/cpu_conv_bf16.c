@@ -1,21 +1,23 @@
 /* cpu_conv_bf16: the CPU convolutions under --precision bf16. Inputs, outputs and weights
- * stay float32 in memory (NHWC, [K, R, S, C]); each op rounds its two operands to bf16 as
- * it packs them and sums in float32 by cpu_bf16.h's rule, so every kernel set gives the same
- * bits (the VDPBF16PS kernels and their emulations).
+ * stay float32 in memory (NHWC, [K, R, S, C]); each op rounds its two operands to bf16 (the
+ * weights as it packs them, the activation operands in one pass into the workspace) and sums
+ * in float32 by cpu_bf16.h's rule, so every kernel set gives the same bits (the VDPBF16PS
+ * kernels and their emulations).
  *
  * The products are those of cpu_conv.c with bf16 operands, whose reduction runs in pairs:
  *   - Forward, windows of more than one pixel on rows of 14 or more: implicit GEMM. One
- *     image at a time is padded and rounded into the thread's slot with its channels
- *     padded to an even count cp (the stem's 3 become 4, a zero), so a window row of every
- *     pixel is s*cp contiguous bf16 of whole pairs, pixels stride*cp apart; the window rows
- *     are the segments of ds_bgemm_seg. Otherwise (1x1, small outputs) the receptive fields
- *     of a chunk of pixels are gathered and rounded (im2col) and multiplied in one product.
+ *     image at a time is padded into the thread's slot with its channels padded to an even
+ *     count cp (the stem's 3 become 4, a zero), so a window row of every pixel is s*cp
+ *     contiguous bf16 of whole pairs, pixels stride*cp apart; the window rows are the
+ *     segments of ds_bgemm_seg. A 1x1 stride-1 convolution multiplies the rounded input
+ *     itself; the others gather the receptive fields of a chunk of pixels (im2col) first.
  *   - Backward-data of a stride-1 convolution is the forward of the flipped, transposed
  *     weights over dout; strided ones multiply dout's rows by the weights and scatter the
  *     float32 columns back (col2im), one image per thread.
- *   - Backward-weight sums over output pixels: per chunk, dout^T (k, pixels) by the chunk's
- *     receptive fields packed in pairs of pixels, into per-group float32 partials summed in
- *     group order (as cpu_conv.c).
+ *   - Backward-weight sums over output pixels, which pair up: dout^T (k, pixels) by the
+ *     input's window rows with two pixels' elements side by side (image by image, the
+ *     output rows as segments; 1x1 convolutions in chunks of pixels), into per-group
+ *     float32 partials summed in group order (as cpu_conv.c).
  * Chunks, groups and paths depend on the shape alone, so the results are bitwise the same
  * for any thread count on any CPU. */
 #include "cpu_conv.h"
@@ -25,12 +27,14 @@
 #include <string.h>
 
 static long even(long x) { return (x + 1) & ~1L; }
-static long round32(long x) { return (x + 31) / 32 * 32; }  /* bf16 elements: 64 bytes */
 static long round16(long x) { return (x + 15) / 16 * 16; }
+static long round32(long x) { return (x + 31) / 32 * 32; }  /* bf16 elements: 64 bytes */
 
 /* Columns of packed weights per pair row: k plus a cache line's worth from 128 on, so that
  * pair rows do not fall in a fraction of L1's sets (cpu_conv.c's wt_ld, for the same reason). */
 static long pack_ld(int k) { return 2L * (k >= 128 ? k + 16 : k); }
+
+static int is_pointwise(const ds_conv_desc *d) { return d->r == 1 && d->s == 1 && d->stride == 1 && d->pad == 0; }
 
 /* Backward-data of a stride-1 convolution is a forward convolution of dout with the
  * weights flipped in space and transposed in channels, padded r-1-pad. */
@@ -42,13 +46,27 @@ static int bwd_data_as_fwd(const ds_conv_desc *d, ds_conv_desc *t)
     return 1;
 }
 
+static long in_count(const ds_conv_desc *d) { return (long)d->n * d->h * d->w * d->c; }
+static long out_count(const ds_conv_desc *d) { return (long)d->n * d->p * d->q * d->k; }
+
+/* dst = src rounded, count elements, split across the threads. */
+static void round_all(ds_bf16 *dst, const float *src, long count)
+{
+    const long block = 1L << 16, blocks = (count + block - 1) / block;
+#pragma omp parallel for schedule(static) num_threads(ds_cpu_conv_threads())
+    for (long b = 0; b < blocks; b++)
+        ds_bf16_round_n(dst + b * block, src + b * block, (size_t)(count - b * block < block ? count - b * block : block));
+}
+
 /* ---- forward (and stride-1 backward-data) ---- */
 
 static int implicit(const ds_conv_desc *d) { return !(d->r == 1 && d->s == 1) && d->q >= 14; }
+/* 1x1 stride 1 with whole pairs: the rounded input is the product's A as it is. */
+static int direct(const ds_conv_desc *d) { return is_pointwise(d) && d->c % 2 == 0; }
 static long rsc_p(const ds_conv_desc *d) { return (long)d->r * d->s * even(d->c); }
 
-/* Pixels per gathered chunk: about 384 KiB of bf16 columns, at least 64 (256 with many
- * output channels, which every chunk streams), as many chunks as whole rounds of threads. */
+/* Pixels per chunk: about 384 KiB of bf16 columns, at least 64 (256 with many output
+ * channels, which every chunk streams), as many chunks as whole rounds of threads. */
 static long fwd_rows(const ds_conv_desc *d)
 {
     const long m = (long)d->n * d->p * d->q, least = d->k >= 256 ? 256 : 64;
@@ -61,12 +79,18 @@ static long fwd_rows(const ds_conv_desc *d)
 
 static long fwd_weights(const ds_conv_desc *d) { return rsc_p(d) / 2 * pack_ld(d->k); }
 
+/* A slot: the padded image and a rounded row (implicit), or a chunk's columns. */
 static long fwd_slot(const ds_conv_desc *d)
 {
     if (implicit(d))
-        return round32((long)(d->h + 2 * d->pad) * (d->w + 2 * d->pad) * even(d->c) + (long)d->s * even(d->c));
+        return round32((long)(d->h + 2 * d->pad) * (d->w + 2 * d->pad) * even(d->c) + (long)d->s * even(d->c)) +
+               round32((long)d->w * d->c);
     return round32(fwd_rows(d) * rsc_p(d));
 }
+
+/* Whether the forward product reads the whole input rounded first (in16): the gathered
+ * windows, which read every element r*s times. The others round as they go. */
+static int fwd_rounds_all(const ds_conv_desc *d) { return !implicit(d) && !direct(d); }
 
 /* B (r*s*cp, k) pair-packed: B((r, s, cc), j) = w[j, r, s, cc], zero for a padding channel;
  * flipped (the backward-data product, d its transposed convolution): w[cc, R-1-r, S-1-s, j]
@@ -89,59 +113,73 @@ static void pack_weights(ds_bf16 *dst, const float *w, const ds_conv_desc *d, in
         }
 }
 
-/* dst [h + 2 pad, w + 2 pad, cp] (then s*cp zeros) = one image rounded, zero border and
- * padding channels. */
-static void pad_image(ds_bf16 *dst, const float *img, const ds_conv_desc *d)
+/* n pixels of c channels to cp (one more, a zero, when c is odd). */
+static void copy_pixels(ds_bf16 *dst, const ds_bf16 *src, long n, int c)
+{
+    if (c % 2 == 0) {
+        memcpy(dst, src, (size_t)(n * c) * sizeof *dst);
+        return;
+    }
+    for (long x = 0; x < n; x++) {
+        memcpy(dst + x * (c + 1), src + x * c, (size_t)c * sizeof *dst);
+        dst[x * (c + 1) + c] = 0;
+    }
+}
+
+/* dst [h + 2 pad, w + 2 pad, cp] (then s*cp zeros) = one image rounded, with a zero border;
+ * tmp holds a rounded row when c is odd. */
+static void pad_image(ds_bf16 *dst, const float *img, const ds_conv_desc *d, ds_bf16 *tmp)
 {
     const long cp = even(d->c), wp = d->w + 2 * d->pad, hp = d->h + 2 * d->pad;
     memset(dst, 0, (size_t)(d->pad * wp * cp) * sizeof *dst);
     for (int y = 0; y < d->h; y++) {
         ds_bf16 *row = dst + (y + d->pad) * wp * cp;
         memset(row, 0, (size_t)(d->pad * cp) * sizeof *dst);
-        if (cp == d->c)
+        if (cp == d->c) {
             ds_bf16_round_n(row + d->pad * cp, img + (long)y * d->w * d->c, (size_t)d->w * d->c);
-        else
-            for (int x = 0; x < d->w; x++) {
-                ds_bf16_round_n(row + (d->pad + x) * cp, img + ((long)y * d->w + x) * d->c, (size_t)d->c);
-                row[(d->pad + x) * cp + d->c] = 0;
-            }
+        } else {
+            ds_bf16_round_n(tmp, img + (long)y * d->w * d->c, (size_t)d->w * d->c);
+            copy_pixels(row + d->pad * cp, tmp, d->w, d->c);
+        }
         memset(row + (d->pad + d->w) * cp, 0, (size_t)(d->pad * cp) * sizeof *dst);
     }
     memset(dst + (d->pad + d->h) * wp * cp, 0, (size_t)((hp - d->pad - d->h) * wp * cp + d->s * cp) * sizeof *dst);
 }
 
-/* col (rows, r*s*cp) = the receptive fields of pixels m0 .. m0+rows-1, rounded; zero over the
- * padding and the padding channels. */
-static void im2col(ds_bf16 *col, const float *in, const ds_conv_desc *d, long m0, long rows)
+/* col (rows, r*s*cp) = the receptive fields of pixels m0 .. m0+rows-1 of the rounded input;
+ * zero over the padding and the padding channels. */
+static void im2col(ds_bf16 *col, const ds_bf16 *in, const ds_conv_desc *d, long m0, long rows)
 {
     const long pq = (long)d->p * d->q, cp = even(d->c);
     for (long i = 0; i < rows; i++) {
         const long m = m0 + i, n = m / pq, rem = m % pq;
         const int p = (int)(rem / d->q), q = (int)(rem % d->q);
         ds_bf16 *dst = col + i * rsc_p(d);
-        const float *img = in + n * d->h * d->w * d->c;
+        const ds_bf16 *img = in + n * d->h * d->w * d->c;
         for (int r = 0; r < d->r; r++)
             for (int s = 0; s < d->s; s++, dst += cp) {
                 const int y = p * d->stride - d->pad + r, x = q * d->stride - d->pad + s;
                 if (y < 0 || y >= d->h || x < 0 || x >= d->w)
                     memset(dst, 0, (size_t)cp * sizeof *dst);
                 else
-                    ds_bf16_round_n(dst, img + ((long)y * d->w + x) * d->c, (size_t)d->c);
-                if (cp != d->c) dst[d->c] = 0;
+                    copy_pixels(dst, img + ((long)y * d->w + x) * d->c, 1, d->c);
             }
     }
 }
 
-/* out = conv(in, weights packed by pack_weights) for d's shape; slots fwd_slot(d) apart. */
-static void fwd_packed(float *out, const float *in, const ds_bf16 *wp, const ds_conv_desc *d, ds_bf16 *slots)
+/* out = conv(in, weights packed by pack_weights) for d's shape; in16 holds the input rounded
+ * when fwd_rounds_all(d); slots fwd_slot(d) apart. */
+static void fwd_packed(float *out, const float *in, const ds_bf16 *in16, const ds_bf16 *wp, const ds_conv_desc *d,
+                       ds_bf16 *slots)
 {
     const long ld = pack_ld(d->k), cp = even(d->c), slot = fwd_slot(d);
     if (implicit(d)) {
         const long wpc = (long)(d->w + 2 * d->pad) * cp, sc = (long)d->s * cp, hwc = (long)d->h * d->w * d->c;
+        const long tmp = round32((long)(d->h + 2 * d->pad) * wpc + sc);
 #pragma omp parallel for schedule(dynamic) num_threads(ds_cpu_conv_threads())
         for (int n = 0; n < d->n; n++) {
             ds_bf16 *src = slots + omp_get_thread_num() * slot;
-            pad_image(src, in + n * hwc, d);
+            pad_image(src, in + n * hwc, d, src + tmp);
             for (int k0 = 0; k0 < d->k; k0 += 64) {
                 const int kb = d->k - k0 < 64 ? d->k - k0 : 64;
                 float *o = out + (long)n * d->p * d->q * d->k + k0;
@@ -157,7 +195,10 @@ static void fwd_packed(float *out, const float *in, const ds_bf16 *wp, const ds_
     for (long ch = 0; ch < chunks; ch++) {
         const long m0 = ch * rows, mr = m - m0 < rows ? m - m0 : rows;
         ds_bf16 *col = slots + omp_get_thread_num() * slot;
-        im2col(col, in, d, m0, mr);
+        if (direct(d))  /* the chunk's rows rounded where the product reads them, in L2 */
+            ds_bf16_round_n(col, in + m0 * d->c, (size_t)(mr * d->c));
+        else
+            im2col(col, in16, d, m0, mr);
         ds_bgemm_seg(mr, d->k, 1, kd, col, kd, 0, wp, ld, 0, out + m0 * d->k, d->k, 0);
     }
 }
@@ -171,18 +212,18 @@ static long bwd_rows(const ds_conv_desc *d)
     return rows < pq ? rows : pq > 0 ? pq : 1;
 }
 
-/* A slot: dout's rows rounded [rows, kp], then their float32 columns [rows, rsc]. */
+/* A slot: dout's rows padded to pairs when k is odd [rows, kp], then their float32 columns
+ * [rows, rsc]. */
 static long bwd_slot(const ds_conv_desc *d)
 {
     return round32(bwd_rows(d) * even(d->k)) + 2 * round32(bwd_rows(d) * (long)d->r * d->s * d->c);
 }
 
-static void bwd_data_strided(float *din, const float *dout, const float *w, const ds_conv_desc *d, void *ws,
-                             long weights)
+static void bwd_data_strided(float *din, const ds_bf16 *g16, const float *w, const ds_conv_desc *d, ds_bf16 *wp,
+                             ds_bf16 *slots)
 {
     const long rsc = (long)d->r * d->s * d->c, kp = even(d->k), ld = 2 * rsc, pq = (long)d->p * d->q,
                hwc = (long)d->h * d->w * d->c, rows = bwd_rows(d), slot = bwd_slot(d);
-    ds_bf16 *wp = ws, *slots = (ds_bf16 *)ws + weights;
     ds_bf16_pack_pairs(wp, ld, w, rsc, 1, d->k, (int)rsc);  /* B (k, rsc) = w */
 #pragma omp parallel for schedule(dynamic) num_threads(ds_cpu_conv_threads())
     for (int n = 0; n < d->n; n++) {
@@ -191,12 +232,13 @@ static void bwd_data_strided(float *din, const float *dout, const float *w, cons
         memset(din + n * hwc, 0, (size_t)hwc * sizeof *din);
         for (long m0 = n * pq; m0 < (n + 1) * pq; m0 += rows) {
             const long mr = (n + 1) * pq - m0 < rows ? (n + 1) * pq - m0 : rows;
-            for (long i = 0; i < mr; i++) {
-                ds_bf16_round_n(a + i * kp, dout + (m0 + i) * d->k, (size_t)d->k);
-                if (kp != d->k) a[i * kp + d->k] = 0;
+            const ds_bf16 *g = g16 + m0 * d->k;
+            if (kp != d->k) {
+                copy_pixels(a, g, mr, d->k);
+                g = a;
             }
             // col (mr, rsc) = dout (mr, k) * w (k, rsc)
-            ds_bgemm_seg(mr, (int)rsc, 1, kp, a, kp, 0, wp, ld, 0, col, rsc, 0);
+            ds_bgemm_seg(mr, (int)rsc, 1, kp, g, kp, 0, wp, ld, 0, col, rsc, 0);
             ds_cpu_col2im_add(din, col, d, m0, mr);
         }
     }
@@ -207,11 +249,14 @@ static void bwd_data_strided(float *din, const float *dout, const float *w, cons
 #define GROUPS 16
 #define GROUP_FLOATS (8L << 20)
 
-/* Pixels per chunk (even): about 384 KiB of packed receptive fields, at least 64. */
+/* Windows take the implicit product, image by image; 1x1 convolutions chunks of pixels. */
+static int bww_implicit(const ds_conv_desc *d) { return !(d->r == 1 && d->s == 1); }
+
+/* 1x1: pixels per chunk (even), about 384 KiB of packed inputs, at least 64. */
 static long bww_rows(const ds_conv_desc *d)
 {
-    const long rsc = (long)d->r * d->s * d->c, m = (long)d->n * d->p * d->q;
-    long rows = 196608 / rsc > 64 ? 196608 / rsc : 64;
+    const long m = (long)d->n * d->p * d->q;
+    long rows = 196608 / d->c > 64 ? 196608 / d->c : 64;
     rows = rows < m ? rows : m > 0 ? m : 1;
     return even(rows);
 }
@@ -224,121 +269,206 @@ static long bww_chunks(const ds_conv_desc *d)
 
 static int bww_groups(const ds_conv_desc *d)
 {
-    const long krsc = round16((long)d->k * d->r * d->s * d->c), chunks = bww_chunks(d);
+    const long krsc = round16((long)d->k * d->r * d->s * d->c), chunks = bww_implicit(d) ? d->n : bww_chunks(d);
     long g = chunks < GROUPS ? chunks : GROUPS;
     while (g > 1 && g * krsc > GROUP_FLOATS) g /= 2;
     return (int)g;
 }
 
-/* A slot: dout^T rounded [k, rows], then the receptive fields packed in pairs of pixels. */
-static long bww_slot(const ds_conv_desc *d)
+/* a (k, cols), rows ld apart = rows [0, mr) of src (rows of k) transposed, zero in the
+ * columns past mr; in blocks of 32 x 32 so reads and writes both stay in L1. */
+static void transpose(ds_bf16 *a, long ld, long cols, const ds_bf16 *src, int k, long mr)
 {
-    return round32((long)d->k * bww_rows(d)) + round32(bww_rows(d) * (long)d->r * d->s * d->c);
+    for (long i0 = 0; i0 < mr; i0 += 32)
+        for (int j0 = 0; j0 < k; j0 += 32) {
+            const long i1 = i0 + 32 < mr ? i0 + 32 : mr;
+            const int j1 = j0 + 32 < k ? j0 + 32 : k;
+            for (int j = j0; j < j1; j++)
+                for (long i = i0; i < i1; i++) a[j * ld + i] = src[i * k + j];
+        }
+    for (int j = 0; j < k; j++)
+        for (long i = mr; i < cols; i++) a[j * ld + i] = 0;
 }
 
-/* B (rows, rsc) pair-packed (pair row i/2, lane i%2): the receptive field of pixel m0 + i,
- * rounded; pixels past mr are zero rows. */
-static void im2col_pairs(ds_bf16 *dst, const float *in, const ds_conv_desc *d, long m0, long mr, long rows)
+/* 1x1 slot: dout^T [k, rows], the pixels' inputs in pairs [rows / 2, 2c], and the chunk's
+ * rows rounded: dout's [rows, k], the inputs' [rows, c]. */
+static long bww_slot(const ds_conv_desc *d)
 {
-    const long pq = (long)d->p * d->q, rsc = (long)d->r * d->s * d->c;
-    for (long i = 0; i < rows; i++) {
-        ds_bf16 *row = dst + i / 2 * 2 * rsc + i % 2;
-        if (i >= mr) {
-            for (long j = 0; j < rsc; j++) row[2 * j] = 0;
-            continue;
-        }
-        const long m = m0 + i, n = m / pq, rem = m % pq;
-        const int p = (int)(rem / d->q), q = (int)(rem % d->q);
-        const float *img = in + n * d->h * d->w * d->c;
-        for (int r = 0; r < d->r; r++)
-            for (int s = 0; s < d->s; s++, row += 2L * d->c) {
-                const int y = p * d->stride - d->pad + r, x = q * d->stride - d->pad + s;
-                if (y < 0 || y >= d->h || x < 0 || x >= d->w)
-                    for (int c = 0; c < d->c; c++) row[2 * c] = 0;
-                else
-                    for (int c = 0; c < d->c; c++) row[2 * c] = ds_bf16_round(img[((long)y * d->w + x) * d->c + c]);
+    const long rows = bww_rows(d);
+    return 2 * round32((long)d->k * rows) + 2 * round32(rows * (long)d->c);
+}
+
+/* Implicit backward-weight of a convolution with a window (no im2col): for image n and window
+ * row r, pg[r] (k, s*c) += dout[n]^T (k, pixels) * window rows (pixels, s*c), the output rows
+ * being the segments of the reduction and the pixels of a row its pairs (q padded to even).
+ * The window rows come from z, the input's rows in pair-packed form: for input row y (padded
+ * coordinates) and pixel pair (2t, 2t+1), the s*c window elements of both pixels side by side,
+ * so that output row p's window row r is z's row p*stride + r. */
+static long qe(const ds_conv_desc *d) { return even(d->q); }
+static long z_rows(const ds_conv_desc *d) { return (long)(d->p - 1) * d->stride + d->r; }
+static long implicit_bww_slot(const ds_conv_desc *d)
+{
+    return round32((long)d->k * d->p * qe(d)) + round32(z_rows(d) * qe(d) * d->s * d->c);
+}
+
+static void z_image(ds_bf16 *z, const ds_bf16 *img, const ds_conv_desc *d)
+{
+    const long sc = (long)d->s * d->c, pairs = qe(d) / 2;
+    for (long y = 0; y < z_rows(d); y++) {
+        const long yy = y - d->pad;
+        const int row_in = yy >= 0 && yy < d->h;
+        for (long t = 0; t < pairs; t++) {
+            ds_bf16 *row = z + (y * pairs + t) * 2 * sc;
+            const long x0 = 2 * t * d->stride - d->pad, x1 = x0 + d->stride;
+            // Both windows inside the image: each one contiguous run of s*c.
+            if (row_in && x0 >= 0 && x1 + d->s <= d->w && 2 * t + 1 < d->q) {
+                ds_bf16_interleave(row, img + (yy * d->w + x0) * d->c, img + (yy * d->w + x1) * d->c, (size_t)sc);
+                continue;
             }
+            for (int s = 0; s < d->s; s++) {
+                const ds_bf16 *src[2] = {NULL, NULL};
+                for (int e = 0; e < 2; e++) {
+                    const long x = (e ? x1 : x0) + s;
+                    if (2 * t + e < d->q && row_in && x >= 0 && x < d->w) src[e] = img + (yy * d->w + x) * d->c;
+                }
+                ds_bf16_interleave(row + 2L * s * d->c, src[0], src[1], (size_t)d->c);
+            }
+        }
+    }
+}
+
+static void bwd_weight_implicit(float *part, int groups, long part_stride, const ds_bf16 *g16, const ds_bf16 *in16,
+                                const ds_conv_desc *d, ds_bf16 *slots, long slot)
+{
+    const long sc = (long)d->s * d->c, rsc = d->r * sc, Q = qe(d), pq = (long)d->p * d->q,
+               hwc = (long)d->h * d->w * d->c, zrow = Q / 2 * 2 * sc;
+#pragma omp parallel for schedule(dynamic) num_threads(ds_cpu_conv_threads())
+    for (int g = 0; g < groups; g++) {
+        ds_bf16 *a = slots + omp_get_thread_num() * slot, *z = a + round32((long)d->k * d->p * Q);
+        float *pg = part + g * part_stride;
+        const long n0 = (long)g * d->n / groups, n1 = (long)(g + 1) * d->n / groups;
+        for (long n = n0; n < n1; n++) {
+            // a (k, p, Q) = dout[n]^T, each output row's pixels padded to Q
+            for (int p = 0; p < d->p; p++)
+                transpose(a + (long)p * Q, (long)d->p * Q, Q, g16 + (n * pq + (long)p * d->q) * d->k, d->k, d->q);
+            z_image(z, in16 + n * hwc, d);
+            for (int r = 0; r < d->r; r++)
+                ds_bgemm_seg(d->k, (int)sc, d->p, Q, a, (long)d->p * Q, Q, z + r * zrow, 2 * sc, d->stride * zrow,
+                             pg + r * sc, rsc, n != n0);
+        }
+    }
+}
+
+/* 1x1 convolutions: chunks of pixels, pg (k, c) (+)= dout^T (k, pixels) * inputs (pixels, c),
+ * each chunk rounded where the product reads it. */
+static void bwd_weight_chunks(float *part, int groups, long part_stride, const float *dout, const float *in,
+                              const ds_conv_desc *d, ds_bf16 *slots, long slot)
+{
+    const long m = (long)d->n * d->p * d->q, pq = (long)d->p * d->q, rows = bww_rows(d), chunks = bww_chunks(d);
+    const int pointwise = is_pointwise(d);
+#pragma omp parallel for schedule(dynamic) num_threads(ds_cpu_conv_threads())
+    for (int g = 0; g < groups; g++) {
+        const long c0 = g * chunks / groups, c1 = (g + 1) * chunks / groups;
+        ds_bf16 *a = slots + omp_get_thread_num() * slot, *b = a + round32((long)d->k * rows);
+        ds_bf16 *gr = b + round32(rows * (long)d->c), *xr = gr + round32((long)d->k * rows);
+        float *pg = part + g * part_stride;
+        for (long ch = c0; ch < c1; ch++) {
+            const long m0 = ch * rows, mr = m - m0 < rows ? m - m0 : rows, kd = even(mr);
+            ds_bf16_round_n(gr, dout + m0 * d->k, (size_t)(mr * d->k));
+            transpose(a, kd, kd, gr, d->k, mr);
+            if (pointwise) {
+                ds_bf16_round_n(xr, in + m0 * d->c, (size_t)(mr * d->c));
+            } else {
+                for (long i = 0; i < mr; i++) {  /* the strided pixels' inputs */
+                    const long px = m0 + i, n = px / pq, p = px % pq / d->q, q = px % d->q;
+                    ds_bf16_round_n(xr + i * d->c, in + ((n * d->h + p * d->stride) * d->w + q * d->stride) * d->c,
+                                    (size_t)d->c);
+                }
+            }
+            for (long t = 0; t < kd / 2; t++)  /* b (kd, c): pixels 2t, 2t+1 side by side */
+                ds_bf16_interleave(b + t * 2 * d->c, xr + 2 * t * d->c, 2 * t + 1 < mr ? xr + (2 * t + 1) * d->c : NULL,
+                                   (size_t)d->c);
+            // pg (k, c) (+)= dout^T (k, mr) * in (mr, c)
+            ds_bgemm_seg(d->k, d->c, 1, kd, a, kd, 0, b, 2L * d->c, 0, pg, d->c, ch != c0);
+        }
     }
 }
 
 /* ---- the backend's entries ---- */
 
-/* The largest weights area (bf16 elements) and slot of the three ops. */
-static void plan(const ds_conv_desc *d, long *weights, long *slot)
+/* Workspace (bf16 elements): [weights area][in16][g16][slots]. The weights area holds the
+ * packed weights or the float32 partial weight gradients; in16 and g16 the op's rounded
+ * input and output gradient. */
+typedef struct {
+    long weights, in16, g16, slot;
+} ws_plan;
+
+static ws_plan plan(const ds_conv_desc *d)
 {
     ds_conv_desc t;
     const long rsc = (long)d->r * d->s * d->c;
-    long w = fwd_weights(d), s = fwd_slot(d);
+    ws_plan w = {fwd_weights(d), round32(in_count(d)), round32(out_count(d)), fwd_slot(d)};
     if (!d->no_dx) {
         if (bwd_data_as_fwd(d, &t)) {
-            if (fwd_weights(&t) > w) w = fwd_weights(&t);
-            if (fwd_slot(&t) > s) s = fwd_slot(&t);
+            if (fwd_weights(&t) > w.weights) w.weights = fwd_weights(&t);
+            if (fwd_slot(&t) > w.slot) w.slot = fwd_slot(&t);
         } else {
-            if (even(d->k) / 2 * 2 * rsc > w) w = even(d->k) / 2 * 2 * rsc;
-            if (bwd_slot(d) > s) s = bwd_slot(d);
+            if (even(d->k) * rsc > w.weights) w.weights = even(d->k) * rsc;
+            if (bwd_slot(d) > w.slot) w.slot = bwd_slot(d);
         }
     }
     const long parts = 2L * bww_groups(d) * round16((long)d->k * rsc);  /* float32 partials */
-    if (parts > w) w = parts;
-    if (bww_slot(d) > s) s = bww_slot(d);
-    *weights = round32(w);
-    *slot = s;
+    if (parts > w.weights) w.weights = parts;
+    const long bs = bww_implicit(d) ? implicit_bww_slot(d) : bww_slot(d);
+    if (bs > w.slot) w.slot = bs;
+    w.weights = round32(w.weights);
+    return w;
 }
 
 size_t ds_cpu_conv_workspace_bf16(const ds_conv_desc *d)
 {
-    long w, s;
-    plan(d, &w, &s);
-    return (size_t)(w + ds_cpu_conv_slots() * s) * sizeof(ds_bf16);
+    ws_plan w = plan(d);
+    return (size_t)(w.weights + w.in16 + w.g16 + ds_cpu_conv_slots() * w.slot) * sizeof(ds_bf16);
 }
 
 void ds_cpu_conv_fwd_bf16(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws)
 {
-    long weights, slot;
-    plan(d, &weights, &slot);
-    pack_weights(ws, w, d, 0);
-    fwd_packed(out, in, ws, d, (ds_bf16 *)ws + weights);
+    ws_plan p = plan(d);
+    ds_bf16 *wp = ws, *in16 = wp + p.weights, *slots = in16 + p.in16 + p.g16;
+    pack_weights(wp, w, d, 0);
+    if (fwd_rounds_all(d)) round_all(in16, in, in_count(d));
+    fwd_packed(out, in, in16, wp, d, slots);
 }
 
 void ds_cpu_conv_bwd_data_bf16(float *din, const float *dout, const float *w, const ds_conv_desc *d, void *ws)
 {
-    long weights, slot;
+    ws_plan p = plan(d);
+    ds_bf16 *wp = ws, *g16 = wp + p.weights + p.in16, *slots = g16 + p.g16;
     ds_conv_desc t;
-    plan(d, &weights, &slot);
     if (!bwd_data_as_fwd(d, &t)) {
-        bwd_data_strided(din, dout, w, d, ws, weights);
+        round_all(g16, dout, out_count(d));
+        bwd_data_strided(din, g16, w, d, wp, slots);
         return;
     }
-    pack_weights(ws, w, &t, 1);
-    fwd_packed(din, dout, ws, &t, (ds_bf16 *)ws + weights);
+    pack_weights(wp, w, &t, 1);
+    if (fwd_rounds_all(&t)) round_all(g16, dout, out_count(d));
+    fwd_packed(din, dout, g16, wp, &t, slots);
 }
 
 void ds_cpu_conv_bwd_weight_bf16(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws)
 {
-    long weights, slot;
-    plan(d, &weights, &slot);
-    const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c, rows = bww_rows(d),
-               chunks = bww_chunks(d), part_stride = round16((long)d->k * rsc);
+    ws_plan p = plan(d);
+    ds_bf16 *in16 = (ds_bf16 *)ws + p.weights, *g16 = in16 + p.in16, *slots = g16 + p.g16;
+    const long rsc = (long)d->r * d->s * d->c, part_stride = round16((long)d->k * rsc);
     const int groups = bww_groups(d);
     float *part = ws;
-    ds_bf16 *slots = (ds_bf16 *)ws + weights;
-    if (m == 0) return;
-#pragma omp parallel for schedule(dynamic) num_threads(ds_cpu_conv_threads())
-    for (int g = 0; g < groups; g++) {
-        const long c0 = g * chunks / groups, c1 = (g + 1) * chunks / groups;
-        ds_bf16 *a = slots + omp_get_thread_num() * slot, *b = a + round32((long)d->k * rows);
-        float *pg = part + g * part_stride;
-        for (long ch = c0; ch < c1; ch++) {
-            const long m0 = ch * rows, mr = m - m0 < rows ? m - m0 : rows, kd = even(mr);
-            for (int k = 0; k < d->k; k++) {  /* a (k, kd) = dout^T, rounded */
-                ds_bf16 *ak = a + (long)k * kd;
-                for (long i = 0; i < mr; i++) ak[i] = ds_bf16_round(dout[(m0 + i) * d->k + k]);
-                if (kd != mr) ak[mr] = 0;
-            }
-            im2col_pairs(b, in, d, m0, mr, kd);
-            // pg (k, rsc) (+)= dout^T (k, mr) * col (mr, rsc)
-            ds_bgemm_seg(d->k, (int)rsc, 1, kd, a, kd, 0, b, 2 * rsc, 0, pg, rsc, ch != c0);
-        }
+    if ((long)d->n * d->p * d->q == 0) return;
+    if (bww_implicit(d)) {
+        round_all(in16, in, in_count(d));
+        round_all(g16, dout, out_count(d));
+        bwd_weight_implicit(part, groups, part_stride, g16, in16, d, slots, p.slot);
+    } else {
+        bwd_weight_chunks(part, groups, part_stride, dout, in, d, slots, p.slot);
     }
     ds_cpu_conv_sum_groups(dw, part, groups, part_stride, d->k, rsc, 0);
 }

@@ -1,6 +1,6 @@
 /* engine_ref: drives the engine for tests/ref/test_engine_resnet.py.
  *
- *   engine_ref CKPT INPUT.h5 OUT.h5 [OUT_CKPT.h5]
+ *   engine_ref [--precision fp32|bf16] CKPT INPUT.h5 OUT.h5 [OUT_CKPT.h5]
  *
  * Loads CKPT (a ds checkpoint written by scripts/torchvision_to_ds.py), reads INPUT.h5
  *   /x float32 [n, H, W, 3] (normalised, NHWC), /labels int32 [n],
@@ -105,8 +105,13 @@ static void write_relu_masks(hid_t f, const char *group, ds_model *m)
 int main(int argc, char **argv)
 {
     ds_log_init("engine_ref");
+    ds_backend_opts opts = {.precision = DS_PRECISION_FP32};
+    if (argc > 2 && !strcmp(argv[1], "--precision")) {
+        if (ds_precision_parse(argv[2], &opts.precision)) return 2;
+        argc -= 2, argv += 2;
+    }
     if (argc < 4 || argc > 5) {
-        fprintf(stderr, "usage: engine_ref CKPT INPUT.h5 OUT.h5 [OUT_CKPT.h5]\n");
+        fprintf(stderr, "usage: engine_ref [--precision fp32|bf16] CKPT INPUT.h5 OUT.h5 [OUT_CKPT.h5]\n");
         return 2;
     }
     ds_ckpt_meta meta;
@@ -135,7 +140,8 @@ int main(int argc, char **argv)
     H5_OK(H5Dclose(dl));
     H5_OK(H5Fclose(in));
 
-    const ds_backend *be = &ds_backend_cpu;
+    const ds_backend *be = ds_backend_select("cpu", &opts);
+    if (!be) return 2;
     ds_model_config cfg = {.arch = meta.arch, .num_classes = C, .max_batch = n, .height = H,
                            .width = W, .training = 1};
     ds_model *m = ds_model_create(be, &cfg);
