@@ -1,10 +1,12 @@
 #!/bin/bash
-# The CPU kernel sets (libcommon/cpu_isa.h: plain, avx2, avx512) compute bitwise the same
-# results, so a run gives the same numbers on every CPU. Each set this CPU can run is forced
-# with DS_CPU_KERNELS and compared with the plain one: every op (test_ops --bits, and
-# test_ops's own checks under that set), dspack's shards (the resize passes), a short
-# resnet20 training run with validation and two resnet50 training steps (checkpoints value
-# for value), and dseval's logits. A set the CPU lacks is a SKIP line, never a pass.
+# The CPU kernel sets (libcommon/cpu_isa.h: plain, avx2, avx512, avx512bf16) compute bitwise
+# the same results, so a run gives the same numbers on every CPU, in fp32 and in bf16 (the
+# bf16 products' exact rule: backend/cpu_bf16.h). Each set this CPU can run is forced with
+# DS_CPU_KERNELS and compared with the plain one: every op of both precisions (test_ops
+# --bits, and test_ops's and test_bf16's own checks under that set), dspack's shards (the
+# resize passes), a short resnet20 training run with validation in fp32 and in bf16 and two
+# resnet50 training steps (checkpoints value for value), and dseval's logits. A set the CPU
+# lacks is a SKIP line, never a pass.
 # Also: the tools name the set in use, and an unknown or unsupported DS_CPU_KERNELS is a
 # clear error (exit 1), never a crash. The long tier adds test_ops's own checks under each
 # set and the resnet50 steps (together ~25 s of the test's ~35 s).
@@ -14,9 +16,12 @@ same_state() {  # A B: /model and /optimizer identical, value for value
     h5diff -r "$1" "$2" /model /model >/dev/null && h5diff -r "$1" "$2" /optimizer /optimizer >/dev/null
 }
 
+# A set's name in DS_CPU_KERNELS, and as the tools print it.
+long_name() { case $1 in avx2) echo avx2+fma ;; avx512bf16) echo avx512+bf16 ;; *) echo "$1" ;; esac; }
+
 # The sets this CPU can run, as `--version` reports them under each setting.
 levels=()
-for k in plain avx2 avx512; do
+for k in plain avx2 avx512 avx512bf16; do
     if DS_CPU_KERNELS=$k dsplit --version 2>/dev/null | grep -q '^cpu kernels: '; then
         levels+=("$k")
     else
@@ -24,13 +29,13 @@ for k in plain avx2 avx512; do
     fi
 done
 best=${levels[${#levels[@]}-1]}
-check default_is_best_supported sh -c "env -u DS_CPU_KERNELS dsplit --version | grep -q '^cpu kernels: $best'"
+check default_is_best_supported sh -c "env -u DS_CPU_KERNELS dsplit --version | grep -q '^cpu kernels: $(long_name "$best")$'"
 
 # Errors: an unknown name everywhere; a set this CPU lacks where there is one.
 expect_status unknown_set_refused 1 env DS_CPU_KERNELS=sse9 dspack -o "$T/none" "$T/none.txt"
 check unknown_set_message grep -q 'DS_CPU_KERNELS=sse9: unknown kernel set' "$T/err"
 missing=""
-for k in avx2 avx512; do [[ " ${levels[*]} " == *" $k "* ]] || { missing=$k; break; }; done
+for k in avx2 avx512 avx512bf16; do [[ " ${levels[*]} " == *" $k "* ]] || { missing=$k; break; }; done
 if [ -n "$missing" ]; then
     expect_status unsupported_set_refused 1 env DS_CPU_KERNELS=$missing dstrain --train "$T/none" -o "$T/none"
     check unsupported_set_message grep -q "DS_CPU_KERNELS=$missing: this CPU cannot run" "$T/err"
@@ -68,11 +73,14 @@ long resnet50_steps_under_each_set && long_r50=1
 for k in "${levels[@]}"; do
     export DS_CPU_KERNELS=$k
     [ $long_ops = 1 ] && check "test_ops_$k" sh -c "'$BUILD_DIR/tests/test_ops' >'$T/ops-$k.log' 2>&1"
+    check "test_bf16_$k" sh -c "'$BUILD_DIR/tests/test_bf16' >'$T/bf16-$k.log' 2>&1"
     "$BUILD_DIR/tests/test_ops" --bits "$T/bits-$k"
     dspack -q --size 16 -o "$T/p16-$k/train" "$T/split/train.txt" &&
         dspack -q --size 16 -o "$T/p16-$k/val" "$T/split/val.txt" &&
         dspack -q --size 36 -o "$T/p36-$k" "$T/split/train.txt" 2>"$T/pack-$k.err"
     dstrain "${TRAIN[@]}" --train "$T/p16-plain/train" --val "$T/p16-plain/val" -o "$T/r20-$k" 2>"$T/r20-$k.err"
+    dstrain "${TRAIN[@]}" --precision bf16 --train "$T/p16-plain/train" --val "$T/p16-plain/val" -o "$T/b20-$k" \
+        2>"$T/b20-$k.err"
     [ $long_r50 = 1 ] && dstrain "${R50[@]}" --train "$T/p36-plain" -o "$T/r50-$k" 2>"$T/r50-$k.err"
     dseval -q --json --logits "$T/logits-$k.h5" "$T/r20-$k/last.h5" "$T/split/val.txt" |
         sed 's/"images_per_sec": [0-9.]*//' >"$T/eval-$k.txt"
@@ -82,11 +90,18 @@ for k in "${levels[@]}"; do
     check "dspack_${k}_shards_equal_plain" sh -c "cmp -s '$T/p16-plain/train/shard-00000.h5' '$T/p16-$k/train/shard-00000.h5' &&
         cmp -s '$T/p36-plain/shard-00000.h5' '$T/p36-$k/shard-00000.h5'"
     check "resnet20_run_${k}_equal_plain" same_state "$T/r20-plain/last.h5" "$T/r20-$k/last.h5"
+    check "resnet20_bf16_run_${k}_equal_plain" same_state "$T/b20-plain/last.h5" "$T/b20-$k/last.h5"
     [ $long_r50 = 1 ] && check "resnet50_steps_${k}_equal_plain" same_state "$T/r50-plain/last.h5" "$T/r50-$k/last.h5"
     check "dseval_logits_${k}_equal_plain" sh -c "h5diff '$T/logits-plain.h5' '$T/logits-$k.h5' /logits /logits >/dev/null &&
         cmp -s '$T/eval-plain.txt' '$T/eval-$k.txt'"
 done
 # The runs really ran: a checkpoint per run, and the start-up line names the set.
-check runs_wrote_checkpoints test -f "$T/r20-plain/last.h5" -a \( $long_r50 = 0 -o -f "$T/r50-plain/last.h5" \)
+check runs_wrote_checkpoints test -f "$T/r20-plain/last.h5" -a -f "$T/b20-plain/last.h5" -a \
+    \( $long_r50 = 0 -o -f "$T/r50-plain/last.h5" \)
 check startup_line_names_set grep -q "cpu in fp32 (2 threads, $(long_name "$best") kernels)" "$T/r20-$best.err"
+check startup_line_names_bf16 grep -q "cpu in bf16 (2 threads, $(long_name "$best") kernels)" "$T/b20-$best.err"
+# bf16 is a different computation, not fp32 under another name; its checkpoint says so.
+check bf16_run_differs_from_fp32 sh -c "! h5diff '$T/r20-plain/last.h5' '$T/b20-plain/last.h5' /model /model >/dev/null"
+check checkpoint_records_precision sh -c "h5dump -a /precision '$T/b20-plain/last.h5' | grep -q bf16 &&
+    h5dump -a /kernels '$T/b20-$best/last.h5' | grep -q '$(long_name "$best")'"
 finish

@@ -146,9 +146,10 @@ static void test_precision_choices(void)
         CHECK(ds_precision_parse(p, &e) == 0 && (int)e == i && !strcmp(ds_precision_name(e), p),
               "choice %d '%s' is not ds_precision %d", i, p, i);
     }
-    CHECK(i == 3, "%d precisions, not 3", i);
+    CHECK(i == DS_PRECISION_AUTO + 1, "%d precisions, not %d", i, DS_PRECISION_AUTO + 1);
     ds_compute_options d = DS_COMPUTE_DEFAULTS;
     CHECK(!strcmp(ds_precision_name((ds_precision)d.precision_index), d.precision), "defaults disagree");
+    CHECK(d.precision_index == DS_PRECISION_AUTO, "the default is auto (bf16 on a GPU, fp32 on the CPU)");
     check_end();
 }
 
