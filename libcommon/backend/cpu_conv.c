@@ -412,9 +412,12 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
 void ds_cpu_conv_sum_groups(float *dw, const float *part, int groups, long part_stride, int k, long rsc, int transposed)
 {
     const long krsc = k * rsc;
+    // The partials are read in their own order (contiguous in every group) and dw written
+    // where each element belongs: transposed, one scattered write per element rather than a
+    // scattered read per group.
 #pragma omp parallel for schedule(static) num_threads(ds_cpu_conv_threads())
-    for (long i = 0; i < krsc; i++) {
-        const long at = transposed ? i % rsc * k + i / rsc : i;   /* dw[i]: output channel i / rsc */
+    for (long at = 0; at < krsc; at++) {
+        const long i = transposed ? at % k * rsc + at / k : at;   /* part [rsc, k]: dw[j, r] at r k + j */
         float s = part[at];
         for (int g = 1; g < groups; g++) s += part[g * part_stride + at];
         dw[i] += s;

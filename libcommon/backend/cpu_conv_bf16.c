@@ -290,12 +290,16 @@ static void transpose(ds_bf16 *a, long ld, long cols, const ds_bf16 *src, int k,
         for (long i = mr; i < cols; i++) a[j * ld + i] = 0;
 }
 
-/* 1x1 slot: dout^T [k, rows], the pixels' inputs in pairs [rows / 2, 2c], and the chunk's
- * rows rounded: dout's [rows, k], the inputs' [rows, c]. */
+/* 1x1: the narrower of dout (k) and the input (c) is transposed (pairs run along the pixels,
+ * so one operand must have its pixels contiguous), the other pair-packed. */
+static int bww_transpose_input(const ds_conv_desc *d) { return d->c < d->k; }
+
+/* 1x1 slot: the chunk's rows rounded, dout's [rows, k] and the inputs' [rows, c]; the
+ * transposed operand; the pair-packed one. */
 static long bww_slot(const ds_conv_desc *d)
 {
-    const long rows = bww_rows(d);
-    return 2 * round32((long)d->k * rows) + 2 * round32(rows * (long)d->c);
+    const long rows = bww_rows(d), wide = d->k > d->c ? d->k : d->c;
+    return round32((long)d->k * rows) + round32(rows * (long)d->c) + round32(rows * wide) + round32(rows / 2 * pack_ld((int)wide));
 }
 
 /* Implicit backward-weight of a convolution with a window (no im2col): for image n and window
@@ -360,22 +364,24 @@ static void bwd_weight_implicit(float *part, int groups, long part_stride, const
 }
 
 /* 1x1 convolutions: chunks of pixels, pg (k, c) (+)= dout^T (k, pixels) * inputs (pixels, c),
- * each chunk rounded where the product reads it. */
+ * or, when the input is the narrower, pg (c, k) (+)= inputs^T * dout (the partials then
+ * transposed: bww_transpose_input), each chunk rounded where the product reads it. */
 static void bwd_weight_chunks(float *part, int groups, long part_stride, const float *dout, const float *in,
                               const ds_conv_desc *d, ds_bf16 *slots, long slot)
 {
     const long m = (long)d->n * d->p * d->q, pq = (long)d->p * d->q, rows = bww_rows(d), chunks = bww_chunks(d);
-    const int pointwise = is_pointwise(d);
+    const int pointwise = is_pointwise(d), tin = bww_transpose_input(d);
+    const int wa = tin ? d->c : d->k, wb = tin ? d->k : d->c;  /* rows of the product, its columns */
+    const long ldb = pack_ld(wb);  /* pair rows not a multiple of 512 bytes apart (pack_ld) */
 #pragma omp parallel for schedule(dynamic) num_threads(ds_cpu_conv_threads())
     for (int g = 0; g < groups; g++) {
         const long c0 = g * chunks / groups, c1 = (g + 1) * chunks / groups;
-        ds_bf16 *a = slots + omp_get_thread_num() * slot, *b = a + round32((long)d->k * rows);
-        ds_bf16 *gr = b + round32(rows * (long)d->c), *xr = gr + round32((long)d->k * rows);
+        ds_bf16 *gr = slots + omp_get_thread_num() * slot, *xr = gr + round32((long)d->k * rows);
+        ds_bf16 *a = xr + round32(rows * (long)d->c), *b = a + round32(rows * (long)(wa > wb ? wa : wb));
         float *pg = part + g * part_stride;
         for (long ch = c0; ch < c1; ch++) {
             const long m0 = ch * rows, mr = m - m0 < rows ? m - m0 : rows, kd = even(mr);
             ds_bf16_round_n(gr, dout + m0 * d->k, (size_t)(mr * d->k));
-            transpose(a, kd, kd, gr, d->k, mr);
             if (pointwise) {
                 ds_bf16_round_n(xr, in + m0 * d->c, (size_t)(mr * d->c));
             } else {
@@ -385,11 +391,13 @@ static void bwd_weight_chunks(float *part, int groups, long part_stride, const f
                                     (size_t)d->c);
                 }
             }
-            for (long t = 0; t < kd / 2; t++)  /* b (kd, c): pixels 2t, 2t+1 side by side */
-                ds_bf16_interleave(b + t * 2 * d->c, xr + 2 * t * d->c, 2 * t + 1 < mr ? xr + (2 * t + 1) * d->c : NULL,
-                                   (size_t)d->c);
-            // pg (k, c) (+)= dout^T (k, mr) * in (mr, c)
-            ds_bgemm_seg(d->k, d->c, 1, kd, a, kd, 0, b, 2L * d->c, 0, pg, d->c, ch != c0);
+            const ds_bf16 *ta = tin ? xr : gr, *tb = tin ? gr : xr;
+            transpose(a, kd, kd, ta, wa, mr);
+            for (long t = 0; t < kd / 2; t++)  /* b (kd, wb): pixels 2t, 2t+1 side by side */
+                ds_bf16_interleave(b + t * ldb, tb + 2 * t * wb, 2 * t + 1 < mr ? tb + (2 * t + 1) * wb : NULL,
+                                   (size_t)wb);
+            // pg (wa, wb) (+)= a (wa, mr) * b (mr, wb)
+            ds_bgemm_seg(wa, wb, 1, kd, a, kd, 0, b, ldb, 0, pg, wb, ch != c0);
         }
     }
 }
@@ -470,5 +478,5 @@ void ds_cpu_conv_bwd_weight_bf16(float *dw, const float *dout, const float *in, 
     } else {
         bwd_weight_chunks(part, groups, part_stride, dout, in, d, slots, p.slot);
     }
-    ds_cpu_conv_sum_groups(dw, part, groups, part_stride, d->k, rsc, 0);
+    ds_cpu_conv_sum_groups(dw, part, groups, part_stride, d->k, rsc, !bww_implicit(d) && bww_transpose_input(d));
 }

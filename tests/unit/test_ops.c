@@ -918,6 +918,7 @@ int main(int argc, char **argv)
     test_conv_bf16(conv_desc(4, 9, 9, 32, 64, 3, 3, 2, 1));
     test_conv_bf16(conv_desc(4, 16, 16, 256, 16, 1, 1, 1, 0));
     test_conv_bf16(conv_desc(3, 9, 9, 24, 48, 1, 1, 2, 0));
+    test_conv_bf16(conv_desc(3, 9, 7, 24, 100, 1, 1, 1, 0));  // 1x1 expansion: the input transposed
     test_conv_bf16(conv_desc(2, 5, 5, 300, 260, 1, 1, 1, 0));
     test_conv_bf16(conv_desc(2, 7, 7, 600, 40, 3, 3, 1, 1));
     test_conv_bf16(conv_desc(12, 16, 16, 64, 16, 3, 3, 1, 1));
