@@ -412,16 +412,30 @@ void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const d
 void ds_cpu_conv_sum_groups(float *dw, const float *part, int groups, long part_stride, int k, long rsc, int transposed)
 {
     const long krsc = k * rsc;
-    // The partials are read in their own order (contiguous in every group) and dw written
-    // where each element belongs: transposed, one scattered write per element rather than a
-    // scattered read per group.
+    if (!transposed) {
 #pragma omp parallel for schedule(static) num_threads(ds_cpu_conv_threads())
-    for (long at = 0; at < krsc; at++) {
-        const long i = transposed ? at % k * rsc + at / k : at;   /* part [rsc, k]: dw[j, r] at r k + j */
-        float s = part[at];
-        for (int g = 1; g < groups; g++) s += part[g * part_stride + at];
-        dw[i] += s;
+        for (long i = 0; i < krsc; i++) {
+            float s = part[i];
+            for (int g = 1; g < groups; g++) s += part[g * part_stride + i];
+            dw[i] += s;
+        }
+        return;
     }
+    // Partials [rsc, k], dw [k, rsc]: in tiles of 32 x 32, so that both the reads of every
+    // group and the transposed writes stay within a few cache lines and pages.
+#pragma omp parallel for schedule(static) num_threads(ds_cpu_conv_threads())
+    for (long r0 = 0; r0 < rsc; r0 += 32)
+        for (int j0 = 0; j0 < k; j0 += 32) {
+            const long r1 = r0 + 32 < rsc ? r0 + 32 : rsc;
+            const int j1 = j0 + 32 < k ? j0 + 32 : k;
+            for (int j = j0; j < j1; j++)
+                for (long r = r0; r < r1; r++) {
+                    const long at = r * k + j;
+                    float s = part[at];
+                    for (int g = 1; g < groups; g++) s += part[g * part_stride + at];
+                    dw[(long)j * rsc + r] += s;
+                }
+        }
 }
 
 void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws)
