@@ -29,19 +29,16 @@ import copy
 import os
 import subprocess
 import sys
-import tempfile
 
 import h5py
 import numpy as np
 import torch
 import torch.nn as nn
 
-from reflib import BUILD, ROOT, long, report, status  # noqa: E402
-from test_engine_resnet import HYPER, Kinks, follow_engine_relus, group, randomize_bn, rel_err  # noqa: E402
+from reflib import BUILD, long, report, status  # noqa: E402
+from test_engine_resnet import HYPER, Kinks, follow_engine_relus, group, make_case, rel_err  # noqa: E402
 import test_engine_resnet  # noqa: E402
 
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import torchvision_to_ds as tv  # noqa: E402
 
 DRIVER = os.path.join(BUILD, "drivers", "engine_ref")
 # ReLU inputs within this fraction of their tensor's RMS take the decision of the run the
@@ -106,21 +103,7 @@ def errors(got, ref):
 
 
 def run_case(arch, classes, n, hw, seed, judged):
-    tmp = tempfile.mkdtemp(dir=os.environ.get("DS_TEST_TMP"))
-    gen = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    model = tv.build(arch, classes)
-    randomize_bn(model, gen)
-    ckpt = os.path.join(tmp, "in.h5")
-    tv.write_checkpoint(ckpt, model, arch, input_size=hw)
-    x = torch.randn(n, 3, hw, hw, generator=gen)
-    labels = torch.randint(0, classes, (n,), generator=gen)
-    inp = os.path.join(tmp, "input.h5")
-    with h5py.File(inp, "w") as f:
-        f["x"] = x.permute(0, 2, 3, 1).contiguous().numpy()
-        f["labels"] = labels.numpy().astype(np.int32)
-        for k, v in dict(HYPER, steps=1).items():
-            f.attrs[k] = float(v)
+    tmp, model, x, labels, ckpt, inp = make_case(arch, classes, n, hw, seed, 1)
     out = os.path.join(tmp, "out.h5")
     r = subprocess.run([DRIVER, "--precision", "bf16", ckpt, inp, out], capture_output=True, text=True)
     if r.returncode != 0:

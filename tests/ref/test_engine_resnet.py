@@ -219,7 +219,9 @@ def group(f, name):
     return {k: np.array(v) for k, v in f[name].items()}
 
 
-def run_case(arch, classes, n, hw, grad_tol, seed):
+def make_case(arch, classes, n, hw, seed, steps):
+    """A random network (random BN statistics too) as a ds checkpoint, a random batch and the
+    hyperparameters as the driver's input file. Returns (tmp, model, x, labels, ckpt, inp)."""
     tmp = tempfile.mkdtemp(dir=os.environ.get("DS_TEST_TMP"))
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
@@ -233,8 +235,13 @@ def run_case(arch, classes, n, hw, grad_tol, seed):
     with h5py.File(inp, "w") as f:
         f["x"] = x.permute(0, 2, 3, 1).contiguous().numpy()
         f["labels"] = labels.numpy().astype(np.int32)
-        for k, v in HYPER.items():
+        for k, v in dict(HYPER, steps=steps).items():
             f.attrs[k] = float(v)
+    return tmp, model, x, labels, ckpt, inp
+
+
+def run_case(arch, classes, n, hw, grad_tol, seed):
+    tmp, model, x, labels, ckpt, inp = make_case(arch, classes, n, hw, seed, HYPER["steps"])
     out, out_ckpt = os.path.join(tmp, "out.h5"), os.path.join(tmp, "out_ckpt.h5")
     r = subprocess.run([DRIVER, ckpt, inp, out, out_ckpt], capture_output=True, text=True)
     if r.returncode != 0:
