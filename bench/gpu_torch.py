@@ -1,8 +1,8 @@
 """PyTorch's side of bench/gpu.sh: ResNet-50 images/s on synthetic data already on the device.
    gpu_torch.py [--device cuda] [--size 224] [--steps 40] [--warmup 15] [--compile]
-                train|infer BATCH bf16|tf32
+                train|infer BATCH bf16|tf32|fp32
 bf16 is AMP (autocast to bfloat16, fp32 weights), tf32 is fp32 with TensorFloat-32 matmuls and
-convolutions; channels_last, cuDNN autotuning, SGD with Nesterov momentum. Prints
+convolutions, fp32 without them (gpu.sh's dry run on a CPU, which has no tf32); channels_last, cuDNN autotuning, SGD with Nesterov momentum. Prints
 "images_per_sec N". torchvision's resnet50 when it is installed; otherwise the same network
 defined here (torchvision's layout: Bottleneck with the stride on the 3x3 convolution), so a
 venv with torch alone will do."""
@@ -53,13 +53,13 @@ def main():
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("mode", choices=("train", "infer"))
     ap.add_argument("batch", type=int)
-    ap.add_argument("precision", choices=("bf16", "tf32"))
+    ap.add_argument("precision", choices=("bf16", "tf32", "fp32"))
     a = ap.parse_args()
     cuda = a.device.startswith("cuda")
     if cuda:
         torch.backends.cudnn.benchmark = True
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = a.precision != "fp32"
+        torch.backends.cudnn.allow_tf32 = a.precision != "fp32"
     model = resnet50().to(a.device).to(memory_format=torch.channels_last)
     x = torch.randn(a.batch, 3, a.size, a.size, device=a.device).to(memory_format=torch.channels_last)
     y = torch.randint(0, 1000, (a.batch,), device=a.device)
