@@ -66,15 +66,23 @@ static int direct(const ds_conv_desc *d) { return is_pointwise(d) && d->c % 2 ==
 static long rsc_p(const ds_conv_desc *d) { return (long)d->r * d->s * even(d->c); }
 
 /* Pixels per chunk: about 384 KiB of bf16 columns, at least 64 (256 with many output
- * channels, which every chunk streams), as many chunks as whole rounds of threads. */
-static long fwd_rows(const ds_conv_desc *d)
+ * channels, which every chunk streams); the slots are sized for this most. */
+static long fwd_cap(const ds_conv_desc *d)
 {
     const long m = (long)d->n * d->p * d->q, least = d->k >= 256 ? 256 : 64;
-    long rows = 196608 / rsc_p(d) > least ? 196608 / rsc_p(d) : least;
-    rows = rows < m ? rows : m > 0 ? m : 1;
-    const long threads = ds_cpu_conv_threads(), chunks = (m + rows - 1) / rows;
-    const long rounds = (chunks + threads - 1) / threads, bal = (m + rounds * threads - 1) / (rounds * threads);
-    return round16(bal < rows ? bal : rows);
+    const long rows = 196608 / rsc_p(d) > least ? 196608 / rsc_p(d) : least;
+    return round16(rows < m ? rows : m > 0 ? m : 1);
+}
+
+/* The chunks a forward takes: at most fwd_cap, as many as whole rounds of the threads. The
+ * thread count may differ from the planning's; each output element is one product over the
+ * whole reduction, so the chunking never changes the sums. */
+static long fwd_rows(const ds_conv_desc *d)
+{
+    const long m = (long)d->n * d->p * d->q, cap = fwd_cap(d);
+    const long threads = ds_cpu_conv_threads(), chunks = (m + cap - 1) / cap;
+    const long rounds = (chunks + threads - 1) / threads, bal = round16((m + rounds * threads - 1) / (rounds * threads));
+    return bal < cap ? bal : cap;
 }
 
 static long fwd_weights(const ds_conv_desc *d) { return rsc_p(d) / 2 * pack_ld(d->k); }
@@ -85,7 +93,7 @@ static long fwd_slot(const ds_conv_desc *d)
     if (implicit(d))
         return round32((long)(d->h + 2 * d->pad) * (d->w + 2 * d->pad) * even(d->c) + (long)d->s * even(d->c)) +
                round32((long)d->w * d->c);
-    return round32(fwd_rows(d) * rsc_p(d));
+    return round32(fwd_cap(d) * rsc_p(d));
 }
 
 /* Whether the forward product reads the whole input rounded first (in16): the gathered
