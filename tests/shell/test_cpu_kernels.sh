@@ -102,6 +102,10 @@ check startup_line_names_set grep -q "cpu in fp32 (2 threads, $(long_name "$best
 check startup_line_names_bf16 grep -q "cpu in bf16 (2 threads, $(long_name "$best") kernels)" "$T/b20-$best.err"
 # bf16 is a different computation, not fp32 under another name; its checkpoint says so.
 check bf16_run_differs_from_fp32 sh -c "! h5diff '$T/r20-plain/last.h5' '$T/b20-plain/last.h5' /model /model >/dev/null"
+# tf32 is a tensor-core format: on the CPU it is an error, not an fp32 run under its name.
+expect_status tf32_refused_on_cpu 1 dstrain "${TRAIN[@]}" --precision tf32 --device cpu \
+    --train "$T/p16-plain/train" -o "$T/tf32"
+check tf32_refused_message grep -q 'tf32: the CPU computes fp32 or bf16' "$T/err"
 check checkpoint_records_precision sh -c "h5dump -a /precision '$T/b20-plain/last.h5' | grep -q bf16 &&
     h5dump -a /kernels '$T/b20-$best/last.h5' | grep -q '$(long_name "$best")'"
 finish
