@@ -131,9 +131,9 @@ else
 fi
 
 # ---- bench/gpu.sh from the bundle, dry run (CPU, toy sizes): its arguments, the bundle's
-# environment and the table; the engine and NCCL stages only, to stay short. The deadline is
-# set far off so that only a stage's own limit (a minute or more for seconds of toy work) can
-# cut it; run.sh's watchdog is the hang guard ----
+# environment and the table; the engine and NCCL stages only, to stay short. A dry run's
+# commands have no limits of their own, only the deadline, set far off here: nothing in it
+# depends on how fast this CPU is; the deadline and run.sh's watchdog guard against a hang ----
 expect_status gpu_sh_rejects_a_bad_stage 2 bench/gpu.sh --only 9
 expect_status gpu_sh_rejects_an_unknown_argument 2 bench/gpu.sh --bogus
 expect_status gpu_sh_needs_a_bundle 1 bench/gpu.sh --bundle "$T/no-bundle"
