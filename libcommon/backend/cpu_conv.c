@@ -83,14 +83,18 @@ static int implicit_ok(const ds_conv_desc *d)
 }
 
 
-/* Backward-data of a stride-1 convolution is a forward convolution of dout with the
- * weights flipped in space and transposed in channels, padded r-1-pad. */
-static int bwd_data_as_fwd(const ds_conv_desc *d, ds_conv_desc *t)
+int ds_cpu_conv_flipped(const ds_conv_desc *d, ds_conv_desc *t)
 {
-    if (d->stride != 1 || d->r != d->s || d->pad > d->r - 1 || is_pointwise(d)) return 0;
+    if (d->stride != 1 || d->r != d->s || d->pad > d->r - 1) return 0;
     *t = (ds_conv_desc){.n = d->n, .h = d->p, .w = d->q, .c = d->k, .k = d->c, .r = d->r, .s = d->s,
                         .stride = 1, .pad = d->r - 1 - d->pad, .p = d->h, .q = d->w};
     return 1;
+}
+
+/* Pointwise backward-data multiplies by the weights directly. */
+static int bwd_data_as_fwd(const ds_conv_desc *d, ds_conv_desc *t)
+{
+    return !is_pointwise(d) && ds_cpu_conv_flipped(d, t);
 }
 
 /* Output pixels per chunk: about 384 KiB of col, so a chunk is still in L2 when the GEMM

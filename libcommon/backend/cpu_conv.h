@@ -22,6 +22,10 @@ void ds_cpu_conv_bwd_weight_bf16(float *dw, const float *dout, const float *in, 
  * processor, at most 16: fixed for the process). */
 int ds_cpu_conv_threads(void);
 int ds_cpu_conv_slots(void);
+/* Backward-data of a stride-1 convolution with a square window is a forward convolution
+ * of dout with the weights flipped in space and transposed in channels, padded r-1-pad:
+ * 1 and that convolution in *t, or 0. */
+int ds_cpu_conv_flipped(const ds_conv_desc *d, ds_conv_desc *t);
 /* din += col (rows m0 .. m0+rows-1 of the im2col matrix, r*s*c floats each) scattered back
  * to where im2col gathers them from. */
 void ds_cpu_col2im_add(float *din, const float *col, const ds_conv_desc *d, long m0, long rows);

@@ -36,16 +36,6 @@ static long pack_ld(int k) { return 2L * (k >= 128 ? k + 16 : k); }
 
 static int is_pointwise(const ds_conv_desc *d) { return d->r == 1 && d->s == 1 && d->stride == 1 && d->pad == 0; }
 
-/* Backward-data of a stride-1 convolution is a forward convolution of dout with the
- * weights flipped in space and transposed in channels, padded r-1-pad. */
-static int bwd_data_as_fwd(const ds_conv_desc *d, ds_conv_desc *t)
-{
-    if (d->stride != 1 || d->r != d->s || d->pad > d->r - 1) return 0;
-    *t = (ds_conv_desc){.n = d->n, .h = d->p, .w = d->q, .c = d->k, .k = d->c, .r = d->r, .s = d->s,
-                        .stride = 1, .pad = d->r - 1 - d->pad, .p = d->h, .q = d->w};
-    return 1;
-}
-
 static long in_count(const ds_conv_desc *d) { return (long)d->n * d->h * d->w * d->c; }
 static long out_count(const ds_conv_desc *d) { return (long)d->n * d->p * d->q * d->k; }
 
@@ -425,7 +415,7 @@ static ws_plan plan(const ds_conv_desc *d)
     const long rsc = (long)d->r * d->s * d->c;
     ws_plan w = {fwd_weights(d), round32(in_count(d)), round32(out_count(d)), fwd_slot(d)};
     if (!d->no_dx) {
-        if (bwd_data_as_fwd(d, &t)) {
+        if (ds_cpu_conv_flipped(d, &t)) {
             if (fwd_weights(&t) > w.weights) w.weights = fwd_weights(&t);
             if (fwd_slot(&t) > w.slot) w.slot = fwd_slot(&t);
         } else {
@@ -461,7 +451,7 @@ void ds_cpu_conv_bwd_data_bf16(float *din, const float *dout, const float *w, co
     ws_plan p = plan(d);
     ds_bf16 *wp = ws, *g16 = wp + p.weights + p.in16, *slots = g16 + p.g16;
     ds_conv_desc t;
-    if (!bwd_data_as_fwd(d, &t)) {
+    if (!ds_cpu_conv_flipped(d, &t)) {
         round_all(g16, dout, out_count(d));
         bwd_data_strided(din, g16, w, d, wp, slots);
         return;
