@@ -16,6 +16,9 @@ const char *ds_precision_name(ds_precision p)
     return (unsigned)p < sizeof precision_names / sizeof *precision_names ? precision_names[p] : "?";
 }
 
+size_t ds_dtype_size(ds_dtype t) { return t == DS_BF16 ? 2 : 4; }
+const char *ds_dtype_name(ds_dtype t) { return t == DS_BF16 ? "bf16" : "f32"; }
+
 int ds_precision_parse(const char *name, ds_precision *out)
 {
     for (unsigned i = 0; i < sizeof precision_names / sizeof *precision_names; i++)

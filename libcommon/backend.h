@@ -6,7 +6,10 @@
  * never knows which backend runs.
  *
  * Conventions, fixed for every backend:
- *   - Activations are NHWC float32 (the CUDA backend may hold bf16 copies internally).
+ *   - Activations are NHWC. Their storage type (ds_dtype) is the model's choice, from its
+ *     precision (docs/DESIGN.md §4): every op that reads or writes an activation or an
+ *     activation's gradient is told its type, in the op's descriptor or as its last argument;
+ *     parameters, their gradients, statistics, losses and logits are always float32.
  *   - Convolution weights are [K, R, S, C] ("OHWI"); the checkpoint converts to PyTorch's
  *     OIHW at the file boundary. Linear weights are [out, in] as PyTorch.
  *   - Pointers are in the backend's memory (host for CPU, device for CUDA); alloc/upload/
@@ -26,6 +29,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Storage of a tensor in backend memory. The order is fixed: zero is float32, so a
+ * descriptor written without types is all float32. */
+typedef enum { DS_F32, DS_BF16 } ds_dtype;
+
+/* Bytes per element; "f32" / "bf16". */
+size_t ds_dtype_size(ds_dtype t);
+const char *ds_dtype_name(ds_dtype t);
+
 typedef struct {
     int n, h, w, c;      /* input  [n, h, w, c] */
     int k, r, s;         /* output channels, kernel height, kernel width */
@@ -33,12 +44,16 @@ typedef struct {
     int p, q;            /* output height, width: (h + 2 pad - r) / stride + 1 */
     int no_dx;           /* 1: the input needs no gradient (the network's input): conv_bwd_data is
                             never called, and a backend need not plan it */
+    ds_dtype in_t;       /* storage of in and din */
+    ds_dtype out_t;      /* storage of out and dout */
+    ds_dtype w_t;        /* storage of the weights fwd and bwd_data read (dw is float32) */
 } ds_conv_desc;
 
 typedef struct {
     int n, h, w, c;      /* input */
     int k, stride, pad;  /* window k x k */
     int p, q;            /* output */
+    ds_dtype t;          /* storage of in, out and their gradients */
 } ds_pool_desc;
 
 /* AUTO is a request only (bf16 on a GPU, fp32 on the CPU); a selected backend's precision
@@ -82,42 +97,46 @@ typedef struct ds_backend {
      * every run of the same convolution with n, h and w no larger (p, q following): a model
      * planned at its largest batch and input runs smaller ones in the same workspace.
      * SIZE_MAX, with a message, when the backend cannot compute an op d needs (a GPU
-     * library with no algorithm for it). */
+     * library with no algorithm for it, or storage types its precision does not take).
+     * The types of in, out and w are d's in_t, out_t and w_t. */
     size_t (*conv_workspace)(const ds_conv_desc *d);
     /* out [n,p,q,k] = conv(in [n,h,w,c], w [k,r,s,c]) */
-    void (*conv_fwd)(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws);
+    void (*conv_fwd)(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws);
     /* din [n,h,w,c] = conv_transpose(dout [n,p,q,k], w) */
-    void (*conv_bwd_data)(float *din, const float *dout, const float *w, const ds_conv_desc *d, void *ws);
-    /* dw [k,r,s,c] += correlation(in, dout) */
-    void (*conv_bwd_weight)(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws);
+    void (*conv_bwd_data)(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws);
+    /* dw [k,r,s,c] += correlation(in, dout); dw float32 */
+    void (*conv_bwd_weight)(float *dw, const void *dout, const void *in, const ds_conv_desc *d, void *ws);
 
     /* ---- batch norm over m = n*h*w rows of c channels, fused with an optional residual
-     * add and ReLU:  out = relu?( gamma * (in - mean) * invstd + beta + residual? ) ---- */
+     * add and ReLU:  out = relu?( gamma * (in - mean) * invstd + beta + residual? ).
+     * t is the storage of out, in, residual and their gradients (arithmetic is float32, a
+     * bf16 result rounded once); gamma, beta and the statistics are float32. ---- */
     /* Training: batch statistics. Writes mean[c], var[c] (biased, divided by m) and
      * invstd[c] = 1/sqrt(var + eps) for the backward pass and the running-stat update. */
-    void (*bn_fwd_train)(float *out, float *mean, float *var, float *invstd, const float *in,
-                         const float *gamma, const float *beta, const float *residual, int relu,
-                         int m, int c, float eps);
+    void (*bn_fwd_train)(void *out, float *mean, float *var, float *invstd, const void *in,
+                         const float *gamma, const float *beta, const void *residual, int relu,
+                         int m, int c, float eps, ds_dtype t);
     /* Inference: running statistics. */
-    void (*bn_fwd_infer)(float *out, const float *in, const float *gamma, const float *beta,
-                         const float *running_mean, const float *running_var, const float *residual,
-                         int relu, int m, int c, float eps);
+    void (*bn_fwd_infer)(void *out, const void *in, const float *gamma, const float *beta,
+                         const float *running_mean, const float *running_var, const void *residual,
+                         int relu, int m, int c, float eps, ds_dtype t);
     /* Backward of bn_fwd_train. `out` is the forward output (for the ReLU mask when relu);
      * dout is overwritten with the gradient before the ReLU when relu (it is scratch).
      * din = dx (overwritten); dresidual (if non-NULL) = gradient into the residual input
      * (overwritten); dgamma, dbeta += (accumulated). */
-    void (*bn_bwd)(float *din, float *dresidual, float *dgamma, float *dbeta, float *dout,
-                   const float *out, const float *in, const float *gamma, const float *mean,
-                   const float *invstd, int relu, int m, int c);
+    void (*bn_bwd)(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout,
+                   const void *out, const void *in, const float *gamma, const float *mean,
+                   const float *invstd, int relu, int m, int c, ds_dtype t);
 
     /* ---- pooling ---- */
-    void (*maxpool_fwd)(float *out, const float *in, const ds_pool_desc *d);
+    /* Storage d->t for in, out and their gradients. */
+    void (*maxpool_fwd)(void *out, const void *in, const ds_pool_desc *d);
     /* din = 0 then scattered from dout to each window's (first) maximum. */
-    void (*maxpool_bwd)(float *din, const float *dout, const float *in, const float *out,
+    void (*maxpool_bwd)(void *din, const void *dout, const void *in, const void *out,
                         const ds_pool_desc *d);
-    /* out [n, c] = mean over hw of in [n, hw, c] */
-    void (*avgpool_fwd)(float *out, const float *in, int n, int hw, int c);
-    void (*avgpool_bwd)(float *din, const float *dout, int n, int hw, int c);
+    /* out [n, c] (float32) = mean over hw of in [n, hw, c] (storage in_t, as din) */
+    void (*avgpool_fwd)(float *out, const void *in, int n, int hw, int c, ds_dtype in_t);
+    void (*avgpool_bwd)(void *din, const float *dout, int n, int hw, int c, ds_dtype in_t);
 
     /* ---- fully connected: out [n, o] = in [n, i] * w[o, i]^T + b[o] ---- */
     void (*linear_fwd)(float *out, const float *in, const float *w, const float *b, int n, int i, int o);
@@ -142,6 +161,12 @@ typedef struct ds_backend {
     /* ---- elementwise helpers ---- */
     void (*scale)(float *x, float alpha, size_t n);                     /* x *= alpha */
     void (*axpy)(float *y, float alpha, const float *x, size_t n);      /* y += alpha x */
+    /* y += x for n elements of storage t (activation gradients from two consumers); a bf16
+     * sum is rounded once */
+    void (*add)(void *y, const void *x, size_t n, ds_dtype t);
+    /* dst[i] = src[i] rounded to bf16, to nearest even (the CPU also flushes denormals to
+     * zero: cpu_bf16.h's rule): the model's bf16 copy of its weights, made once per step */
+    void (*to_bf16)(void *dst, const float *src, size_t n);
     /* Input batch: uint8 NHWC [n, H, W, 3] -> float NHWC [n, ch, cw, 3], crop at (y0[i], x0[i]),
      * optional horizontal flip per sample, then (x/255 - mean) / std. */
     void (*normalize_u8)(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,

@@ -48,6 +48,11 @@ ds_model *ds_model_create(const ds_backend *be, const ds_model_config *cfg)
     m->act = be->alloc(m->act_floats * sizeof(float));
     m->ws = be->alloc(m->ws_bytes ? m->ws_bytes : 1);
     int ok = m->params && m->act && m->ws;
+    if (ds_model_act_type(m) == DS_BF16) {
+        m->weights16 = be->alloc(m->nparam * ds_dtype_size(DS_BF16));
+        m->weights16_stale = 1;
+        ok = ok && m->weights16;
+    }
     if (cfg->training) {
         m->reduction = be->alloc(pbytes);
         m->momentum = be->alloc(m->nparam * sizeof(float));
@@ -71,6 +76,7 @@ void ds_model_free(ds_model *m)
 {
     if (!m) return;
     if (m->params) m->be->free(m->params);
+    if (m->weights16) m->be->free(m->weights16);
     if (m->reduction) m->be->free(m->reduction);
     if (m->momentum) m->be->free(m->momentum);
     if (m->act) m->be->free(m->act);
@@ -132,6 +138,7 @@ ds_model_memory ds_model_memory_plan(const ds_model *m)
     size_t pbytes = (m->nparam + m->nbuffer) * sizeof(float);
     return (ds_model_memory){
         .params = pbytes,
+        .weight_copy = m->weights16 ? m->nparam * ds_dtype_size(DS_BF16) : 0,
         .reduction = m->cfg.training ? pbytes : 0,
         .momentum = m->cfg.training ? m->nparam * sizeof(float) : 0,
         .activations = m->act_floats * sizeof(float),
@@ -207,6 +214,7 @@ void ds_model_tensor_set(ds_model *m, int i, const void *host)
 {
     if (m->tinfo[i].kind == DS_TENSOR_COUNTER) m->bn_tracked[m->tloc[i].bn] = *(const int64_t *)host;
     else tensor_upload(m, i, m->params, host);
+    m->weights16_stale = 1;
 }
 
 static int check_param(const ds_model *m, int i, const char *what)
@@ -278,18 +286,35 @@ void ds_model_init(ds_model *m, uint64_t seed)
         m->be->zero(m->reduction, (m->nparam + m->nbuffer) * sizeof(float));
     }
     m->momentum_started = 0;
+    m->weights16_stale = 1;
 }
 
 /* ---- compute ---- */
 
 float *ds_model_input(ds_model *m) { return m->act + m->acts[0].off; }
 
-static float *A(ds_model *m, int a) { return m->act + m->acts[a].off; }
+/* Activation a (its storage acts[a].t); Af for the float32 ones (features, logits). */
+static void *A(ds_model *m, int a) { return m->act + m->acts[a].off; }
+static float *Af(ds_model *m, int a) { return m->act + m->acts[a].off; }
 static float *P(ds_model *m, int t) { return m->params + m->tloc[t].off; }
 static float *G(ds_model *m, int t) { return m->reduction + m->tloc[t].off; }
 
-/* Gradient buffer of activation a. */
-static float *dA(ds_model *m, int a)
+/* The weights a convolution reads: the bf16 copy in a bf16 run, else the parameters. */
+static void *W(ds_model *m, int t)
+{
+    return m->weights16 ? (void *)((char *)m->weights16 + m->tloc[t].off * ds_dtype_size(DS_BF16)) : P(m, t);
+}
+
+/* The bf16 copy of the parameters, made when they changed (once per step: after SGD). */
+static void weights16_update(ds_model *m)
+{
+    if (!m->weights16 || !m->weights16_stale) return;
+    m->be->to_bf16(m->weights16, m->params, m->nparam);
+    m->weights16_stale = 0;
+}
+
+/* Gradient buffer of activation a (the storage of a). */
+static void *dA(ds_model *m, int a)
 {
     int s = m->acts[a].grad_slot;
     if (s == -2) return m->act + m->dlogits_off;
@@ -307,23 +332,23 @@ const float *ds_model_forward(ds_model *m, int n, int training)
         ds_err("model: training forward on an inference-only model");
         return NULL;
     }
+    weights16_update(m);
     for (int l = 0; l < m->nlayers; l++) {
         ds_layer *L = &m->layers[l];
         const ds_act *in = &m->acts[L->in];
-        float *x = A(m, L->in), *y = A(m, L->out);
+        void *x = A(m, L->in), *y = A(m, L->out);
         switch (L->type) {
         case L_CONV: {
-            ds_conv_desc d = L->conv;
-            d.n = n;
-            be->conv_fwd(y, x, P(m, L->weight), &d, m->ws);
+            ds_conv_desc d = ds_model_conv_desc(m, L, n);
+            be->conv_fwd(y, x, W(m, L->weight), &d, m->ws);
             break;
         }
         case L_BN: {
             int rows = n * in->h * in->w, c = in->c;
-            const float *res = L->res >= 0 ? A(m, L->res) : NULL;
+            const void *res = L->res >= 0 ? A(m, L->res) : NULL;
             if (!training) {
                 be->bn_fwd_infer(y, x, P(m, L->weight), P(m, L->bias), P(m, L->rmean), P(m, L->rvar),
-                                 res, L->relu, rows, c, DS_BN_EPS);
+                                 res, L->relu, rows, c, DS_BN_EPS, in->t);
                 break;
             }
             if (rows < 2) {
@@ -334,20 +359,19 @@ const float *ds_model_forward(ds_model *m, int n, int training)
             }
             float *mean = m->act + L->stats, *var = mean + c, *invstd = var + c;
             be->bn_fwd_train(y, mean, var, invstd, x, P(m, L->weight), P(m, L->bias), res, L->relu,
-                             rows, c, DS_BN_EPS);
+                             rows, c, DS_BN_EPS, in->t);
             /* The step averages these over micro-batches for the running statistics. */
             be->axpy(G(m, L->rmean), 1.0f, mean, (size_t)c);
             be->axpy(G(m, L->rvar), (float)((double)rows / (rows - 1)), var, (size_t)c);
             break;
         }
         case L_MAXPOOL: {
-            ds_pool_desc d = L->pool;
-            d.n = n;
+            ds_pool_desc d = ds_model_pool_desc(m, L, n);
             be->maxpool_fwd(y, x, &d);
             break;
         }
         case L_AVGPOOL:
-            be->avgpool_fwd(y, x, n, in->h * in->w, in->c);
+            be->avgpool_fwd(y, x, n, in->h * in->w, in->c, in->t);
             break;
         case L_LINEAR:
             be->linear_fwd(y, x, P(m, L->weight), P(m, L->bias), n, in->c, m->cfg.num_classes);
@@ -356,7 +380,7 @@ const float *ds_model_forward(ds_model *m, int n, int training)
     }
     m->last_n = n;
     m->last_training = training;
-    return A(m, m->logits);
+    return Af(m, m->logits);
 }
 
 static double loss_and_dlogits(ds_model *m, const int32_t *labels, int n, float smoothing, float scale)
@@ -365,7 +389,7 @@ static double loss_and_dlogits(ds_model *m, const int32_t *labels, int n, float 
     int32_t *lab = (int32_t *)(m->act + m->labels_off);
     float *loss = m->act + m->loss_off;
     be->upload(lab, labels, (size_t)n * sizeof *labels);
-    be->softmax_xent(loss, m->act + m->dlogits_off, A(m, m->logits), lab, n, m->cfg.num_classes,
+    be->softmax_xent(loss, m->act + m->dlogits_off, Af(m, m->logits), lab, n, m->cfg.num_classes,
                      smoothing, scale);
     be->download(m->loss_host, loss, (size_t)n * sizeof *loss);
     double sum = 0;
@@ -408,7 +432,7 @@ static double backward(ds_model *m, const int32_t *labels, int n, float scale, f
             return ds_err("model: label %d out of range [0, %d)", labels[i], m->cfg.num_classes), NAN;
         }
     double loss = loss_and_dlogits(m, labels, n, smoothing, scale);
-    float *scratch = m->act + m->scratch_off;
+    void *scratch = m->act + m->scratch_off;
     if (reduce) start_buckets(m, &next, m->nlayers, to_all);
     for (int l = m->nlayers - 1; l >= 0; l--) {
         ds_layer *L = &m->layers[l];
@@ -418,41 +442,39 @@ static double backward(ds_model *m, const int32_t *labels, int n, float scale, f
             m->last_layer_t = ds_now();
             m->last_layer_event = ds_event_seq();
         }
-        float *dy = dA(m, L->out);
+        void *dy = dA(m, L->out);
         /* The model input needs no gradient; an input another consumer already wrote
          * gets this layer's part through the scratch slot. */
-        float *dx = L->in == 0 ? NULL : L->in_acc ? scratch : dA(m, L->in);
+        void *dx = L->in == 0 ? NULL : L->in_acc ? scratch : dA(m, L->in);
         switch (L->type) {
         case L_CONV: {
-            ds_conv_desc d = L->conv;
-            d.n = n;
+            ds_conv_desc d = ds_model_conv_desc(m, L, n);
             be->conv_bwd_weight(G(m, L->weight), dy, A(m, L->in), &d, m->ws);
-            if (dx) be->conv_bwd_data(dx, dy, P(m, L->weight), &d, m->ws);
+            if (dx) be->conv_bwd_data(dx, dy, W(m, L->weight), &d, m->ws);
             break;
         }
         case L_BN: {
             float *mean = m->act + L->stats, *invstd = mean + 2 * in->c;
-            float *dres = L->res < 0 ? NULL : L->res_acc ? scratch : dA(m, L->res);
+            void *dres = L->res < 0 ? NULL : L->res_acc ? scratch : dA(m, L->res);
             be->bn_bwd(dx, dres, G(m, L->weight), G(m, L->bias), dy, A(m, L->out), A(m, L->in),
-                       P(m, L->weight), mean, invstd, L->relu, n * in->h * in->w, in->c);
-            if (L->res_acc) be->axpy(dA(m, L->res), 1.0f, scratch, in_count);
+                       P(m, L->weight), mean, invstd, L->relu, n * in->h * in->w, in->c, in->t);
+            if (L->res_acc) be->add(dA(m, L->res), scratch, in_count, in->t);
             break;
         }
         case L_MAXPOOL: {
-            ds_pool_desc d = L->pool;
-            d.n = n;
+            ds_pool_desc d = ds_model_pool_desc(m, L, n);
             be->maxpool_bwd(dx, dy, A(m, L->in), A(m, L->out), &d);
             break;
         }
         case L_AVGPOOL:
-            be->avgpool_bwd(dx, dy, n, in->h * in->w, in->c);
+            be->avgpool_bwd(dx, dy, n, in->h * in->w, in->c, in->t);
             break;
         case L_LINEAR:
             be->linear_bwd(dx, G(m, L->weight), G(m, L->bias), dy, A(m, L->in), P(m, L->weight), n,
                            in->c, m->cfg.num_classes);
             break;
         }
-        if (dx && L->in_acc) be->axpy(dA(m, L->in), 1.0f, scratch, in_count);
+        if (dx && L->in_acc) be->add(dA(m, L->in), scratch, in_count, in->t);
         if (reduce) start_buckets(m, &next, l, to_all);
     }
     return loss;
@@ -536,6 +558,8 @@ void ds_model_step(ds_model *m, const ds_sgd *sgd, int micro_batches)
     be->axpy(m->params + m->nparam, DS_BN_MOMENTUM / (float)micro_batches, m->reduction + m->nparam,
              m->nbuffer);
     for (int i = 0; i < m->nbn; i++) m->bn_tracked[i]++;
+    m->weights16_stale = 1;
+    weights16_update(m);
 }
 
 /* The index of the layer that is the i-th to end in a ReLU, or -1. */
@@ -559,6 +583,18 @@ size_t ds_model_relu_output(ds_model *m, int i, float *host)
     if (l < 0) return 0;
     const ds_act *a = &m->acts[m->layers[l].out];
     size_t count = (size_t)m->last_n * a->h * a->w * a->c;
-    if (host) m->be->download(host, A(m, m->layers[l].out), count * sizeof *host);
+    if (!host) return count;
+    if (a->t == DS_F32) {
+        m->be->download(host, A(m, m->layers[l].out), count * sizeof *host);
+        return count;
+    }
+    /* bf16: the values, exactly, as float32 (the bf16 bits are float32's upper half) */
+    uint16_t *h16 = ds_xmalloc(count * sizeof *h16);
+    m->be->download(h16, A(m, m->layers[l].out), count * sizeof *h16);
+    for (size_t j = 0; j < count; j++) {
+        uint32_t u = (uint32_t)h16[j] << 16;
+        memcpy(&host[j], &u, sizeof u);
+    }
+    free(h16);
     return count;
 }

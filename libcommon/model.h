@@ -6,15 +6,20 @@
  * projection shortcuts where the shape changes). Forward walks the list, backward walks it
  * in reverse; batch norm is fused with the residual add and the ReLU that follow it.
  *
- * Memory: five backend allocations, each sized by a planning pass at create time, nothing
- * allocated afterwards:
+ * Memory: five backend allocations (six under bf16), each sized by a planning pass at create
+ * time, nothing allocated afterwards:
  *   parameters   every learnable tensor, then the BN running mean / var buffers
+ *   weight copy  bf16 runs: the parameters rounded to bf16, which the convolutions read; made
+ *                when they change (after each SGD step, init or a tensor load)
  *   reduction    gradients (same order as the learnables), then per BN layer the sums of
  *                micro-batch mean and unbiased variance: ONE buffer, so data-parallel
  *                training reduces gradients and BN statistics in a single allreduce
  *   momentum     SGD momentum buffers (same order as the learnables)
  *   activations  the input batch, every layer's output (kept for backward), BN batch
- *                statistics, the gradient ping-pong buffers, logits, labels, losses
+ *                statistics, the gradient ping-pong buffers, logits, labels, losses. Each
+ *                activation and its gradient is stored as the plan's table says
+ *                (docs/DESIGN.md §4): bf16 under --precision bf16, except the input, the
+ *                pooled features and the logits, which are float32 in every run
  *   workspace    the largest convolution scratch any layer asks for
  * An inference-only model (training = 0) has no reduction or momentum buffers and keeps
  * only the two largest activations alive at a time.
@@ -106,7 +111,7 @@ void ds_model_init(ds_model *m, uint64_t seed);
 size_t ds_model_param_count(const ds_model *m);       /* learnable scalars (resnet50: 25,557,032) */
 /* Bytes of each planned allocation (0 for those an inference model does not have). */
 typedef struct {
-    size_t params, reduction, momentum, activations, workspace;
+    size_t params, weight_copy, reduction, momentum, activations, workspace;
 } ds_model_memory;
 ds_model_memory ds_model_memory_plan(const ds_model *m);
 

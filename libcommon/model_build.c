@@ -203,10 +203,18 @@ static int slot_take(ds_slots *s)
 int ds_model_plan_memory(ds_model *m)
 {
     const ds_backend *be = m->be;
-    size_t B = (size_t)m->cfg.max_batch, off = 0, max_act = 0;
+    size_t B = (size_t)m->cfg.max_batch, off = 0;
+
+    /* Storage: the precision's for every activation the convolutions, batch norm and pooling
+     * pass along; float32 for the input, the pooled features and the logits (the fully
+     * connected layer and the loss compute in float32). Gradients as their activations. */
+    for (int i = 0; i < m->nacts; i++) m->acts[i].t = ds_model_act_type(m);
+    m->acts[0].t = m->acts[m->logits].t = DS_F32;
+    for (int l = 0; l < m->nlayers; l++)
+        if (m->layers[l].type == L_AVGPOOL) m->acts[m->layers[l].out].t = DS_F32;
+    m->slot_floats = 0;
     for (int i = 0; i < m->nacts; i++)
-        if (act_size(&m->acts[i]) > max_act) max_act = act_size(&m->acts[i]);
-    m->slot_floats = align_up(B * max_act);
+        if (act_span(&m->acts[i], B) > m->slot_floats) m->slot_floats = act_span(&m->acts[i], B);
 
     /* Parameters first, buffers after, both in state_dict order. */
     m->nparam = m->nbuffer = 0;
@@ -219,11 +227,11 @@ int ds_model_plan_memory(ds_model *m)
     /* Activations. The input has its own region; in training every activation has its own
      * (backward needs them all); inference reuses slots as soon as the last reader ran. */
     m->acts[0].off = off;
-    off += align_up(B * act_size(&m->acts[0]));
+    off += act_span(&m->acts[0], B);
     if (m->cfg.training) {
         for (int i = 1; i < m->nacts; i++) {
             m->acts[i].off = off;
-            off += align_up(B * act_size(&m->acts[i]));
+            off += act_span(&m->acts[i], B);
         }
     } else {
         int last_use[m->nacts];
@@ -285,8 +293,7 @@ int ds_model_plan_memory(ds_model *m)
     m->ws_bytes = 0;
     for (int l = 0; l < m->nlayers; l++) {
         if (m->layers[l].type != L_CONV) continue;
-        ds_conv_desc d = m->layers[l].conv;
-        d.n = m->cfg.max_batch;
+        ds_conv_desc d = ds_model_conv_desc(m, &m->layers[l], m->cfg.max_batch);
         size_t b = be->conv_workspace(&d);
         if (b == SIZE_MAX) {
             const char *w = m->tinfo[m->layers[l].weight].name;

@@ -22,7 +22,9 @@ typedef enum { L_CONV, L_BN, L_MAXPOOL, L_AVGPOOL, L_LINEAR } ds_layer_type;
 /* An activation tensor [n, h, w, c]; n is the run-time batch. */
 typedef struct {
     int h, w, c;
-    size_t off;            /* floats into the activation allocation */
+    ds_dtype t;            /* storage, of the tensor and of its gradient (the plan's table) */
+    size_t off;            /* floats into the activation allocation (a bf16 tensor takes half
+                              as many) */
     int grad_slot;         /* backward: gradient slot; -1 none (the input), -2 the dlogits buffer */
 } ds_act;
 
@@ -65,6 +67,9 @@ struct ds_model {
 
     size_t nparam, nbuffer;        /* floats: learnables, BN running buffers */
     float *params;                 /* [nparam + nbuffer] */
+    void *weights16;               /* bf16 runs: [nparam] bf16 copy of the parameters, which the
+                                      convolutions read; NULL otherwise */
+    int weights16_stale;           /* the parameters changed since the copy was made */
     float *reduction;              /* [nparam + nbuffer]: gradients, BN statistic sums */
     float *momentum;               /* [nparam] */
     float *act;                    /* activation allocation */
@@ -92,6 +97,34 @@ struct ds_model {
 static inline size_t align_up(size_t x) { return (x + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS; }
 
 static inline size_t act_size(const ds_act *a) { return (size_t)a->h * a->w * a->c; }
+/* Floats (the allocation's unit) that n of a take, aligned. */
+static inline size_t act_span(const ds_act *a, size_t n) { return align_up((n * act_size(a) * ds_dtype_size(a->t) + 3) / 4); }
+
+/* The storage of the activations the model's precision rounds (docs/DESIGN.md §4): bf16
+ * under bf16, float32 otherwise. The input, the pooled features and the logits are float32. */
+static inline ds_dtype ds_model_act_type(const ds_model *m)
+{
+    return m->be->precision == DS_PRECISION_BF16 ? DS_BF16 : DS_F32;
+}
+
+/* A convolution or pooling layer's descriptor for a batch of n, with the plan's storages. */
+static inline ds_conv_desc ds_model_conv_desc(const ds_model *m, const ds_layer *L, int n)
+{
+    ds_conv_desc d = L->conv;
+    d.n = n;
+    d.in_t = m->acts[L->in].t;
+    d.out_t = m->acts[L->out].t;
+    d.w_t = ds_model_act_type(m);
+    return d;
+}
+
+static inline ds_pool_desc ds_model_pool_desc(const ds_model *m, const ds_layer *L, int n)
+{
+    ds_pool_desc d = L->pool;
+    d.n = n;
+    d.t = m->acts[L->in].t;
+    return d;
+}
 
 /* Builds m's layer list and tensors for architecture A at m->cfg's input size (m->acts[0]
  * the input); -1 when the input is too small for the network. */

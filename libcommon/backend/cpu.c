@@ -10,6 +10,7 @@
  * set. The convolutions live in cpu_conv.c. */
 #include "backend.h"
 #include "comm.h"
+#include "cpu_bf16.h"
 #include "cpu_conv.h"
 #include "cpu_loops.h"
 #include "cpu_sgemm.h"
@@ -50,17 +51,22 @@ static long bn_rows_per_task(int c) { return c >= 4096 ? 1 : 4096 / c; }
 /* Per-channel sums over m rows, for channels [c0, c0+cb), in double:
  *     su[j] = sum_i u,   suv[j] = sum_i u * v,   u = p[i, c0+j] - pu[j],  v = q[i, c0+j] - qv[j]
  * with u = 0 where relu_out[i, c0+j] <= 0 (then p is written back with that zero: the ReLU
- * mask applied in place). Summed over BN_CHUNKS fixed row chunks, then in chunk order. */
-static void bn_sums(double *su, double *suv, float *p, const float *pu, const float *q,
-                    const float *qv, const float *relu_out, long m, int c, int c0, int cb)
+ * mask applied in place); p, q and relu_out of storage t. Summed over BN_CHUNKS fixed row
+ * chunks, then in chunk order. */
+static void bn_sums(double *su, double *suv, void *p, const float *pu, const void *q, const float *qv,
+                    const void *relu_out, long m, int c, int c0, int cb, ds_dtype t)
 {
     double part[BN_CHUNKS][2][BN_CBLOCK];
     const ds_cpu_loops *L = loops();
 #pragma omp parallel for schedule(static)
-    for (int t = 0; t < BN_CHUNKS; t++) {
-        double *da = part[t][0], *db = part[t][1];
+    for (int ch = 0; ch < BN_CHUNKS; ch++) {
+        double *da = part[ch][0], *db = part[ch][1];
         for (int j = 0; j < cb; j++) da[j] = db[j] = 0;
-        L->bn_sums(da, db, p, pu, q, qv, relu_out, t * m / BN_CHUNKS, (t + 1) * m / BN_CHUNKS, c, c0, cb);
+        const long r0 = ch * m / BN_CHUNKS, r1 = (ch + 1) * m / BN_CHUNKS;
+        if (t == DS_BF16)
+            L->bn_sums_bf16(da, db, p, pu, q, qv, relu_out, r0, r1, c, c0, cb);
+        else
+            L->bn_sums(da, db, p, pu, q, qv, relu_out, r0, r1, c, c0, cb);
     }
     for (int j = 0; j < cb; j++) {
         double a = 0, b = 0;
@@ -72,19 +78,30 @@ static void bn_sums(double *su, double *suv, float *p, const float *pu, const fl
 /* out = relu?((in - mean) * a + beta + residual?) with a = gamma * invstd. Subtracting the
  * mean first (rather than folding it into one constant, in * a + (beta - mean * a)) keeps
  * the precision when |mean| >> std. */
-static void bn_apply(float *out, const float *in, const float *mean, const float *a,
-                     const float *beta, const float *residual, int relu, int m, int c)
+static void bn_apply(void *out, const void *in, const float *mean, const float *a, const float *beta,
+                     const void *residual, int relu, int m, int c, ds_dtype t)
 {
     const ds_cpu_loops *L = loops();
     const long rows = bn_rows_per_task(c);
 #pragma omp parallel for schedule(static)
-    for (long i0 = 0; i0 < m; i0 += rows)
-        L->bn_apply(out, in, mean, a, beta, residual, relu, i0, i0 + rows < m ? i0 + rows : m, c);
+    for (long i0 = 0; i0 < m; i0 += rows) {
+        const long i1 = i0 + rows < m ? i0 + rows : m;
+        if (t == DS_BF16)
+            L->bn_apply_bf16(out, in, mean, a, beta, residual, relu, i0, i1, c);
+        else
+            L->bn_apply(out, in, mean, a, beta, residual, relu, i0, i1, c);
+    }
 }
 
-static void cpu_bn_fwd_train(float *out, float *mean, float *var, float *invstd, const float *in,
-                             const float *gamma, const float *beta, const float *residual, int relu,
-                             int m, int c, float eps)
+/* Element i of an activation of storage t, as float32 (exact). */
+static float act_value(const void *x, long i, ds_dtype t)
+{
+    return t == DS_BF16 ? ds_bf16_value(((const ds_bf16 *)x)[i]) : ((const float *)x)[i];
+}
+
+static void cpu_bn_fwd_train(void *out, float *mean, float *var, float *invstd, const void *in,
+                             const float *gamma, const float *beta, const void *residual, int relu,
+                             int m, int c, float eps, ds_dtype t)
 {
     float sa[c];
     for (int c0 = 0; c0 < c; c0 += BN_CBLOCK) {
@@ -93,8 +110,8 @@ static void cpu_bn_fwd_train(float *out, float *mean, float *var, float *invstd,
         // Sums of (x - x0) for a per-channel shift x0 (the first row): E[d^2] - E[d]^2 then
         // loses nothing that matters even when |mean| >> std.
         float shift[BN_CBLOCK];
-        for (int j = 0; j < cb; j++) shift[j] = m ? in[c0 + j] : 0;
-        bn_sums(s1, s2, (float *)in, shift, in, shift, NULL, m, c, c0, cb);
+        for (int j = 0; j < cb; j++) shift[j] = m ? act_value(in, c0 + j, t) : 0;
+        bn_sums(s1, s2, (void *)in, shift, in, shift, NULL, m, c, c0, cb, t);
         for (int j = 0; j < cb; j++) {
             double d = m ? s1[j] / m : 0, v = m ? s2[j] / m - d * d : 0;
             if (v < 0) v = 0;
@@ -105,21 +122,21 @@ static void cpu_bn_fwd_train(float *out, float *mean, float *var, float *invstd,
             sa[c0 + j] = (float)(gamma[c0 + j] * is);
         }
     }
-    bn_apply(out, in, mean, sa, beta, residual, relu, m, c);
+    bn_apply(out, in, mean, sa, beta, residual, relu, m, c, t);
 }
 
-static void cpu_bn_fwd_infer(float *out, const float *in, const float *gamma, const float *beta,
-                             const float *running_mean, const float *running_var,
-                             const float *residual, int relu, int m, int c, float eps)
+static void cpu_bn_fwd_infer(void *out, const void *in, const float *gamma, const float *beta,
+                             const float *running_mean, const float *running_var, const void *residual, int relu,
+                             int m, int c, float eps, ds_dtype t)
 {
     float sa[c];
     for (int j = 0; j < c; j++) sa[j] = (float)(gamma[j] / sqrt((double)running_var[j] + eps));
-    bn_apply(out, in, running_mean, sa, beta, residual, relu, m, c);
+    bn_apply(out, in, running_mean, sa, beta, residual, relu, m, c, t);
 }
 
-static void cpu_bn_bwd(float *din, float *dresidual, float *dgamma, float *dbeta, float *dout,
-                       const float *out, const float *in, const float *gamma, const float *mean,
-                       const float *invstd, int relu, int m, int c)
+static void cpu_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout, const void *out,
+                       const void *in, const float *gamma, const float *mean, const float *invstd, int relu, int m,
+                       int c, ds_dtype t)
 {
     // dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)), xhat = (x - mean) * invstd
     float ka[c], kb[c], kc[c];
@@ -127,7 +144,7 @@ static void cpu_bn_bwd(float *din, float *dresidual, float *dgamma, float *dbeta
         int cb = c - c0 < BN_CBLOCK ? c - c0 : BN_CBLOCK;
         double sdy[BN_CBLOCK], sdyx[BN_CBLOCK];
         static const float zero[BN_CBLOCK];
-        bn_sums(sdy, sdyx, dout, zero, in, mean + c0, relu ? out : NULL, m, c, c0, cb);
+        bn_sums(sdy, sdyx, dout, zero, in, mean + c0, relu ? out : NULL, m, c, c0, cb, t);
         for (int j = 0; j < cb; j++) {
             int k = c0 + j;
             double is = invstd[k], g = gamma[k] * is;
@@ -140,103 +157,66 @@ static void cpu_bn_bwd(float *din, float *dresidual, float *dgamma, float *dbeta
             kc[k] = (float)(-g * mdy);
         }
     }
-    float *dres = dresidual && dresidual != dout ? dresidual : NULL;
+    void *dres = dresidual && dresidual != dout ? dresidual : NULL;
     const ds_cpu_loops *L = loops();
     const long rows = bn_rows_per_task(c);
 #pragma omp parallel for schedule(static)
-    for (long i0 = 0; i0 < m; i0 += rows)
-        L->bn_dx(din, dres, dout, in, mean, ka, kb, kc, i0, i0 + rows < m ? i0 + rows : m, c);
-}
-
-/* ---- pooling ---- */
-
-static void cpu_maxpool_fwd(float *out, const float *in, const ds_pool_desc *d)
-{
-    const int C = d->c;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int n = 0; n < d->n; n++)
-        for (int p = 0; p < d->p; p++)
-            for (int q = 0; q < d->q; q++) {
-                float *y = out + (((long)n * d->p + p) * d->q + q) * C;
-                for (int j = 0; j < C; j++) y[j] = -INFINITY;
-                for (int r = 0; r < d->k; r++) {
-                    int ih = p * d->stride - d->pad + r;
-                    if (ih < 0 || ih >= d->h) continue;
-                    for (int s = 0; s < d->k; s++) {
-                        int iw = q * d->stride - d->pad + s;
-                        if (iw < 0 || iw >= d->w) continue;
-                        const float *x = in + (((long)n * d->h + ih) * d->w + iw) * C;
-#pragma omp simd
-                        for (int j = 0; j < C; j++) y[j] = x[j] > y[j] ? x[j] : y[j];
-                    }
-                }
-            }
-}
-
-static void cpu_maxpool_bwd(float *din, const float *dout, const float *in, const float *out,
-                            const ds_pool_desc *d)
-{
-    const int C = d->c;
-    const long hwc = (long)d->h * d->w * C;
-    // One image per task: windows overlap, so scatters stay within one thread.
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < d->n; n++) {
-        float *dimg = din + n * hwc, best[C];
-        const float *img = in + n * hwc;
-        int at[C];  // pixel index (y * w + x) of each channel's first maximum
-        memset(dimg, 0, hwc * sizeof(float));
-        for (int p = 0; p < d->p; p++)
-            for (int q = 0; q < d->q; q++) {
-                int first = 1;
-                for (int r = 0; r < d->k; r++) {
-                    int ih = p * d->stride - d->pad + r;
-                    if (ih < 0 || ih >= d->h) continue;
-                    for (int s = 0; s < d->k; s++) {
-                        int iw = q * d->stride - d->pad + s, pix = ih * d->w + iw;
-                        if (iw < 0 || iw >= d->w) continue;
-                        const float *x = img + (long)pix * C;
-                        if (first) {
-                            for (int j = 0; j < C; j++) best[j] = x[j], at[j] = pix;
-                            first = 0;
-                            continue;
-                        }
-#pragma omp simd
-                        for (int j = 0; j < C; j++) {
-                            int gt = x[j] > best[j];  // strict: ties keep the first maximum
-                            best[j] = gt ? x[j] : best[j];
-                            at[j] = gt ? pix : at[j];
-                        }
-                    }
-                }
-                if (first) continue;  // a window entirely in the padding
-                const float *g = dout + (((long)n * d->p + p) * d->q + q) * C;
-                for (int j = 0; j < C; j++) dimg[(long)at[j] * C + j] += g[j];
-            }
+    for (long i0 = 0; i0 < m; i0 += rows) {
+        const long i1 = i0 + rows < m ? i0 + rows : m;
+        if (t == DS_BF16)
+            L->bn_dx_bf16(din, dres, dout, in, mean, ka, kb, kc, i0, i1, c);
+        else
+            L->bn_dx(din, dres, dout, in, mean, ka, kb, kc, i0, i1, c);
     }
 }
 
-static void cpu_avgpool_fwd(float *out, const float *in, int n, int hw, int c)
+/* ---- pooling ----
+ * One source for both storages: POOL_T, POOL_LD and POOL_ST below, as cpu_bn_loops.inc. The
+ * maximum of bf16 values is one of them (exact); the backward adds each window's gradient to
+ * its maximum in window order, a bf16 sum rounded at each add; average pooling sums in
+ * float32 and stores float32 features. */
+#define POOL_T float
+#define POOL_LD(x) (x)
+#define POOL_ST(v) (v)
+#define POOL_FN(name) name
+#include "cpu_pool.inc"
+#undef POOL_T
+#undef POOL_LD
+#undef POOL_ST
+#undef POOL_FN
+
+#define POOL_T ds_bf16
+#define POOL_LD(x) ds_bf16_value(x)
+#define POOL_ST(v) ds_bf16_from(v)
+#define POOL_FN(name) name##_bf16
+#include "cpu_pool.inc"
+#undef POOL_T
+#undef POOL_LD
+#undef POOL_ST
+#undef POOL_FN
+
+static void cpu_maxpool_fwd(void *out, const void *in, const ds_pool_desc *d)
 {
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < n; i++) {
-        float *y = out + (long)i * c;
-        for (int j = 0; j < c; j++) y[j] = 0;
-        for (int k = 0; k < hw; k++) {
-            const float *x = in + ((long)i * hw + k) * c;
-#pragma omp simd
-            for (int j = 0; j < c; j++) y[j] += x[j];
-        }
-        for (int j = 0; j < c; j++) y[j] /= (float)hw;
-    }
+    if (d->t == DS_BF16) maxpool_fwd_bf16(out, in, d);
+    else maxpool_fwd(out, in, d);
 }
 
-static void cpu_avgpool_bwd(float *din, const float *dout, int n, int hw, int c)
+static void cpu_maxpool_bwd(void *din, const void *dout, const void *in, const void *out, const ds_pool_desc *d)
 {
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < hw; k++)
-            for (int j = 0; j < c; j++)
-                din[((long)i * hw + k) * c + j] = dout[(long)i * c + j] / (float)hw;
+    if (d->t == DS_BF16) maxpool_bwd_bf16(din, dout, in, out, d);
+    else maxpool_bwd(din, dout, in, out, d);
+}
+
+static void cpu_avgpool_fwd(float *out, const void *in, int n, int hw, int c, ds_dtype in_t)
+{
+    if (in_t == DS_BF16) avgpool_fwd_bf16(out, in, n, hw, c);
+    else avgpool_fwd(out, in, n, hw, c);
+}
+
+static void cpu_avgpool_bwd(void *din, const float *dout, int n, int hw, int c, ds_dtype in_t)
+{
+    if (in_t == DS_BF16) avgpool_bwd_bf16(din, dout, n, hw, c);
+    else avgpool_bwd(din, dout, n, hw, c);
 }
 
 /* ---- fully connected: ds_sgemm_small, one block of 64 output columns per task ---- */
@@ -350,6 +330,25 @@ static void cpu_axpy(float *y, float alpha, const float *x, size_t n)
     for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
+static void cpu_add(void *y, const void *x, size_t n, ds_dtype t)
+{
+    if (t != DS_BF16) {
+        cpu_axpy(y, 1.0f, x, n);
+        return;
+    }
+    ds_bf16 *a = y;
+    const ds_bf16 *b = x;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) a[i] = ds_bf16_from(ds_bf16_value(a[i]) + ds_bf16_value(b[i]));
+}
+
+static void cpu_to_bf16(void *dst, const float *src, size_t n)
+{
+    const size_t block = (size_t)1 << 16;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i += block) ds_bf16_round_n((ds_bf16 *)dst + i, src + i, n - i < block ? n - i : block);
+}
+
 /* As torchvision: ToTensor (x / 255) then Normalize ((x - mean) / std). A byte has 256
  * values: each channel's results are computed once, by the same float expression, into a
  * table (the same bits as computing them per pixel, a few times faster). */
@@ -445,6 +444,8 @@ static const char *cpu_kernel_set(void) { return ds_cpu_isa_name(ds_cpu_isa_get(
     .sgd_step = cpu_sgd_step, \
     .scale = cpu_scale, \
     .axpy = cpu_axpy, \
+    .add = cpu_add, \
+    .to_bf16 = cpu_to_bf16, \
     .normalize_u8 = cpu_normalize_u8, \
     .resized_crop_u8 = cpu_resized_crop_u8, \
     /* host buffers: comm's ordered sums, on its worker thread */ \

@@ -23,6 +23,7 @@
  * any thread count on any CPU.
  */
 #include "cpu_conv.h"
+#include "log.h"
 #include "cpu_sgemm.h"
 
 #include <omp.h>
@@ -87,7 +88,8 @@ int ds_cpu_conv_flipped(const ds_conv_desc *d, ds_conv_desc *t)
 {
     if (d->stride != 1 || d->r != d->s || d->pad > d->r - 1) return 0;
     *t = (ds_conv_desc){.n = d->n, .h = d->p, .w = d->q, .c = d->k, .k = d->c, .r = d->r, .s = d->s,
-                        .stride = 1, .pad = d->r - 1 - d->pad, .p = d->h, .q = d->w};
+                        .stride = 1, .pad = d->r - 1 - d->pad, .p = d->h, .q = d->w,
+                        .in_t = d->out_t, .out_t = d->in_t, .w_t = d->w_t};
     return 1;
 }
 
@@ -206,6 +208,11 @@ static long scratch_floats(const ds_conv_desc *d)
 
 size_t ds_cpu_conv_workspace(const ds_conv_desc *d)
 {
+    if (d->in_t != DS_F32 || d->out_t != DS_F32 || d->w_t != DS_F32) {
+        ds_err("cpu: fp32 convolutions take float32 tensors (given %s input, %s output, %s weights)",
+               ds_dtype_name(d->in_t), ds_dtype_name(d->out_t), ds_dtype_name(d->w_t));
+        return SIZE_MAX;
+    }
     return (size_t)(weights_area(d) + scratch_floats(d)) * sizeof(float);
 }
 
@@ -337,8 +344,10 @@ static void conv_fwd_slots(float *out, const float *in, const float *wt, const d
     }
 }
 
-void ds_cpu_conv_fwd(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws)
+void ds_cpu_conv_fwd(void *out_, const void *in_, const void *w_, const ds_conv_desc *d, void *ws)
 {
+    float *out = out_;
+    const float *in = in_, *w = w_;
     const long rsc = (long)d->r * d->s * d->c;
     float *slots = (float *)ws + weights_area(d), *wt = ws;
     const long ldw = wt_ld(d->k);
@@ -352,8 +361,10 @@ void ds_cpu_conv_fwd(float *out, const float *in, const float *w, const ds_conv_
         conv_fwd_slots(out, in, wt, d, slots, slot_floats(d));
 }
 
-void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const ds_conv_desc *d, void *ws)
+void ds_cpu_conv_bwd_data(void *din_, const void *dout_, const void *w_, const ds_conv_desc *d, void *ws)
 {
+    float *din = din_;
+    const float *dout = dout_, *w = w_;
     const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c;
     const long rows = chunk_rows(d), slot = slot_floats(d);
     float *slots = (float *)ws + weights_area(d);
@@ -442,8 +453,9 @@ void ds_cpu_conv_sum_groups(float *dw, const float *part, int groups, long part_
         }
 }
 
-void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws)
+void ds_cpu_conv_bwd_weight(float *dw, const void *dout_, const void *in_, const ds_conv_desc *d, void *ws)
 {
+    const float *dout = dout_, *in = in_;
     const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c, krsc = d->k * rsc;
     const long rows = chunk_rows(d), chunks = chunk_count(d), slot = slot_floats(d);
     const long part_stride = round16(krsc);

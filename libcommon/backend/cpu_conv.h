@@ -5,25 +5,27 @@
 
 #include "backend.h"
 
+/* fp32 (cpu_conv.c): every tensor float32 (conv_workspace refuses other types). */
 size_t ds_cpu_conv_workspace(const ds_conv_desc *d);
-void ds_cpu_conv_fwd(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws);
-void ds_cpu_conv_bwd_data(float *din, const float *dout, const float *w, const ds_conv_desc *d, void *ws);
-void ds_cpu_conv_bwd_weight(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws);
-
+void ds_cpu_conv_fwd(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws);
+void ds_cpu_conv_bwd_data(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws);
+void ds_cpu_conv_bwd_weight(float *dw, const void *dout, const void *in, const ds_conv_desc *d, void *ws);
 
 /* Under --precision bf16 (cpu_conv_bf16.c): the same three ops with bf16 operands and float32
- * sums (cpu_bf16.h's rule); inputs and outputs stay float32. */
+ * sums (cpu_bf16.h's rule); activations of either storage (float32 ones rounded as they are
+ * read, bf16 results rounded once from the float32 sums), weights of either. */
 size_t ds_cpu_conv_workspace_bf16(const ds_conv_desc *d);
-void ds_cpu_conv_fwd_bf16(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws);
-void ds_cpu_conv_bwd_data_bf16(float *din, const float *dout, const float *w, const ds_conv_desc *d, void *ws);
-void ds_cpu_conv_bwd_weight_bf16(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws);
+void ds_cpu_conv_fwd_bf16(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws);
+void ds_cpu_conv_bwd_data_bf16(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws);
+void ds_cpu_conv_bwd_weight_bf16(float *dw, const void *dout, const void *in, const ds_conv_desc *d, void *ws);
 
 /* Shared by the two files. Threads a convolution uses, and its scratch slots (one per
  * processor, at most 16: fixed for the process). */
 int ds_cpu_conv_threads(void);
 int ds_cpu_conv_slots(void);
 /* Backward-data of a stride-1 convolution with a square window is a forward convolution
- * of dout with the weights flipped in space and transposed in channels, padded r-1-pad:
+ * of dout with the weights flipped in space and transposed in channels, padded r-1-pad (its
+ * input the storage of dout, its output that of din):
  * 1 and that convolution in *t, or 0. */
 int ds_cpu_conv_flipped(const ds_conv_desc *d, ds_conv_desc *t);
 /* din += col (rows m0 .. m0+rows-1 of the im2col matrix, r*s*c floats each) scattered back

@@ -1,8 +1,10 @@
-/* cpu_conv_bf16: the CPU convolutions under --precision bf16. Inputs, outputs and weights
- * stay float32 in memory (NHWC, [K, R, S, C]); each op rounds its two operands to bf16 (the
- * weights as it packs them, the activation operands in one pass into the workspace) and sums
- * in float32 by cpu_bf16.h's rule, so every kernel set gives the same bits (the VDPBF16PS
- * kernels and their emulations).
+/* cpu_conv_bf16: the CPU convolutions under --precision bf16. Activations (NHWC) and weights
+ * ([K, R, S, C]) come in the storage their descriptor names: bf16 ones are the operands as
+ * they are, float32 ones are rounded to bf16 as they are read (the weights as they are packed,
+ * activations in one pass into the workspace or chunk by chunk); the sums are float32 by
+ * cpu_bf16.h's rule, so every kernel set gives the same bits (the VDPBF16PS kernels and their
+ * emulations), and a bf16 result is those float32 sums rounded once (through a float32 tile
+ * in the thread's slot). dw is always float32.
  *
  * The products are those of cpu_conv.c with bf16 operands, whose reduction runs in pairs:
  *   - Forward, windows of more than one pixel on rows of 14 or more: implicit GEMM. One
@@ -39,13 +41,43 @@ static int is_pointwise(const ds_conv_desc *d) { return d->r == 1 && d->s == 1 &
 static long in_count(const ds_conv_desc *d) { return (long)d->n * d->h * d->w * d->c; }
 static long out_count(const ds_conv_desc *d) { return (long)d->n * d->p * d->q * d->k; }
 
-/* dst = src rounded, count elements, split across the threads. */
-static void round_all(ds_bf16 *dst, const float *src, long count)
+/* Element i of an activation of storage t. */
+static const void *elem(const void *x, long i, ds_dtype t) { return (const char *)x + i * (long)ds_dtype_size(t); }
+
+/* dst = n elements of src (storage t) as bf16: rounded, or copied. */
+static void to16(ds_bf16 *dst, const void *src, size_t n, ds_dtype t)
 {
+    if (t == DS_BF16) memcpy(dst, src, n * sizeof *dst);
+    else ds_bf16_round_n(dst, src, n);
+}
+
+/* The bf16 of float32 or bf16 element i. */
+static ds_bf16 value16(const void *x, long i, ds_dtype t)
+{
+    return t == DS_BF16 ? ((const ds_bf16 *)x)[i] : ds_bf16_round(((const float *)x)[i]);
+}
+
+/* The whole of an operand of storage t as bf16: itself, or rounded into dst (count elements,
+ * split across the threads). */
+static const ds_bf16 *all16(ds_bf16 *dst, const void *src, long count, ds_dtype t)
+{
+    if (t == DS_BF16) return src;
     const long block = 1L << 16, blocks = (count + block - 1) / block;
 #pragma omp parallel for schedule(static) num_threads(ds_cpu_conv_threads())
     for (long b = 0; b < blocks; b++)
-        ds_bf16_round_n(dst + b * block, src + b * block, (size_t)(count - b * block < block ? count - b * block : block));
+        ds_bf16_round_n(dst + b * block, (const float *)src + b * block,
+                        (size_t)(count - b * block < block ? count - b * block : block));
+    return dst;
+}
+
+/* rows x cols float32 sums at f (rows ldf apart) stored into dst (storage t, rows ldd apart):
+ * copied, or rounded once. */
+static void store_rows(void *dst, long ldd, const float *f, long ldf, long rows, long cols, ds_dtype t)
+{
+    for (long i = 0; i < rows; i++) {
+        if (t == DS_BF16) ds_bf16_round_n((ds_bf16 *)dst + i * ldd, f + i * ldf, (size_t)cols);
+        else memcpy((float *)dst + i * ldd, f + i * ldf, (size_t)cols * sizeof *f);
+    }
 }
 
 /* ---- forward (and stride-1 backward-data) ---- */
@@ -55,12 +87,25 @@ static int implicit(const ds_conv_desc *d) { return !(d->r == 1 && d->s == 1) &&
 static int direct(const ds_conv_desc *d) { return is_pointwise(d) && d->c % 2 == 0; }
 static long rsc_p(const ds_conv_desc *d) { return (long)d->r * d->s * even(d->c); }
 
+/* A bf16 output is summed into a float32 tile first: chunks of at most OUT_ROWS pixels,
+ * OUT_COLS output channels at a time (implicit: OUT_TILE floats, 64 channels of whole output
+ * rows), so the tile is still in L2 when it is rounded. */
+#define OUT_ROWS 512
+#define OUT_COLS 256
+#define OUT_TILE 16384
+static int out16(const ds_conv_desc *d) { return d->out_t == DS_BF16; }
+static long out_cols(const ds_conv_desc *d) { return d->k < OUT_COLS ? d->k : OUT_COLS; }
+static long tile_rows(const ds_conv_desc *d) { return d->q >= OUT_TILE / 64 ? 1 : OUT_TILE / 64 / d->q; }
+static long tile_floats(const ds_conv_desc *d) { return tile_rows(d) * d->q * 64; }
+
 /* Pixels per chunk: about 384 KiB of bf16 columns, at least 64 (256 with many output
- * channels, which every chunk streams); the slots are sized for this most. */
+ * channels, which every chunk streams), at most OUT_ROWS for a bf16 output; the slots are
+ * sized for this most. */
 static long fwd_cap(const ds_conv_desc *d)
 {
     const long m = (long)d->n * d->p * d->q, least = d->k >= 256 ? 256 : 64;
-    const long rows = 196608 / rsc_p(d) > least ? 196608 / rsc_p(d) : least;
+    long rows = 196608 / rsc_p(d) > least ? 196608 / rsc_p(d) : least;
+    if (out16(d) && rows > OUT_ROWS) rows = OUT_ROWS;
     return round16(rows < m ? rows : m > 0 ? m : 1);
 }
 
@@ -77,23 +122,29 @@ static long fwd_rows(const ds_conv_desc *d)
 
 static long fwd_weights(const ds_conv_desc *d) { return rsc_p(d) / 2 * pack_ld(d->k); }
 
-/* A slot: the padded image and a rounded row (implicit), or a chunk's columns. */
+/* The padded image (implicit), before its bf16 row and float32 tile. */
+static long padded_size(const ds_conv_desc *d)
+{
+    return round32((long)(d->h + 2 * d->pad) * (d->w + 2 * d->pad) * even(d->c) + (long)d->s * even(d->c));
+}
+
+/* A slot: the padded image and a bf16 row of the input (implicit), or a chunk's columns;
+ * then a bf16 output's float32 tile. */
 static long fwd_slot(const ds_conv_desc *d)
 {
     if (implicit(d))
-        return round32((long)(d->h + 2 * d->pad) * (d->w + 2 * d->pad) * even(d->c) + (long)d->s * even(d->c)) +
-               round32((long)d->w * d->c);
-    return round32(fwd_cap(d) * rsc_p(d));
+        return padded_size(d) + round32((long)d->w * d->c) + (out16(d) ? round32(2 * tile_floats(d)) : 0);
+    return round32(fwd_cap(d) * rsc_p(d)) + (out16(d) ? round32(2 * fwd_cap(d) * out_cols(d)) : 0);
 }
 
-/* Whether the forward product reads the whole input rounded first (in16): the gathered
- * windows, which read every element r*s times. The others round as they go. */
-static int fwd_rounds_all(const ds_conv_desc *d) { return !implicit(d) && !direct(d); }
+/* Whether the forward product reads the whole input as bf16 first (in16, or the input itself
+ * when it is bf16): the gathered windows, which read every element r*s times. */
+static int fwd_reads_all(const ds_conv_desc *d) { return !implicit(d) && !direct(d); }
 
 /* B (r*s*cp, k) pair-packed: B((r, s, cc), j) = w[j, r, s, cc], zero for a padding channel;
  * flipped (the backward-data product, d its transposed convolution): w[cc, R-1-r, S-1-s, j]
  * of the original weights [d->c][R][S][d->k]. */
-static void pack_weights(ds_bf16 *dst, const float *w, const ds_conv_desc *d, int flipped)
+static void pack_weights(ds_bf16 *dst, const void *w, const ds_conv_desc *d, int flipped)
 {
     const int R = d->r, S = d->s, C = d->c, K = d->k;
     const long cp = even(C), ld = pack_ld(K), pairs = rsc_p(d) / 2;
@@ -102,12 +153,10 @@ static void pack_weights(ds_bf16 *dst, const float *w, const ds_conv_desc *d, in
         for (int e = 0; e < 2; e++) {
             const long p = 2 * t + e, r = p / (S * cp), s = p / cp % S, cc = p % cp;
             ds_bf16 *row = dst + t * ld + e;
-            for (int j = 0; j < K; j++) {
-                float v = 0;
-                if (cc < C)
-                    v = flipped ? w[((cc * R + (R - 1 - r)) * S + (S - 1 - s)) * K + j] : w[((j * R + r) * S + s) * C + cc];
-                row[2 * j] = ds_bf16_round(v);
-            }
+            for (int j = 0; j < K; j++)
+                row[2 * j] = cc >= C  ? 0
+                             : flipped ? value16(w, ((cc * R + (R - 1 - r)) * S + (S - 1 - s)) * K + j, d->w_t)
+                                       : value16(w, ((j * R + r) * S + s) * C + cc, d->w_t);
         }
 }
 
@@ -124,19 +173,20 @@ static void copy_pixels(ds_bf16 *dst, const ds_bf16 *src, long n, int c)
     }
 }
 
-/* dst [h + 2 pad, w + 2 pad, cp] (then s*cp zeros) = one image rounded, with a zero border;
- * tmp holds a rounded row when c is odd. */
-static void pad_image(ds_bf16 *dst, const float *img, const ds_conv_desc *d, ds_bf16 *tmp)
+/* dst [h + 2 pad, w + 2 pad, cp] (then s*cp zeros) = one image (storage d->in_t) as bf16, with
+ * a zero border; tmp holds a row when c is odd. */
+static void pad_image(ds_bf16 *dst, const void *img, const ds_conv_desc *d, ds_bf16 *tmp)
 {
     const long cp = even(d->c), wp = d->w + 2 * d->pad, hp = d->h + 2 * d->pad;
     memset(dst, 0, (size_t)(d->pad * wp * cp) * sizeof *dst);
     for (int y = 0; y < d->h; y++) {
         ds_bf16 *row = dst + (y + d->pad) * wp * cp;
         memset(row, 0, (size_t)(d->pad * cp) * sizeof *dst);
+        const void *src = elem(img, (long)y * d->w * d->c, d->in_t);
         if (cp == d->c) {
-            ds_bf16_round_n(row + d->pad * cp, img + (long)y * d->w * d->c, (size_t)d->w * d->c);
+            to16(row + d->pad * cp, src, (size_t)d->w * d->c, d->in_t);
         } else {
-            ds_bf16_round_n(tmp, img + (long)y * d->w * d->c, (size_t)d->w * d->c);
+            to16(tmp, src, (size_t)d->w * d->c, d->in_t);
             copy_pixels(row + d->pad * cp, tmp, d->w, d->c);
         }
         memset(row + (d->pad + d->w) * cp, 0, (size_t)(d->pad * cp) * sizeof *dst);
@@ -165,39 +215,64 @@ static void im2col(ds_bf16 *col, const ds_bf16 *in, const ds_conv_desc *d, long 
     }
 }
 
-/* out = conv(in, weights packed by pack_weights) for d's shape; in16 holds the input rounded
- * when fwd_rounds_all(d); slots fwd_slot(d) apart. */
-static void fwd_packed(float *out, const float *in, const ds_bf16 *in16, const ds_bf16 *wp, const ds_conv_desc *d,
+/* out = conv(in, weights packed by pack_weights) for d's shape (storages d->in_t, d->out_t);
+ * in16 is the input as bf16 when fwd_reads_all(d); slots fwd_slot(d) apart. */
+static void fwd_packed(void *out, const void *in, const ds_bf16 *in16, const ds_bf16 *wp, const ds_conv_desc *d,
                        ds_bf16 *slots)
 {
     const long ld = pack_ld(d->k), cp = even(d->c), slot = fwd_slot(d);
     if (implicit(d)) {
         const long wpc = (long)(d->w + 2 * d->pad) * cp, sc = (long)d->s * cp, hwc = (long)d->h * d->w * d->c;
-        const long tmp = round32((long)(d->h + 2 * d->pad) * wpc + sc);
+        const long tmp = padded_size(d), pb = out16(d) ? tile_rows(d) : d->p;
 #pragma omp parallel for schedule(dynamic) num_threads(ds_cpu_conv_threads())
         for (int n = 0; n < d->n; n++) {
             ds_bf16 *src = slots + omp_get_thread_num() * slot;
-            pad_image(src, in + n * hwc, d, src + tmp);
-            for (int k0 = 0; k0 < d->k; k0 += 64) {
-                const int kb = d->k - k0 < 64 ? d->k - k0 : 64;
-                float *o = out + (long)n * d->p * d->q * d->k + k0;
-                for (int p = 0; p < d->p; p++)
-                    ds_bgemm_seg(d->q, kb, d->r, sc, src + (long)p * d->stride * wpc, (long)d->stride * cp, wpc,
-                                 wp + 2 * k0, ld, sc / 2 * ld, o + (long)p * d->q * d->k, d->k, 0);
+            float *tile = (float *)(src + tmp + round32((long)d->w * d->c));
+            pad_image(src, elem(in, n * hwc, d->in_t), d, src + tmp);
+            // Output rows in blocks of pb (all of them for a float32 output, written in place),
+            // 64 channels at a time: a bf16 output's block is summed in the tile, then rounded.
+            for (int p0 = 0; p0 < d->p; p0 += pb) {
+                const int p1 = p0 + pb < d->p ? p0 + pb : d->p;
+                for (int k0 = 0; k0 < d->k; k0 += 64) {
+                    const int kb = d->k - k0 < 64 ? d->k - k0 : 64;
+                    const long first = ((long)n * d->p + p0) * d->q;  /* the block's first pixel */
+                    float *o = out16(d) ? tile : (float *)out + first * d->k + k0;
+                    const long ldo = out16(d) ? kb : d->k;
+                    for (int p = p0; p < p1; p++)
+                        ds_bgemm_seg(d->q, kb, d->r, sc, src + (long)p * d->stride * wpc, (long)d->stride * cp, wpc,
+                                     wp + 2 * k0, ld, sc / 2 * ld, o + (long)(p - p0) * d->q * ldo, ldo, 0);
+                    if (out16(d))
+                        store_rows((ds_bf16 *)out + first * d->k + k0, d->k, tile, kb, (long)(p1 - p0) * d->q, kb,
+                                   DS_BF16);
+                }
             }
         }
         return;
     }
     const long m = (long)d->n * d->p * d->q, rows = fwd_rows(d), chunks = (m + rows - 1) / rows, kd = rsc_p(d);
+    const long cols = out16(d) ? out_cols(d) : d->k;
 #pragma omp parallel for schedule(dynamic) num_threads(ds_cpu_conv_threads())
     for (long ch = 0; ch < chunks; ch++) {
         const long m0 = ch * rows, mr = m - m0 < rows ? m - m0 : rows;
         ds_bf16 *col = slots + omp_get_thread_num() * slot;
-        if (direct(d))  /* the chunk's rows rounded where the product reads them, in L2 */
-            ds_bf16_round_n(col, in + m0 * d->c, (size_t)(mr * d->c));
+        float *tile = (float *)(col + round32(fwd_cap(d) * kd));
+        const ds_bf16 *a = col;
+        if (direct(d) && d->in_t == DS_BF16)  /* the input's rows are the product's A */
+            a = (const ds_bf16 *)in + m0 * d->c;
+        else if (direct(d))  /* the chunk's rows rounded where the product reads them, in L2 */
+            ds_bf16_round_n(col, (const float *)in + m0 * d->c, (size_t)(mr * d->c));
         else
             im2col(col, in16, d, m0, mr);
-        ds_bgemm_seg(mr, d->k, 1, kd, col, kd, 0, wp, ld, 0, out + m0 * d->k, d->k, 0);
+        // A float32 output is written in place; a bf16 one OUT_COLS channels at a time.
+        for (long k0 = 0; k0 < d->k; k0 += cols) {
+            const int kb = (int)(d->k - k0 < cols ? d->k - k0 : cols);
+            if (!out16(d)) {
+                ds_bgemm_seg(mr, kb, 1, kd, a, kd, 0, wp + 2 * k0, ld, 0, (float *)out + m0 * d->k + k0, d->k, 0);
+                continue;
+            }
+            ds_bgemm_seg(mr, kb, 1, kd, a, kd, 0, wp + 2 * k0, ld, 0, tile, kb, 0);
+            store_rows((ds_bf16 *)out + m0 * d->k + k0, d->k, tile, kb, mr, kb, DS_BF16);
+        }
     }
 }
 
@@ -211,23 +286,32 @@ static long bwd_rows(const ds_conv_desc *d)
 }
 
 /* A slot: dout's rows padded to pairs when k is odd [rows, kp], then their float32 columns
- * [rows, rsc]. */
+ * [rows, rsc]; for a bf16 din, the image's float32 sums [h, w, c]. */
 static long bwd_slot(const ds_conv_desc *d)
 {
-    return round32(bwd_rows(d) * even(d->k)) + 2 * round32(bwd_rows(d) * (long)d->r * d->s * d->c);
+    return round32(bwd_rows(d) * even(d->k)) + 2 * round32(bwd_rows(d) * (long)d->r * d->s * d->c) +
+           (d->in_t == DS_BF16 ? 2 * round32((long)d->h * d->w * d->c) : 0);
 }
 
-static void bwd_data_strided(float *din, const ds_bf16 *g16, const float *w, const ds_conv_desc *d, ds_bf16 *wp,
+static void bwd_data_strided(void *din, const ds_bf16 *g16, const void *w, const ds_conv_desc *d, ds_bf16 *wp,
                              ds_bf16 *slots)
 {
     const long rsc = (long)d->r * d->s * d->c, kp = even(d->k), ld = 2 * rsc, pq = (long)d->p * d->q,
                hwc = (long)d->h * d->w * d->c, rows = bwd_rows(d), slot = bwd_slot(d);
-    ds_bf16_pack_pairs(wp, ld, w, rsc, 1, d->k, (int)rsc);  /* B (k, rsc) = w */
+    if (d->w_t == DS_BF16)  /* B (k, rsc) = w */
+        for (long t = 0; t < (d->k + 1) / 2; t++)
+            ds_bf16_interleave(wp + t * ld, (const ds_bf16 *)w + 2 * t * rsc,
+                               2 * t + 1 < d->k ? (const ds_bf16 *)w + (2 * t + 1) * rsc : NULL, (size_t)rsc);
+    else
+        ds_bf16_pack_pairs(wp, ld, w, rsc, 1, d->k, (int)rsc);
 #pragma omp parallel for schedule(dynamic) num_threads(ds_cpu_conv_threads())
     for (int n = 0; n < d->n; n++) {
         ds_bf16 *a = slots + omp_get_thread_num() * slot;
         float *col = (float *)(a + round32(rows * kp));
-        memset(din + n * hwc, 0, (size_t)hwc * sizeof *din);
+        // The image's sums: din itself, or float32 ones rounded into a bf16 din at the end.
+        float *img = d->in_t == DS_BF16 ? (float *)(a + round32(rows * kp) + 2 * round32(rows * rsc))
+                                        : (float *)din + n * hwc;
+        memset(img, 0, (size_t)hwc * sizeof *img);
         for (long m0 = n * pq; m0 < (n + 1) * pq; m0 += rows) {
             const long mr = (n + 1) * pq - m0 < rows ? (n + 1) * pq - m0 : rows;
             const ds_bf16 *g = g16 + m0 * d->k;
@@ -237,8 +321,9 @@ static void bwd_data_strided(float *din, const ds_bf16 *g16, const float *w, con
             }
             // col (mr, rsc) = dout (mr, k) * w (k, rsc)
             ds_bgemm_seg(mr, (int)rsc, 1, kp, g, kp, 0, wp, ld, 0, col, rsc, 0);
-            ds_cpu_col2im_add(din, col, d, m0, mr);
+            ds_cpu_col2im_add(img, col, d, m0 - n * pq, mr);  /* pixels of image n: img is image 0 */
         }
+        if (d->in_t == DS_BF16) ds_bf16_round_n((ds_bf16 *)din + n * hwc, img, (size_t)hwc);
     }
 }
 
@@ -364,7 +449,7 @@ static void bwd_weight_implicit(float *part, int groups, long part_stride, const
 /* 1x1 convolutions: chunks of pixels, pg (k, c) (+)= dout^T (k, pixels) * inputs (pixels, c),
  * or, when the input is the narrower, pg (c, k) (+)= inputs^T * dout (the partials then
  * transposed: bww_transpose_input), each chunk rounded where the product reads it. */
-static void bwd_weight_chunks(float *part, int groups, long part_stride, const float *dout, const float *in,
+static void bwd_weight_chunks(float *part, int groups, long part_stride, const void *dout, const void *in,
                               const ds_conv_desc *d, ds_bf16 *slots, long slot)
 {
     const long m = (long)d->n * d->p * d->q, pq = (long)d->p * d->q, rows = bww_rows(d), chunks = bww_chunks(d);
@@ -379,17 +464,22 @@ static void bwd_weight_chunks(float *part, int groups, long part_stride, const f
         float *pg = part + g * part_stride;
         for (long ch = c0; ch < c1; ch++) {
             const long m0 = ch * rows, mr = m - m0 < rows ? m - m0 : rows, kd = even(mr);
-            ds_bf16_round_n(gr, dout + m0 * d->k, (size_t)(mr * d->k));
-            if (pointwise) {
-                ds_bf16_round_n(xr, in + m0 * d->c, (size_t)(mr * d->c));
+            // The chunk's rows as bf16: bf16 ones where they lie, float32 ones rounded here.
+            const ds_bf16 *g = gr, *x = xr;
+            if (d->out_t == DS_BF16) g = (const ds_bf16 *)dout + m0 * d->k;
+            else ds_bf16_round_n(gr, (const float *)dout + m0 * d->k, (size_t)(mr * d->k));
+            if (pointwise && d->in_t == DS_BF16) {
+                x = (const ds_bf16 *)in + m0 * d->c;
+            } else if (pointwise) {
+                ds_bf16_round_n(xr, (const float *)in + m0 * d->c, (size_t)(mr * d->c));
             } else {
                 for (long i = 0; i < mr; i++) {  /* the strided pixels' inputs */
                     const long px = m0 + i, n = px / pq, p = px % pq / d->q, q = px % d->q;
-                    ds_bf16_round_n(xr + i * d->c, in + ((n * d->h + p * d->stride) * d->w + q * d->stride) * d->c,
-                                    (size_t)d->c);
+                    to16(xr + i * d->c, elem(in, ((n * d->h + p * d->stride) * d->w + q * d->stride) * d->c, d->in_t),
+                         (size_t)d->c, d->in_t);
                 }
             }
-            const ds_bf16 *ta = tin ? xr : gr, *tb = tin ? gr : xr;
+            const ds_bf16 *ta = tin ? x : g, *tb = tin ? g : x;
             transpose(a, kd, kd, ta, wa, mr);
             for (long t = 0; t < kd / 2; t++)  /* b (kd, wb): pixels 2t, 2t+1 side by side */
                 ds_bf16_interleave(b + t * ldb, tb + 2 * t * wb, 2 * t + 1 < mr ? tb + (2 * t + 1) * wb : NULL,
@@ -403,8 +493,8 @@ static void bwd_weight_chunks(float *part, int groups, long part_stride, const f
 /* ---- the backend's entries ---- */
 
 /* Workspace (bf16 elements): [weights area][in16][g16][slots]. The weights area holds the
- * packed weights or the float32 partial weight gradients; in16 and g16 the op's rounded
- * input and output gradient. */
+ * packed weights or the float32 partial weight gradients; in16 and g16 the op's input and
+ * output gradient rounded, when they are stored float32 (bf16 ones are read where they lie). */
 typedef struct {
     long weights, in16, g16, slot;
 } ws_plan;
@@ -413,7 +503,8 @@ static ws_plan plan(const ds_conv_desc *d)
 {
     ds_conv_desc t;
     const long rsc = (long)d->r * d->s * d->c;
-    ws_plan w = {fwd_weights(d), round32(in_count(d)), round32(out_count(d)), fwd_slot(d)};
+    ws_plan w = {fwd_weights(d), d->in_t == DS_F32 ? round32(in_count(d)) : 0,
+                 d->out_t == DS_F32 ? round32(out_count(d)) : 0, fwd_slot(d)};
     if (!d->no_dx) {
         if (ds_cpu_conv_flipped(d, &t)) {
             if (fwd_weights(&t) > w.weights) w.weights = fwd_weights(&t);
@@ -437,31 +528,30 @@ size_t ds_cpu_conv_workspace_bf16(const ds_conv_desc *d)
     return (size_t)(w.weights + w.in16 + w.g16 + ds_cpu_conv_slots() * w.slot) * sizeof(ds_bf16);
 }
 
-void ds_cpu_conv_fwd_bf16(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws)
+void ds_cpu_conv_fwd_bf16(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws)
 {
     ws_plan p = plan(d);
     ds_bf16 *wp = ws, *in16 = wp + p.weights, *slots = in16 + p.in16 + p.g16;
     pack_weights(wp, w, d, 0);
-    if (fwd_rounds_all(d)) round_all(in16, in, in_count(d));
-    fwd_packed(out, in, in16, wp, d, slots);
+    const ds_bf16 *x16 = fwd_reads_all(d) ? all16(in16, in, in_count(d), d->in_t) : NULL;
+    fwd_packed(out, in, x16, wp, d, slots);
 }
 
-void ds_cpu_conv_bwd_data_bf16(float *din, const float *dout, const float *w, const ds_conv_desc *d, void *ws)
+void ds_cpu_conv_bwd_data_bf16(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws)
 {
     ws_plan p = plan(d);
     ds_bf16 *wp = ws, *g16 = wp + p.weights + p.in16, *slots = g16 + p.g16;
     ds_conv_desc t;
     if (!ds_cpu_conv_flipped(d, &t)) {
-        round_all(g16, dout, out_count(d));
-        bwd_data_strided(din, g16, w, d, wp, slots);
+        bwd_data_strided(din, all16(g16, dout, out_count(d), d->out_t), w, d, wp, slots);
         return;
     }
     pack_weights(wp, w, &t, 1);
-    if (fwd_rounds_all(&t)) round_all(g16, dout, out_count(d));
-    fwd_packed(din, dout, g16, wp, &t, slots);
+    const ds_bf16 *dy16 = fwd_reads_all(&t) ? all16(g16, dout, out_count(d), d->out_t) : NULL;
+    fwd_packed(din, dout, dy16, wp, &t, slots);
 }
 
-void ds_cpu_conv_bwd_weight_bf16(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws)
+void ds_cpu_conv_bwd_weight_bf16(float *dw, const void *dout, const void *in, const ds_conv_desc *d, void *ws)
 {
     ws_plan p = plan(d);
     ds_bf16 *in16 = (ds_bf16 *)ws + p.weights, *g16 = in16 + p.in16, *slots = g16 + p.g16;
@@ -469,12 +559,10 @@ void ds_cpu_conv_bwd_weight_bf16(float *dw, const float *dout, const float *in, 
     const int groups = bww_groups(d);
     float *part = ws;
     if ((long)d->n * d->p * d->q == 0) return;
-    if (bww_implicit(d)) {
-        round_all(in16, in, in_count(d));
-        round_all(g16, dout, out_count(d));
-        bwd_weight_implicit(part, groups, part_stride, g16, in16, d, slots, p.slot);
-    } else {
+    if (bww_implicit(d))
+        bwd_weight_implicit(part, groups, part_stride, all16(g16, dout, out_count(d), d->out_t),
+                            all16(in16, in, in_count(d), d->in_t), d, slots, p.slot);
+    else
         bwd_weight_chunks(part, groups, part_stride, dout, in, d, slots, p.slot);
-    }
     ds_cpu_conv_sum_groups(dw, part, groups, part_stride, d->k, rsc, !bww_implicit(d) && bww_transpose_input(d));
 }

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 
+#include "cpu_bf16.h"
 #include "cpu_isa.h"
 
 /* Rows summed in float before flushing into the double sums: short enough that float
@@ -31,6 +32,15 @@ typedef struct {
     /* Rows [r0, r1): din = dout * ka + (in - mean) * kb + kc; dresidual (when not NULL) = dout */
     void (*bn_dx)(float *din, float *dresidual, const float *dout, const float *in, const float *mean,
                   const float *ka, const float *kb, const float *kc, long r0, long r1, int c);
+    /* The same three on bf16 activations (loaded exactly, float32 arithmetic as above, each
+     * stored result rounded once by cpu_bf16.h's rule); pu, qv, mean, a, beta, ka, kb, kc
+     * stay float32. */
+    void (*bn_sums_bf16)(double *da, double *db, ds_bf16 *p, const float *pu, const ds_bf16 *q, const float *qv,
+                         const ds_bf16 *relu_out, long r0, long r1, int c, int c0, int cb);
+    void (*bn_apply_bf16)(ds_bf16 *out, const ds_bf16 *in, const float *mean, const float *a, const float *beta,
+                          const ds_bf16 *residual, int relu, long r0, long r1, int c);
+    void (*bn_dx_bf16)(ds_bf16 *din, ds_bf16 *dresidual, const ds_bf16 *dout, const ds_bf16 *in, const float *mean,
+                       const float *ka, const float *kb, const float *kc, long r0, long r1, int c);
     /* Elements [i0, i1) of torch.optim.SGD's step (backend.h's sgd_step) */
     void (*sgd)(float *w, float *buf, const float *grad, size_t i0, size_t i1, float lr, float momentum, float wd,
                 int nesterov, int first);

@@ -445,7 +445,7 @@ static struct {
     int bwd_ops;
 } rec;
 
-static void rec_conv_bwd_weight(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws)
+static void rec_conv_bwd_weight(float *dw, const void *dout, const void *in, const ds_conv_desc *d, void *ws)
 {
     rec.bwd_ops++;
     ds_backend_cpu.conv_bwd_weight(dw, dout, in, d, ws);

@@ -103,7 +103,7 @@ static void ref_conv_bwd(double *din, double *dw, const double *dout, const doub
 
 static ds_conv_desc conv_desc(int n, int h, int w, int c, int k, int r, int s, int stride, int pad)
 {
-    ds_conv_desc d = {n, h, w, c, k, r, s, stride, pad, 0, 0, 0};
+    ds_conv_desc d = {n, h, w, c, k, r, s, stride, pad, 0, 0, 0, DS_F32, DS_F32, DS_F32};
     d.p = (h + 2 * pad - r) / stride + 1;
     d.q = (w + 2 * pad - s) / stride + 1;
     return d;
@@ -246,6 +246,157 @@ static void test_conv_bf16(ds_conv_desc d)
     check_end();
 }
 
+/* ---------------------------------------------------------------- bf16 storage
+ * Every op on bf16 activations computes in float32 what it computes on float32 ones and
+ * rounds each stored result once, so its bits are known exactly: the same op on float32
+ * copies of the bf16 values, rounded (cpu_bf16.h's rounding). The exceptions say so. */
+
+/* n bf16 values of random data (widened back in w when not NULL). */
+static ds_bf16 *randn16(size_t n, double scale, float **w)
+{
+    float *x = randn(n, scale);
+    ds_bf16 *h = malloc((n ? n : 1) * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = ds_bf16_round(x[i]), x[i] = ds_bf16_value(h[i]);
+    if (w) *w = x;
+    else free(x);
+    return h;
+}
+
+/* Elements where got (bf16) is not want (float32) rounded; prints the first few. */
+static size_t off16(const char *what, const ds_bf16 *got, const float *want, size_t n)
+{
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != ds_bf16_round(want[i]) && off++ < 3)
+            fprintf(stderr, "  %s[%zu]: 0x%04x, float32's rounded 0x%04x (%.9g)\n", what, i, got[i],
+                    ds_bf16_round(want[i]), want[i]);
+    return off;
+}
+
+static void widen(float *dst, const ds_bf16 *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dst[i] = ds_bf16_value(src[i]);
+}
+
+/* A bf16 convolution with bf16 activations (the input bf16 or, as the stem's, float32) and
+ * bf16 weights against the same op on float32 copies of the values: the same float32 sums,
+ * so the output and din are those rounded and dw is equal. */
+static void test_conv_bf16_storage(ds_conv_desc d, ds_dtype in_t)
+{
+    const ds_backend *bb = &ds_backend_cpu_bf16;
+    char name[160];
+    snprintf(name, sizeof name, "bf16 storage conv n%d %dx%dx%d -> k%d %dx%d/%d pad %d, %s input", d.n, d.h, d.w,
+             d.c, d.k, d.r, d.s, d.stride, d.pad, ds_dtype_name(in_t));
+    check_begin(name);
+    size_t ni = (size_t)d.n * d.h * d.w * d.c, nw = (size_t)d.k * d.r * d.s * d.c, no = (size_t)d.n * d.p * d.q * d.k;
+    float *inf, *wf, *gf, *dw0 = randn(nw, 1);
+    ds_bf16 *in16 = randn16(ni, 1, &inf), *w16 = randn16(nw, 1 / sqrt(d.r * d.s * d.c), &wf), *g16 = randn16(no, 1, &gf);
+    ds_conv_desc s = d;  /* the storages under test */
+    s.in_t = in_t, s.out_t = DS_BF16, s.w_t = DS_BF16;
+    void *ws = bb->alloc(bb->conv_workspace(&s)), *wsf = bb->alloc(bb->conv_workspace(&d));
+    CHECK(ws && wsf, "workspace allocation");
+    ds_bf16 *out = malloc(no * sizeof *out), *din = malloc(ni * sizeof *din);
+    float *outf = malloc(no * sizeof *outf), *dinf = malloc(ni * sizeof *dinf), *dw = dup_f(dw0, nw),
+          *dwf = dup_f(dw0, nw);
+    const void *in = in_t == DS_BF16 ? (const void *)in16 : inf;
+    bb->conv_fwd(out, in, w16, &s, ws);
+    bb->conv_fwd(outf, inf, wf, &d, wsf);
+    bb->conv_bwd_weight(dw, g16, in, &s, ws);
+    bb->conv_bwd_weight(dwf, gf, inf, &d, wsf);
+    size_t f = off16("forward", out, outf, no), bd = 0, bw = 0;
+    if (in_t == DS_BF16 && !d.no_dx) {
+        bb->conv_bwd_data(din, g16, w16, &s, ws);
+        bb->conv_bwd_data(dinf, gf, wf, &d, wsf);
+        bd = off16("backward data", din, dinf, ni);
+    }
+    for (size_t i = 0; i < nw; i++) bw += memcmp(&dw[i], &dwf[i], sizeof *dw) != 0;
+    CHECK(f == 0, "forward: %zu of %zu elements are not the float32 sums rounded", f, no);
+    CHECK(bd == 0, "backward data: %zu of %zu elements are not the float32 sums rounded", bd, ni);
+    CHECK(bw == 0, "backward weight: %zu of %zu elements differ from the float32-storage run", bw, nw);
+    bb->free(ws), bb->free(wsf);
+    free(inf), free(wf), free(gf), free(dw0), free(in16), free(w16), free(g16), free(out), free(din), free(outf);
+    free(dinf), free(dw), free(dwf);
+    check_end();
+}
+
+/* Batch norm (train forward, backward with residual and ReLU, inference), pooling and the
+ * gradient add on bf16 activations against the float32 ops on the same values. */
+static void test_ops_bf16_storage(int m, int c)
+{
+    char name[96];
+    snprintf(name, sizeof name, "bf16 storage: batch norm, pooling, add, m%d c%d", m, c);
+    check_begin(name);
+    size_t n = (size_t)m * c;
+    float *xf, *rf, *gf, *gamma = randn(c, 0.5), *beta = randn(c, 0.5);
+    ds_bf16 *x = randn16(n, 2, &xf), *r = randn16(n, 1, &rf), *g = randn16(n, 1, &gf);
+    for (int j = 0; j < c; j++) gamma[j] += 1;
+    ds_bf16 *out = malloc(n * sizeof *out), *din = malloc(n * sizeof *din), *dres = malloc(n * sizeof *dres);
+    float *outf = malloc(n * sizeof *outf), *dinf = malloc(n * sizeof *dinf), *dresf = malloc(n * sizeof *dresf);
+    float st[5 * c], stf[5 * c];  /* mean, var, invstd, dgamma, dbeta */
+    memset(st, 0, sizeof st), memset(stf, 0, sizeof stf);
+    be->bn_fwd_train(out, st, st + c, st + 2 * c, x, gamma, beta, r, 1, m, c, 1e-5f, DS_BF16);
+    be->bn_fwd_train(outf, stf, stf + c, stf + 2 * c, xf, gamma, beta, rf, 1, m, c, 1e-5f, DS_F32);
+    CHECK(memcmp(st, stf, 3 * c * sizeof *st) == 0, "the statistics differ from float32's on the same values");
+    size_t off = off16("bn forward", out, outf, n);
+    CHECK(off == 0, "bn forward: %zu of %zu elements are not float32's rounded", off, n);
+    /* backward from the bf16 forward's output (its ReLU mask), both widened the same */
+    widen(outf, out, n);
+    ds_bf16 *g1 = malloc(n * sizeof *g1);
+    memcpy(g1, g, n * sizeof *g1);
+    float *g1f = dup_f(gf, n);
+    be->bn_bwd(din, dres, st + 3 * c, st + 4 * c, g1, out, x, gamma, st, st + 2 * c, 1, m, c, DS_BF16);
+    be->bn_bwd(dinf, dresf, stf + 3 * c, stf + 4 * c, g1f, outf, xf, gamma, stf, stf + 2 * c, 1, m, c, DS_F32);
+    CHECK(memcmp(st + 3 * c, stf + 3 * c, 2 * c * sizeof *st) == 0, "dgamma, dbeta differ from float32's");
+    off = off16("bn d input", din, dinf, n) + off16("bn d residual", dres, dresf, n);
+    CHECK(off == 0, "bn backward: %zu elements are not float32's rounded", off);
+    be->bn_fwd_infer(out, x, gamma, beta, st, st + c, r, 1, m, c, 1e-5f, DS_BF16);
+    be->bn_fwd_infer(outf, xf, gamma, beta, stf, stf + c, rf, 1, m, c, 1e-5f, DS_F32);
+    off = off16("bn inference", out, outf, n);
+    CHECK(off == 0, "bn inference: %zu of %zu elements are not float32's rounded", off, n);
+
+    /* m = 2 images of h x w: max pooling 3x3/2 pad 1, average pooling over each image */
+    const int h = 12, w = m / 2 / h, p = (h - 1) / 2 + 1, q = (w - 1) / 2 + 1;
+    const size_t np = (size_t)2 * p * q * c;
+    ds_pool_desc pd = {2, h, w, c, 3, 2, 1, p, q, DS_BF16}, pdf = pd;
+    pdf.t = DS_F32;
+    ds_bf16 *po = malloc(np * sizeof *po), *pg = randn16(np, 1, NULL);
+    float *pof = malloc(np * sizeof *pof), *pgf = malloc(np * sizeof *pgf), *absg = malloc(np * sizeof *absg);
+    be->maxpool_fwd(po, x, &pd);
+    be->maxpool_fwd(pof, xf, &pdf);
+    off = off16("max pool", po, pof, np);
+    CHECK(off == 0, "max pool: %zu of %zu maxima differ", off, np);
+    /* backward: each window's gradient added to din as it comes, each bf16 sum rounded (the
+     * first add is exact; at most three more, each within 2^-9 of the sum of the |g| added
+     * there, float32's sums of |g|): within 2^-7 of that sum */
+    widen(pgf, pg, np);
+    for (size_t i = 0; i < np; i++) absg[i] = fabsf(pgf[i]);
+    be->maxpool_bwd(din, pg, x, po, &pd);
+    be->maxpool_bwd(dinf, pgf, xf, pof, &pdf);
+    be->maxpool_bwd(dresf, absg, xf, pof, &pdf);
+    off = 0;
+    for (size_t i = 0; i < n; i++) off += fabs((double)ds_bf16_value(din[i]) - dinf[i]) > dresf[i] / 128;
+    CHECK(off == 0, "max pool backward: %zu of %zu elements further than 2^-7 of their terms", off, n);
+    float pooled[2 * c], pooledf[2 * c];
+    be->avgpool_fwd(pooled, x, 2, h * w, c, DS_BF16);
+    be->avgpool_fwd(pooledf, xf, 2, h * w, c, DS_F32);
+    CHECK(memcmp(pooled, pooledf, sizeof pooled) == 0, "average pool: differs from float32's on the same values");
+    be->avgpool_bwd(din, pooledf, 2, h * w, c, DS_BF16);
+    be->avgpool_bwd(dinf, pooledf, 2, h * w, c, DS_F32);
+    off = off16("average pool backward", din, dinf, n);
+    CHECK(off == 0, "average pool backward: %zu of %zu elements are not float32's rounded", off, n);
+
+    memcpy(din, x, n * sizeof *din), memcpy(dinf, xf, n * sizeof *dinf);
+    be->add(din, g, n, DS_BF16);
+    be->add(dinf, gf, n, DS_F32);
+    off = off16("add", din, dinf, n);
+    CHECK(off == 0, "add: %zu of %zu sums are not float32's rounded", off, n);
+
+    free(xf), free(rf), free(gf), free(gamma), free(beta), free(x), free(r), free(g), free(out), free(din);
+    free(dres), free(outf), free(dinf), free(dresf), free(g1), free(g1f), free(po), free(pg), free(pof), free(pgf);
+    free(absg);
+    check_end();
+}
+
 /* ---------------------------------------------------------------- batch norm */
 
 typedef struct {
@@ -300,7 +451,7 @@ static void test_bn(int m, int c, int residual, int relu, double offset, double 
     for (int j = 0; j < c; j++) gamma[j] += 1;
     float *out = malloc(n * sizeof *out), *mean = malloc(c * sizeof *mean),
           *var = malloc(c * sizeof *var), *invstd = malloc(c * sizeof *invstd);
-    be->bn_fwd_train(out, mean, var, invstd, in, gamma, beta, res, relu, m, c, eps);
+    be->bn_fwd_train(out, mean, var, invstd, in, gamma, beta, res, relu, m, c, eps, DS_F32);
 
     bn_ctx b = {m, c, relu, dup_d(in, n), dup_d(gamma, c), dup_d(beta, c),
                 res ? dup_d(res, n) : NULL, dup_d(g, n), eps};
@@ -324,7 +475,7 @@ static void test_bn(int m, int c, int residual, int relu, double offset, double 
         float *din = malloc(n * sizeof *din), *dres = residual ? malloc(n * sizeof *dres) : NULL;
         float *dgamma = randn(c, 1), *dbeta = randn(c, 1);
         float *dg0 = dup_f(dgamma, c), *db0 = dup_f(dbeta, c), *dout = dup_f(g, n);
-        be->bn_bwd(din, dres, dgamma, dbeta, dout, out, in, gamma, mean, invstd, relu, m, c);
+        be->bn_bwd(din, dres, dgamma, dbeta, dout, out, in, gamma, mean, invstd, relu, m, c, DS_F32);
         double *want = malloc(n * sizeof *want), *got = calloc(n, sizeof *got);
         fd_grad(want, b.in, n, bn_loss, &b);
         for (size_t i = 0; i < n; i++) got[i] = din[i];
@@ -346,7 +497,7 @@ static void test_bn(int m, int c, int residual, int relu, double offset, double 
 
     // Inference with the batch's own statistics as running stats gives the same output.
     float *out2 = malloc(n * sizeof *out2);
-    be->bn_fwd_infer(out2, in, gamma, beta, mean, var, res, relu, m, c, eps);
+    be->bn_fwd_infer(out2, in, gamma, beta, mean, var, res, relu, m, c, eps, DS_F32);
     check_close("inference = training with the same statistics", out2, out, n, 1e-5, 1e-5);
 
     free(in), free(gamma), free(beta), free(res), free(g), free(out), free(mean), free(var);
@@ -397,7 +548,7 @@ static void test_maxpool(int n, int h, int w, int c, int k, int stride, int pad)
     snprintf(name, sizeof name, "maxpool n%d %dx%dx%d %dx%d/%d pad %d", n, h, w, c, k, k, stride, pad);
     check_begin(name);
     ds_pool_desc d = {n, h, w, c, k, stride, pad, (h + 2 * pad - k) / stride + 1,
-                      (w + 2 * pad - k) / stride + 1};
+                      (w + 2 * pad - k) / stride + 1, DS_F32};
     size_t ni = (size_t)n * h * w * c, no = (size_t)n * d.p * d.q * c;
     float *in = randn(ni, 1), *g = randn(no, 1), *out = malloc(no * 4), *din = malloc(ni * 4);
     be->maxpool_fwd(out, in, &d);
@@ -414,7 +565,7 @@ static void test_maxpool(int n, int h, int w, int c, int k, int stride, int pad)
 
     // Ties: the gradient goes to the first maximum of the window only.
     float flat[2 * 2] = {1, 1, 1, 1}, dflat[4], o1, g1 = 1;
-    ds_pool_desc t = {1, 2, 2, 1, 2, 2, 0, 1, 1};
+    ds_pool_desc t = {1, 2, 2, 1, 2, 2, 0, 1, 1, DS_F32};
     be->maxpool_fwd(&o1, flat, &t);
     be->maxpool_bwd(dflat, &g1, flat, &o1, &t);
     CHECK(dflat[0] == 1 && dflat[1] == 0 && dflat[2] == 0 && dflat[3] == 0,
@@ -446,8 +597,8 @@ static void test_avgpool(int n, int hw, int c)
     check_begin("global average pool");
     size_t ni = (size_t)n * hw * c, no = (size_t)n * c;
     float *in = randn(ni, 1), *g = randn(no, 1), *out = malloc(no * 4), *din = malloc(ni * 4);
-    be->avgpool_fwd(out, in, n, hw, c);
-    be->avgpool_bwd(din, g, n, hw, c);
+    be->avgpool_fwd(out, in, n, hw, c, DS_F32);
+    be->avgpool_bwd(din, g, n, hw, c, DS_F32);
     avg_ctx a = {n, hw, c, dup_d(in, ni), dup_d(g, no)};
     double *want = malloc(ni * 8), *got = malloc(ni * 8);
     for (int i = 0; i < n; i++)
@@ -735,6 +886,57 @@ static float *take(results *r, size_t n)
     return p;
 }
 
+/* The bf16 backend's convolutions and the ops on bf16 activations, as run_ops, each result
+ * widened into res. */
+static void run_ops_bf16_storage(results *res, const ds_conv_desc *cs, size_t ncs)
+{
+    const ds_backend *bb = &ds_backend_cpu_bf16;
+    for (size_t k = 0; k < ncs; k++) {
+        ds_conv_desc d = cs[k];
+        d.in_t = d.c == 3 ? DS_F32 : DS_BF16, d.out_t = d.w_t = DS_BF16;  /* the stem: a float32 input */
+        size_t ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.k,
+               nw = (size_t)d.k * d.r * d.s * d.c;
+        float *inf;
+        ds_bf16 *in16 = randn16(ni, 1, &inf), *w = randn16(nw, 0.1, NULL), *g = randn16(no, 1, NULL);
+        ds_bf16 *o = malloc((no > ni ? no : ni) * sizeof *o);
+        const void *in = d.in_t == DS_BF16 ? (const void *)in16 : inf;
+        void *ws = bb->alloc(bb->conv_workspace(&d));
+        bb->conv_fwd(o, in, w, &d, ws);
+        widen(take(res, no), o, no);
+        if (d.in_t == DS_BF16) {
+            bb->conv_bwd_data(o, g, w, &d, ws);
+            widen(take(res, ni), o, ni);
+        }
+        float *dw = take(res, nw);
+        memset(dw, 0, nw * sizeof *dw);
+        bb->conv_bwd_weight(dw, g, in, &d, ws);
+        bb->free(ws), free(inf), free(in16), free(w), free(g), free(o);
+    }
+    const int m = 6 * 12 * 12, c = 64;
+    const size_t n = (size_t)m * c, np = (size_t)6 * 6 * 6 * c;
+    ds_bf16 *x = randn16(n, 2, NULL), *rs = randn16(n, 1, NULL), *g = randn16(n, 1, NULL), *o = malloc(n * sizeof *o),
+            *o2 = malloc(n * sizeof *o2), *po = malloc(np * sizeof *po);
+    float *gm = randn(c, 1), *bt = randn(c, 1), *st = take(res, 5 * c);
+    memset(st, 0, 5 * c * sizeof *st);
+    be->bn_fwd_train(o, st, st + c, st + 2 * c, x, gm, bt, rs, 1, m, c, 1e-5f, DS_BF16);
+    widen(take(res, n), o, n);
+    be->bn_bwd(o2, rs, st + 3 * c, st + 4 * c, g, o, x, gm, st, st + 2 * c, 1, m, c, DS_BF16);
+    widen(take(res, n), o2, n), widen(take(res, n), rs, n);
+    be->bn_fwd_infer(o, x, gm, bt, st, st + c, NULL, 1, m, c, 1e-5f, DS_BF16);
+    widen(take(res, n), o, n);
+    ds_pool_desc pd = {6, 12, 12, c, 3, 2, 1, 6, 6, DS_BF16};
+    be->maxpool_fwd(po, x, &pd);
+    widen(take(res, np), po, np);
+    be->maxpool_bwd(o, g, x, po, &pd);  /* the first np of g as dout */
+    widen(take(res, n), o, n);
+    be->avgpool_fwd(take(res, 6 * c), x, 6, 144, c, DS_BF16);
+    be->avgpool_bwd(o, gm, 1, 144, c, DS_BF16);
+    widen(take(res, 144 * c), o, 144 * c);
+    be->add(x, g, n, DS_BF16);
+    widen(take(res, n), x, n);
+    free(x), free(rs), free(g), free(o), free(o2), free(po), free(gm), free(bt);
+}
+
 /* Runs every op of the backend with t threads on fixed random data (a convolution of each
  * kind of main's list: implicit, row by row, im2col with blocked reductions, pointwise,
  * strided backward-data, transposed weight tiles) into one buffer of results: for the
@@ -776,16 +978,16 @@ static float *run_ops(int threads, size_t *len)
     float *x = randn((size_t)m * c, 2), *gm = randn(c, 1), *bt = randn(c, 1), *g = randn((size_t)m * c, 1),
           *rs = randn((size_t)m * c, 1);
     float *out = take(&res, (size_t)m * c), *st = take(&res, 5 * c);
-    be->bn_fwd_train(out, st, st + c, st + 2 * c, x, gm, bt, rs, 1, m, c, 1e-5f);
+    be->bn_fwd_train(out, st, st + c, st + 2 * c, x, gm, bt, rs, 1, m, c, 1e-5f, DS_F32);
     be->bn_bwd(take(&res, (size_t)m * c), take(&res, (size_t)m * c), st + 3 * c, st + 4 * c, g, out, x, gm, st,
-               st + 2 * c, 1, m, c);
-    be->bn_fwd_infer(take(&res, (size_t)m * c), x, gm, bt, st, st + c, rs, 1, m, c, 1e-5f);
-    ds_pool_desc pd = {6, 12, 12, c, 3, 2, 1, 6, 6};
+               st + 2 * c, 1, m, c, DS_F32);
+    be->bn_fwd_infer(take(&res, (size_t)m * c), x, gm, bt, st, st + c, rs, 1, m, c, 1e-5f, DS_F32);
+    ds_pool_desc pd = {6, 12, 12, c, 3, 2, 1, 6, 6, DS_F32};
     float *po = take(&res, 6 * 6 * 6 * c);
     be->maxpool_fwd(po, x, &pd);
     be->maxpool_bwd(take(&res, (size_t)m * c), g, x, po, &pd);
-    be->avgpool_fwd(take(&res, 6 * c), x, 6, 144, c);
-    be->avgpool_bwd(take(&res, (size_t)m * c), g, 6, 144, c);
+    be->avgpool_fwd(take(&res, 6 * c), x, 6, 144, c, DS_F32);
+    be->avgpool_bwd(take(&res, (size_t)m * c), g, 6, 144, c, DS_F32);
     float *li = randn(40 * 300, 1), *lw = randn(600 * 300, 1), *lb = randn(600, 1), *lg = randn(40 * 600, 1);
     be->linear_fwd(take(&res, 40 * 600), li, lw, lb, 40, 300, 600);
     float *ldw = take(&res, 600 * 300), *ldb = take(&res, 600);
@@ -807,6 +1009,7 @@ static float *run_ops(int threads, size_t *len)
     int32_t bh[4] = {17, 5, 18, 9}, bw[4] = {16, 18, 3, 12};
     be->resized_crop_u8(take(&res, 4 * 16 * 16 * 3), px, 4, 20, 18, 16, 16, y0, x0, bh, bw, flip, mean, sd);
     free(x), free(gm), free(bt), free(g), free(rs), free(li), free(lw), free(lb), free(lg), free(px);
+    run_ops_bf16_storage(&res, cs, sizeof cs / sizeof *cs);
     *len = res.len;
     return res.v;
 }
@@ -924,6 +1127,22 @@ int main(int argc, char **argv)
     test_conv_bf16(conv_desc(12, 16, 16, 64, 16, 3, 3, 1, 1));
     test_conv_bf16(conv_desc(1, 7, 7, 8, 8, 5, 5, 1, 2));
     test_conv_bf16(conv_desc(2, 6, 5, 3, 7, 3, 1, 1, 0));
+    // bf16 activations: the same paths, the stem's float32 input, a bf16 result's tiles.
+    test_conv_bf16_storage(conv_desc(2, 16, 16, 16, 32, 3, 3, 1, 1), DS_BF16);
+    test_conv_bf16_storage(conv_desc(2, 30, 30, 3, 16, 7, 7, 2, 3), DS_F32);
+    test_conv_bf16_storage(conv_desc(2, 15, 15, 5, 6, 3, 3, 1, 1), DS_BF16);
+    test_conv_bf16_storage(conv_desc(3, 28, 28, 8, 16, 3, 3, 2, 1), DS_BF16);
+    test_conv_bf16_storage(conv_desc(4, 9, 9, 32, 64, 3, 3, 2, 1), DS_BF16);
+    test_conv_bf16_storage(conv_desc(4, 16, 16, 256, 16, 1, 1, 1, 0), DS_BF16);
+    test_conv_bf16_storage(conv_desc(3, 9, 9, 24, 48, 1, 1, 2, 0), DS_BF16);
+    test_conv_bf16_storage(conv_desc(3, 9, 7, 24, 100, 1, 1, 1, 0), DS_BF16);
+    test_conv_bf16_storage(conv_desc(2, 5, 5, 300, 260, 1, 1, 1, 0), DS_BF16);
+    test_conv_bf16_storage(conv_desc(2, 7, 7, 600, 40, 3, 3, 1, 1), DS_BF16);
+    test_conv_bf16_storage(conv_desc(2, 20, 20, 64, 300, 1, 1, 1, 0), DS_BF16);  // bf16 output in column blocks
+    test_conv_bf16_storage(conv_desc(1, 7, 300, 8, 8, 3, 3, 1, 1), DS_BF16);     // rows wider than the tile
+    test_conv_bf16_storage(conv_desc(2, 6, 5, 3, 7, 3, 1, 1, 0), DS_BF16);
+    test_ops_bf16_storage(2 * 12 * 10, 70);
+    test_ops_bf16_storage(2 * 12 * 3, 300);
 
     test_bn(24, 5, 0, 0, 0, 1);
     test_bn(24, 5, 1, 1, 0, 1);
