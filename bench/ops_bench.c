@@ -182,7 +182,8 @@ static void bench_net(const char *net, const shape *sh, int count, int reps, dou
     double tot[3] = {0, 0, 0}, flops_all = 0, bn_total = 0;
     for (int i = 0; i < count; i++) {
         const shape *s = &sh[i];
-        ds_conv_desc d = {s->n, s->h, s->w, s->c, s->k, s->r, s->r, s->stride, s->pad, 0, 0, 0};
+        ds_conv_desc d = {.n = s->n, .h = s->h, .w = s->w, .c = s->c, .k = s->k, .r = s->r, .s = s->r,
+                          .stride = s->stride, .pad = s->pad};   /* float32 storage */
         d.p = (d.h + 2 * d.pad - d.r) / d.stride + 1;
         d.q = (d.w + 2 * d.pad - d.s) / d.stride + 1;
         size_t ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.k,
@@ -206,9 +207,9 @@ static void bench_net(const char *net, const shape *sh, int count, int reps, dou
               *db = be->alloc(d.k * 4), *bno = be->alloc(no * 4), *bnd = be->alloc(no * 4), *bndin = be->alloc(no * 4);
         int m = d.n * d.p * d.q;
         double tb[2];
-        TIME_BEST(tb[0], reps, be->bn_fwd_train(bno, mean, var, is, out, gam, bet, NULL, 1, m, d.k, 1e-5f));
+        TIME_BEST(tb[0], reps, be->bn_fwd_train(bno, mean, var, is, out, gam, bet, NULL, 1, m, d.k, 1e-5f, DS_F32));
         TIME_BEST(tb[1], reps, (memcpy(bnd, g, no * 4),
-                                be->bn_bwd(bndin, NULL, dg, db, bnd, bno, out, gam, mean, is, 1, m, d.k)));
+                                be->bn_bwd(bndin, NULL, dg, db, bnd, bno, out, gam, mean, is, 1, m, d.k, DS_F32)));
         bn_total += (tb[0] + tb[1]) * s->count;
         be->free(mean), be->free(var), be->free(is), be->free(gam), be->free(bet), be->free(dg);
         be->free(db), be->free(bno), be->free(bnd), be->free(bndin);

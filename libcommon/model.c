@@ -48,8 +48,8 @@ ds_model *ds_model_create(const ds_backend *be, const ds_model_config *cfg)
     m->act = be->alloc(m->act_floats * sizeof(float));
     m->ws = be->alloc(m->ws_bytes ? m->ws_bytes : 1);
     int ok = m->params && m->act && m->ws;
-    if (ds_model_act_type(m) == DS_BF16) {
-        m->weights16 = be->alloc(m->nparam * ds_dtype_size(DS_BF16));
+    if (m->n16) {
+        m->weights16 = be->alloc(m->n16 * ds_dtype_size(DS_BF16));
         m->weights16_stale = 1;
         ok = ok && m->weights16;
     }
@@ -138,7 +138,7 @@ ds_model_memory ds_model_memory_plan(const ds_model *m)
     size_t pbytes = (m->nparam + m->nbuffer) * sizeof(float);
     return (ds_model_memory){
         .params = pbytes,
-        .weight_copy = m->weights16 ? m->nparam * ds_dtype_size(DS_BF16) : 0,
+        .weight_copy = m->n16 * ds_dtype_size(DS_BF16),
         .reduction = m->cfg.training ? pbytes : 0,
         .momentum = m->cfg.training ? m->nparam * sizeof(float) : 0,
         .activations = m->act_floats * sizeof(float),
@@ -302,14 +302,16 @@ static float *G(ds_model *m, int t) { return m->reduction + m->tloc[t].off; }
 /* The weights a convolution reads: the bf16 copy in a bf16 run, else the parameters. */
 static void *W(ds_model *m, int t)
 {
-    return m->weights16 ? (void *)((char *)m->weights16 + m->tloc[t].off * ds_dtype_size(DS_BF16)) : P(m, t);
+    return m->weights16 ? (void *)((char *)m->weights16 + m->tloc[t].off16 * ds_dtype_size(DS_BF16)) : P(m, t);
 }
 
-/* The bf16 copy of the parameters, made when they changed (once per step: after SGD). */
+/* The bf16 copy of the convolution weights, made when they changed (once per step: after
+ * SGD). */
 static void weights16_update(ds_model *m)
 {
     if (!m->weights16 || !m->weights16_stale) return;
-    m->be->to_bf16(m->weights16, m->params, m->nparam);
+    for (int i = 0; i < m->ntensors; i++)
+        if (m->tloc[i].conv) m->be->to_bf16(W(m, i), P(m, i), m->tinfo[i].count);
     m->weights16_stale = 0;
 }
 

@@ -9,8 +9,8 @@
  * Memory: five backend allocations (six under bf16), each sized by a planning pass at create
  * time, nothing allocated afterwards:
  *   parameters   every learnable tensor, then the BN running mean / var buffers
- *   weight copy  bf16 runs: the parameters rounded to bf16, which the convolutions read; made
- *                when they change (after each SGD step, init or a tensor load)
+ *   weight copy  bf16 runs: the convolution weights rounded to bf16, which the convolutions
+ *                read; made when they change (after each SGD step, init or a tensor load)
  *   reduction    gradients (same order as the learnables), then per BN layer the sums of
  *                micro-batch mean and unbiased variance: ONE buffer, so data-parallel
  *                training reduces gradients and BN statistics in a single allreduce

@@ -223,6 +223,11 @@ int ds_model_plan_memory(ds_model *m)
     for (int i = 0; i < m->ntensors; i++)
         if (m->tinfo[i].kind == DS_TENSOR_BUFFER)
             m->tloc[i].off = m->nparam + m->nbuffer, m->nbuffer += m->tinfo[i].count;
+    /* The bf16 copy of the convolution weights, each aligned to 256 bytes. */
+    m->n16 = 0;
+    if (ds_model_act_type(m) == DS_BF16)
+        for (int i = 0; i < m->ntensors; i++)
+            if (m->tloc[i].conv) m->tloc[i].off16 = m->n16, m->n16 += (m->tinfo[i].count + 127) / 128 * 128;
 
     /* Activations. The input has its own region; in training every activation has its own
      * (backward needs them all); inference reuses slots as soon as the last reader ran. */

@@ -45,6 +45,8 @@ typedef struct {
  * offset holds its gradient / statistic in the reduction buffer and its momentum). */
 typedef struct {
     size_t off;
+    size_t off16;          /* conv weights in a bf16 run: offset in the bf16 copy (elements, each
+                              tensor 256-byte aligned, as a GPU library's fast paths want) */
     int conv;              /* OHWI inside, OIHW in PyTorch */
     int bn;                /* COUNTER: BN index */
 } ds_tensor_loc;
@@ -67,8 +69,9 @@ struct ds_model {
 
     size_t nparam, nbuffer;        /* floats: learnables, BN running buffers */
     float *params;                 /* [nparam + nbuffer] */
-    void *weights16;               /* bf16 runs: [nparam] bf16 copy of the parameters, which the
-                                      convolutions read; NULL otherwise */
+    void *weights16;               /* bf16 runs: the bf16 copy of the convolution weights, which
+                                      the convolutions read ([n16], tloc's off16); NULL otherwise */
+    size_t n16;
     int weights16_stale;           /* the parameters changed since the copy was made */
     float *reduction;              /* [nparam + nbuffer]: gradients, BN statistic sums */
     float *momentum;               /* [nparam] */

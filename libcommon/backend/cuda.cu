@@ -1,6 +1,8 @@
 /* backend/cuda: the ds_backend interface on one GPU. Convolutions through cuDNN (NHWC,
- * algorithms found once per shape and cached), the linear layer through cuBLAS, the rest
- * in cuda_kernels.cu. Everything runs on one stream, NCCL on a second; see cuda.h for precision. */
+ * algorithms found once per shape and storage types and cached; bf16 tensors go to cuDNN
+ * as they are, copies in the workspace only where storage and arithmetic differ), the
+ * linear layer through cuBLAS, the rest in cuda_kernels.cu. Everything runs on one stream,
+ * NCCL on a second; see cuda.h for precision, storage and the casts that remain. */
 #include <cublas_v2.h>
 #include <cudnn.h>
 #include <stdint.h>
@@ -103,9 +105,9 @@ extern "C" cudaStream_t ds_cuda_stream(void) { return g.stream; }
 
 /* ---- memory ---- */
 
-/* Forgets the convolutions' bf16 copy of an output gradient (see dout_bf16 below): anything
- * that may write device memory calls it. */
-static void dout_bf16_drop(void);
+/* Forgets the convolutions' copy of an output gradient (see dout_copy below): anything that
+ * may write device memory calls it. */
+static void dout_copy_drop(void);
 
 static void *cuda_alloc(size_t bytes)
 {
@@ -177,7 +179,7 @@ static int stage_busy(size_t lo, size_t hi)
 
 static void cuda_upload(void *dst, const void *src, size_t bytes)
 {
-    dout_bf16_drop();
+    dout_copy_drop();
     if (!stage.made) stage_make();
     if (stage.failed) {
         cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g.stream));
@@ -209,13 +211,13 @@ static void cuda_download(void *dst, const void *src, size_t bytes)
 
 static void cuda_zero(void *p, size_t bytes)
 {
-    dout_bf16_drop();
+    dout_copy_drop();
     cudaCheck(cudaMemsetAsync(p, 0, bytes, g.stream));
 }
 
 static void cuda_copy(void *dst, const void *src, size_t bytes)
 {
-    dout_bf16_drop();
+    dout_copy_drop();
     if (dst != src) cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g.stream));
 }
 
@@ -226,18 +228,19 @@ static void cuda_sync(void)
 
 /* ---- convolution ---- */
 
-/* Plans (cuda_plan.h): one per (shape, precision, determinism, planned batch), made by
- * conv_workspace (the model's planning pass) and only looked up afterwards. A plan serves
- * every batch n and input h x w up to its planned ones: each (n, h, w) run gets a slot,
- * with its own tensor and convolution descriptors and the plan's algorithms, or others
- * where those would need more workspace at that size than the arena holds. Each op has its
- * own precision: the run's, or a lower one where the run's has no usable algorithm for it
- * (ds_conv_choose); [0] descriptors are fp32 tensors (fp32 and tf32 ops), [1] bf16. */
+/* Plans (cuda_plan.h): one per (shape and storage types, precision, determinism, planned
+ * batch), made by conv_workspace (the model's planning pass) and only looked up afterwards.
+ * A plan serves every batch n and input h x w up to its planned ones: each (n, h, w) run
+ * gets a slot, with its own tensor and convolution descriptors and the plan's algorithms,
+ * or others where those would need more workspace at that size than the arena holds. Each
+ * op has its own precision: the run's, or a lower one where the run's has no usable
+ * algorithm for it (ds_conv_choose); [0] descriptors are fp32 tensors (fp32 and tf32 ops),
+ * [1] bf16. */
 typedef struct {
     cudnnTensorDescriptor_t x[2], y[2];      /* for the slot's n, h, w; [1] only in bf16 runs */
     cudnnConvolutionDescriptor_t conv[DS_CONV_OPS];  /* each with its op's math type */
     ds_conv_choice choice[DS_CONV_OPS];      /* what the slot runs: the plan's, or others that fit */
-    size_t cudnn_ws;                         /* the largest of the ops' workspaces */
+    size_t cudnn_ws[DS_CONV_OPS];            /* each op's cuDNN workspace at the slot's size */
 } conv_slot;
 
 typedef struct {
@@ -257,11 +260,27 @@ static size_t n_in(const ds_conv_desc *d) { return (size_t)d->n * d->h * d->w * 
 static size_t n_w(const ds_conv_desc *d) { return (size_t)d->k * d->r * d->s * d->c; }
 static size_t n_out(const ds_conv_desc *d) { return (size_t)d->n * d->p * d->q * d->k; }
 
-/* bf16 copies of in, w, out placed before cuDNN's workspace (bf16 runs only), for batch d->n */
-static size_t bf16_bytes(const ds_conv_desc *d)
+/* The tensors of an op computing in precision p are of this type. */
+static ds_dtype op_type(int p) { return p == DS_PRECISION_BF16 ? DS_BF16 : DS_F32; }
+
+/* The workspace of one op of d, at d's n, h and w, computing in type ct: first a copy in ct
+ * of each of the op's three tensors stored in the other type (the byte offset of each, or
+ * NO_COPY: cuDNN takes the tensor where it is), then cuDNN's own workspace at `cudnn`.
+ * The three are out (dout), in (din) and the weights: w_t for forward and backward-data,
+ * float32 for backward-filter's dw. dout comes first, so two backward ops that copy it into
+ * the same type place it alike (see dout_copy). */
+#define NO_COPY SIZE_MAX
+typedef struct { size_t out, in, w, cudnn; } conv_layout;
+
+static conv_layout layout(const ds_conv_desc *d, int op, ds_dtype ct)
 {
-    if (g.precision != DS_PRECISION_BF16) return 0;
-    return align256(n_in(d) * 2) + align256(n_w(d) * 2) + align256(n_out(d) * 2);
+    conv_layout l = {NO_COPY, NO_COPY, NO_COPY, 0};
+    size_t es = ds_dtype_size(ct);
+    ds_dtype w_t = op == DS_CONV_BWD_FILTER ? DS_F32 : d->w_t;
+    if (d->out_t != ct) l.out = l.cudnn, l.cudnn += align256(n_out(d) * es);
+    if (d->in_t != ct) l.in = l.cudnn, l.cudnn += align256(n_in(d) * es);
+    if (w_t != ct) l.w = l.cudnn, l.cudnn += align256(n_w(d) * es);
+    return l;
 }
 
 /* The math an op computing in precision p asks for: fp32 FMA only (DEFAULT would allow TF32
@@ -289,10 +308,12 @@ static cudnnMathType_t cudnn_math(ds_conv_math m)
     }
 }
 
-/* "64x56x56x64 -> 64 (3x3/1)" */
+/* "64x56x56x64 -> 64 (3x3/1; in bf16, out bf16, w bf16)" */
+#define CONV_NAME 128
 static const char *conv_name(const ds_conv_desc *d, char *buf, size_t len)
 {
-    snprintf(buf, len, "%dx%dx%dx%d -> %d (%dx%d/%d)", d->n, d->h, d->w, d->c, d->k, d->r, d->s, d->stride);
+    snprintf(buf, len, "%dx%dx%dx%d -> %d (%dx%d/%d; in %s, out %s, w %s)", d->n, d->h, d->w, d->c, d->k, d->r,
+             d->s, d->stride, ds_dtype_name(d->in_t), ds_dtype_name(d->out_t), ds_dtype_name(d->w_t));
     return buf;
 }
 
@@ -400,7 +421,7 @@ static size_t op_workspace(const conv_impl *p, const conv_slot *s, int i)
  * each op of the plan runs. */
 static void plan_report(const ds_conv_desc *d, const ds_conv_choice choice[DS_CONV_OPS], const char *where)
 {
-    char name[96], text[512];
+    char name[CONV_NAME], text[512];
     conv_name(d, name, sizeof name);
     for (int i = 0; i < DS_CONV_OPS; i++)
         if (choice[i].needed && choice[i].precision != g.precision)
@@ -431,7 +452,7 @@ static conv_impl *plan_make(const ds_conv_desc *d, size_t *bytes)
      * --deterministic the choice comes from cuDNN's heuristics instead: a pure function of the
      * shape, the GPU and the cuDNN version, so a resumed run computes as the first run did. */
     conv_query_ctx ctx = {p, s, !g.deterministic};
-    char msg[1024], name[96];
+    char msg[1024], name[CONV_NAME];
     if (ds_conv_choose(d, g.precision, g.deterministic, CONV_WS_LIMIT, cudnn_query, &ctx, p->choice, msg,
                        sizeof msg)) {
         ds_err("CUDA conv %s, --precision %s%s: %s", conv_name(d, name, sizeof name), ds_precision_name(g.precision),
@@ -439,10 +460,13 @@ static conv_impl *plan_make(const ds_conv_desc *d, size_t *bytes)
         return NULL;   /* the model stops before anything runs; the plan's few descriptors are not freed */
     }
     plan_report(d, p->choice, "planned");
-    size_t ws = 0;
-    for (int i = 0; i < DS_CONV_OPS; i++)
-        if (p->choice[i].needed && p->choice[i].memory > ws) ws = p->choice[i].memory;
-    *bytes = bf16_bytes(d) + ws;
+    /* the ops run one at a time: the largest of their copies plus cuDNN workspace */
+    *bytes = 0;
+    for (int i = 0; i < DS_CONV_OPS; i++) {
+        const ds_conv_choice *c = &p->choice[i];
+        size_t need = c->needed ? layout(d, i, op_type(c->precision)).cudnn + c->memory : 0;
+        if (need > *bytes) *bytes = need;
+    }
     return p;
 }
 
@@ -459,40 +483,42 @@ static size_t cuda_conv_workspace(const ds_conv_desc *d)
 }
 
 /* Sets up slot s of plan p for d's n, h and w: descriptors for that size, and for each op the
- * plan's algorithm when its workspace at this size fits the budget, else the first usable
- * one of cuDNN's heuristic list that fits, at the op's precision or below (a short batch or a
- * smaller input can change what an algorithm needs). */
+ * plan's algorithm when its copies and workspace at this size fit the budget, else the first
+ * usable one of cuDNN's heuristic list that fits, at the op's precision or below (a short
+ * batch or a smaller input can change what an algorithm needs). */
 static void slot_set_up(conv_impl *p, conv_slot *s, const ds_conv_desc *d, size_t limit)
 {
-    char name[96];
-    size_t lead = bf16_bytes(d);
-    if (lead > limit)   /* cannot happen: bf16_bytes grows with n, h and w, each <= the planned one */
-        ds_die("CUDA conv %s: the workspace (%zu bytes) cannot hold its bf16 copies", conv_name(d, name, sizeof name),
-               limit);
-    size_t budget = limit - lead;
+    char name[CONV_NAME];
     slot_describe(s, d);
     memcpy(s->choice, p->choice, sizeof s->choice);
     slot_set_math(s);
     int changed = 0;
     conv_query_ctx ctx = {p, s, 0};
-    s->cudnn_ws = 0;
     for (int i = 0; i < DS_CONV_OPS; i++) {
+        s->cudnn_ws[i] = 0;
         if (!s->choice[i].needed) continue;
+        /* the op's copies at this size, then cuDNN's workspace in what is left */
+        size_t lead = layout(d, i, op_type(s->choice[i].precision)).cudnn;
         size_t need = op_workspace(p, s, i);
-        if (need > budget) {
+        if (lead > limit || need > limit - lead) {
             char msg[1024];
+            size_t budget = lead < limit ? limit - lead : 0;
             if (ds_conv_choose_op(d, (ds_conv_op)i, s->choice[i].precision, g.deterministic, budget, cudnn_query, &ctx,
                                   &s->choice[i], msg, sizeof msg))
                 ds_die("CUDA conv %s, --precision %s: within the %zu bytes planned: %s", conv_name(d, name, sizeof name),
                        ds_precision_name(g.precision), budget, msg);
             cudnnCheck(cudnnSetConvolutionMathType(s->conv[i], cudnn_math(s->choice[i].math)));
+            /* an algorithm of a lower precision computes on other types: other copies */
+            lead = layout(d, i, op_type(s->choice[i].precision)).cudnn;
             need = op_workspace(p, s, i);
             changed = 1;
         }
-        if (need > budget)   /* the heuristics' estimate and the exact query disagree */
-            ds_die("CUDA conv %s: %s needs %zu bytes of workspace, %zu planned", conv_name(d, name, sizeof name),
-                   ds_conv_op_name((ds_conv_op)i), need, budget);
-        if (need > s->cudnn_ws) s->cudnn_ws = need;
+        /* the heuristics' estimate and the exact query disagree, or a fallback's copies
+         * take what its algorithm was allowed */
+        if (lead > limit || need > limit - lead)
+            ds_die("CUDA conv %s: %s needs %zu bytes of copies and %zu of cuDNN workspace, %zu planned",
+                   conv_name(d, name, sizeof name), ds_conv_op_name((ds_conv_op)i), lead, need, limit);
+        s->cudnn_ws[i] = need;
     }
     if (changed) plan_report(d, s->choice, "at this size");
 }
@@ -502,7 +528,7 @@ typedef struct { conv_impl *p; conv_slot *s; } conv_run;
 
 static conv_run plan_get(const ds_conv_desc *d)
 {
-    char why[160], name[96];
+    char why[160], name[CONV_NAME];
     size_t limit = 0;
     ds_conv_plan *plan = ds_conv_plans_lookup(&plans, d, g.precision, g.deterministic, &limit, why, sizeof why);
     if (!plan)   /* its workspace was never counted: running it could overrun the arena */
@@ -513,115 +539,127 @@ static conv_run plan_get(const ds_conv_desc *d)
     return run;
 }
 
-/* Workspace layout in a bf16 run, for the batch actually run:
- * [in bf16][w bf16][out bf16][cuDNN workspace] (an op falling back to fp32 tensors uses only
- * the last). */
-typedef struct { void *in, *w, *out, *cudnn; } conv_ws;
+/* One op of a run: its algorithm, the type it computes in, the descriptor index of that
+ * type, and its workspace layout for the batch actually run. */
+typedef struct {
+    const ds_conv_choice *c;
+    ds_dtype ct;
+    int t;
+    conv_layout l;
+    char *ws;
+} conv_op_run;
 
-static conv_ws ws_split(const ds_conv_desc *d, void *ws)
+static conv_op_run op_run(const conv_run *r, const ds_conv_desc *d, int op, void *ws)
 {
-    conv_ws s = {NULL, NULL, NULL, ws};
-    if (g.precision != DS_PRECISION_BF16) return s;
-    char *b = (char *)ws;
-    s.in = b;
-    b += align256(n_in(d) * 2);
-    s.w = b;
-    b += align256(n_w(d) * 2);
-    s.out = b;
-    b += align256(n_out(d) * 2);
-    s.cudnn = b;
-    return s;
+    const ds_conv_choice *c = &r->s->choice[op];
+    ds_dtype ct = op_type(c->precision);
+    conv_op_run o = {c, ct, type_index(c->precision), layout(d, op, ct), (char *)ws};
+    return o;
 }
 
-/* bf16: the two backward ops of a convolution take the same dout, and the model calls one
- * right after the other (conv_bwd_weight, then conv_bwd_data) with the same workspace. The
- * first converts dout into the workspace's out slot and leaves a note; the second, seeing
- * the same dout, batch shape and workspace, skips the conversion. Every other call that
- * could change the slot or dout (any other convolution op, upload, zero, copy) drops the
- * note, and it is used only once. */
-static struct { const float *dout; void *ws; ds_conv_desc d; } dout_bf16;
-
-static void dout_bf16_drop(void) { dout_bf16.dout = NULL; }
-
-static void dout_to_bf16(void *dst, const float *dout, const ds_conv_desc *d, void *ws)
+/* dst (n elements of type `to`) = src (the other type), rounded to nearest even into bf16 */
+static void cast(void *dst, ds_dtype to, const void *src, size_t n)
 {
-    if (dout_bf16.dout == dout && dout_bf16.ws == ws && !memcmp(&dout_bf16.d, d, sizeof *d)) {
-        dout_bf16_drop();
-        return;
+    if (to == DS_BF16) ds_cuda_to_bf16(dst, (const float *)src, n);
+    else ds_cuda_from_bf16((float *)dst, src, n, 0);
+}
+
+/* What cuDNN reads for an input of n elements: x where it is, or its copy at `at`, made now. */
+static const void *read_as(const conv_op_run *o, const void *x, size_t at, size_t n)
+{
+    if (at == NO_COPY) return x;
+    cast(o->ws + at, o->ct, x, n);
+    return o->ws + at;
+}
+
+/* Where cuDNN writes an output: y itself, or its copy at `at` (cast back by write_back). */
+static void *write_to(const conv_op_run *o, void *y, size_t at) { return at == NO_COPY ? y : o->ws + at; }
+
+static void write_back(const conv_op_run *o, void *y, ds_dtype y_t, size_t at, size_t n)
+{
+    if (at != NO_COPY) cast(y, y_t, o->ws + at, n);
+}
+
+/* The two backward ops of a convolution take the same dout, and the model calls one right
+ * after the other (conv_bwd_weight, then conv_bwd_data) with the same workspace. When both
+ * compute in a type dout is not stored in (float32 dout under bf16 arithmetic, or a bf16
+ * dout under float32 arithmetic), the first copies dout to the start of the workspace and
+ * leaves a note; the second, seeing the same dout, convolution (types included), workspace
+ * and type, skips the copy. The model's bf16 storage under bf16 arithmetic copies no dout,
+ * and leaves no note. Every other call that could change the copy or dout (any other
+ * convolution op, upload, zero, copy) drops the note, and it is used only once. */
+static struct { const void *dout; void *ws; ds_conv_desc d; ds_dtype ct; } dout_copy;
+
+static void dout_copy_drop(void) { dout_copy.dout = NULL; }
+
+static const void *dout_read(const conv_op_run *o, const void *dout, const ds_conv_desc *d)
+{
+    if (o->l.out == NO_COPY) {
+        dout_copy_drop();
+        return dout;
     }
-    ds_cuda_to_bf16(dst, dout, n_out(d));
-    dout_bf16.dout = dout, dout_bf16.ws = ws, dout_bf16.d = *d;
+    if (dout_copy.dout == dout && dout_copy.ws == o->ws && dout_copy.ct == o->ct &&
+        !memcmp(&dout_copy.d, d, sizeof *d)) {
+        dout_copy_drop();
+        return o->ws + o->l.out;
+    }
+    dout_copy.dout = dout, dout_copy.ws = o->ws, dout_copy.d = *d, dout_copy.ct = o->ct;
+    return read_as(o, dout, o->l.out, n_out(d));
 }
-
-static int op_bf16(const conv_run *r, int op) { return r->s->choice[op].precision == DS_PRECISION_BF16; }
 
 /* out [n,p,q,k] = conv(in [n,h,w,c], w [k,r,s,c]) */
-static void cuda_conv_fwd(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws)
+static void cuda_conv_fwd(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws)
 {
     conv_run r = plan_get(d);
-    conv_ws s = ws_split(d, ws);
+    conv_op_run o = op_run(&r, d, DS_CONV_FWD, ws);
     const float one = 1, zero = 0;
-    const cudnnConvolutionFwdAlgo_t algo = (cudnnConvolutionFwdAlgo_t)r.s->choice[DS_CONV_FWD].algo;
-    dout_bf16_drop();
-    if (op_bf16(&r, DS_CONV_FWD)) {
-        ds_cuda_to_bf16(s.in, in, n_in(d));
-        ds_cuda_to_bf16(s.w, w, n_w(d));
-        cudnnCheck(cudnnConvolutionForward(g.cudnn, &one, r.s->x[1], s.in, r.p->w[1], s.w, r.s->conv[DS_CONV_FWD],
-                                           algo, s.cudnn, r.s->cudnn_ws, &zero, r.s->y[1], s.out));
-        ds_cuda_from_bf16(out, s.out, n_out(d), 0);
-        return;
-    }
-    cudnnCheck(cudnnConvolutionForward(g.cudnn, &one, r.s->x[0], in, r.p->w[0], w, r.s->conv[DS_CONV_FWD], algo,
-                                       s.cudnn, r.s->cudnn_ws, &zero, r.s->y[0], out));
+    dout_copy_drop();
+    const void *x = read_as(&o, in, o.l.in, n_in(d)), *k = read_as(&o, w, o.l.w, n_w(d));
+    void *y = write_to(&o, out, o.l.out);
+    cudnnCheck(cudnnConvolutionForward(g.cudnn, &one, r.s->x[o.t], x, r.p->w[o.t], k, r.s->conv[DS_CONV_FWD],
+                                       (cudnnConvolutionFwdAlgo_t)o.c->algo, o.ws + o.l.cudnn,
+                                       r.s->cudnn_ws[DS_CONV_FWD], &zero, r.s->y[o.t], y));
+    write_back(&o, out, d->out_t, o.l.out, n_out(d));
 }
 
 /* din [n,h,w,c] = conv_transpose(dout [n,p,q,k], w) (overwritten) */
-static void cuda_conv_bwd_data(float *din, const float *dout, const float *w, const ds_conv_desc *d, void *ws)
+static void cuda_conv_bwd_data(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws)
 {
     conv_run r = plan_get(d);
-    conv_ws s = ws_split(d, ws);
-    const float one = 1, zero = 0;
-    char name[96];
+    char name[CONV_NAME];
     if (!r.s->choice[DS_CONV_BWD_DATA].needed)
         ds_die("CUDA conv %s: backward-data asked of a convolution planned without it (its input needs no "
                "gradient)", conv_name(d, name, sizeof name));
-    const cudnnConvolutionBwdDataAlgo_t algo = (cudnnConvolutionBwdDataAlgo_t)r.s->choice[DS_CONV_BWD_DATA].algo;
-    if (op_bf16(&r, DS_CONV_BWD_DATA)) {
-        dout_to_bf16(s.out, dout, d, ws);
-        ds_cuda_to_bf16(s.w, w, n_w(d));
-        cudnnCheck(cudnnConvolutionBackwardData(g.cudnn, &one, r.p->w[1], s.w, r.s->y[1], s.out,
-                                                r.s->conv[DS_CONV_BWD_DATA], algo, s.cudnn, r.s->cudnn_ws, &zero,
-                                                r.s->x[1], s.in));
-        ds_cuda_from_bf16(din, s.in, n_in(d), 0);
-        return;
-    }
-    dout_bf16_drop();
-    cudnnCheck(cudnnConvolutionBackwardData(g.cudnn, &one, r.p->w[0], w, r.s->y[0], dout, r.s->conv[DS_CONV_BWD_DATA],
-                                            algo, s.cudnn, r.s->cudnn_ws, &zero, r.s->x[0], din));
+    conv_op_run o = op_run(&r, d, DS_CONV_BWD_DATA, ws);
+    const float one = 1, zero = 0;
+    const void *dy = dout_read(&o, dout, d), *k = read_as(&o, w, o.l.w, n_w(d));
+    void *dx = write_to(&o, din, o.l.in);
+    cudnnCheck(cudnnConvolutionBackwardData(g.cudnn, &one, r.p->w[o.t], k, r.s->y[o.t], dy,
+                                            r.s->conv[DS_CONV_BWD_DATA], (cudnnConvolutionBwdDataAlgo_t)o.c->algo,
+                                            o.ws + o.l.cudnn, r.s->cudnn_ws[DS_CONV_BWD_DATA], &zero, r.s->x[o.t],
+                                            dx));
+    write_back(&o, din, d->in_t, o.l.in, n_in(d));
 }
 
-/* dw [k,r,s,c] += correlation(in, dout): beta = 1 accumulates, as the interface asks */
-static void cuda_conv_bwd_weight(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws)
+/* dw [k,r,s,c] (float32) += correlation(in, dout) */
+static void cuda_conv_bwd_weight(float *dw, const void *dout, const void *in, const ds_conv_desc *d, void *ws)
 {
     conv_run r = plan_get(d);
-    conv_ws s = ws_split(d, ws);
+    conv_op_run o = op_run(&r, d, DS_CONV_BWD_FILTER, ws);
     const float one = 1, zero = 0;
-    const cudnnConvolutionBwdFilterAlgo_t algo =
-        (cudnnConvolutionBwdFilterAlgo_t)r.s->choice[DS_CONV_BWD_FILTER].algo;
-    if (op_bf16(&r, DS_CONV_BWD_FILTER)) {
-        /* this micro-batch's gradient in bf16, added to the fp32 gradient (autocast's rule) */
-        dout_to_bf16(s.out, dout, d, ws);
-        ds_cuda_to_bf16(s.in, in, n_in(d));
-        cudnnCheck(cudnnConvolutionBackwardFilter(g.cudnn, &one, r.s->x[1], s.in, r.s->y[1], s.out,
-                                                  r.s->conv[DS_CONV_BWD_FILTER], algo, s.cudnn, r.s->cudnn_ws, &zero,
-                                                  r.p->w[1], s.w));
-        ds_cuda_from_bf16(dw, s.w, n_w(d), 1);
+    const cudnnConvolutionBwdFilterAlgo_t algo = (cudnnConvolutionBwdFilterAlgo_t)o.c->algo;
+    const void *dy = dout_read(&o, dout, d), *x = read_as(&o, in, o.l.in, n_in(d));
+    if (o.l.w == NO_COPY) {   /* float32 arithmetic: beta = 1 accumulates, as the interface asks */
+        cudnnCheck(cudnnConvolutionBackwardFilter(g.cudnn, &one, r.s->x[o.t], x, r.s->y[o.t], dy,
+                                                  r.s->conv[DS_CONV_BWD_FILTER], algo, o.ws + o.l.cudnn,
+                                                  r.s->cudnn_ws[DS_CONV_BWD_FILTER], &one, r.p->w[o.t], dw));
         return;
     }
-    dout_bf16_drop();
-    cudnnCheck(cudnnConvolutionBackwardFilter(g.cudnn, &one, r.s->x[0], in, r.s->y[0], dout,
-                                              r.s->conv[DS_CONV_BWD_FILTER], algo, s.cudnn, r.s->cudnn_ws, &one,
-                                              r.p->w[0], dw));
+    /* bf16: this micro-batch's gradient in bf16, added to the float32 gradient (autocast's rule) */
+    cudnnCheck(cudnnConvolutionBackwardFilter(g.cudnn, &one, r.s->x[o.t], x, r.s->y[o.t], dy,
+                                              r.s->conv[DS_CONV_BWD_FILTER], algo, o.ws + o.l.cudnn,
+                                              r.s->cudnn_ws[DS_CONV_BWD_FILTER], &zero, r.p->w[o.t], o.ws + o.l.w));
+    ds_cuda_from_bf16(dw, o.ws + o.l.w, n_w(d), 1);
 }
 
 /* ---- fully connected, row-major through column-major cuBLAS ----
@@ -698,6 +736,8 @@ static ds_backend cuda_backend = {
     .sgd_step = ds_cuda_sgd_step,
     .scale = ds_cuda_scale,
     .axpy = ds_cuda_axpy,
+    .add = ds_cuda_add,
+    .to_bf16 = ds_cuda_to_bf16,
     .normalize_u8 = ds_cuda_normalize_u8,
     .resized_crop_u8 = ds_cuda_resized_crop_u8,
     .reduce_start = cuda_reduce_start,

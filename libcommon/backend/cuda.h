@@ -7,13 +7,24 @@
  * resized_crop_u8's boxes; their mean[3]/std[3] are host values (constants, passed to the
  * kernel by value).
  *
- * Precision: "fp32" (FMA math in cuDNN and cuBLAS: no tensor cores, matches the CPU to
- * ~1e-5), "tf32" (tensor-core convolutions and GEMMs on fp32 data, 10-bit mantissa
- * products), "bf16" (convolutions cast their fp32 operands to bf16 in the workspace, run
- * on bf16 tensor cores with fp32 accumulation, and cast back; weight gradients are added
- * to the fp32 gradient, as PyTorch's autocast does. BN, loss, optimizer and masters stay
- * fp32). Plans are made per precision and determinism, so reselecting with other options
- * plans afresh. */
+ * Precision (the arithmetic of convolutions and GEMMs) and storage (the ds_dtype of each
+ * activation, the model's choice: backend.h) are independent; every storage works at every
+ * precision.
+ *   - "fp32": FMA math in cuDNN and cuBLAS, no tensor cores (on float32 storage it matches
+ *     the CPU to ~1e-5); "tf32": tensor-core convolutions and GEMMs on float32 tensors,
+ *     10-bit mantissa products; "bf16": convolutions on bf16 tensors, tensor cores with
+ *     float32 accumulation (cuBLAS's linear layer stays float32, with tf32 tensor cores).
+ *   - A convolution op gives cuDNN each tensor stored in the type it computes in as it is,
+ *     and copies the others in its workspace: float32 -> bf16 for a bf16 op (conv1's
+ *     float32 input under the model's bf16 storage; every tensor under float32 storage),
+ *     bf16 -> float32 for an op computing in float32 (an op of a bf16 run that falls back
+ *     to tf32 or fp32 where cuDNN has no bf16 algorithm, or bf16 storage in an fp32 or tf32
+ *     run); a result computed in the other type is cast back, rounded once. A bf16 weight
+ *     gradient is added to the float32 one, as PyTorch's autocast does.
+ *   - Batch norm, pooling and add compute in float32 on the stored values and round a bf16
+ *     result once; loss, optimizer, master weights and gradients are float32.
+ * Plans are made per precision, determinism and storage types, so reselecting with other
+ * options plans afresh. */
 #ifndef DS_BACKEND_CUDA_H
 #define DS_BACKEND_CUDA_H
 

@@ -18,6 +18,18 @@ void ds_cuda_kernels_init(void *p) { scratch = (double *)p; }
 
 #define THREADS 256
 
+/* ---- storage of activations ----
+ * float32 or bf16 (ds_dtype): the kernels below are templates over it. A bf16 value is
+ * widened exactly as it is loaded; a result is rounded once, to nearest even, as it is
+ * stored; everything between is the float32 arithmetic. */
+
+typedef __nv_bfloat16 bf16;
+
+__device__ __forceinline__ float ld(const float *p, long i) { return p[i]; }
+__device__ __forceinline__ float ld(const bf16 *p, long i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void st(float *p, long i, float v) { p[i] = v; }
+__device__ __forceinline__ void st(bf16 *p, long i, float v) { p[i] = __float2bfloat16_rn(v); }
+
 /* ---- batch norm ---- */
 
 /* Per-channel sums are split over chunks of consecutive rows: a block of (BN_CH channels,
@@ -48,25 +60,29 @@ enum { BN_STATS, BN_GRADS };
  * fused multiply-add), summed in float over DS_BN_FLUSH rows and then added into a double.
  * Thread (channel, chunk) walks its chunk's rows in order; a warp's threads are neighbouring
  * channels of the same row, so the loads stay coalesced. */
-__global__ void bn_partial_kernel(double *partial, float *dout, const float *out, const float *in,
-                                  const float *center, int mode, int relu, int m, int c, int chunks)
+template <typename T>
+__global__ void bn_partial_kernel(double *partial, T *dout, const T *out, const T *in, const float *center,
+                                  int mode, int relu, int m, int c, int chunks)
 {
     int ch = blockIdx.x * BN_CH + threadIdx.x, t = blockIdx.y * BN_ROWS + threadIdx.y;
     if (ch >= c) return;
     long r0 = (long)t * m / chunks, r1 = (long)(t + 1) * m / chunks;
-    float mu = mode == BN_GRADS ? center[ch] : m ? in[ch] : 0;
+    float mu = mode == BN_GRADS ? center[ch] : m ? ld(in, ch) : 0;
     double a = 0, b = 0;
     for (long i0 = r0; i0 < r1; i0 += DS_BN_FLUSH) {
         long i1 = i0 + DS_BN_FLUSH < r1 ? i0 + DS_BN_FLUSH : r1;
         float fa = 0, fb = 0;
         for (long i = i0; i < i1; i++) {
             long at = i * c + ch;
-            float v = __fsub_rn(in[at], mu), u;
+            float v = __fsub_rn(ld(in, at), mu), u;
             if (mode == BN_STATS) {
                 u = v;
             } else {
-                u = dout[at];
-                if (relu && !(out[at] > 0)) dout[at] = u = 0;
+                u = ld(dout, at);
+                if (relu && !(ld(out, at) > 0)) {
+                    u = 0;
+                    st(dout, at, u);
+                }
             }
             fa = __fadd_rn(fa, u);
             fb = __fadd_rn(fb, __fmul_rn(u, v));
@@ -77,26 +93,27 @@ __global__ void bn_partial_kernel(double *partial, float *dout, const float *out
     partial[((long)chunks + t) * c + ch] = b;
 }
 
-static void bn_partials(double *partial, float *dout, const float *out, const float *in,
-                        const float *center, int mode, int relu, int m, int c, int chunks)
+template <typename T>
+static void bn_partials(double *partial, T *dout, const T *out, const T *in, const float *center, int mode,
+                        int relu, int m, int c, int chunks)
 {
     dim3 grid((c + BN_CH - 1) / BN_CH, chunks / BN_ROWS), block(BN_CH, BN_ROWS);
-    bn_partial_kernel<<<grid, block, 0, ds_cuda_stream()>>>(partial, dout, out, in, center, mode,
-                                                            relu, m, c, chunks);
+    bn_partial_kernel<<<grid, block, 0, ds_cuda_stream()>>>(partial, dout, out, in, center, mode, relu, m, c,
+                                                            chunks);
     launchCheck();
 }
 
 /* One thread per channel: the statistics and a = gamma * invstd (CPU: bn_fwd_train). The
  * chunks' sums are added in chunk order; the double arithmetic rounds each operation. */
-__global__ void bn_stats_final_kernel(float *mean, float *var, float *invstd, float *ka,
-                                      const double *partial, const float *in, const float *gamma,
-                                      int m, int c, int chunks, float eps)
+template <typename T>
+__global__ void bn_stats_final_kernel(float *mean, float *var, float *invstd, float *ka, const double *partial,
+                                      const T *in, const float *gamma, int m, int c, int chunks, float eps)
 {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= c) return;
     double s1 = 0, s2 = 0;
     for (int t = 0; t < chunks; t++) s1 += partial[(long)t * c + j], s2 += partial[((long)chunks + t) * c + j];
-    float shift = m ? in[j] : 0;
+    float shift = m ? ld(in, j) : 0;
     double d = m ? s1 / m : 0, v = m ? __dsub_rn(s2 / m, __dmul_rn(d, d)) : 0;
     if (v < 0) v = 0;
     double is = 1.0 / sqrt(v + eps);
@@ -117,14 +134,15 @@ __global__ void bn_infer_coef_kernel(float *ka, const float *gamma, const float 
 /* out [m, c] = relu?((in - mean) * a + beta + residual?), the CPU's formula and rounding
  * (cpu_loops.inc bn_apply): the mean is subtracted first, which keeps the precision when
  * |mean| >> std, and no multiply-add is fused. */
-__global__ void bn_apply_kernel(float *out, const float *in, const float *mean, const float *a,
-                                const float *beta, const float *residual, int relu, long total, int c)
+template <typename T>
+__global__ void bn_apply_kernel(T *out, const T *in, const float *mean, const float *a, const float *beta,
+                                const T *residual, int relu, long total, int c)
 {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
         int j = (int)(i % c);
-        float v = __fadd_rn(__fmul_rn(__fsub_rn(in[i], mean[j]), a[j]), beta[j]);
-        if (residual) v = __fadd_rn(v, residual[i]);
-        out[i] = relu && v < 0 ? 0 : v;
+        float v = __fadd_rn(__fmul_rn(__fsub_rn(ld(in, i), mean[j]), a[j]), beta[j]);
+        if (residual) v = __fadd_rn(v, ld(residual, i));
+        st(out, i, relu && v < 0 ? 0 : v);
     }
 }
 
@@ -133,13 +151,13 @@ static float *bn_coef(int c, int which)   /* coefficient arrays live past the pa
     return (float *)((char *)scratch + DS_CUDA_SCRATCH_BYTES) - (size_t)(3 - which) * c;
 }
 
-void ds_cuda_bn_fwd_train(float *out, float *mean, float *var, float *invstd, const float *in,
-                          const float *gamma, const float *beta, const float *residual, int relu,
-                          int m, int c, float eps)
+template <typename T>
+static void bn_fwd_train(T *out, float *mean, float *var, float *invstd, const T *in, const float *gamma,
+                         const float *beta, const T *residual, int relu, int m, int c, float eps)
 {
     int chunks = bn_chunks(m, c);
     float *ka = bn_coef(c, 0);
-    bn_partials(scratch, NULL, NULL, in, NULL, BN_STATS, 0, m, c, chunks);
+    bn_partials(scratch, (T *)NULL, (const T *)NULL, in, NULL, BN_STATS, 0, m, c, chunks);
     bn_stats_final_kernel<<<(c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream()>>>(
         mean, var, invstd, ka, scratch, in, gamma, m, c, chunks, eps);
     launchCheck();
@@ -149,9 +167,21 @@ void ds_cuda_bn_fwd_train(float *out, float *mean, float *var, float *invstd, co
     launchCheck();
 }
 
-void ds_cuda_bn_fwd_infer(float *out, const float *in, const float *gamma, const float *beta,
-                          const float *running_mean, const float *running_var, const float *residual,
-                          int relu, int m, int c, float eps)
+void ds_cuda_bn_fwd_train(void *out, float *mean, float *var, float *invstd, const void *in,
+                          const float *gamma, const float *beta, const void *residual, int relu,
+                          int m, int c, float eps, ds_dtype t)
+{
+    if (t == DS_BF16)
+        bn_fwd_train((bf16 *)out, mean, var, invstd, (const bf16 *)in, gamma, beta, (const bf16 *)residual, relu,
+                     m, c, eps);
+    else
+        bn_fwd_train((float *)out, mean, var, invstd, (const float *)in, gamma, beta, (const float *)residual, relu,
+                     m, c, eps);
+}
+
+template <typename T>
+static void bn_fwd_infer(T *out, const T *in, const float *gamma, const float *beta, const float *running_mean,
+                         const float *running_var, const T *residual, int relu, int m, int c, float eps)
 {
     float *ka = bn_coef(c, 0);
     bn_infer_coef_kernel<<<(c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream()>>>(ka, gamma, running_var, c, eps);
@@ -160,6 +190,18 @@ void ds_cuda_bn_fwd_infer(float *out, const float *in, const float *gamma, const
     bn_apply_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(out, in, running_mean, ka, beta,
                                                                                       residual, relu, total, c);
     launchCheck();
+}
+
+void ds_cuda_bn_fwd_infer(void *out, const void *in, const float *gamma, const float *beta,
+                          const float *running_mean, const float *running_var, const void *residual,
+                          int relu, int m, int c, float eps, ds_dtype t)
+{
+    if (t == DS_BF16)
+        bn_fwd_infer((bf16 *)out, (const bf16 *)in, gamma, beta, running_mean, running_var, (const bf16 *)residual,
+                     relu, m, c, eps);
+    else
+        bn_fwd_infer((float *)out, (const float *)in, gamma, beta, running_mean, running_var,
+                     (const float *)residual, relu, m, c, eps);
 }
 
 /* dgamma, dbeta += ; the coefficients of din = dy * ka + (x - mean) * kb + kc (CPU: bn_bwd) */
@@ -180,26 +222,29 @@ __global__ void bn_grad_final_kernel(float *dgamma, float *dbeta, float *ka, flo
     kc[k] = (float)(-gi * mdy);
 }
 
-/* din = dy * ka + (x - mean) * kb + kc, the CPU's formula and rounding (cpu_loops.inc bn_dx) */
-__global__ void bn_dx_kernel(float *din, const float *dy, const float *in, const float *mean, const float *ka,
-                             const float *kb, const float *kc, long total, int c)
+/* din = dy * ka + (x - mean) * kb + kc, the CPU's formula and rounding (cpu_loops.inc bn_dx);
+ * din may be dy (elementwise) */
+template <typename T>
+__global__ void bn_dx_kernel(T *din, const T *dy, const T *in, const float *mean, const float *ka, const float *kb,
+                             const float *kc, long total, int c)
 {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
         int j = (int)(i % c);
-        din[i] = __fadd_rn(__fadd_rn(__fmul_rn(dy[i], ka[j]), __fmul_rn(__fsub_rn(in[i], mean[j]), kb[j])), kc[j]);
+        st(din, i, __fadd_rn(__fadd_rn(__fmul_rn(ld(dy, i), ka[j]), __fmul_rn(__fsub_rn(ld(in, i), mean[j]), kb[j])),
+                             kc[j]));
     }
 }
 
-void ds_cuda_bn_bwd(float *din, float *dresidual, float *dgamma, float *dbeta, float *dout,
-                    const float *out, const float *in, const float *gamma, const float *mean,
-                    const float *invstd, int relu, int m, int c)
+template <typename T>
+static void bn_bwd(T *din, T *dresidual, float *dgamma, float *dbeta, T *dout, const T *out, const T *in,
+                   const float *gamma, const float *mean, const float *invstd, int relu, int m, int c)
 {
     int chunks = bn_chunks(m, c);
     float *ka = bn_coef(c, 0), *kb = bn_coef(c, 1), *kc = bn_coef(c, 2);
     long total = (long)m * c;
     bn_partials(scratch, dout, out, in, mean, BN_GRADS, relu, m, c, chunks);
     if (dresidual && dresidual != dout)
-        cudaCheck(cudaMemcpyAsync(dresidual, dout, total * sizeof(float), cudaMemcpyDeviceToDevice, ds_cuda_stream()));
+        cudaCheck(cudaMemcpyAsync(dresidual, dout, total * sizeof(T), cudaMemcpyDeviceToDevice, ds_cuda_stream()));
     bn_grad_final_kernel<<<(c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream()>>>(
         dgamma, dbeta, ka, kb, kc, scratch, gamma, invstd, m, c, chunks);
     launchCheck();
@@ -208,10 +253,24 @@ void ds_cuda_bn_bwd(float *din, float *dresidual, float *dgamma, float *dbeta, f
     launchCheck();
 }
 
+void ds_cuda_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout,
+                    const void *out, const void *in, const float *gamma, const float *mean,
+                    const float *invstd, int relu, int m, int c, ds_dtype t)
+{
+    if (t == DS_BF16)
+        bn_bwd((bf16 *)din, (bf16 *)dresidual, dgamma, dbeta, (bf16 *)dout, (const bf16 *)out, (const bf16 *)in,
+               gamma, mean, invstd, relu, m, c);
+    else
+        bn_bwd((float *)din, (float *)dresidual, dgamma, dbeta, (float *)dout, (const float *)out, (const float *)in,
+               gamma, mean, invstd, relu, m, c);
+}
+
 /* ---- pooling ---- */
 
-/* out [n, p, q, c] = max over the window of in [n, h, w, c]; padding never wins */
-__global__ void maxpool_fwd_kernel(float *out, const float *in, ds_pool_desc d)
+/* out [n, p, q, c] = max over the window of in [n, h, w, c]; padding never wins. The
+ * maximum is one of the inputs, so a bf16 one is stored exactly. */
+template <typename T>
+__global__ void maxpool_fwd_kernel(T *out, const T *in, ds_pool_desc d)
 {
     long total = (long)d.n * d.p * d.q * d.c;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
@@ -225,25 +284,26 @@ __global__ void maxpool_fwd_kernel(float *out, const float *in, ds_pool_desc d)
             for (int s = 0; s < d.k; s++) {
                 int iw = q * d.stride - d.pad + s;
                 if (iw < 0 || iw >= d.w) continue;
-                float x = in[(((long)n * d.h + ih) * d.w + iw) * d.c + j];
+                float x = ld(in, (((long)n * d.h + ih) * d.w + iw) * d.c + j);
                 y = x > y ? x : y;
             }
         }
-        out[i] = y;
+        st(out, i, y);
     }
 }
 
 /* Gather form of the CPU's scatter: each input element sums dout over the windows whose
  * first maximum it is, visiting windows in the CPU's (p, q) order, so the sums match
  * bitwise and need no atomics. */
-__global__ void maxpool_bwd_kernel(float *din, const float *dout, const float *in, ds_pool_desc d)
+template <typename T>
+__global__ void maxpool_bwd_kernel(T *din, const T *dout, const T *in, ds_pool_desc d)
 {
     long total = (long)d.n * d.h * d.w * d.c;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
         int j = (int)(i % d.c);
         long t = i / d.c;
         int iw0 = (int)(t % d.w), ih0 = (int)(t / d.w % d.h), n = (int)(t / ((long)d.w * d.h));
-        const float *img = in + (long)n * d.h * d.w * d.c;
+        const T *img = in + (long)n * d.h * d.w * d.c;
         /* windows p with p*stride - pad <= ih0 <= p*stride - pad + k - 1 */
         int p0 = ih0 + d.pad - d.k + 1, q0 = iw0 + d.pad - d.k + 1;
         p0 = p0 <= 0 ? 0 : (p0 + d.stride - 1) / d.stride;
@@ -260,60 +320,80 @@ __global__ void maxpool_bwd_kernel(float *din, const float *dout, const float *i
                     for (int s = 0; s < d.k; s++) {
                         int iw = q * d.stride - d.pad + s;
                         if (iw < 0 || iw >= d.w) continue;
-                        float x = img[((long)ih * d.w + iw) * d.c + j];
+                        float x = ld(img, ((long)ih * d.w + iw) * d.c + j);
                         if (at_h < 0 || x > best) best = x, at_h = ih, at_w = iw;
                     }
                 }
-                if (at_h == ih0 && at_w == iw0) g += dout[(((long)n * d.p + p) * d.q + q) * d.c + j];
+                if (at_h == ih0 && at_w == iw0) g += ld(dout, (((long)n * d.p + p) * d.q + q) * d.c + j);
             }
-        din[i] = g;
+        st(din, i, g);
     }
 }
 
-void ds_cuda_maxpool_fwd(float *out, const float *in, const ds_pool_desc *d)
+void ds_cuda_maxpool_fwd(void *out, const void *in, const ds_pool_desc *d)
 {
     long total = (long)d->n * d->p * d->q * d->c;
-    maxpool_fwd_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(out, in, *d);
+    unsigned blocks = ds_cuda_blocks(total, THREADS);
+    if (d->t == DS_BF16)
+        maxpool_fwd_kernel<<<blocks, THREADS, 0, ds_cuda_stream()>>>((bf16 *)out, (const bf16 *)in, *d);
+    else
+        maxpool_fwd_kernel<<<blocks, THREADS, 0, ds_cuda_stream()>>>((float *)out, (const float *)in, *d);
     launchCheck();
 }
 
-void ds_cuda_maxpool_bwd(float *din, const float *dout, const float *in, const float *out,
+void ds_cuda_maxpool_bwd(void *din, const void *dout, const void *in, const void *out,
                          const ds_pool_desc *d)
 {
     (void)out;  /* each input finds its window's first maximum again from `in` */
     long total = (long)d->n * d->h * d->w * d->c;
-    maxpool_bwd_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(din, dout, in, *d);
+    unsigned blocks = ds_cuda_blocks(total, THREADS);
+    if (d->t == DS_BF16)
+        maxpool_bwd_kernel<<<blocks, THREADS, 0, ds_cuda_stream()>>>((bf16 *)din, (const bf16 *)dout,
+                                                                     (const bf16 *)in, *d);
+    else
+        maxpool_bwd_kernel<<<blocks, THREADS, 0, ds_cuda_stream()>>>((float *)din, (const float *)dout,
+                                                                     (const float *)in, *d);
     launchCheck();
 }
 
-/* out [n, c] = sum over hw of in [n, hw, c], then / hw (CPU order) */
-__global__ void avgpool_fwd_kernel(float *out, const float *in, int n, int hw, int c)
+/* out [n, c] (float32) = sum over hw of in [n, hw, c], then / hw (CPU order) */
+template <typename T>
+__global__ void avgpool_fwd_kernel(float *out, const T *in, int n, int hw, int c)
 {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i >= (long)n * c) return;
     long b = i / c;
     int j = (int)(i % c);
     float y = 0;
-    for (int k = 0; k < hw; k++) y += in[(b * hw + k) * c + j];
+    for (int k = 0; k < hw; k++) y += ld(in, (b * hw + k) * c + j);
     out[i] = y / (float)hw;
 }
 
-__global__ void avgpool_bwd_kernel(float *din, const float *dout, int n, int hw, int c)
+template <typename T>
+__global__ void avgpool_bwd_kernel(T *din, const float *dout, int n, int hw, int c)
 {
     long total = (long)n * hw * c;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x)
-        din[i] = dout[i / ((long)hw * c) * c + i % c] / (float)hw;
+        st(din, i, dout[i / ((long)hw * c) * c + i % c] / (float)hw);
 }
 
-void ds_cuda_avgpool_fwd(float *out, const float *in, int n, int hw, int c)
+void ds_cuda_avgpool_fwd(float *out, const void *in, int n, int hw, int c, ds_dtype in_t)
 {
-    avgpool_fwd_kernel<<<((long)n * c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream()>>>(out, in, n, hw, c);
+    unsigned blocks = (unsigned)(((long)n * c + THREADS - 1) / THREADS);
+    if (in_t == DS_BF16)
+        avgpool_fwd_kernel<<<blocks, THREADS, 0, ds_cuda_stream()>>>(out, (const bf16 *)in, n, hw, c);
+    else
+        avgpool_fwd_kernel<<<blocks, THREADS, 0, ds_cuda_stream()>>>(out, (const float *)in, n, hw, c);
     launchCheck();
 }
 
-void ds_cuda_avgpool_bwd(float *din, const float *dout, int n, int hw, int c)
+void ds_cuda_avgpool_bwd(void *din, const float *dout, int n, int hw, int c, ds_dtype in_t)
 {
-    avgpool_bwd_kernel<<<ds_cuda_blocks((long)n * hw * c, THREADS), THREADS, 0, ds_cuda_stream()>>>(din, dout, n, hw, c);
+    unsigned blocks = ds_cuda_blocks((long)n * hw * c, THREADS);
+    if (in_t == DS_BF16)
+        avgpool_bwd_kernel<<<blocks, THREADS, 0, ds_cuda_stream()>>>((bf16 *)din, dout, n, hw, c);
+    else
+        avgpool_bwd_kernel<<<blocks, THREADS, 0, ds_cuda_stream()>>>((float *)din, dout, n, hw, c);
     launchCheck();
 }
 
@@ -459,6 +539,24 @@ void ds_cuda_axpy(float *y, float alpha, const float *x, size_t n)
     launchCheck();
 }
 
+/* y += x in bf16: the float sum of the two values, rounded once */
+__global__ void add_bf16_kernel(bf16 *y, const bf16 *x, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        st(y, (long)i, __fadd_rn(ld(y, (long)i), ld(x, (long)i)));
+}
+
+void ds_cuda_add(void *y, const void *x, size_t n, ds_dtype t)
+{
+    if (!n) return;
+    if (t != DS_BF16) {
+        ds_cuda_axpy((float *)y, 1.0f, (const float *)x, n);   /* x * 1 is exact: y + x */
+        return;
+    }
+    add_bf16_kernel<<<ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream()>>>((bf16 *)y, (const bf16 *)x, n);
+    launchCheck();
+}
+
 /* ---- input batch ---- */
 
 struct norm_consts { float mean[3], std[3]; };
@@ -549,13 +647,13 @@ void ds_cuda_resized_crop_u8(float *out, const uint8_t *in, int n, int H, int W,
 
 /* ---- bf16 casts (round to nearest even) ---- */
 
-__global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
+__global__ void to_bf16_kernel(bf16 *dst, const float *src, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dst[i] = __float2bfloat16_rn(src[i]);
 }
 
-__global__ void from_bf16_kernel(float *dst, const __nv_bfloat16 *src, size_t n, int accumulate)
+__global__ void from_bf16_kernel(float *dst, const bf16 *src, size_t n, int accumulate)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dst[i] = accumulate ? dst[i] + __bfloat162float(src[i]) : __bfloat162float(src[i]);
@@ -564,13 +662,13 @@ __global__ void from_bf16_kernel(float *dst, const __nv_bfloat16 *src, size_t n,
 void ds_cuda_to_bf16(void *dst, const float *src, size_t n)
 {
     if (!n) return;
-    to_bf16_kernel<<<ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream()>>>((__nv_bfloat16 *)dst, src, n);
+    to_bf16_kernel<<<ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream()>>>((bf16 *)dst, src, n);
     launchCheck();
 }
 
 void ds_cuda_from_bf16(float *dst, const void *src, size_t n, int accumulate)
 {
     if (!n) return;
-    from_bf16_kernel<<<ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream()>>>(dst, (const __nv_bfloat16 *)src, n, accumulate);
+    from_bf16_kernel<<<ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream()>>>(dst, (const bf16 *)src, n, accumulate);
     launchCheck();
 }

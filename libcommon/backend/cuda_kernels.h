@@ -19,20 +19,25 @@
 #define DS_CUDA_SCRATCH_BYTES ((size_t)16 << 20)
 void ds_cuda_kernels_init(void *scratch);
 
-void ds_cuda_bn_fwd_train(float *out, float *mean, float *var, float *invstd, const float *in,
-                          const float *gamma, const float *beta, const float *residual, int relu,
-                          int m, int c, float eps);
-void ds_cuda_bn_fwd_infer(float *out, const float *in, const float *gamma, const float *beta,
-                          const float *running_mean, const float *running_var, const float *residual,
-                          int relu, int m, int c, float eps);
-void ds_cuda_bn_bwd(float *din, float *dresidual, float *dgamma, float *dbeta, float *dout,
-                    const float *out, const float *in, const float *gamma, const float *mean,
-                    const float *invstd, int relu, int m, int c);
-void ds_cuda_maxpool_fwd(float *out, const float *in, const ds_pool_desc *d);
-void ds_cuda_maxpool_bwd(float *din, const float *dout, const float *in, const float *out,
+/* Activations and their gradients in storage t (backend.h): a bf16 value is widened to
+ * float as it is loaded, the arithmetic is the float32 kernels', and a bf16 result is
+ * rounded once, to nearest even, as it is stored. */
+void ds_cuda_bn_fwd_train(void *out, float *mean, float *var, float *invstd, const void *in,
+                          const float *gamma, const float *beta, const void *residual, int relu,
+                          int m, int c, float eps, ds_dtype t);
+void ds_cuda_bn_fwd_infer(void *out, const void *in, const float *gamma, const float *beta,
+                          const float *running_mean, const float *running_var, const void *residual,
+                          int relu, int m, int c, float eps, ds_dtype t);
+void ds_cuda_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout,
+                    const void *out, const void *in, const float *gamma, const float *mean,
+                    const float *invstd, int relu, int m, int c, ds_dtype t);
+void ds_cuda_maxpool_fwd(void *out, const void *in, const ds_pool_desc *d);
+void ds_cuda_maxpool_bwd(void *din, const void *dout, const void *in, const void *out,
                          const ds_pool_desc *d);
-void ds_cuda_avgpool_fwd(float *out, const float *in, int n, int hw, int c);
-void ds_cuda_avgpool_bwd(float *din, const float *dout, int n, int hw, int c);
+void ds_cuda_avgpool_fwd(float *out, const void *in, int n, int hw, int c, ds_dtype in_t);
+void ds_cuda_avgpool_bwd(void *din, const float *dout, int n, int hw, int c, ds_dtype in_t);
+/* y += x, one rounding (float32: bitwise axpy with alpha 1) */
+void ds_cuda_add(void *y, const void *x, size_t n, ds_dtype t);
 /* out [n, o] += b [o];  db [o] += sum over n of dout [n, o] */
 void ds_cuda_bias_fwd(float *out, const float *b, int n, int o);
 void ds_cuda_bias_bwd(float *db, const float *dout, int n, int o);
@@ -48,7 +53,8 @@ void ds_cuda_normalize_u8(float *out, const uint8_t *in, int n, int H, int W, in
 void ds_cuda_resized_crop_u8(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
                              const int32_t *y0, const int32_t *x0, const int32_t *bh, const int32_t *bw,
                              const uint8_t *flip, const float mean[3], const float std[3]);
-/* bf16 casts for the bf16 convolutions: dst = bf16(src); dst = src or dst += src. */
+/* bf16 casts: dst = bf16(src) (the to_bf16 op, and the convolutions' copies of float32
+ * tensors for bf16 arithmetic); dst = src or dst += src (a bf16 result into float32). */
 void ds_cuda_to_bf16(void *dst, const float *src, size_t n);
 void ds_cuda_from_bf16(float *dst, const void *src, size_t n, int accumulate);
 

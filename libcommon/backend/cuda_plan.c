@@ -8,14 +8,14 @@
 
 int ds_conv_same_shape(const ds_conv_desc *a, const ds_conv_desc *b)
 {
-    return a->h == b->h && a->w == b->w && a->c == b->c && a->k == b->k && a->r == b->r && a->s == b->s &&
-           a->stride == b->stride && a->pad == b->pad && a->p == b->p && a->q == b->q && a->no_dx == b->no_dx;
+    return ds_conv_same_layer(a, b) && a->h == b->h && a->w == b->w && a->p == b->p && a->q == b->q;
 }
 
 int ds_conv_same_layer(const ds_conv_desc *a, const ds_conv_desc *b)
 {
     return a->c == b->c && a->k == b->k && a->r == b->r && a->s == b->s && a->stride == b->stride &&
-           a->pad == b->pad && a->no_dx == b->no_dx;
+           a->pad == b->pad && a->no_dx == b->no_dx && a->in_t == b->in_t && a->out_t == b->out_t &&
+           a->w_t == b->w_t;
 }
 
 static int same_kind(const ds_conv_plan *p, const ds_conv_desc *d, int precision, int deterministic)

@@ -5,10 +5,10 @@
  * with d.n = max_batch at the planned height and width), and then runs it with any n from 1
  * to that batch (the last batch of an evaluation is usually short) and any smaller input
  * (ds_model_set_input_size: progressive resizing, evaluation at another crop). A plan
- * therefore serves every run of the same layer (channels, window, stride, padding) with n,
- * h and w no larger than its own. For each (n, h, w) actually run the backend sets up a
- * "slot" (tensor descriptors for that size, and algorithms whose workspace fits); a few
- * slots are kept per plan, the least recently used one is reused.
+ * therefore serves every run of the same layer (channels, window, stride, padding, storage
+ * types) with n, h and w no larger than its own. For each (n, h, w) actually run the backend
+ * sets up a "slot" (tensor descriptors for that size, and algorithms whose workspace fits);
+ * a few slots are kept per plan, the least recently used one is reused.
  *
  * Workspace: conv_workspace returned `bytes` for each plan, and every arena planned with
  * that plan holds at least that much. Several models in one process may plan the same shape
@@ -55,7 +55,8 @@ typedef struct {
 
 /* 1 when a and b are the same convolution apart from the batch size n. */
 int ds_conv_same_shape(const ds_conv_desc *a, const ds_conv_desc *b);
-/* 1 when a and b are the same layer (c, k, r, s, stride, pad) at any batch and input size. */
+/* 1 when a and b are the same layer (c, k, r, s, stride, pad, no_dx, and the storage types,
+ * which decide the copies in the workspace) at any batch and input size. */
 int ds_conv_same_layer(const ds_conv_desc *a, const ds_conv_desc *b);
 
 /* The plan made for exactly d (n included) with this precision and determinism, or NULL:

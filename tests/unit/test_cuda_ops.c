@@ -1,17 +1,30 @@
 /* Every op of the CUDA backend against the CPU backend (the reference), fp32 with
  * deterministic cuDNN algorithms; then the convolutions again in tf32 and bf16 (the
- * algorithms cuDNN's Find picks, and the bf16 copies in the workspace). Convolutions are
- * planned at one size and also run at a smaller batch and input (short batches, progressive
- * resizing, validation at another crop), and a conv1-like layer whose input needs no
- * gradient is planned without backward-data. Where no GPU is visible (or the build has no
- * CUDA) the test prints one SKIP line (counted apart by tests/run.sh, not as a pass); a GPU
- * that is there but cannot start is a failure.
+ * algorithms cuDNN's Find picks, and the bf16 copies of float32 tensors in the workspace).
+ * Convolutions are planned at one size and also run at a smaller batch and input (short
+ * batches, progressive resizing, validation at another crop), and a conv1-like layer whose
+ * input needs no gradient is planned without backward-data. Then bf16 storage against the
+ * CPU's bf16 backend: convolutions with bf16 activations and weights (and conv1's float32
+ * input) under bf16 arithmetic, where cuDNN takes the bf16 tensors as they are, and under
+ * tf32 and fp32, where they are copied to float32 and the results back; batch norm with
+ * residual and ReLU, pooling, add and to_bf16 on bf16 tensors. Where no GPU is visible (or
+ * the build has no CUDA) the test prints one SKIP line (counted apart by tests/run.sh, not
+ * as a pass); a GPU that is there but cannot start is a failure.
  *
  * Tolerance: |gpu - cpu| <= tol |cpu| + tol max|cpu|, tol = 1e-4 in fp32: both compute in
  * fp32 but sum in different orders; a sum of K products then differs by ~K * 2^-24 of its
  * largest terms, which for the K <= 600 here stays below 1e-4 of the tensor's scale. tf32
  * and bf16 round each product's inputs to 10 and 7 mantissa bits (2^-11, 2^-8 relative): a
- * sum of K such products with random signs stays within ~1e-2 of the tensor's scale. */
+ * sum of K such products with random signs stays within ~1e-2 of the tensor's scale.
+ * Against the CPU's bf16 backend both sides take the same bf16 values. Float32 results of
+ * float arithmetic (statistics, dgamma, dbeta, the average pool) differ only by the order
+ * of float sums: 1e-4 as in fp32 (TOL_F32). A result stored in bf16 may be one rounding
+ * (2^-8 relative) apart where the float values on the two sides straddle a rounding
+ * boundary, a convolution's sums of exact bf16 products differ by their order (and cuDNN
+ * rounds a bf16 weight gradient to bf16 before adding it), and the CPU's max-pool backward
+ * rounds after each of the (at most 4 here) windows it adds while the GPU's sums them in
+ * float and rounds once (a few 2^-9 of the partial sums): 1e-2 (TOL_BF16). to_bf16 and add
+ * are defined to the bit (one rounding to nearest even of the float value). */
 #include "../check.h"
 #include "backend.h"
 
@@ -35,7 +48,10 @@ int main(void)
 
 static const ds_backend *C = &ds_backend_cpu, *G;
 static uint64_t next_id = 1;
-static double tol = 1e-4;      /* of the comparisons below: 1e-2 for the tf32 and bf16 convolutions */
+static double tol = 1e-4;      /* of cmp below: 1e-2 for the tf32 and bf16 convolutions */
+
+#define TOL_F32 1e-4
+#define TOL_BF16 1e-2
 
 static void *xmalloc(size_t bytes)
 {
@@ -54,6 +70,44 @@ static float *host_rand(size_t n, float lo, float hi)
     return x;
 }
 
+typedef uint16_t bf16;   /* the bits of a bfloat16 */
+
+/* x rounded to bf16, to nearest even (no NaN in this test's data) */
+static bf16 bf16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (bf16)(u >> 16);
+}
+
+static float bf16_value(bf16 h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* n uniform values in [lo, hi) stored in t (bf16: rounded) */
+static void *host_rand_as(size_t n, float lo, float hi, ds_dtype t)
+{
+    float *x = host_rand(n, lo, hi);
+    if (t == DS_F32) return x;
+    bf16 *h = xmalloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = bf16_round(x[i]);
+    free(x);
+    return h;
+}
+
+/* n values stored in t, as floats (a new array) */
+static float *widen(const void *x, size_t n, ds_dtype t)
+{
+    float *y = xmalloc(n * sizeof *y);
+    for (size_t i = 0; i < n; i++) y[i] = t == DS_BF16 ? bf16_value(((const bf16 *)x)[i]) : ((const float *)x)[i];
+    return y;
+}
+
 static void *to_dev(const void *h, size_t bytes)
 {
     void *d = G->alloc(bytes);
@@ -62,15 +116,33 @@ static void *to_dev(const void *h, size_t bytes)
     return d;
 }
 
-/* Downloads n floats from the GPU and compares them with the CPU's. */
+/* Downloads n values stored in t from the GPU and compares them, as floats, with the CPU's
+ * (stored alike), within tl (see the top). */
+static void cmp_as(const char *what, const void *dev, const void *ref, size_t n, ds_dtype t, double tl)
+{
+    void *raw = xmalloc(n * ds_dtype_size(t));
+    G->download(raw, dev, n * ds_dtype_size(t));
+    float *got = widen(raw, n, t), *want = widen(ref, n, t);
+    double scale = 0;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(want[i]));
+    check_close(what, got, want, n, tl * scale, tl);
+    free(raw), free(got), free(want);
+}
+
+/* Downloads n floats from the GPU and compares them with the CPU's, within tol. */
 static void cmp(const char *what, const float *dev, const float *ref, size_t n)
 {
-    float *got = xmalloc(n * sizeof *got);
-    G->download(got, dev, n * sizeof *got);
-    double scale = 0;
-    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(ref[i]));
-    check_close(what, got, ref, n, tol * scale, tol);
+    cmp_as(what, dev, ref, n, DS_F32, tol);
+}
+
+/* 1 when n values stored in t on the GPU are bitwise the CPU's */
+static int same_bits(const void *dev, const void *ref, size_t n, ds_dtype t)
+{
+    void *got = xmalloc(n * ds_dtype_size(t));
+    G->download(got, dev, n * ds_dtype_size(t));
+    int same = memcmp(got, ref, n * ds_dtype_size(t)) == 0;
     free(got);
+    return same;
 }
 
 static float *dup(const float *x, size_t n)
@@ -171,9 +243,9 @@ static void test_bn(int m, int c, int relu, int residual)
     float *inf = xmalloc(mc * 4), *din = xmalloc(mc * 4), *dres = xmalloc(mc * 4), *dy = dup(dout, mc);
     float *dg = dup(dg0, c), *db = dup(db0, c);
     const float *r = residual ? res : NULL;
-    C->bn_fwd_train(out, mean, var, is, in, gam, bet, r, relu, m, c, 1e-5f);
-    C->bn_fwd_infer(inf, in, gam, bet, rm, rv, r, relu, m, c, 1e-5f);
-    C->bn_bwd(din, residual ? dres : NULL, dg, db, dy, out, in, gam, mean, is, relu, m, c);
+    C->bn_fwd_train(out, mean, var, is, in, gam, bet, r, relu, m, c, 1e-5f, DS_F32);
+    C->bn_fwd_infer(inf, in, gam, bet, rm, rv, r, relu, m, c, 1e-5f, DS_F32);
+    C->bn_bwd(din, residual ? dres : NULL, dg, db, dy, out, in, gam, mean, is, relu, m, c, DS_F32);
 
     float *g_in = to_dev(in, mc * 4), *g_res = to_dev(res, mc * 4), *g_gam = to_dev(gam, c * 4),
           *g_bet = to_dev(bet, c * 4), *g_dy = to_dev(dout, mc * 4), *g_rm = to_dev(rm, c * 4),
@@ -182,9 +254,9 @@ static void test_bn(int m, int c, int relu, int residual)
           *g_is = G->alloc(c * 4), *g_inf = G->alloc(mc * 4), *g_din = G->alloc(mc * 4),
           *g_dres = G->alloc(mc * 4);
     const float *gr = residual ? g_res : NULL;
-    G->bn_fwd_train(g_out, g_mean, g_var, g_is, g_in, g_gam, g_bet, gr, relu, m, c, 1e-5f);
-    G->bn_fwd_infer(g_inf, g_in, g_gam, g_bet, g_rm, g_rv, gr, relu, m, c, 1e-5f);
-    G->bn_bwd(g_din, residual ? g_dres : NULL, g_dg, g_db, g_dy, g_out, g_in, g_gam, g_mean, g_is, relu, m, c);
+    G->bn_fwd_train(g_out, g_mean, g_var, g_is, g_in, g_gam, g_bet, gr, relu, m, c, 1e-5f, DS_F32);
+    G->bn_fwd_infer(g_inf, g_in, g_gam, g_bet, g_rm, g_rv, gr, relu, m, c, 1e-5f, DS_F32);
+    G->bn_bwd(g_din, residual ? g_dres : NULL, g_dg, g_db, g_dy, g_out, g_in, g_gam, g_mean, g_is, relu, m, c, DS_F32);
     cmp("bn_fwd_train out", g_out, out, mc);
     cmp("bn mean", g_mean, mean, c);
     cmp("bn var (biased)", g_var, var, c);
@@ -205,7 +277,7 @@ static void test_bn(int m, int c, int relu, int residual)
 static void test_pool(void)
 {
     check_begin("cuda max pool 3x3/2 pad 1 and global average pool");
-    ds_pool_desc d = {3, 13, 11, 8, 3, 2, 1, 7, 6};
+    ds_pool_desc d = {3, 13, 11, 8, 3, 2, 1, 7, 6, DS_F32};
     size_t ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.c;
     float *in = host_rand(ni, -1, 1), *dout = host_rand(no, -1, 1);
     for (size_t i = 0; i < ni; i += 5) in[i] = 0.25f;   /* ties: the first maximum must win */
@@ -222,12 +294,12 @@ static void test_pool(void)
     int n = 4, hw = 49, c = 40;
     float *x = host_rand((size_t)n * hw * c, -1, 1), *dy = host_rand((size_t)n * c, -1, 1);
     float *y = xmalloc((size_t)n * c * 4), *dx = xmalloc((size_t)n * hw * c * 4);
-    C->avgpool_fwd(y, x, n, hw, c);
-    C->avgpool_bwd(dx, dy, n, hw, c);
+    C->avgpool_fwd(y, x, n, hw, c, DS_F32);
+    C->avgpool_bwd(dx, dy, n, hw, c, DS_F32);
     float *g_x = to_dev(x, (size_t)n * hw * c * 4), *g_dy = to_dev(dy, (size_t)n * c * 4),
           *g_y = G->alloc((size_t)n * c * 4), *g_dx = G->alloc((size_t)n * hw * c * 4);
-    G->avgpool_fwd(g_y, g_x, n, hw, c);
-    G->avgpool_bwd(g_dx, g_dy, n, hw, c);
+    G->avgpool_fwd(g_y, g_x, n, hw, c, DS_F32);
+    G->avgpool_bwd(g_dx, g_dy, n, hw, c, DS_F32);
     cmp("avgpool_fwd", g_y, y, (size_t)n * c);
     cmp("avgpool_bwd", g_dx, dx, (size_t)n * hw * c);
     check_end();
@@ -281,7 +353,7 @@ static void test_loss(float smoothing)
 
 static void test_sgd_elementwise(void)
 {
-    check_begin("cuda sgd, scale, axpy");
+    check_begin("cuda sgd, scale, axpy, add");
     size_t n = 100003;
     float *w = host_rand(n, -1, 1), *buf = host_rand(n, -1, 1), *grad = host_rand(n, -1, 1), *x = host_rand(n, -1, 1);
     float *g_w = to_dev(w, n * 4), *g_buf = to_dev(buf, n * 4), *g_grad = to_dev(grad, n * 4), *g_x = to_dev(x, n * 4);
@@ -300,6 +372,9 @@ static void test_sgd_elementwise(void)
     C->axpy(x, -1.5f, grad, n);
     G->axpy(g_x, -1.5f, g_grad, n);
     cmp("axpy", g_x, x, n);
+    C->add(x, grad, n, DS_F32);
+    G->add(g_x, g_grad, n, DS_F32);
+    cmp("add", g_x, x, n);
     /* memory ops: zero, copy, and alloc hands out zeroed memory */
     float *g_z = G->alloc(n * 4);
     cmp("alloc is zeroed", g_z, memset(x, 0, n * 4), n);
@@ -379,7 +454,177 @@ static void test_resized_crop(int n, int H, int W, int ch, int cw)
     free(in), free(out), free(got), free(same);
 }
 
+/* ---- bf16 storage, against the CPU's bf16 backend ---- */
+
+/* A convolution with bf16 output and weights and its input stored in in_t (bf16, or float32
+ * as conv1's), planned and run as in test_conv_case; dw float32, accumulated. */
+static void test_conv_bf16(conv_case t, ds_dtype in_t)
+{
+    int n = t.n, h = t.h, w = t.w, c = t.c, k = t.k, r = t.r, stride = t.stride, pad = t.pad;
+    ds_conv_desc d = {.n = t.planned, .h = t.ph, .w = t.pw, .c = c, .k = k, .r = r, .s = r, .stride = stride,
+                      .pad = pad, .no_dx = t.no_dx, .in_t = in_t, .out_t = DS_BF16, .w_t = DS_BF16};
+    d.p = (t.ph + 2 * pad - r) / stride + 1;
+    d.q = (t.pw + 2 * pad - r) / stride + 1;
+    char name[192];
+    snprintf(name, sizeof name,
+             "cuda %s conv, in %s out bf16 w bf16, %dx%dx%dx%d k%d %dx%d/%d pad %d (planned for %dx%dx%d)%s "
+             "against the CPU's bf16",
+             ds_precision_name(G->precision), ds_dtype_name(in_t), n, h, w, c, k, r, r, stride, pad, t.planned, t.ph,
+             t.pw, t.no_dx ? " without backward-data" : "");
+    check_begin(name);
+    size_t cws = C->conv_workspace(&d), gws = G->conv_workspace(&d);
+    CHECK(cws != SIZE_MAX && gws != SIZE_MAX, "could not plan it (CPU %zu, GPU %zu bytes)", cws, gws);
+    if (cws == SIZE_MAX || gws == SIZE_MAX) {
+        check_end();
+        return;
+    }
+    d.n = n, d.h = h, d.w = w;
+    d.p = (h + 2 * pad - r) / stride + 1;
+    d.q = (w + 2 * pad - r) / stride + 1;
+    size_t ni = (size_t)n * h * w * c, nw = (size_t)k * r * r * c, no = (size_t)n * d.p * d.q * k;
+    size_t ei = ds_dtype_size(in_t);
+    void *in = host_rand_as(ni, -1, 1, in_t), *wt = host_rand_as(nw, -0.5f, 0.5f, DS_BF16);
+    void *dout = host_rand_as(no, -1, 1, DS_BF16);
+    float *dw0 = host_rand(nw, -0.1f, 0.1f), *dw = dup(dw0, nw);
+    void *cw = xmalloc(cws), *gw = G->alloc(gws ? gws : 1), *out = xmalloc(no * 2), *din = xmalloc(ni * ei);
+    C->conv_fwd(out, in, wt, &d, cw);
+    if (!t.no_dx) C->conv_bwd_data(din, dout, wt, &d, cw);
+    C->conv_bwd_weight(dw, dout, in, &d, cw);
+    void *g_in = to_dev(in, ni * ei), *g_w = to_dev(wt, nw * 2), *g_dout = to_dev(dout, no * 2);
+    void *g_out = G->alloc(no * 2), *g_din = G->alloc(ni * ei);
+    float *g_dw = to_dev(dw0, nw * 4);
+    G->conv_fwd(g_out, g_in, g_w, &d, gw);
+    /* the model's order: weight gradient, then data gradient (a copy of dout may be shared) */
+    G->conv_bwd_weight(g_dw, g_dout, g_in, &d, gw);
+    if (!t.no_dx) G->conv_bwd_data(g_din, g_dout, g_w, &d, gw);
+    cmp_as("conv_fwd", g_out, out, no, DS_BF16, TOL_BF16);
+    if (!t.no_dx) cmp_as("conv_bwd_data", g_din, din, ni, in_t, TOL_BF16);
+    cmp_as("conv_bwd_weight (accumulated)", g_dw, dw, nw, DS_F32, TOL_BF16);
+    check_end();
+    G->free(g_in), G->free(g_w), G->free(g_dout), G->free(g_out), G->free(g_din), G->free(g_dw), G->free(gw);
+    free(in), free(wt), free(dout), free(dw0), free(dw), free(cw), free(out), free(din);
+}
+
+/* A 3x3 and a strided 1x1 convolution on bf16 activations (the second at a short batch),
+ * and conv1 (float32 input, no backward-data), at the selected precision. */
+static void test_convs_bf16(void)
+{
+    test_conv_bf16((conv_case){2, 2, 9, 7, 9, 7, 16, 24, 3, 1, 1, 0}, DS_BF16);
+    test_conv_bf16((conv_case){3, 4, 8, 8, 8, 8, 32, 16, 1, 2, 0, 0}, DS_BF16);
+    test_conv_bf16((conv_case){4, 8, 32, 32, 40, 40, 3, 64, 7, 2, 3, 1}, DS_F32);
+}
+
+/* Batch norm (training forward, inference forward, backward) with in, residual, out and
+ * their gradients in bf16. */
+static void test_bn_bf16(int m, int c, int relu, int residual)
+{
+    char name[128];
+    snprintf(name, sizeof name, "cuda batch norm, bf16 storage, m=%d c=%d%s%s against the CPU's bf16", m, c,
+             relu ? " relu" : "", residual ? " +residual" : "");
+    check_begin(name);
+    size_t mc = (size_t)m * c;
+    /* a mean far from zero checks the shifted variance sums */
+    bf16 *in = host_rand_as(mc, 2, 5, DS_BF16), *res = host_rand_as(mc, -1, 1, DS_BF16),
+         *dout = host_rand_as(mc, -1, 1, DS_BF16);
+    float *gam = host_rand(c, 0.5f, 1.5f), *bet = host_rand(c, -0.5f, 0.5f), *rm = host_rand(c, 2, 5),
+          *rv = host_rand(c, 0.5f, 2), *dg0 = host_rand(c, -1, 1), *db0 = host_rand(c, -1, 1);
+    bf16 *out = xmalloc(mc * 2), *inf = xmalloc(mc * 2), *din = xmalloc(mc * 2), *dres = xmalloc(mc * 2),
+         *dy = xmalloc(mc * 2);
+    float *mean = xmalloc(c * 4), *var = xmalloc(c * 4), *is = xmalloc(c * 4), *dg = dup(dg0, c), *db = dup(db0, c);
+    memcpy(dy, dout, mc * 2);
+    const bf16 *r = residual ? res : NULL;
+    C->bn_fwd_train(out, mean, var, is, in, gam, bet, r, relu, m, c, 1e-5f, DS_BF16);
+    C->bn_fwd_infer(inf, in, gam, bet, rm, rv, r, relu, m, c, 1e-5f, DS_BF16);
+    C->bn_bwd(din, residual ? dres : NULL, dg, db, dy, out, in, gam, mean, is, relu, m, c, DS_BF16);
+
+    void *g_in = to_dev(in, mc * 2), *g_res = to_dev(res, mc * 2), *g_dy = to_dev(dout, mc * 2);
+    float *g_gam = to_dev(gam, c * 4), *g_bet = to_dev(bet, c * 4), *g_rm = to_dev(rm, c * 4),
+          *g_rv = to_dev(rv, c * 4), *g_dg = to_dev(dg0, c * 4), *g_db = to_dev(db0, c * 4);
+    void *g_out = G->alloc(mc * 2), *g_inf = G->alloc(mc * 2), *g_din = G->alloc(mc * 2),
+         *g_dres = G->alloc(mc * 2);
+    float *g_mean = G->alloc(c * 4), *g_var = G->alloc(c * 4), *g_is = G->alloc(c * 4);
+    const void *gr = residual ? g_res : NULL;
+    G->bn_fwd_train(g_out, g_mean, g_var, g_is, g_in, g_gam, g_bet, gr, relu, m, c, 1e-5f, DS_BF16);
+    G->bn_fwd_infer(g_inf, g_in, g_gam, g_bet, g_rm, g_rv, gr, relu, m, c, 1e-5f, DS_BF16);
+    G->bn_bwd(g_din, residual ? g_dres : NULL, g_dg, g_db, g_dy, g_out, g_in, g_gam, g_mean, g_is, relu, m, c,
+              DS_BF16);
+    cmp_as("bn_fwd_train out", g_out, out, mc, DS_BF16, TOL_BF16);
+    cmp_as("bn mean", g_mean, mean, c, DS_F32, TOL_F32);
+    cmp_as("bn var (biased)", g_var, var, c, DS_F32, TOL_F32);
+    cmp_as("bn invstd", g_is, is, c, DS_F32, TOL_F32);
+    cmp_as("bn_fwd_infer out", g_inf, inf, mc, DS_BF16, TOL_BF16);
+    cmp_as("bn_bwd din", g_din, din, mc, DS_BF16, TOL_BF16);
+    cmp_as("bn_bwd dout after the ReLU mask", g_dy, dy, mc, DS_BF16, TOL_BF16);
+    if (residual) cmp_as("bn_bwd dresidual", g_dres, dres, mc, DS_BF16, TOL_BF16);
+    cmp_as("bn_bwd dgamma (accumulated)", g_dg, dg, c, DS_F32, TOL_F32);
+    cmp_as("bn_bwd dbeta (accumulated)", g_db, db, c, DS_F32, TOL_F32);
+    check_end();
+    void *gs[] = {g_in, g_res, g_dy, g_gam, g_bet, g_rm, g_rv, g_dg, g_db, g_out, g_inf, g_din, g_dres,
+                  g_mean, g_var, g_is};
+    for (size_t i = 0; i < sizeof gs / sizeof *gs; i++) G->free(gs[i]);
+    void *hs[] = {in, res, dout, gam, bet, rm, rv, dg0, db0, out, inf, din, dres, dy, mean, var, is, dg, db};
+    for (size_t i = 0; i < sizeof hs / sizeof *hs; i++) free(hs[i]);
+}
+
+/* Max pool on bf16 activations; the global average pool from bf16 activations to float32
+ * features, and back. */
+static void test_pool_bf16(void)
+{
+    check_begin("cuda max pool 3x3/2 pad 1 and global average pool, bf16 storage, against the CPU's bf16");
+    ds_pool_desc d = {3, 13, 11, 8, 3, 2, 1, 7, 6, DS_BF16};
+    size_t ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.c;
+    bf16 *in = host_rand_as(ni, -1, 1, DS_BF16), *dout = host_rand_as(no, -1, 1, DS_BF16);
+    for (size_t i = 0; i < ni; i += 5) in[i] = bf16_round(0.25f);   /* ties: the first maximum must win */
+    bf16 *out = xmalloc(no * 2), *din = xmalloc(ni * 2);
+    C->maxpool_fwd(out, in, &d);
+    C->maxpool_bwd(din, dout, in, out, &d);
+    void *g_in = to_dev(in, ni * 2), *g_dout = to_dev(dout, no * 2), *g_out = G->alloc(no * 2),
+         *g_din = to_dev(in, ni * 2);   /* garbage first: maxpool_bwd must overwrite */
+    G->maxpool_fwd(g_out, g_in, &d);
+    G->maxpool_bwd(g_din, g_dout, g_in, g_out, &d);
+    cmp_as("maxpool_fwd", g_out, out, no, DS_BF16, TOL_BF16);
+    cmp_as("maxpool_bwd", g_din, din, ni, DS_BF16, TOL_BF16);
+
+    int n = 4, hw = 49, c = 40;
+    bf16 *x = host_rand_as((size_t)n * hw * c, -1, 1, DS_BF16), *dx = xmalloc((size_t)n * hw * c * 2);
+    float *dy = host_rand((size_t)n * c, -1, 1), *y = xmalloc((size_t)n * c * 4);
+    C->avgpool_fwd(y, x, n, hw, c, DS_BF16);
+    C->avgpool_bwd(dx, dy, n, hw, c, DS_BF16);
+    void *g_x = to_dev(x, (size_t)n * hw * c * 2), *g_dx = G->alloc((size_t)n * hw * c * 2);
+    float *g_dy = to_dev(dy, (size_t)n * c * 4), *g_y = G->alloc((size_t)n * c * 4);
+    G->avgpool_fwd(g_y, g_x, n, hw, c, DS_BF16);
+    G->avgpool_bwd(g_dx, g_dy, n, hw, c, DS_BF16);
+    cmp_as("avgpool_fwd (float32 features)", g_y, y, (size_t)n * c, DS_F32, TOL_F32);
+    cmp_as("avgpool_bwd", g_dx, dx, (size_t)n * hw * c, DS_BF16, TOL_BF16);
+    check_end();
+    G->free(g_in), G->free(g_dout), G->free(g_out), G->free(g_din), G->free(g_x), G->free(g_dy), G->free(g_y);
+    G->free(g_dx);
+    free(in), free(dout), free(out), free(din), free(x), free(dy), free(y), free(dx);
+}
+
+/* add on bf16 gradients, and to_bf16 (the model's weight copy): both defined to the bit. */
+static void test_elementwise_bf16(void)
+{
+    check_begin("cuda add and to_bf16, bf16 storage, against the CPU's bf16");
+    size_t n = 100003;
+    bf16 *y = host_rand_as(n, -1, 1, DS_BF16), *x = host_rand_as(n, -1, 1, DS_BF16), *h = xmalloc(n * 2);
+    float *f = host_rand(n, -3, 3);
+    void *g_y = to_dev(y, n * 2), *g_x = to_dev(x, n * 2), *g_h = G->alloc(n * 2);
+    float *g_f = to_dev(f, n * 4);
+    C->add(y, x, n, DS_BF16);
+    G->add(g_y, g_x, n, DS_BF16);
+    cmp_as("add", g_y, y, n, DS_BF16, TOL_BF16);
+    CHECK(same_bits(g_y, y, n, DS_BF16), "add: not bitwise the CPU's");
+    C->to_bf16(h, f, n);
+    G->to_bf16(g_h, g_f, n);
+    CHECK(same_bits(g_h, h, n, DS_BF16), "to_bf16: not bitwise the CPU's");
+    check_end();
+    G->free(g_y), G->free(g_x), G->free(g_h), G->free(g_f);
+    free(y), free(x), free(h), free(f);
+}
+
 int main(void)
+
 {
     ds_log_init("test_cuda_ops");
     int count = ds_cuda_device_count();
@@ -414,6 +659,20 @@ int main(void)
     opts.precision = DS_PRECISION_BF16;
     if (!(G = ds_backend_select("cuda", &opts))) return 1;
     test_convs();
+    /* bf16 storage against the CPU's bf16 backend: bf16 arithmetic, then the convolutions
+     * under tf32 and fp32 (bf16 tensors copied to float32 in the workspace, results back) */
+    C = &ds_backend_cpu_bf16;
+    test_convs_bf16();
+    test_bn_bf16(300, 48, 1, 1);
+    test_bn_bf16(97, 8, 1, 0);
+    test_pool_bf16();
+    test_elementwise_bf16();
+    opts.precision = DS_PRECISION_TF32;
+    if (!(G = ds_backend_select("cuda", &opts))) return 1;
+    test_convs_bf16();
+    opts.precision = DS_PRECISION_FP32;
+    if (!(G = ds_backend_select("cuda", &opts))) return 1;
+    test_convs_bf16();
     return check_exit();
 }
 #endif

@@ -2,9 +2,10 @@
  * which is plain C and runs here without a GPU. A spy backend (the CPU one, with the plan
  * table in front of its convolutions as the CUDA backend has it) runs the real model: plans
  * are made for max_batch only, and every shorter batch must find them. Then the rules one by
- * one: n above the planned batch refused with a message, other shapes and precisions not
- * matched, the workspace limit over plans of one layer, the slots kept per batch and input
- * size, and inputs smaller than planned (ds_model_set_input_size) served by the plan.
+ * one: n above the planned batch refused with a message, other shapes, storage types and
+ * precisions not matched, the workspace limit over plans of one layer, the slots kept per
+ * batch and input size, and inputs smaller than planned (ds_model_set_input_size) served by
+ * the plan.
  * Choosing algorithms (ds_conv_choose) against made-up cuDNN answers: no backward-data for the
  * network's input, a bf16 op without a usable algorithm falling back to tf32 or fp32 alone,
  * fp32 refusing tensor-op math, the workspace budget, --deterministic with no deterministic
@@ -44,19 +45,19 @@ static void spy_run(const ds_conv_desc *d)
     fresh_slots += fresh;
 }
 
-static void spy_fwd(float *o, const float *i, const float *w, const ds_conv_desc *d, void *ws)
+static void spy_fwd(void *o, const void *i, const void *w, const ds_conv_desc *d, void *ws)
 {
     spy_run(d);
     ds_backend_cpu.conv_fwd(o, i, w, d, ws);
 }
 
-static void spy_bwd_data(float *o, const float *i, const float *w, const ds_conv_desc *d, void *ws)
+static void spy_bwd_data(void *o, const void *i, const void *w, const ds_conv_desc *d, void *ws)
 {
     spy_run(d);
     ds_backend_cpu.conv_bwd_data(o, i, w, d, ws);
 }
 
-static void spy_bwd_weight(float *o, const float *i, const float *w, const ds_conv_desc *d, void *ws)
+static void spy_bwd_weight(float *o, const void *i, const void *w, const ds_conv_desc *d, void *ws)
 {
     spy_run(d);
     ds_backend_cpu.conv_bwd_weight(o, i, w, d, ws);
@@ -163,6 +164,13 @@ static void test_rules(void)
     CHECK(!ds_conv_plans_lookup(&t, &other, 0, 0, &limit, why, sizeof why), "another stride matched");
     other = d, other.pad = 0, other.p = other.q = 14;
     CHECK(!ds_conv_plans_lookup(&t, &other, 0, 0, &limit, why, sizeof why), "another padding matched");
+    /* storage types decide the copies in the workspace: each is part of the plan */
+    other = d, other.in_t = DS_BF16;
+    CHECK(!ds_conv_plans_lookup(&t, &other, 0, 0, &limit, why, sizeof why), "another input type matched");
+    other = d, other.out_t = DS_BF16;
+    CHECK(!ds_conv_plans_exact(&t, &other, 0, 0), "another output type matched exactly");
+    other = d, other.w_t = DS_BF16;
+    CHECK(!ds_conv_plans_lookup(&t, &other, 0, 0, &limit, why, sizeof why), "another weight type matched");
     CHECK(!ds_conv_plans_lookup(&t, &d, 2, 0, &limit, why, sizeof why), "another precision matched");
     CHECK(!ds_conv_plans_lookup(&t, &d, 0, 1, &limit, why, sizeof why), "another determinism matched");
     CHECK(ds_conv_plans_exact(&t, &d, 0, 0) == p64, "exact lookup");

@@ -204,6 +204,79 @@ static void fill_input_hw(ds_model *m, int n, int h, int w)
     free(x);
 }
 
+/* --precision bf16: the plan stores activations and their gradients in bf16 (the input, the
+ * pooled features and the logits in float32) and keeps a bf16 copy of the convolution
+ * weights, remade whenever the parameters change: after a load, and after every step (a
+ * model given the stepped parameters computes the same bits). */
+static void test_bf16_plan(void)
+{
+    check_begin("bf16_plan");
+    ds_model_config cfg = {.arch = "resnet20", .num_classes = 10, .max_batch = 4, .height = 16, .width = 16,
+                           .training = 1};
+    ds_model *f = ds_model_create(&ds_backend_cpu, &cfg), *b = ds_model_create(&ds_backend_cpu_bf16, &cfg),
+             *c = ds_model_create(&ds_backend_cpu_bf16, &cfg);
+    CHECK(f && b && c, "create");
+    if (!f || !b || !c) goto out;
+    ds_model_memory mf = ds_model_memory_plan(f), mb = ds_model_memory_plan(b);
+    size_t conv = 0, conv16 = 0;
+    for (int i = 0; i < ds_model_tensor_count(b); i++) {
+        const ds_tensor_info *t = ds_model_tensor(b, i);
+        if (t->ndim == 4) conv += t->count, conv16 += (t->count + 127) / 128 * 128;
+    }
+    CHECK(mf.weight_copy == 0 && mb.weight_copy == conv16 * 2, "weight copy %zu / %zu bytes, want 0 / %zu",
+          mf.weight_copy, mb.weight_copy, conv16 * 2);
+    CHECK(mb.params == mf.params && mb.reduction == mf.reduction && mb.momentum == mf.momentum,
+          "parameters, gradients and momentum stay float32");
+    CHECK(mb.activations < mf.activations * 6 / 10, "bf16 activations %zu bytes against float32's %zu",
+          mb.activations, mf.activations);
+    ds_model_init(f, 3), ds_model_init(b, 3), ds_model_init(c, 9);
+    fill_input(f, 4, 16), fill_input(b, 4, 16), fill_input(c, 4, 16);
+    float lf[40], lb[40], l2[40];
+    memcpy(lf, ds_model_forward(f, 4, 1), sizeof lf);
+    memcpy(lb, ds_model_forward(b, 4, 1), sizeof lb);
+    double err = 0, mag = 0;
+    for (int i = 0; i < 40; i++) err = fmax(err, fabs(lb[i] - lf[i])), mag = fmax(mag, fabs(lf[i]));
+    CHECK(err < 0.05 * mag, "bf16 logits %.3g off float32's (magnitude %.3g)", err, mag);
+    size_t n = ds_model_relu_output(b, 0, NULL), odd = 0;
+    float *r = malloc(n * sizeof *r);
+    ds_model_relu_output(b, 0, r);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &r[i], sizeof u);
+        odd += (u & 0xffff) != 0 || r[i] < 0;
+    }
+    CHECK(n > 0 && odd == 0, "%zu of %zu ReLU outputs are not non-negative bf16 values", odd, n);
+    free(r);
+
+    /* c gets b's parameters: its copy is remade, so it computes b's bits */
+    int nt = ds_model_tensor_count(b);
+    float *v = malloc(64 * 64 * 9 * sizeof *v);
+    for (int i = 0; i < nt; i++) {
+        ds_model_tensor_get(b, i, v);
+        ds_model_tensor_set(c, i, v);
+    }
+    memcpy(l2, ds_model_forward(c, 4, 1), sizeof l2);
+    CHECK(!memcmp(l2, lb, sizeof lb), "a model loaded with the same parameters computes other logits");
+    /* a step: b's next forward uses the stepped weights' copy, the same as c given them */
+    int32_t labels[4] = {1, 2, 3, 4};
+    ds_sgd sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 5e-4f};
+    ds_model_zero_reduction(b);
+    ds_model_backward(b, labels, 4, 0.25f, 0);
+    ds_model_step(b, &sgd, 1);
+    for (int i = 0; i < nt; i++) {
+        ds_model_tensor_get(b, i, v);
+        ds_model_tensor_set(c, i, v);
+    }
+    memcpy(lb, ds_model_forward(b, 4, 1), sizeof lb);
+    memcpy(l2, ds_model_forward(c, 4, 1), sizeof l2);
+    CHECK(!memcmp(l2, lb, sizeof lb), "after a step the model computes other logits than its parameters give");
+    CHECK(memcmp(lb, lf, sizeof lb) != 0, "the step changed nothing");
+    free(v);
+out:
+    ds_model_free(f), ds_model_free(b), ds_model_free(c);
+    check_end();
+}
+
 static void test_step_allocates_nothing(void)
 {
     check_begin("step_allocates_nothing");
@@ -557,6 +630,7 @@ int main(void)
     test_refusals();
     test_init();
     test_step_allocates_nothing();
+    test_bf16_plan();
     test_every_batch_size();
     test_backward_repeatable("resnet20", 4, 16);
     test_backward_repeatable("resnet18", 2, 64);
