@@ -336,10 +336,10 @@ static void cpu_add(void *y, const void *x, size_t n, ds_dtype t)
         cpu_axpy(y, 1.0f, x, n);
         return;
     }
-    ds_bf16 *a = y;
-    const ds_bf16 *b = x;
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) a[i] = ds_bf16_from(ds_bf16_value(a[i]) + ds_bf16_value(b[i]));
+    const ds_cpu_loops *L = loops();
+    const size_t block = 16384;
+#pragma omp parallel for schedule(static)
+    for (size_t i0 = 0; i0 < n; i0 += block) L->add_bf16(y, x, i0, i0 + block < n ? i0 + block : n);
 }
 
 static void cpu_to_bf16(void *dst, const float *src, size_t n)

@@ -33,14 +33,16 @@ typedef struct {
     void (*bn_dx)(float *din, float *dresidual, const float *dout, const float *in, const float *mean,
                   const float *ka, const float *kb, const float *kc, long r0, long r1, int c);
     /* The same three on bf16 activations (loaded exactly, float32 arithmetic as above, each
-     * stored result rounded once by cpu_bf16.h's rule); pu, qv, mean, a, beta, ka, kb, kc
-     * stay float32. */
+     * stored result rounded once by cpu_bf16.h's rule: the same bits as the float32 loops on
+     * the same values, rounded); pu, qv, mean, a, beta, ka, kb, kc stay float32. */
     void (*bn_sums_bf16)(double *da, double *db, ds_bf16 *p, const float *pu, const ds_bf16 *q, const float *qv,
                          const ds_bf16 *relu_out, long r0, long r1, int c, int c0, int cb);
     void (*bn_apply_bf16)(ds_bf16 *out, const ds_bf16 *in, const float *mean, const float *a, const float *beta,
                           const ds_bf16 *residual, int relu, long r0, long r1, int c);
     void (*bn_dx_bf16)(ds_bf16 *din, ds_bf16 *dresidual, const ds_bf16 *dout, const ds_bf16 *in, const float *mean,
                        const float *ka, const float *kb, const float *kc, long r0, long r1, int c);
+    /* Elements [i0, i1) of y += x on bf16, each sum rounded once */
+    void (*add_bf16)(ds_bf16 *y, const ds_bf16 *x, size_t i0, size_t i1);
     /* Elements [i0, i1) of torch.optim.SGD's step (backend.h's sgd_step) */
     void (*sgd)(float *w, float *buf, const float *grad, size_t i0, size_t i1, float lr, float momentum, float wd,
                 int nesterov, int first);
