@@ -157,6 +157,18 @@ static float *randn(size_t n, ds_rng *r)
     return x;
 }
 
+/* n random values in storage t: float32, or rounded to bf16. */
+static void *rand_as(size_t n, ds_dtype t, ds_rng *r)
+{
+    float *x = randn(n, r);
+    if (t == DS_F32) return x;
+    void *h = ds_backend_cpu.alloc(n * ds_dtype_size(t));
+    if (!h) ds_die("out of memory (%zu values)", n);
+    ds_backend_cpu.to_bf16(h, x, n);
+    ds_backend_cpu.free(x);
+    return h;
+}
+
 /* Best of `reps` runs, in seconds. */
 #define TIME_BEST(best, reps, stmt)                                \
     do {                                                           \
@@ -182,14 +194,18 @@ static void bench_net(const char *net, const shape *sh, int count, int reps, dou
     double tot[3] = {0, 0, 0}, flops_all = 0, bn_total = 0;
     for (int i = 0; i < count; i++) {
         const shape *s = &sh[i];
+        /* The model's storage (docs/DESIGN.md §4): under bf16, bf16 activations and weights but
+         * the stem's float32 input. */
+        const ds_dtype at = be->precision == DS_PRECISION_BF16 ? DS_BF16 : DS_F32;
         ds_conv_desc d = {.n = s->n, .h = s->h, .w = s->w, .c = s->c, .k = s->k, .r = s->r, .s = s->r,
-                          .stride = s->stride, .pad = s->pad};   /* float32 storage */
+                          .stride = s->stride, .pad = s->pad, .in_t = s->c == 3 ? DS_F32 : at, .out_t = at, .w_t = at};
         d.p = (d.h + 2 * d.pad - d.r) / d.stride + 1;
         d.q = (d.w + 2 * d.pad - d.s) / d.stride + 1;
         size_t ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.k,
-               nw = (size_t)d.k * d.r * d.s * d.c;
-        float *in = randn(ni, &r), *w = randn(nw, &r), *g = randn(no, &r);
-        float *out = be->alloc(no * 4), *din = be->alloc(ni * 4), *dw = be->alloc(nw * 4);
+               nw = (size_t)d.k * d.r * d.s * d.c, sa = ds_dtype_size(at);
+        void *in = rand_as(ni, d.in_t, &r), *w = rand_as(nw, at, &r), *g = rand_as(no, at, &r);
+        void *out = be->alloc(no * sa), *din = be->alloc(ni * ds_dtype_size(d.in_t));
+        float *dw = be->alloc(nw * 4);
         void *ws = be->alloc(be->conv_workspace(&d));
         if (!out || !din || !dw || !ws) ds_die("out of memory");
         double flops = 2.0 * no * d.r * d.s * d.c, t[3];
@@ -204,12 +220,13 @@ static void bench_net(const char *net, const shape *sh, int count, int reps, dou
         // batch norm + ReLU on this conv's output, forward and backward (count times)
         float *mean = be->alloc(d.k * 4), *var = be->alloc(d.k * 4), *is = be->alloc(d.k * 4),
               *gam = randn(d.k, &r), *bet = randn(d.k, &r), *dg = be->alloc(d.k * 4),
-              *db = be->alloc(d.k * 4), *bno = be->alloc(no * 4), *bnd = be->alloc(no * 4), *bndin = be->alloc(no * 4);
+              *db = be->alloc(d.k * 4);
+        void *bno = be->alloc(no * sa), *bnd = be->alloc(no * sa), *bndin = be->alloc(no * sa);
         int m = d.n * d.p * d.q;
         double tb[2];
-        TIME_BEST(tb[0], reps, be->bn_fwd_train(bno, mean, var, is, out, gam, bet, NULL, 1, m, d.k, 1e-5f, DS_F32));
-        TIME_BEST(tb[1], reps, (memcpy(bnd, g, no * 4),
-                                be->bn_bwd(bndin, NULL, dg, db, bnd, bno, out, gam, mean, is, 1, m, d.k, DS_F32)));
+        TIME_BEST(tb[0], reps, be->bn_fwd_train(bno, mean, var, is, out, gam, bet, NULL, 1, m, d.k, 1e-5f, at));
+        TIME_BEST(tb[1], reps, (memcpy(bnd, g, no * sa),
+                                be->bn_bwd(bndin, NULL, dg, db, bnd, bno, out, gam, mean, is, 1, m, d.k, at)));
         bn_total += (tb[0] + tb[1]) * s->count;
         be->free(mean), be->free(var), be->free(is), be->free(gam), be->free(bet), be->free(dg);
         be->free(db), be->free(bno), be->free(bnd), be->free(bndin);
