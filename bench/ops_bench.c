@@ -210,7 +210,7 @@ static void bench_net(const char *net, const shape *sh, int count, int reps, dou
         if (!out || !din || !dw || !ws) ds_die("out of memory");
         double flops = 2.0 * no * d.r * d.s * d.c, t[3];
         TIME_BEST(t[0], reps, be->conv_fwd(out, in, w, &d, ws));
-        TIME_BEST(t[1], reps, be->conv_bwd_data(din, g, w, &d, ws));
+        TIME_BEST(t[1], reps, be->conv_bwd_data(din, g, w, &d, 0, ws));
         TIME_BEST(t[2], reps, be->conv_bwd_weight(dw, g, in, &d, ws));
         printf("%-26s %5d | %8.3f %6.1f | %8.3f %6.1f | %8.3f %6.1f\n", s->name, s->count, t[0] * 1e3,
                flops / t[0] / 1e9, t[1] * 1e3, flops / t[1] / 1e9, t[2] * 1e3, flops / t[2] / 1e9);

@@ -16,8 +16,8 @@
  *     launch, at the tensor's storage size (ds_dtype_size of the type the op is given);
  *     caches between launches are ignored, as are re-reads within one (maxpool_bwd_kernel
  *     reads each input up to nine times, the per-channel vectors are read by every thread);
- *   - launches: ds's own kernels, plus the cudaMemsetAsync of zero and the cudaMemcpyAsync
- *     of bn_bwd's residual gradient (each one operation on the stream);
+ *   - launches: ds's own kernels, plus the cudaMemsetAsync of zero (one operation on the
+ *     stream);
  *   - cuDNN and cuBLAS calls are counted apart; their traffic is theirs, not counted;
  *   - host: uploads, downloads (cuda_download waits for the stream) and be->sync calls.
  * A first, uncounted step brings the model to its steady state (momentum buffers in use, the
@@ -48,7 +48,7 @@ typedef enum { CAT_BN, CAT_CAST, CAT_ELEMENTWISE, CAT_POOL, CAT_LOSS, CAT_OTHER,
 static const char *const cat_name[NCAT] = {"batch norm", "casts", "optimizer/elementwise", "pooling", "loss", "other"};
 
 enum {
-    K_BN_PARTIAL_STATS, K_BN_STATS_FINAL, K_BN_APPLY, K_BN_PARTIAL_GRADS, K_BN_DRESIDUAL, K_BN_GRAD_FINAL, K_BN_DX,
+    K_BN_PARTIAL_STATS, K_BN_STATS_FINAL, K_BN_APPLY, K_BN_PARTIAL_GRADS, K_BN_GRAD_FINAL, K_BN_DX,
     K_CONV_TO_BF16, K_CONV_FROM_BF16, K_DW_ACCUMULATE, K_WEIGHT_COPY,
     K_SGD, K_SCALE, K_AXPY, K_ADD, K_ZERO,
     K_MAXPOOL_FWD, K_MAXPOOL_BWD, K_AVGPOOL_FWD, K_AVGPOOL_BWD,
@@ -65,7 +65,6 @@ static struct {
     [K_BN_STATS_FINAL] = {"bn_stats_final_kernel", CAT_BN},
     [K_BN_APPLY] = {"bn_apply_kernel", CAT_BN},
     [K_BN_PARTIAL_GRADS] = {"bn_partial_kernel (gradients)", CAT_BN},
-    [K_BN_DRESIDUAL] = {"cudaMemcpyAsync (bn_bwd's dresidual)", CAT_BN},
     [K_BN_GRAD_FINAL] = {"bn_grad_final_kernel", CAT_BN},
     [K_BN_DX] = {"bn_dx_kernel", CAT_BN},
     [K_CONV_TO_BF16] = {"to_bf16_kernel (a conv's operand copy)", CAT_CAST},
@@ -228,14 +227,25 @@ static void spy_conv_fwd(void *out, const void *in, const void *w, const ds_conv
     result(n_out(d), d->out_t, ct);
 }
 
-/* cuda_conv_bwd_data */
-static void spy_conv_bwd_data(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws)
+/* cuda_conv_bwd_data. Accumulating into a din stored in ct, cuDNN adds the result itself
+ * (beta = 1): nothing of ours. Computed in the other type, the result is rounded to din's
+ * storage and added: for a float32 din, from_bf16_kernel (accumulate) reads it and din and
+ * writes din; for a bf16 din, to_bf16_kernel into the workspace, then add_bf16_kernel. */
+static void spy_conv_bwd_data(void *din, const void *dout, const void *w, const ds_conv_desc *d, int accumulate,
+                              void *ws)
 {
     ds_dtype ct = compute_type();
     dout_read(dout, d, ws, ct);
     operand(n_w(d), d->w_t, ct);
     cudnn_calls[DS_CONV_BWD_DATA]++;
-    result(n_in(d), d->in_t, ct);
+    if (!accumulate) {
+        result(n_in(d), d->in_t, ct);
+    } else if (d->in_t == DS_F32 && ct != DS_F32) {
+        launch(K_CONV_FROM_BF16, n_in(d) * (es(ct) + 2 * F32));
+    } else if (d->in_t != ct) {
+        cast(n_in(d), ct, d->in_t);
+        launch(K_ADD, 3 * n_in(d) * es(d->in_t));
+    }
 }
 
 /* cuda_conv_bwd_weight: cuDNN accumulates into the float32 dw itself when it computes in
@@ -308,13 +318,12 @@ static void spy_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, 
      * depends on the data: counted as all of dout, since with about half of a ReLU's outputs
      * zero nearly every 32-byte sector holds one (an upper bound). */
     launch(K_BN_PARTIAL_GRADS, 2 * E + C + (relu ? 2 * E : 0) + P);
-    /* bn_bwd: dresidual = dout, a device-to-device copy, unless they are one buffer */
-    if (dresidual && dresidual != dout) launch(K_BN_DRESIDUAL, 2 * E);
     /* bn_grad_final_kernel: reads the partials, gamma, invstd, dgamma and dbeta; writes
      * dgamma, dbeta and the coefficients ka, kb, kc */
     launch(K_BN_GRAD_FINAL, P + 4 * C + 5 * C);
-    /* bn_dx_kernel: reads dout, in, mean, ka, kb, kc; writes din */
-    launch(K_BN_DX, 2 * E + 4 * C + E);
+    /* bn_dx_kernel: reads dout, in, mean, ka, kb, kc; writes din and dresidual (= dout),
+     * unless dresidual is dout */
+    launch(K_BN_DX, 2 * E + 4 * C + E + (dresidual && dresidual != dout ? E : 0));
 }
 
 /* ---- pooling ---- */

@@ -93,17 +93,23 @@ typedef struct ds_backend {
     void (*sync)(void);                            /* wait for queued work */
 
     /* ---- convolution ---- */
-    /* Bytes of scratch for the three ops at d's shape (two with d->no_dx), and enough for
-     * every run of the same convolution with n, h and w no larger (p, q following): a model
-     * planned at its largest batch and input runs smaller ones in the same workspace.
+    /* Bytes of scratch for the three ops at d's shape (two with d->no_dx; backward-data's
+     * for either value of accumulate), and enough for every run of the same convolution
+     * with n, h and w no larger (p, q following): a model planned at its largest batch and
+     * input runs smaller ones in the same workspace.
      * SIZE_MAX, with a message, when the backend cannot compute an op d needs (a GPU
      * library with no algorithm for it, or storage types its precision does not take).
      * The types of in, out and w are d's in_t, out_t and w_t. */
     size_t (*conv_workspace)(const ds_conv_desc *d);
     /* out [n,p,q,k] = conv(in [n,h,w,c], w [k,r,s,c]) */
     void (*conv_fwd)(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws);
-    /* din [n,h,w,c] = conv_transpose(dout [n,p,q,k], w) */
-    void (*conv_bwd_data)(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws);
+    /* din [n,h,w,c] = conv_transpose(dout [n,p,q,k], w) with accumulate = 0; with 1,
+     * din += that result (an input with two consumers: the second adds its part), as
+     * computing it into another buffer and calling add would: the result rounded to din's
+     * storage, then added, a bf16 sum rounded once more (the CPU's bits; a GPU may add
+     * within the convolution, rounding once). */
+    void (*conv_bwd_data)(void *din, const void *dout, const void *w, const ds_conv_desc *d, int accumulate,
+                          void *ws);
     /* dw [k,r,s,c] += correlation(in, dout); dw float32 */
     void (*conv_bwd_weight)(float *dw, const void *dout, const void *in, const ds_conv_desc *d, void *ws);
 

@@ -445,14 +445,17 @@ static double backward(ds_model *m, const int32_t *labels, int n, float scale, f
             m->last_layer_event = ds_event_seq();
         }
         void *dy = dA(m, L->out);
-        /* The model input needs no gradient; an input another consumer already wrote
-         * gets this layer's part through the scratch slot. */
-        void *dx = L->in == 0 ? NULL : L->in_acc ? scratch : dA(m, L->in);
+        /* The model input needs no gradient. An input another consumer already wrote gets
+         * this layer's part added: a convolution adds it itself (on a GPU without a pass of
+         * its own over the gradient), the other layers write it to the scratch slot, added
+         * below. */
+        int scratch_acc = L->in_acc && L->type != L_CONV;
+        void *dx = L->in == 0 ? NULL : scratch_acc ? scratch : dA(m, L->in);
         switch (L->type) {
         case L_CONV: {
             ds_conv_desc d = ds_model_conv_desc(m, L, n);
             be->conv_bwd_weight(G(m, L->weight), dy, A(m, L->in), &d, m->ws);
-            if (dx) be->conv_bwd_data(dx, dy, W(m, L->weight), &d, m->ws);
+            if (dx) be->conv_bwd_data(dx, dy, W(m, L->weight), &d, L->in_acc, m->ws);
             break;
         }
         case L_BN: {
@@ -476,7 +479,7 @@ static double backward(ds_model *m, const int32_t *labels, int n, float scale, f
                            in->c, m->cfg.num_classes);
             break;
         }
-        if (dx && L->in_acc) be->add(dA(m, L->in), scratch, in_count, in->t);
+        if (dx && scratch_acc) be->add(dA(m, L->in), scratch, in_count, in->t);
         if (reduce) start_buckets(m, &next, l, to_all);
     }
     return loss;

@@ -275,8 +275,14 @@ int ds_model_plan_memory(ds_model *m)
             if (L->in_acc && L->res_acc) return ds_err("model: memory plan: two accumulating inputs");
             if (m->acts[L->out].grad_slot >= 0) s.busy[m->acts[L->out].grad_slot] = 0;
         }
+        /* The scratch slot, for a layer other than a convolution whose input (or BN's residual)
+         * has another consumer; a convolution adds into the gradient itself (none in a
+         * ResNet: its blocks' inputs meet convolutions and a BN's residual, which writes). */
+        int scratch = 0;
+        for (int l = 0; l < m->nlayers; l++)
+            scratch |= m->layers[l].res_acc || (m->layers[l].in_acc && m->layers[l].type != L_CONV);
         m->scratch_off = off;
-        off += m->slot_floats;
+        if (scratch) off += m->slot_floats;
         m->grads_off = off;
         off += (size_t)s.n * m->slot_floats;
     }

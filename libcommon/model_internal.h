@@ -38,7 +38,8 @@ typedef struct {
     ds_pool_desc pool;
     size_t stats;          /* BN: activation offset of this micro-batch's mean, var, invstd [3, c] */
     int in_acc, res_acc;   /* backward: another consumer already wrote that input's gradient,
-                              so this layer writes to the scratch slot and adds */
+                              so this layer adds its part: a convolution's conv_bwd_data
+                              accumulates, the others write to the scratch slot and add */
 } ds_layer;
 
 /* Where a named tensor lives: offset in floats into the parameter allocation (the same
@@ -78,7 +79,8 @@ struct ds_model {
     float *act;                    /* activation allocation */
     void *ws;
     size_t act_floats, ws_bytes;
-    size_t scratch_off, grads_off;  /* scratch slot; gradient slot k at grads_off + k slot_floats */
+    size_t scratch_off, grads_off;  /* scratch slot (when a layer needs it); gradient slot k at
+                                       grads_off + k slot_floats */
     size_t slot_floats;
     size_t dlogits_off, loss_off, labels_off;
     int logits;                    /* act id */

@@ -330,7 +330,8 @@ static void cpu_axpy(float *y, float alpha, const float *x, size_t n)
     for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
-static void cpu_add(void *y, const void *x, size_t n, ds_dtype t)
+/* Also the accumulating backward-data's add (cpu_conv.h). */
+void ds_cpu_add(void *y, const void *x, size_t n, ds_dtype t)
 {
     if (t != DS_BF16) {
         cpu_axpy(y, 1.0f, x, n);
@@ -444,7 +445,7 @@ static const char *cpu_kernel_set(void) { return ds_cpu_isa_name(ds_cpu_isa_get(
     .sgd_step = cpu_sgd_step, \
     .scale = cpu_scale, \
     .axpy = cpu_axpy, \
-    .add = cpu_add, \
+    .add = ds_cpu_add, \
     .to_bf16 = cpu_to_bf16, \
     .normalize_u8 = cpu_normalize_u8, \
     .resized_crop_u8 = cpu_resized_crop_u8, \

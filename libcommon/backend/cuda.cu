@@ -265,21 +265,25 @@ static ds_dtype op_type(int p) { return p == DS_PRECISION_BF16 ? DS_BF16 : DS_F3
 
 /* The workspace of one op of d, at d's n, h and w, computing in type ct: first a copy in ct
  * of each of the op's three tensors stored in the other type (the byte offset of each, or
- * NO_COPY: cuDNN takes the tensor where it is), then cuDNN's own workspace at `cudnn`.
- * The three are out (dout), in (din) and the weights: w_t for forward and backward-data,
- * float32 for backward-filter's dw. dout comes first, so two backward ops that copy it into
- * the same type place it alike (see dout_copy). */
+ * NO_COPY: cuDNN takes the tensor where it is), then for backward-data of a bf16 din
+ * computed in float32 the result rounded to bf16 (`sum`, which an accumulating call adds
+ * to din), then cuDNN's own workspace at `cudnn`. The three are out (dout), in (din) and the
+ * weights: w_t for forward and backward-data, float32 for backward-filter's dw. dout comes
+ * first, so two backward ops that copy it into the same type place it alike (see
+ * dout_copy). */
 #define NO_COPY SIZE_MAX
-typedef struct { size_t out, in, w, cudnn; } conv_layout;
+typedef struct { size_t out, in, w, sum, cudnn; } conv_layout;
 
 static conv_layout layout(const ds_conv_desc *d, int op, ds_dtype ct)
 {
-    conv_layout l = {NO_COPY, NO_COPY, NO_COPY, 0};
+    conv_layout l = {NO_COPY, NO_COPY, NO_COPY, NO_COPY, 0};
     size_t es = ds_dtype_size(ct);
     ds_dtype w_t = op == DS_CONV_BWD_FILTER ? DS_F32 : d->w_t;
     if (d->out_t != ct) l.out = l.cudnn, l.cudnn += align256(n_out(d) * es);
     if (d->in_t != ct) l.in = l.cudnn, l.cudnn += align256(n_in(d) * es);
     if (w_t != ct) l.w = l.cudnn, l.cudnn += align256(n_w(d) * es);
+    if (op == DS_CONV_BWD_DATA && d->in_t == DS_BF16 && ct == DS_F32)
+        l.sum = l.cudnn, l.cudnn += align256(n_in(d) * ds_dtype_size(DS_BF16));
     return l;
 }
 
@@ -622,8 +626,9 @@ static void cuda_conv_fwd(void *out, const void *in, const void *w, const ds_con
     write_back(&o, out, d->out_t, o.l.out, n_out(d));
 }
 
-/* din [n,h,w,c] = conv_transpose(dout [n,p,q,k], w) (overwritten) */
-static void cuda_conv_bwd_data(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws)
+/* din [n,h,w,c] = conv_transpose(dout [n,p,q,k], w), or += with accumulate */
+static void cuda_conv_bwd_data(void *din, const void *dout, const void *w, const ds_conv_desc *d, int accumulate,
+                               void *ws)
 {
     conv_run r = plan_get(d);
     char name[CONV_NAME];
@@ -634,11 +639,24 @@ static void cuda_conv_bwd_data(void *din, const void *dout, const void *w, const
     const float one = 1, zero = 0;
     const void *dy = dout_read(&o, dout, d), *k = read_as(&o, w, o.l.w, n_w(d));
     void *dx = write_to(&o, din, o.l.in);
+    /* din stored in the type cuDNN computes in: beta = 1 adds the result to it in cuDNN's
+     * own epilogue, with no pass of ours over din */
+    const float *beta = accumulate && o.l.in == NO_COPY ? &one : &zero;
     cudnnCheck(cudnnConvolutionBackwardData(g.cudnn, &one, r.p->w[o.t], k, r.s->y[o.t], dy,
                                             r.s->conv[DS_CONV_BWD_DATA], (cudnnConvolutionBwdDataAlgo_t)o.c->algo,
-                                            o.ws + o.l.cudnn, r.s->cudnn_ws[DS_CONV_BWD_DATA], &zero, r.s->x[o.t],
+                                            o.ws + o.l.cudnn, r.s->cudnn_ws[DS_CONV_BWD_DATA], beta, r.s->x[o.t],
                                             dx));
-    write_back(&o, din, d->in_t, o.l.in, n_in(d));
+    if (!accumulate || o.l.in == NO_COPY) {
+        write_back(&o, din, d->in_t, o.l.in, n_in(d));
+        return;
+    }
+    /* computed in the other type: the result rounded to din's storage, then added */
+    if (d->in_t == DS_F32) {   /* a bf16 result widens exactly: added in one pass */
+        ds_cuda_from_bf16((float *)din, o.ws + o.l.in, n_in(d), 1);
+        return;
+    }
+    cast(o.ws + o.l.sum, DS_BF16, o.ws + o.l.in, n_in(d));
+    ds_cuda_add(din, o.ws + o.l.sum, n_in(d), DS_BF16);
 }
 
 /* dw [k,r,s,c] (float32) += correlation(in, dout) */

@@ -223,13 +223,15 @@ __global__ void bn_grad_final_kernel(float *dgamma, float *dbeta, float *ka, flo
 }
 
 /* din = dy * ka + (x - mean) * kb + kc, the CPU's formula and rounding (cpu_loops.inc bn_dx);
- * din may be dy (elementwise) */
+ * din may be dy (elementwise). dresidual (when not NULL) = dy: the residual's gradient is
+ * written from the dy this kernel reads anyway, instead of a copy that reads it again. */
 template <typename T>
-__global__ void bn_dx_kernel(T *din, const T *dy, const T *in, const float *mean, const float *ka, const float *kb,
-                             const float *kc, long total, int c)
+__global__ void bn_dx_kernel(T *din, T *dresidual, const T *dy, const T *in, const float *mean,
+                             const float *ka, const float *kb, const float *kc, long total, int c)
 {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
         int j = (int)(i % c);
+        if (dresidual) dresidual[i] = dy[i];   /* before din, which may be dy, is written */
         st(din, i, __fadd_rn(__fadd_rn(__fmul_rn(ld(dy, i), ka[j]), __fmul_rn(__fsub_rn(ld(in, i), mean[j]), kb[j])),
                              kc[j]));
     }
@@ -243,13 +245,13 @@ static void bn_bwd(T *din, T *dresidual, float *dgamma, float *dbeta, T *dout, c
     float *ka = bn_coef(c, 0), *kb = bn_coef(c, 1), *kc = bn_coef(c, 2);
     long total = (long)m * c;
     bn_partials(scratch, dout, out, in, mean, BN_GRADS, relu, m, c, chunks);
-    if (dresidual && dresidual != dout)
-        cudaCheck(cudaMemcpyAsync(dresidual, dout, total * sizeof(T), cudaMemcpyDeviceToDevice, ds_cuda_stream()));
     bn_grad_final_kernel<<<(c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream()>>>(
         dgamma, dbeta, ka, kb, kc, scratch, gamma, invstd, m, c, chunks);
     launchCheck();
-    bn_dx_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(din, dout, in, mean, ka, kb, kc,
-                                                                                   total, c);
+    /* dresidual = dout (after the ReLU mask) is written by the dx kernel, unless they are one
+     * buffer */
+    bn_dx_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(
+        din, dresidual != dout ? dresidual : NULL, dout, in, mean, ka, kb, kc, total, c);
     launchCheck();
 }
 

@@ -4,7 +4,9 @@
 # `make`), run on ResNet-20 at 32 px, batch 8, in bf16 and fp32, and its counts checked
 # against what must hold: the categories add up to the totals; bf16 moves fewer bytes than
 # fp32 and launches the same kernels but for the casts; batch norm's and the casts' bytes
-# equal a count by hand from ResNet-20's layer shapes.
+# and launches, and the elementwise launches, equal a count by hand from ResNet-20's layer
+# shapes (no kernel adds a gradient: the convolutions accumulate in cuDNN, batch norm's dx
+# kernel writes the residual's gradient).
 . "$(dirname "$0")/lib.sh"
 san=0
 [ "${BUILD:-build}" = build-san ] && san=1
@@ -70,8 +72,8 @@ done
 # One layer's bytes in storage of es bytes (cuda_kernels.cu), E = m c elements:
 #   forward: in read by the partial sums and by apply, the residual read, out written: 3 + res
 #   backward: in and dout read by the partial sums, out read and dout written back (ReLU mask),
-#             dout copied to dresidual (read + write), dout and in read and din written by dx:
-#             5 + 2 relu + 2 res
+#             dout and in read and din written by dx, and dresidual (= dout) written there:
+#             5 + 2 relu + res
 #   the partial sums, [2][chunks][c] doubles, written and read in each pass: 4 x 16 chunks c
 #   per channel: in's row 0 (the shift), and 22 float32 vectors read or written: 88 bytes
 # chunks = 8 x min(256, ceil(m / 256)) (bn_chunks; the scratch is far from full here).
@@ -80,7 +82,7 @@ bn_bytes() {
     for l in "${bn[@]}"; do
         read -r m c relu res <<<"$l"
         g=$(((m + 255) / 256)); [ $g -gt 256 ] && g=256
-        total=$((total + es * m * c * (8 + 2 * relu + 3 * res) + 64 * 8 * g * c + c * (es + 88)))
+        total=$((total + es * m * c * (8 + 2 * relu + 2 * res) + 64 * 8 * g * c + c * (es + 88)))
     done
     echo $total
 }
@@ -88,6 +90,8 @@ for p in bf16:2 fp32:4; do
     want=$(bn_bytes ${p#*:}) got=$(cell "$T/${p%:*}.out" "batch norm" bytes)
     check "bn_bytes_by_hand_${p%:*} ($got = $want)" [ "$got" -eq "$want" ]
 done
+# Six kernels a layer (three forward, three backward), no copy for the residual's gradient.
+check "bn_launches_by_hand (6 x 21)" [ "$(cell "$T/bf16.out" "batch norm" launches)" -eq 126 ]
 check "bn_depth_by_hand (7 layers each of 256, 64, 16 chunks)" \
     grep -q '^bn depth: max 256, sum over the 21 layers 2352 ' "$T/bf16.out"
 
@@ -98,6 +102,15 @@ weights=$((16 * 3 * 9 + 6 * 16 * 16 * 9 + 32 * 16 * 9 + 5 * 32 * 32 * 9 + 32 * 1
 want=$((2 * N * 32 * 32 * 3 * 6 + weights * (10 + 6))) got=$(cell "$T/bf16.out" casts bytes)
 check "cast_bytes_by_hand ($got = $want)" [ "$got" -eq "$want" ]
 check "cast_launches_by_hand" [ "$(cell "$T/bf16.out" casts launches)" -eq 44 ]
+
+# Elementwise: one SGD step, the running statistics' scale and axpy, two axpy per batch norm
+# (its batch statistics into the running sums), the gradients zeroed: 1 + 1 + 1 + 42 + 1.
+# The first convolution of each block adds its data gradient to the one its shortcut wrote
+# within cuDNN (beta = 1), so no add kernel runs.
+for p in bf16 fp32; do
+    check "elementwise_launches_by_hand_$p" [ "$(cell "$T/$p.out" "optimizer/elementwise" launches)" -eq 46 ]
+    check "no_gradient_add_$p" sh -c "! grep -q add_bf16_kernel '$T/$p.out'"
+done
 
 expect_status step_census_refuses_auto 2 "$census" resnet20 32 $N auto
 expect_status step_census_usage 2 "$census" resnet20 32

@@ -1,6 +1,8 @@
 /* Every op of the CUDA backend against the CPU backend (the reference), fp32 with
  * deterministic cuDNN algorithms; then the convolutions again in tf32 and bf16 (the
  * algorithms cuDNN's Find picks, and the bf16 copies of float32 tensors in the workspace).
+ * Backward-data runs both overwriting din and accumulating into it (cuDNN's beta = 1 where
+ * din is stored in the type it computes in, the result cast and added where not).
  * Convolutions are planned at one size and also run at a smaller batch and input (short
  * batches, progressive resizing, validation at another crop), and a conv1-like layer whose
  * input needs no gradient is planned without backward-data. Then bf16 storage against the
@@ -182,23 +184,31 @@ static void test_conv_case(conv_case t)
     size_t ni = (size_t)n * h * w * c, nw = (size_t)k * r * r * c, no = (size_t)n * d.p * d.q * k;
     float *in = host_rand(ni, -1, 1), *wt = host_rand(nw, -0.5f, 0.5f), *dout = host_rand(no, -1, 1);
     float *dw0 = host_rand(nw, -0.1f, 0.1f);   /* bwd_weight must add to what is there */
+    float *din0 = host_rand(ni, -1, 1);         /* another consumer's part, which bwd_data adds to */
     void *cw = xmalloc(cws), *gw = G->alloc(gws ? gws : 1);
-    float *out = xmalloc(no * sizeof *out), *din = xmalloc(ni * sizeof *din), *dw = dup(dw0, nw);
+    float *out = xmalloc(no * sizeof *out), *din = xmalloc(ni * sizeof *din), *dw = dup(dw0, nw),
+          *dacc = dup(din0, ni);
     C->conv_fwd(out, in, wt, &d, cw);
-    if (!t.no_dx) C->conv_bwd_data(din, dout, wt, &d, cw);
+    if (!t.no_dx) C->conv_bwd_data(din, dout, wt, &d, 0, cw);
+    if (!t.no_dx) C->conv_bwd_data(dacc, dout, wt, &d, 1, cw);
     C->conv_bwd_weight(dw, dout, in, &d, cw);
     float *g_in = to_dev(in, ni * 4), *g_w = to_dev(wt, nw * 4), *g_dout = to_dev(dout, no * 4);
-    float *g_out = G->alloc(no * 4), *g_din = G->alloc(ni * 4), *g_dw = to_dev(dw0, nw * 4);
+    float *g_out = G->alloc(no * 4), *g_din = G->alloc(ni * 4), *g_dw = to_dev(dw0, nw * 4),
+          *g_dacc = to_dev(din0, ni * 4);
     G->conv_fwd(g_out, g_in, g_w, &d, gw);
     /* the model's order: weight gradient, then data gradient (the bf16 dout is shared) */
     G->conv_bwd_weight(g_dw, g_dout, g_in, &d, gw);
-    if (!t.no_dx) G->conv_bwd_data(g_din, g_dout, g_w, &d, gw);
+    if (!t.no_dx) G->conv_bwd_data(g_din, g_dout, g_w, &d, 0, gw);
+    /* accumulating: beta = 1 in cuDNN, or (bf16 arithmetic) the bf16 result added */
+    if (!t.no_dx) G->conv_bwd_data(g_dacc, g_dout, g_w, &d, 1, gw);
     cmp("conv_fwd", g_out, out, no);
     if (!t.no_dx) cmp("conv_bwd_data", g_din, din, ni);
+    if (!t.no_dx) cmp("conv_bwd_data (accumulating)", g_dacc, dacc, ni);
     cmp("conv_bwd_weight (accumulated)", g_dw, dw, nw);
     check_end();
-    G->free(g_in), G->free(g_w), G->free(g_dout), G->free(g_out), G->free(g_din), G->free(g_dw), G->free(gw);
-    free(in), free(wt), free(dout), free(dw0), free(cw), free(out), free(din), free(dw);
+    G->free(g_in), G->free(g_w), G->free(g_dout), G->free(g_out), G->free(g_din), G->free(g_dw), G->free(g_dacc);
+    G->free(gw);
+    free(in), free(wt), free(dout), free(dw0), free(din0), free(cw), free(out), free(din), free(dw), free(dacc);
 }
 
 /* Planned and run at the same input size. */
@@ -486,23 +496,32 @@ static void test_conv_bf16(conv_case t, ds_dtype in_t)
     void *in = host_rand_as(ni, -1, 1, in_t), *wt = host_rand_as(nw, -0.5f, 0.5f, DS_BF16);
     void *dout = host_rand_as(no, -1, 1, DS_BF16);
     float *dw0 = host_rand(nw, -0.1f, 0.1f), *dw = dup(dw0, nw);
-    void *cw = xmalloc(cws), *gw = G->alloc(gws ? gws : 1), *out = xmalloc(no * 2), *din = xmalloc(ni * ei);
+    void *din0 = host_rand_as(ni, -1, 1, in_t);   /* another consumer's part, which bwd_data adds to */
+    void *cw = xmalloc(cws), *gw = G->alloc(gws ? gws : 1), *out = xmalloc(no * 2), *din = xmalloc(ni * ei),
+         *dacc = xmalloc(ni * ei);
+    memcpy(dacc, din0, ni * ei);
     C->conv_fwd(out, in, wt, &d, cw);
-    if (!t.no_dx) C->conv_bwd_data(din, dout, wt, &d, cw);
+    if (!t.no_dx) C->conv_bwd_data(din, dout, wt, &d, 0, cw);
+    if (!t.no_dx) C->conv_bwd_data(dacc, dout, wt, &d, 1, cw);
     C->conv_bwd_weight(dw, dout, in, &d, cw);
     void *g_in = to_dev(in, ni * ei), *g_w = to_dev(wt, nw * 2), *g_dout = to_dev(dout, no * 2);
-    void *g_out = G->alloc(no * 2), *g_din = G->alloc(ni * ei);
+    void *g_out = G->alloc(no * 2), *g_din = G->alloc(ni * ei), *g_dacc = to_dev(din0, ni * ei);
     float *g_dw = to_dev(dw0, nw * 4);
     G->conv_fwd(g_out, g_in, g_w, &d, gw);
     /* the model's order: weight gradient, then data gradient (a copy of dout may be shared) */
     G->conv_bwd_weight(g_dw, g_dout, g_in, &d, gw);
-    if (!t.no_dx) G->conv_bwd_data(g_din, g_dout, g_w, &d, gw);
+    if (!t.no_dx) G->conv_bwd_data(g_din, g_dout, g_w, &d, 0, gw);
+    /* accumulating: beta = 1 in cuDNN under bf16 arithmetic; under tf32 and fp32 the float32
+     * result rounded to bf16 in the workspace, then added */
+    if (!t.no_dx) G->conv_bwd_data(g_dacc, g_dout, g_w, &d, 1, gw);
     cmp_as("conv_fwd", g_out, out, no, DS_BF16, TOL_BF16);
     if (!t.no_dx) cmp_as("conv_bwd_data", g_din, din, ni, in_t, TOL_BF16);
+    if (!t.no_dx) cmp_as("conv_bwd_data (accumulating)", g_dacc, dacc, ni, in_t, TOL_BF16);
     cmp_as("conv_bwd_weight (accumulated)", g_dw, dw, nw, DS_F32, TOL_BF16);
     check_end();
-    G->free(g_in), G->free(g_w), G->free(g_dout), G->free(g_out), G->free(g_din), G->free(g_dw), G->free(gw);
-    free(in), free(wt), free(dout), free(dw0), free(dw), free(cw), free(out), free(din);
+    G->free(g_in), G->free(g_w), G->free(g_dout), G->free(g_out), G->free(g_din), G->free(g_dw), G->free(g_dacc);
+    G->free(gw);
+    free(in), free(wt), free(dout), free(dw0), free(dw), free(din0), free(cw), free(out), free(din), free(dacc);
 }
 
 /* A 3x3 and a strided 1x1 convolution on bf16 activations (the second at a short batch),

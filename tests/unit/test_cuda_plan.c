@@ -51,10 +51,10 @@ static void spy_fwd(void *o, const void *i, const void *w, const ds_conv_desc *d
     ds_backend_cpu.conv_fwd(o, i, w, d, ws);
 }
 
-static void spy_bwd_data(void *o, const void *i, const void *w, const ds_conv_desc *d, void *ws)
+static void spy_bwd_data(void *o, const void *i, const void *w, const ds_conv_desc *d, int accumulate, void *ws)
 {
     spy_run(d);
-    ds_backend_cpu.conv_bwd_data(o, i, w, d, ws);
+    ds_backend_cpu.conv_bwd_data(o, i, w, d, accumulate, ws);
 }
 
 static void spy_bwd_weight(float *o, const void *i, const void *w, const ds_conv_desc *d, void *ws)

@@ -142,7 +142,7 @@ static void test_conv(ds_conv_desc d, int fd)
     CHECK(ws != NULL, "workspace allocation");
 
     be->conv_fwd(out, in, w, &d, ws);
-    be->conv_bwd_data(din, g, w, &d, ws);
+    be->conv_bwd_data(din, g, w, &d, 0, ws);
     be->conv_bwd_weight(dw, g, in, &d, ws);
 
     double *ind = dup_d(in, ni), *wd = dup_d(w, nw), *gd = dup_d(g, no);
@@ -220,7 +220,7 @@ static void test_conv_bf16(ds_conv_desc d)
     void *ws = bb->alloc(bb->conv_workspace(&d));
     CHECK(ws != NULL, "workspace allocation");
     bb->conv_fwd(out, in, w, &d, ws);
-    bb->conv_bwd_data(din, g, w, &d, ws);
+    bb->conv_bwd_data(din, g, w, &d, 0, ws);
     bb->conv_bwd_weight(dw, g, in, &d, ws);
     for (size_t i = 0; i < nw; i++) dw[i] -= dw0[i];  /* what it added */
 
@@ -305,8 +305,8 @@ static void test_conv_bf16_storage(ds_conv_desc d, ds_dtype in_t)
     bb->conv_bwd_weight(dwf, gf, inf, &d, wsf);
     size_t f = off16("forward", out, outf, no), bd = 0, bw = 0;
     if (in_t == DS_BF16 && !d.no_dx) {
-        bb->conv_bwd_data(din, g16, w16, &s, ws);
-        bb->conv_bwd_data(dinf, gf, wf, &d, wsf);
+        bb->conv_bwd_data(din, g16, w16, &s, 0, ws);
+        bb->conv_bwd_data(dinf, gf, wf, &d, 0, wsf);
         bd = off16("backward data", din, dinf, ni);
     }
     for (size_t i = 0; i < nw; i++) bw += memcmp(&dw[i], &dwf[i], sizeof *dw) != 0;
@@ -316,6 +316,47 @@ static void test_conv_bf16_storage(ds_conv_desc d, ds_dtype in_t)
     bb->free(ws), bb->free(wsf);
     free(inf), free(wf), free(gf), free(dw0), free(in16), free(w16), free(g16), free(out), free(din), free(outf);
     free(dinf), free(dw), free(dwf);
+    check_end();
+}
+
+/* n random values stored in t. */
+static void *randn_as(size_t n, double scale, ds_dtype t)
+{
+    return t == DS_BF16 ? (void *)randn16(n, scale, NULL) : (void *)randn(n, scale);
+}
+
+/* Backward-data with accumulate = 1 (din +=, an input with two consumers) against the model's
+ * former way, the result computed apart (accumulate = 0) and added by the add op: the same
+ * bits, on backend cb with every tensor stored in t. */
+static void test_conv_accumulate(const ds_backend *cb, ds_conv_desc d, ds_dtype t)
+{
+    char name[192];
+    snprintf(name, sizeof name, "%s conv backward-data accumulating, %s storage, n%d %dx%dx%d -> k%d %dx%d/%d pad %d: "
+             "bitwise a separate result added",
+             cb == &ds_backend_cpu ? "fp32" : "bf16", ds_dtype_name(t), d.n, d.h, d.w, d.c, d.k, d.r, d.s, d.stride,
+             d.pad);
+    check_begin(name);
+    d.in_t = d.out_t = d.w_t = t;
+    const size_t es = ds_dtype_size(t), ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.k,
+                 nw = (size_t)d.k * d.r * d.s * d.c;
+    void *w = randn_as(nw, 1 / sqrt(d.r * d.s * d.c), t), *g = randn_as(no, 1, t), *din0 = randn_as(ni, 1, t);
+    void *acc = malloc(ni * es), *sum = malloc(ni * es), *part = malloc(ni * es);
+    void *ws = cb->alloc(cb->conv_workspace(&d));  /* exactly what it asks for: an overrun shows under ASan */
+    CHECK(ws != NULL, "workspace allocation");
+    memcpy(acc, din0, ni * es);
+    cb->conv_bwd_data(acc, g, w, &d, 1, ws);
+    cb->conv_bwd_data(part, g, w, &d, 0, ws);
+    memcpy(sum, din0, ni * es);
+    cb->add(sum, part, ni, t);
+    size_t off = 0, added = 0;
+    for (size_t i = 0; i < ni; i++) {
+        off += memcmp((char *)acc + i * es, (char *)sum + i * es, es) != 0;
+        added += memcmp((char *)acc + i * es, (char *)part + i * es, es) != 0;
+    }
+    CHECK(off == 0, "%zu of %zu elements differ from the result added apart", off, ni);
+    CHECK(added > ni / 2, "only %zu of %zu elements differ from the result alone: din was not added to", added, ni);
+    cb->free(ws);
+    free(w), free(g), free(din0), free(acc), free(sum), free(part);
     check_end();
 }
 
@@ -904,7 +945,7 @@ static void run_ops_bf16_storage(results *res, const ds_conv_desc *cs, size_t nc
         bb->conv_fwd(o, in, w, &d, ws);
         widen(take(res, no), o, no);
         if (d.in_t == DS_BF16) {
-            bb->conv_bwd_data(o, g, w, &d, ws);
+            bb->conv_bwd_data(o, g, w, &d, 0, ws);
             widen(take(res, ni), o, ni);
         }
         float *dw = take(res, nw);
@@ -935,6 +976,29 @@ static void run_ops_bf16_storage(results *res, const ds_conv_desc *cs, size_t nc
     be->add(x, g, n, DS_BF16);
     widen(take(res, n), x, n);
     free(x), free(rs), free(g), free(o), free(o2), free(po), free(gm), free(bt);
+}
+
+/* Backward-data accumulating into din (random values) on both backends, each of cs's shapes,
+ * the bf16 backend on float32 and on bf16 storage: after everything else (the results of the
+ * ops before keep their place in --bits files). */
+static void run_ops_accumulate(results *res, const ds_conv_desc *cs, size_t ncs)
+{
+    const struct { const ds_backend *b; ds_dtype t; } runs[] = {
+        {&ds_backend_cpu, DS_F32}, {&ds_backend_cpu_bf16, DS_F32}, {&ds_backend_cpu_bf16, DS_BF16}};
+    for (size_t r = 0; r < sizeof runs / sizeof *runs; r++)
+        for (size_t k = 0; k < ncs; k++) {
+            const ds_backend *cb = runs[r].b;
+            ds_conv_desc d = cs[k];
+            d.in_t = d.out_t = d.w_t = runs[r].t;
+            size_t ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.k,
+                   nw = (size_t)d.k * d.r * d.s * d.c;
+            void *w = randn_as(nw, 0.1, d.w_t), *g = randn_as(no, 1, d.out_t), *din = randn_as(ni, 1, d.in_t);
+            void *ws = cb->alloc(cb->conv_workspace(&d));
+            cb->conv_bwd_data(din, g, w, &d, 1, ws);
+            if (d.in_t == DS_BF16) widen(take(res, ni), din, ni);
+            else memcpy(take(res, ni), din, ni * sizeof(float));
+            cb->free(ws), free(w), free(g), free(din);
+        }
 }
 
 /* Runs every op of the backend with t threads on fixed random data (a convolution of each
@@ -968,7 +1032,7 @@ static float *run_ops(int threads, size_t *len)
             float *in = randn(ni, 1), *w = randn(nw, 0.1), *g = randn(no, 1);
             void *ws = cb->alloc(cb->conv_workspace(d));
             cb->conv_fwd(take(&res, no), in, w, d, ws);
-            cb->conv_bwd_data(take(&res, ni), g, w, d, ws);
+            cb->conv_bwd_data(take(&res, ni), g, w, d, 0, ws);
             float *dw = take(&res, nw);
             memcpy(dw, w, nw * sizeof *dw);  // accumulates into what is there
             cb->conv_bwd_weight(dw, g, in, d, ws);
@@ -1010,6 +1074,7 @@ static float *run_ops(int threads, size_t *len)
     be->resized_crop_u8(take(&res, 4 * 16 * 16 * 3), px, 4, 20, 18, 16, 16, y0, x0, bh, bw, flip, mean, sd);
     free(x), free(gm), free(bt), free(g), free(rs), free(li), free(lw), free(lb), free(lg), free(px);
     run_ops_bf16_storage(&res, cs, sizeof cs / sizeof *cs);
+    run_ops_accumulate(&res, cs, sizeof cs / sizeof *cs);
     *len = res.len;
     return res.v;
 }
@@ -1141,6 +1206,19 @@ int main(int argc, char **argv)
     test_conv_bf16_storage(conv_desc(2, 20, 20, 64, 300, 1, 1, 1, 0), DS_BF16);  // bf16 output in column blocks
     test_conv_bf16_storage(conv_desc(1, 7, 300, 8, 8, 3, 3, 1, 1), DS_BF16);     // rows wider than the tile
     test_conv_bf16_storage(conv_desc(2, 6, 5, 3, 7, 3, 1, 1, 0), DS_BF16);
+    // Backward-data accumulating into din: pointwise; stride 1 as a flipped forward (implicit,
+    // im2col for a long reduction, and bf16's gathered rows under 14 wide); strided (1x1 and
+    // 3x3 scattered); on both backends, the bf16 one on float32 and on bf16 storage.
+    const ds_conv_desc acc_shapes[] = {
+        conv_desc(2, 6, 6, 32, 24, 1, 1, 1, 0),   conv_desc(2, 16, 16, 16, 32, 3, 3, 1, 1),
+        conv_desc(2, 6, 6, 16, 300, 3, 3, 1, 1),  conv_desc(2, 9, 8, 16, 24, 3, 3, 1, 1),
+        conv_desc(3, 9, 9, 24, 48, 1, 1, 2, 0),   conv_desc(2, 9, 9, 16, 32, 3, 3, 2, 1),
+    };
+    for (size_t i = 0; i < sizeof acc_shapes / sizeof *acc_shapes; i++) {
+        test_conv_accumulate(&ds_backend_cpu, acc_shapes[i], DS_F32);
+        test_conv_accumulate(&ds_backend_cpu_bf16, acc_shapes[i], DS_F32);
+        test_conv_accumulate(&ds_backend_cpu_bf16, acc_shapes[i], DS_BF16);
+    }
     test_ops_bf16_storage(2 * 12 * 10, 70);
     test_ops_bf16_storage(2 * 12 * 3, 300);
 
