@@ -60,6 +60,10 @@ __attribute__((target("avx512f,avx512bf16"))) void ds_bf16_round_n_avx512bf16(ds
         const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i));
         _mm512_storeu_si512(dst + i, (__m512i)h);
     }
+    if (i + 16 <= n) {
+        _mm256_storeu_si256((__m256i *)(dst + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
+        i += 16;
+    }
     if (i < n) ds_bf16_round_n_avx512(dst + i, src + i, n - i);
 }
 

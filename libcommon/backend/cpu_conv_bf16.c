@@ -74,6 +74,10 @@ static const ds_bf16 *all16(ds_bf16 *dst, const void *src, long count, ds_dtype 
  * copied, or rounded once. */
 static void store_rows(void *dst, long ldd, const float *f, long ldf, long rows, long cols, ds_dtype t)
 {
+    if (ldd == cols && ldf == cols) {  /* contiguous (few channels, or all of them): one pass */
+        ldd = ldf = cols *= rows;
+        rows = 1;
+    }
     for (long i = 0; i < rows; i++) {
         if (t == DS_BF16) ds_bf16_round_n((ds_bf16 *)dst + i * ldd, f + i * ldf, (size_t)cols);
         else memcpy((float *)dst + i * ldd, f + i * ldf, (size_t)cols * sizeof *f);
