@@ -213,7 +213,8 @@ typedef struct ds_backend {
 } ds_backend;
 
 /* The CPU backends: always there; host memory, deterministic for any thread count; fp32, and
- * bf16 convolutions (bf16 operands, float32 sums and storage). */
+ * bf16 (convolutions on bf16 operands with float32 sums; a model over it stores its
+ * activations in bf16). Both compute every other op on either storage. */
 extern const ds_backend ds_backend_cpu;
 extern const ds_backend ds_backend_cpu_bf16;
 

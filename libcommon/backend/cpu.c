@@ -466,7 +466,7 @@ const ds_backend ds_backend_cpu = {
 };
 
 /* --precision bf16: convolutions on bf16 operands with float32 sums (cpu_conv_bf16.c); the
- * rest computes in float32 as above (docs/DESIGN.md §4 has the table). */
+ * rest as above, in float32 on either storage (docs/DESIGN.md §4 has the table). */
 const ds_backend ds_backend_cpu_bf16 = {
     .name = "cpu",
     .precision = DS_PRECISION_BF16,
