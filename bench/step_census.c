@@ -33,8 +33,8 @@
 #include <sys/mman.h>
 
 #include "backend.h"
-#include "backend/cpu_loops.h"      /* DS_BN_FLUSH, which bn_chunks uses */
-#include "backend/cuda_kernels.h"   /* DS_CUDA_SCRATCH_BYTES, likewise */
+#include "backend/cpu_loops.h"      /* DS_BN_FLUSH, which bn_chunks passes */
+#include "backend/cuda_kernels.h"   /* ds_cuda_bn_chunks: the kernels' chunking */
 #include "backend/cuda_plan.h"      /* ds_conv_op, ds_conv_op_name */
 #include "fsutil.h"
 #include "log.h"
@@ -262,19 +262,12 @@ static void spy_conv_bwd_weight(float *dw, const void *dout, const void *in, con
 
 /* ---- batch norm (cuda_kernels.cu bn_fwd_train, bn_bwd) ---- */
 
-/* cuda_kernels.cu's BN_ROWS: chunks come in groups of this many (one block's rows). */
-#define BN_ROWS 8
-
-/* cuda_kernels.cu bn_chunks: how many chunks of rows the partial sums are split into; the
- * final kernels' one thread per channel walks all of them in order. */
+/* cuda_kernels.cu's bn_chunks: the chunks of rows the partial sums are split into. */
 static int bn_chunks(int m, int c)
 {
-    size_t fit = (DS_CUDA_SCRATCH_BYTES - 3 * (size_t)c * sizeof(float)) / (2 * (size_t)c * sizeof(double) * BN_ROWS);
-    int g = (int)(((long)m + DS_BN_FLUSH * BN_ROWS - 1) / (DS_BN_FLUSH * BN_ROWS));
-    if (g > 256) g = 256;
-    if ((size_t)g > fit) g = (int)fit;
-    if (g < 1) ds_die("batch norm: %d channels exceed the CUDA backend's scratch", c);
-    return g * BN_ROWS;
+    int chunks = ds_cuda_bn_chunks(m, c, DS_BN_FLUSH);
+    if (!chunks) ds_die("batch norm: %d channels exceed the CUDA backend's scratch", c);
+    return chunks;
 }
 
 /* The partial sums, [2][chunks][c] doubles: written by bn_partial_kernel, read by a final kernel. */

@@ -35,18 +35,13 @@ __device__ __forceinline__ void st(bf16 *p, long i, float v) { p[i] = __float2bf
 /* Per-channel sums are split over chunks of consecutive rows: a block of (BN_CH channels,
  * BN_ROWS) threads takes BN_ROWS chunks, the grid's y its groups of chunks. */
 #define BN_CH 32
-#define BN_ROWS 8
+#define BN_ROWS DS_CUDA_BN_ROWS
 
 static int bn_chunks(int m, int c)
 {
-    /* partials [2][chunks][c] doubles + coefficients [3][c] floats must fit the scratch */
-    size_t fit = (DS_CUDA_SCRATCH_BYTES - 3 * (size_t)c * sizeof(float)) / (2 * (size_t)c * sizeof(double) * BN_ROWS);
-    /* a chunk of at least one float run (DS_BN_FLUSH rows) where m allows */
-    int g = (int)(((long)m + DS_BN_FLUSH * BN_ROWS - 1) / (DS_BN_FLUSH * BN_ROWS));
-    if (g > 256) g = 256;
-    if ((size_t)g > fit) g = (int)fit;
-    if (g < 1) ds_die("batch norm: %d channels exceed the CUDA backend's scratch", c);
-    return g * BN_ROWS;
+    int chunks = ds_cuda_bn_chunks(m, c, DS_BN_FLUSH);
+    if (!chunks) ds_die("batch norm: %d channels exceed the CUDA backend's scratch", c);
+    return chunks;
 }
 
 /* Mode of bn_partial_kernel: what it sums per channel. */

@@ -19,6 +19,24 @@
 #define DS_CUDA_SCRATCH_BYTES ((size_t)16 << 20)
 void ds_cuda_kernels_init(void *scratch);
 
+/* Batch norm's per-channel sums are split over chunks of consecutive rows, which come in
+ * groups of DS_CUDA_BN_ROWS (one block's rows); a final kernel's thread per channel walks
+ * all of them in order. The chunk count for m rows of c channels: a chunk of at least one
+ * float run (`flush` rows, the CPU's DS_BN_FLUSH) where m allows, at most 256 groups, and
+ * the partials [2][chunks][c] doubles with the coefficients [3][c] floats within the
+ * scratch; 0 when c channels do not fit at all. Plain C, so that bench/step_census counts
+ * with the kernels' own rule. */
+#define DS_CUDA_BN_ROWS 8
+static inline int ds_cuda_bn_chunks(int m, int c, int flush)
+{
+    size_t fit = (DS_CUDA_SCRATCH_BYTES - 3 * (size_t)c * sizeof(float)) /
+                 (2 * (size_t)c * sizeof(double) * DS_CUDA_BN_ROWS);
+    int g = (int)(((long)m + flush * DS_CUDA_BN_ROWS - 1) / (flush * DS_CUDA_BN_ROWS));
+    if (g > 256) g = 256;
+    if ((size_t)g > fit) g = (int)fit;
+    return g > 0 ? g * DS_CUDA_BN_ROWS : 0;
+}
+
 /* Activations and their gradients in storage t (backend.h): a bf16 value is widened to
  * float as it is loaded, the arithmetic is the float32 kernels', and a bf16 result is
  * rounded once, to nearest even, as it is stored. */
