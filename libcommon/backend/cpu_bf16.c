@@ -6,15 +6,8 @@
 #include <math.h>
 #include <string.h>
 
-ds_bf16 ds_bf16_round(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (ds_bf16)((u >> 16) | 0x40);  /* NaN: quiet */
-    if ((u & 0x7f800000u) == 0) return (ds_bf16)((u >> 16) & 0x8000);         /* zero, denormal */
-    u += 0x7fffu + ((u >> 16) & 1);                                             /* to nearest even */
-    return (ds_bf16)(u >> 16);
-}
+/* NaN: quiet; zero and denormals: a zero of the sign; else to nearest even (ds_bf16_from). */
+ds_bf16 ds_bf16_round(float x) { return ds_bf16_from(x); }
 
 static void round_plain(ds_bf16 *dst, const float *src, size_t n)
 {
