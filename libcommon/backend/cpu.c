@@ -171,7 +171,7 @@ static void cpu_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, 
 }
 
 /* ---- pooling ----
- * One source for both storages: POOL_T, POOL_LD and POOL_ST below, as cpu_bn_loops.inc. The
+ * One source for both storages: POOL_T, POOL_LD and POOL_ST below (cpu_pool.inc). The
  * maximum of bf16 values is one of them (exact); the backward adds each window's gradient to
  * its maximum in window order, a bf16 sum rounded at each add; average pooling sums in
  * float32 and stores float32 features. */
@@ -330,8 +330,7 @@ static void cpu_axpy(float *y, float alpha, const float *x, size_t n)
     for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
-/* Also the accumulating backward-data's add (cpu_conv.h). */
-void ds_cpu_add(void *y, const void *x, size_t n, ds_dtype t)
+static void cpu_add(void *y, const void *x, size_t n, ds_dtype t)
 {
     if (t != DS_BF16) {
         cpu_axpy(y, 1.0f, x, n);
@@ -419,6 +418,52 @@ static void cpu_resized_crop_u8(float *out, const uint8_t *in, int n, int H, int
         }
 }
 
+/* ---- convolutions: cpu_conv.c (fp32), cpu_conv_bf16.c (bf16 products) ----
+ * An accumulating backward-data (the second consumer of an input) computes its result whole
+ * in the workspace, after what the convolution itself asks for, and adds it to din with the
+ * add op: bitwise what computing it elsewhere and calling add gives. */
+typedef struct {
+    size_t (*workspace)(const ds_conv_desc *d);
+    void (*bwd_data)(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws);
+} conv_impl;
+
+static const conv_impl conv_fp32 = {ds_cpu_conv_workspace, ds_cpu_conv_bwd_data};
+static const conv_impl conv_bf16 = {ds_cpu_conv_workspace_bf16, ds_cpu_conv_bwd_data_bf16};
+
+static size_t round64(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+static size_t conv_workspace(const conv_impl *c, const ds_conv_desc *d)
+{
+    size_t own = c->workspace(d);
+    if (own == SIZE_MAX || d->no_dx) return own;
+    return round64(own) + (size_t)d->n * d->h * d->w * d->c * ds_dtype_size(d->in_t);
+}
+
+static void conv_bwd_data(const conv_impl *c, void *din, const void *dout, const void *w, const ds_conv_desc *d,
+                          int accumulate, void *ws)
+{
+    if (!accumulate) {
+        c->bwd_data(din, dout, w, d, ws);
+        return;
+    }
+    void *part = (char *)ws + round64(c->workspace(d));
+    c->bwd_data(part, dout, w, d, ws);
+    cpu_add(din, part, (size_t)d->n * d->h * d->w * d->c, d->in_t);
+}
+
+static size_t cpu_conv_workspace(const ds_conv_desc *d) { return conv_workspace(&conv_fp32, d); }
+static size_t cpu_conv_workspace_bf16(const ds_conv_desc *d) { return conv_workspace(&conv_bf16, d); }
+static void cpu_conv_bwd_data(void *din, const void *dout, const void *w, const ds_conv_desc *d, int accumulate,
+                              void *ws)
+{
+    conv_bwd_data(&conv_fp32, din, dout, w, d, accumulate, ws);
+}
+static void cpu_conv_bwd_data_bf16(void *din, const void *dout, const void *w, const ds_conv_desc *d, int accumulate,
+                                   void *ws)
+{
+    conv_bwd_data(&conv_bf16, din, dout, w, d, accumulate, ws);
+}
+
 static const char *cpu_kernel_set(void) { return ds_cpu_isa_name(ds_cpu_isa_get()); }
 
 /* Every entry but the convolutions and the precision: the two CPU backends share them. */
@@ -445,7 +490,7 @@ static const char *cpu_kernel_set(void) { return ds_cpu_isa_name(ds_cpu_isa_get(
     .sgd_step = cpu_sgd_step, \
     .scale = cpu_scale, \
     .axpy = cpu_axpy, \
-    .add = ds_cpu_add, \
+    .add = cpu_add, \
     .to_bf16 = cpu_to_bf16, \
     .normalize_u8 = cpu_normalize_u8, \
     .resized_crop_u8 = cpu_resized_crop_u8, \
@@ -458,9 +503,9 @@ static const char *cpu_kernel_set(void) { return ds_cpu_isa_name(ds_cpu_isa_get(
 const ds_backend ds_backend_cpu = {
     .name = "cpu",
     .precision = DS_PRECISION_FP32,
-    .conv_workspace = ds_cpu_conv_workspace,
+    .conv_workspace = cpu_conv_workspace,
     .conv_fwd = ds_cpu_conv_fwd,
-    .conv_bwd_data = ds_cpu_conv_bwd_data,
+    .conv_bwd_data = cpu_conv_bwd_data,
     .conv_bwd_weight = ds_cpu_conv_bwd_weight,
     CPU_COMMON
 };
@@ -470,9 +515,9 @@ const ds_backend ds_backend_cpu = {
 const ds_backend ds_backend_cpu_bf16 = {
     .name = "cpu",
     .precision = DS_PRECISION_BF16,
-    .conv_workspace = ds_cpu_conv_workspace_bf16,
+    .conv_workspace = cpu_conv_workspace_bf16,
     .conv_fwd = ds_cpu_conv_fwd_bf16,
-    .conv_bwd_data = ds_cpu_conv_bwd_data_bf16,
+    .conv_bwd_data = cpu_conv_bwd_data_bf16,
     .conv_bwd_weight = ds_cpu_conv_bwd_weight_bf16,
     CPU_COMMON
 };

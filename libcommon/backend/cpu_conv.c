@@ -165,8 +165,7 @@ static int weight_groups(const ds_conv_desc *d)
 }
 
 /* Workspace layout: [weights area: partial weight gradients, or the weights transposed or
- * flipped with rows wt_ld apart] [ds_cpu_conv_slots() slots of im2col scratch] [unless
- * no_dx: an accumulating backward-data's result, din's size (accumulated_din)]. */
+ * flipped with rows wt_ld apart] [ds_cpu_conv_slots() slots of im2col scratch]. */
 static long weights_area(const ds_conv_desc *d)
 {
     ds_conv_desc t;
@@ -214,14 +213,7 @@ size_t ds_cpu_conv_workspace(const ds_conv_desc *d)
                ds_dtype_name(d->in_t), ds_dtype_name(d->out_t), ds_dtype_name(d->w_t));
         return SIZE_MAX;
     }
-    long din = d->no_dx ? 0 : round16((long)d->n * d->h * d->w * d->c);
-    return (size_t)(weights_area(d) + scratch_floats(d) + din) * sizeof(float);
-}
-
-/* Where an accumulating backward-data computes its result: after the slots. */
-static float *accumulated_din(const ds_conv_desc *d, void *ws)
-{
-    return (float *)ws + weights_area(d) + scratch_floats(d);
+    return (size_t)(weights_area(d) + scratch_floats(d)) * sizeof(float);
 }
 
 /* dst [h + 2 pad, w + 2 pad, c] = one image of in [h, w, c] with a border of zeros. The
@@ -369,9 +361,10 @@ void ds_cpu_conv_fwd(void *out_, const void *in_, const void *w_, const ds_conv_
         conv_fwd_slots(out, in, wt, d, slots, slot_floats(d));
 }
 
-/* din = conv_transpose(dout, w) */
-static void bwd_data(float *din, const float *dout, const float *w, const ds_conv_desc *d, void *ws)
+void ds_cpu_conv_bwd_data(void *din_, const void *dout_, const void *w_, const ds_conv_desc *d, void *ws)
 {
+    float *din = din_;
+    const float *dout = dout_, *w = w_;
     const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c;
     const long rows = chunk_rows(d), slot = slot_floats(d);
     float *slots = (float *)ws + weights_area(d);
@@ -425,18 +418,6 @@ static void bwd_data(float *din, const float *dout, const float *w, const ds_con
             ds_cpu_col2im_add(din, col, d, m0, mr);
         }
     }
-}
-
-void ds_cpu_conv_bwd_data(void *din, const void *dout, const void *w, const ds_conv_desc *d, int accumulate,
-                          void *ws)
-{
-    if (!accumulate) {
-        bwd_data(din, dout, w, d, ws);
-        return;
-    }
-    float *part = accumulated_din(d, ws);
-    bwd_data(part, dout, w, d, ws);
-    ds_cpu_add(din, part, (size_t)d->n * d->h * d->w * d->c, DS_F32);
 }
 
 /* Adds the weight gradient's group partials to dw: each element's groups summed in group

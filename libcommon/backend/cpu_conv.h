@@ -5,14 +5,11 @@
 
 #include "backend.h"
 
-/* fp32 (cpu_conv.c): every tensor float32 (conv_workspace refuses other types).
- * Backward-data with accumulate computes its result whole into a din-sized region at the
- * workspace's end (both files' conv_workspace count it when !d->no_dx) and adds it to din
- * with ds_cpu_add: the bits of the result computed apart and added by the add op. */
+/* fp32 (cpu_conv.c): every tensor float32 (conv_workspace refuses other types). Backward-data
+ * here always overwrites din; the backend's accumulating form (cpu.c) is built on it. */
 size_t ds_cpu_conv_workspace(const ds_conv_desc *d);
 void ds_cpu_conv_fwd(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws);
-void ds_cpu_conv_bwd_data(void *din, const void *dout, const void *w, const ds_conv_desc *d, int accumulate,
-                          void *ws);
+void ds_cpu_conv_bwd_data(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws);
 void ds_cpu_conv_bwd_weight(float *dw, const void *dout, const void *in, const ds_conv_desc *d, void *ws);
 
 /* Under --precision bf16 (cpu_conv_bf16.c): the same three ops with bf16 operands and float32
@@ -20,12 +17,8 @@ void ds_cpu_conv_bwd_weight(float *dw, const void *dout, const void *in, const d
  * read, bf16 results rounded once from the float32 sums), weights of either. */
 size_t ds_cpu_conv_workspace_bf16(const ds_conv_desc *d);
 void ds_cpu_conv_fwd_bf16(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws);
-void ds_cpu_conv_bwd_data_bf16(void *din, const void *dout, const void *w, const ds_conv_desc *d, int accumulate,
-                               void *ws);
+void ds_cpu_conv_bwd_data_bf16(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws);
 void ds_cpu_conv_bwd_weight_bf16(float *dw, const void *dout, const void *in, const ds_conv_desc *d, void *ws);
-
-/* The backend's add op (cpu.c), y += x in storage t. */
-void ds_cpu_add(void *y, const void *x, size_t n, ds_dtype t);
 
 /* Shared by the two files. Threads a convolution uses, and its scratch slots (one per
  * processor, at most 16: fixed for the process). */

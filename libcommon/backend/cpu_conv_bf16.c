@@ -496,12 +496,11 @@ static void bwd_weight_chunks(float *part, int groups, long part_stride, const v
 
 /* ---- the backend's entries ---- */
 
-/* Workspace (bf16 elements): [weights area][in16][g16][slots][din]. The weights area holds
- * the packed weights or the float32 partial weight gradients; in16 and g16 the op's input and
- * output gradient rounded, when they are stored float32 (bf16 ones are read where they lie);
- * din, unless no_dx, an accumulating backward-data's result in din's storage. */
+/* Workspace (bf16 elements): [weights area][in16][g16][slots]. The weights area holds the
+ * packed weights or the float32 partial weight gradients; in16 and g16 the op's input and
+ * output gradient rounded, when they are stored float32 (bf16 ones are read where they lie). */
 typedef struct {
-    long weights, in16, g16, slot, din;
+    long weights, in16, g16, slot;
 } ws_plan;
 
 static ws_plan plan(const ds_conv_desc *d)
@@ -509,8 +508,7 @@ static ws_plan plan(const ds_conv_desc *d)
     ds_conv_desc t;
     const long rsc = (long)d->r * d->s * d->c;
     ws_plan w = {fwd_weights(d), d->in_t == DS_F32 ? round32(in_count(d)) : 0,
-                 d->out_t == DS_F32 ? round32(out_count(d)) : 0, fwd_slot(d),
-                 d->no_dx ? 0 : round32(in_count(d) * (long)(ds_dtype_size(d->in_t) / sizeof(ds_bf16)))};
+                 d->out_t == DS_F32 ? round32(out_count(d)) : 0, fwd_slot(d)};
     if (!d->no_dx) {
         if (ds_cpu_conv_flipped(d, &t)) {
             if (fwd_weights(&t) > w.weights) w.weights = fwd_weights(&t);
@@ -531,7 +529,7 @@ static ws_plan plan(const ds_conv_desc *d)
 size_t ds_cpu_conv_workspace_bf16(const ds_conv_desc *d)
 {
     ws_plan w = plan(d);
-    return (size_t)(w.weights + w.in16 + w.g16 + ds_cpu_conv_slots() * w.slot + w.din) * sizeof(ds_bf16);
+    return (size_t)(w.weights + w.in16 + w.g16 + ds_cpu_conv_slots() * w.slot) * sizeof(ds_bf16);
 }
 
 void ds_cpu_conv_fwd_bf16(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws)
@@ -543,21 +541,18 @@ void ds_cpu_conv_fwd_bf16(void *out, const void *in, const void *w, const ds_con
     fwd_packed(out, in, x16, wp, d, slots);
 }
 
-void ds_cpu_conv_bwd_data_bf16(void *din, const void *dout, const void *w, const ds_conv_desc *d, int accumulate,
-                               void *ws)
+void ds_cpu_conv_bwd_data_bf16(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws)
 {
     ws_plan p = plan(d);
     ds_bf16 *wp = ws, *g16 = wp + p.weights + p.in16, *slots = g16 + p.g16;
-    void *dx = accumulate ? slots + ds_cpu_conv_slots() * p.slot : din;
     ds_conv_desc t;
     if (!ds_cpu_conv_flipped(d, &t)) {
-        bwd_data_strided(dx, all16(g16, dout, out_count(d), d->out_t), w, d, wp, slots);
-    } else {
-        pack_weights(wp, w, &t, 1);
-        const ds_bf16 *dy16 = fwd_reads_all(&t) ? all16(g16, dout, out_count(d), d->out_t) : NULL;
-        fwd_packed(dx, dout, dy16, wp, &t, slots);
+        bwd_data_strided(din, all16(g16, dout, out_count(d), d->out_t), w, d, wp, slots);
+        return;
     }
-    if (accumulate) ds_cpu_add(din, dx, (size_t)in_count(d), d->in_t);
+    pack_weights(wp, w, &t, 1);
+    const ds_bf16 *dy16 = fwd_reads_all(&t) ? all16(g16, dout, out_count(d), d->out_t) : NULL;
+    fwd_packed(din, dout, dy16, wp, &t, slots);
 }
 
 void ds_cpu_conv_bwd_weight_bf16(float *dw, const void *dout, const void *in, const ds_conv_desc *d, void *ws)
