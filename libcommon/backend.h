@@ -76,6 +76,9 @@ typedef struct {
                                 backend joins them now (CUDA: the NCCL communicator) */
 } ds_backend_opts;
 
+enum { DS_STREAM_COMPUTE, DS_STREAM_INPUT };
+#define DS_MARKS 64   /* marks of each stream a backend holds exactly */
+
 typedef struct ds_backend {
     const char *name;        /* "cpu", "cuda" */
     int host_memory;         /* 1: its pointers are host memory, readable by the caller */
@@ -91,6 +94,35 @@ typedef struct ds_backend {
     void (*zero)(void *p, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes);
     void (*sync)(void);                            /* wait for queued work */
+
+    /* ---- streams and marks: a step queued without waiting for the device ----
+     * Work is queued on two streams, each done in its order: DS_STREAM_COMPUTE (every op
+     * above and below, upload, download, zero, copy) and DS_STREAM_INPUT (upload_async: the
+     * next batch's bytes cross while the current step computes). A mark is a point in one
+     * stream's queue: everything queued on it before the mark. Marks are numbered; the last
+     * DS_MARKS of each stream stay exact, an older one stands for a later point of its
+     * stream (waiting for it waits at least as long, never too little). A backend whose ops
+     * are done when they return (the CPU) does everything at once: its marks are times. */
+    int (*mark)(int stream);                       /* a mark after the work queued so far */
+    void (*mark_wait)(int mark);                   /* host: returns once the mark is passed */
+    void (*stream_wait)(int stream, int mark);     /* stream's later work waits for the mark */
+    /* Seconds between two passed marks of the compute stream (of the last DS_MARKS); NAN
+     * for marks it no longer holds. */
+    double (*mark_seconds)(int from, int to);
+    /* Host memory the device copies to and from at full speed, without the host's help
+     * (CUDA: page-locked); NULL on failure. */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
+    /* Makes [p, p + bytes) of ordinary host memory such memory until host_unregister(p);
+     * 0, or -1 (with a warning) when the device refuses: then copy through upload. */
+    int (*host_register)(void *p, size_t bytes);
+    void (*host_unregister)(void *p);
+    /* Queued on DS_STREAM_INPUT: src (host_alloc'd or registered) is read when the copy runs,
+     * not before it returns: it must stay as it is until a mark after the copy is passed. */
+    void (*upload_async)(void *dst, const void *src_host, size_t bytes);
+    /* Queued on DS_STREAM_COMPUTE; dst_host (host_alloc'd) holds the bytes once a mark
+     * after it is passed. */
+    void (*download_async)(void *dst_host, const void *src, size_t bytes);
 
     /* ---- convolution ---- */
     /* Bytes of scratch for the three ops at d's shape (two with d->no_dx; backward-data's

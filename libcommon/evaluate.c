@@ -55,7 +55,7 @@ int ds_evaluate(ds_model *m, ds_loader *L, ds_feed *feed, const ds_eval_options 
             done += (size_t)b->n;
             ds_progress_update(&bar, (int64_t)done);
         }
-        ds_loader_release(L, b);
+        ds_feed_release(feed, L, b);
     }
     ds_loader_stop(L);
     ds_progress_end(&bar);

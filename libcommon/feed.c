@@ -4,6 +4,14 @@
 
 #include <string.h>
 
+static void buffer_free(const ds_backend *be, ds_feed_buffer *d)
+{
+    void *p[] = {d->images, d->y0, d->x0, d->bh, d->bw, d->flip};
+    for (size_t i = 0; i < sizeof p / sizeof *p; i++)
+        if (p[i]) be->free(p[i]);
+    memset(d, 0, sizeof *d);
+}
+
 int ds_feed_init(ds_feed *f, const ds_backend *be, int batch, int height, int width)
 {
     memset(f, 0, sizeof *f);
@@ -12,33 +20,120 @@ int ds_feed_init(ds_feed *f, const ds_backend *be, int batch, int height, int wi
     f->batch = batch;
     f->height = height;
     f->width = width;
+    f->consumed[0] = f->consumed[1] = -1;
     if (f->host) return 0;
     size_t B = (size_t)batch;
-    f->images = be->alloc(B * height * width * 3);
-    f->y0 = be->alloc(B * sizeof *f->y0);
-    f->x0 = be->alloc(B * sizeof *f->x0);
-    f->bh = be->alloc(B * sizeof *f->bh);
-    f->bw = be->alloc(B * sizeof *f->bw);
-    f->flip = be->alloc(B);
-    if (!f->images || !f->y0 || !f->x0 || !f->bh || !f->bw || !f->flip) {
-        ds_feed_free(f);
-        return ds_err("%s: cannot allocate the input staging buffers (%zu bytes)", be->name,
-                      B * height * width * 3);
+    for (int k = 0; k < 2; k++) {
+        ds_feed_buffer *d = &f->buf[k];
+        d->images = be->alloc(B * height * width * 3);
+        d->y0 = be->alloc(B * sizeof *d->y0);
+        d->x0 = be->alloc(B * sizeof *d->x0);
+        d->bh = be->alloc(B * sizeof *d->bh);
+        d->bw = be->alloc(B * sizeof *d->bw);
+        d->flip = be->alloc(B);
+        if (!d->images || !d->y0 || !d->x0 || !d->bh || !d->bw || !d->flip) {
+            ds_feed_free(f);
+            return ds_err("%s: cannot allocate the input buffers (2 x %zu bytes)", be->name, B * height * width * 3);
+        }
     }
     return 0;
+}
+
+/* The loader's arrays of a batch, with their sizes: what is page-locked. */
+static int batch_arrays(const ds_batch *b, void **p, size_t *bytes)
+{
+    size_t B = (size_t)b->capacity;
+    void *a[] = {b->images, b->y0, b->x0, b->bh, b->bw, b->flip};
+    size_t s[] = {B * b->height * b->width * 3, B * sizeof *b->y0, B * sizeof *b->x0, B * sizeof *b->bh,
+                  B * sizeof *b->bw, B};
+    memcpy(p, a, sizeof a);
+    memcpy(bytes, s, sizeof s);
+    return 6;
+}
+
+static void unregister(ds_feed *f, const ds_batch *b, int upto)
+{
+    void *p[6];
+    size_t bytes[6];
+    batch_arrays(b, p, bytes);
+    for (int i = 0; i < upto; i++) f->be->host_unregister(p[i]);
 }
 
 void ds_feed_free(ds_feed *f)
 {
     if (!f->host && f->be) {
-        if (f->images) f->be->free(f->images);
-        if (f->y0) f->be->free(f->y0);
-        if (f->x0) f->be->free(f->x0);
-        if (f->bh) f->be->free(f->bh);
-        if (f->bw) f->be->free(f->bw);
-        if (f->flip) f->be->free(f->flip);
+        if (f->copying) ds_feed_done(f, f->copying);
+        for (int i = 0; i < f->nregistered; i++) unregister(f, f->registered[i], 6);
+        f->be->sync();   /* nothing queued reads the buffers any more */
+        for (int k = 0; k < 2; k++) buffer_free(f->be, &f->buf[k]);
     }
     memset(f, 0, sizeof *f);
+}
+
+/* 1: b's buffers are page-locked (now, if they were not yet), so the device may copy from
+ * them directly; 0: they go through upload. A batch made outside a loader (capacity 0), the
+ * table full, or the device refusing (once: then never again) leave them unlocked. */
+static int locked(ds_feed *f, const ds_batch *b)
+{
+    if (f->staged || b->capacity < b->n || b->capacity <= 0) return 0;
+    for (int i = 0; i < f->nregistered; i++)
+        if (f->registered[i] == b) return 1;
+    if (f->nregistered == DS_FEED_REGISTERED) return 0;
+    void *p[6];
+    size_t bytes[6];
+    int n = batch_arrays(b, p, bytes);
+    for (int i = 0; i < n; i++)
+        if (f->be->host_register(p[i], bytes[i])) {
+            unregister(f, b, i);
+            f->staged = 1;
+            return 0;
+        }
+    f->registered[f->nregistered++] = b;
+    return 1;
+}
+
+/* Queues batch b's bytes into device buffer k (see feed.h for the order of the two streams). */
+static void copy_in(ds_feed *f, int k, const ds_batch *b)
+{
+    const ds_backend *be = f->be;
+    ds_feed_buffer *d = &f->buf[k];
+    size_t n = (size_t)b->n;
+    size_t bytes[] = {n * b->height * b->width * 3, n * sizeof *b->y0, n * sizeof *b->x0,
+                      b->resize ? n * sizeof *b->bh : 0, b->resize ? n * sizeof *b->bw : 0, n};
+    void *to[] = {d->images, d->y0, d->x0, d->bh, d->bw, d->flip};
+    const void *from[] = {b->images, b->y0, b->x0, b->bh, b->bw, b->flip};
+    if (!locked(f, b)) {
+        /* staged on the compute stream, which is past buffer k's last reader */
+        for (int i = 0; i < 6; i++)
+            if (bytes[i]) be->upload(to[i], from[i], bytes[i]);
+        return;
+    }
+    if (f->copying) ds_feed_done(f, f->copying);   /* one copy in flight is followed: the last */
+    if (f->consumed[k] >= 0) be->stream_wait(DS_STREAM_INPUT, f->consumed[k]);
+    for (int i = 0; i < 6; i++)
+        if (bytes[i]) be->upload_async(to[i], from[i], bytes[i]);
+    f->copied = be->mark(DS_STREAM_INPUT);
+    f->copying = b;
+    be->stream_wait(DS_STREAM_COMPUTE, f->copied);
+}
+
+void ds_feed_input(ds_feed *f, float *out, const ds_batch *b, const float mean[3], const float std[3])
+{
+    const ds_backend *be = f->be;
+    const uint8_t *img = b->images, *flip = b->flip;
+    const int32_t *y0 = b->y0, *x0 = b->x0, *bh = b->bh, *bw = b->bw;
+    int k = f->turn;
+    if (!f->host) {
+        copy_in(f, k, b);
+        f->turn ^= 1;
+        const ds_feed_buffer *d = &f->buf[k];
+        img = d->images, y0 = d->y0, x0 = d->x0, bh = d->bh, bw = d->bw, flip = d->flip;
+    }
+    if (b->resize)
+        be->resized_crop_u8(out, img, b->n, b->height, b->width, b->crop, b->crop, y0, x0, bh, bw, flip, mean, std);
+    else
+        be->normalize_u8(out, img, b->n, b->height, b->width, b->crop, b->crop, y0, x0, flip, mean, std);
+    if (!f->host) f->consumed[k] = be->mark(DS_STREAM_COMPUTE);
 }
 
 int ds_feed_batch(ds_feed *f, ds_model *m, const ds_batch *b, const float mean[3], const float std[3])
@@ -46,29 +141,22 @@ int ds_feed_batch(ds_feed *f, ds_model *m, const ds_batch *b, const float mean[3
     if (b->n > f->batch || b->height != f->height || b->width != f->width)
         return ds_err("feed: batch of %d %dx%d images does not fit the %d %dx%d planned", b->n, b->height, b->width,
                       f->batch, f->height, f->width);
-    const int crop = b->crop;
     int h, w;
     ds_model_input_size(m, &h, &w);
-    if ((h != crop || w != crop) && ds_model_set_input_size(m, crop, crop)) return -1;
-    const ds_backend *be = f->be;
-    const uint8_t *img = b->images, *flip = b->flip;
-    const int32_t *y0 = b->y0, *x0 = b->x0, *bh = b->bh, *bw = b->bw;
-    if (!f->host) {
-        size_t n = (size_t)b->n;
-        be->upload(f->images, b->images, n * b->height * b->width * 3);
-        be->upload(f->y0, b->y0, n * sizeof *b->y0);
-        be->upload(f->x0, b->x0, n * sizeof *b->x0);
-        if (b->resize) {
-            be->upload(f->bh, b->bh, n * sizeof *b->bh);
-            be->upload(f->bw, b->bw, n * sizeof *b->bw);
-        }
-        be->upload(f->flip, b->flip, n);
-        img = f->images, y0 = f->y0, x0 = f->x0, bh = f->bh, bw = f->bw, flip = f->flip;
-    }
-    if (b->resize)
-        be->resized_crop_u8(ds_model_input(m), img, b->n, b->height, b->width, crop, crop, y0, x0, bh, bw, flip,
-                            mean, std);
-    else
-        be->normalize_u8(ds_model_input(m), img, b->n, b->height, b->width, crop, crop, y0, x0, flip, mean, std);
+    if ((h != b->crop || w != b->crop) && ds_model_set_input_size(m, b->crop, b->crop)) return -1;
+    ds_feed_input(f, ds_model_input(m), b, mean, std);
     return 0;
+}
+
+void ds_feed_done(ds_feed *f, const ds_batch *b)
+{
+    if (!f->copying || f->copying != b) return;
+    f->be->mark_wait(f->copied);
+    f->copying = NULL;
+}
+
+void ds_feed_release(ds_feed *f, ds_loader *L, ds_batch *b)
+{
+    ds_feed_done(f, b);
+    ds_loader_release(L, b);
 }

@@ -134,6 +134,7 @@ ds_loader *ds_loader_new(ds_source *src, const ds_loader_config *cfg)
         ds_batch *b = &L->slots[s].b;
         b->height = L->height;
         b->width = L->width;
+        b->capacity = c->batch;
         b->images = ds_xcalloc(B, img);
         b->labels = ds_xmalloc(B * sizeof *b->labels);
         b->y0 = ds_xmalloc(B * sizeof *b->y0);

@@ -78,6 +78,7 @@ typedef struct {
     int64_t epoch;
     int64_t step;        /* training: step within the epoch; evaluation: batch number */
     int micro;           /* training: accumulation index a */
+    int capacity;        /* images each buffer above holds (the loader's batch) */
 } ds_batch;
 
 typedef struct ds_loader ds_loader;

@@ -14,6 +14,8 @@
 
 /* ---- lifecycle ---- */
 
+static void late_free(ds_model *m);
+
 ds_model *ds_model_create(const ds_backend *be, const ds_model_config *cfg)
 {
     const ds_arch *A = ds_model_arch_find(cfg->arch);
@@ -87,6 +89,7 @@ void ds_model_free(ds_model *m)
     free(m->tloc);
     free(m->bn_tracked);
     free(m->loss_host);
+    late_free(m);
     free(m->buckets);
     free(m);
 }
@@ -385,7 +388,83 @@ const float *ds_model_forward(ds_model *m, int n, int training)
     return Af(m, m->logits);
 }
 
-static double loss_and_dlogits(ds_model *m, const int32_t *labels, int n, float smoothing, float scale)
+/* ---- the loss read late (model.h) ---- */
+
+int ds_model_defer_loss(ds_model *m, int micro)
+{
+    if (!m->cfg.training || micro < 1) return ds_err("model: losses read late need a training model and micro >= 1");
+    if (m->late.micro) return ds_err("model: losses are already read late");
+    m->late.micro = micro;
+    m->late.host = m->be->host_alloc((size_t)2 * micro * m->cfg.max_batch * sizeof(float));
+    if (!m->late.host) return m->late.micro = 0, ds_err("%s: no host memory for the losses", m->be->name);
+    for (int k = 0; k < 2; k++) {
+        m->late.step[k].mark = -1;
+        m->late.step[k].n = ds_xcalloc((size_t)micro, sizeof(int));
+    }
+    return 0;
+}
+
+static void late_free(ds_model *m)
+{
+    if (!m->late.micro) return;
+    m->be->host_free(m->late.host);
+    for (int k = 0; k < 2; k++) free(m->late.step[k].n);
+}
+
+/* The slot of the step being filled, begun by the first backward after an end; NULL when
+ * both slots still hold steps not read, or the step has had its `micro` backward calls. */
+static ds_late_step *late_step(ds_model *m)
+{
+    if (!m->late.filling) {
+        ds_late_step *s = &m->late.step[m->late.steps % 2];
+        if (s->mark >= 0 || s->count) {
+            ds_err("model: two steps' losses are not read yet (ds_model_step_loss)");
+            return NULL;
+        }
+        m->late.steps++;
+        m->late.filling = 1;
+    }
+    ds_late_step *s = &m->late.step[(m->late.steps - 1) % 2];
+    if (s->count == m->late.micro) {
+        ds_err("model: more than %d backward calls in one step (ds_model_end_step)", m->late.micro);
+        return NULL;
+    }
+    return s;
+}
+
+int ds_model_end_step(ds_model *m)
+{
+    if (!m->late.micro) return ds_err("model: losses are not read late (ds_model_defer_loss)");
+    if (!m->late.filling && !late_step(m)) return -1;   /* a step without backward: ended empty */
+    ds_late_step *s = &m->late.step[(m->late.steps - 1) % 2];
+    s->mark = m->be->mark(DS_STREAM_COMPUTE);
+    m->late.filling = 0;
+    return s->mark;
+}
+
+double ds_model_step_loss(ds_model *m, int mark)
+{
+    int k = 0;
+    while (k < 2 && !(m->late.micro && m->late.step[k].mark == mark && mark >= 0)) k++;
+    if (k == 2) return ds_err("model: no ended step has mark %d", mark), NAN;
+    ds_late_step *s = &m->late.step[k];
+    m->be->mark_wait(mark);
+    /* as each backward would have returned it, and the caller added those */
+    double loss = 0;
+    for (int i = 0; i < s->count; i++) {
+        const float *l = m->late.host + ((size_t)k * m->late.micro + i) * m->cfg.max_batch;
+        double sum = 0;
+        for (int j = 0; j < s->n[i]; j++) sum += l[j];
+        loss += sum;
+    }
+    if (s->bad) loss = NAN;
+    s->mark = -1;
+    s->count = s->bad = 0;
+    return loss;
+}
+
+/* late: backward of a model whose losses are read late (queued, 0 returned) */
+static double loss_and_dlogits(ds_model *m, const int32_t *labels, int n, float smoothing, float scale, int late)
 {
     const ds_backend *be = m->be;
     int32_t *lab = (int32_t *)(m->act + m->labels_off);
@@ -393,6 +472,15 @@ static double loss_and_dlogits(ds_model *m, const int32_t *labels, int n, float 
     be->upload(lab, labels, (size_t)n * sizeof *labels);
     be->softmax_xent(loss, m->act + m->dlogits_off, Af(m, m->logits), lab, n, m->cfg.num_classes,
                      smoothing, scale);
+    if (late) {
+        ds_late_step *s = late_step(m);
+        if (!s) return NAN;
+        int k = (int)(s - m->late.step);
+        be->download_async(m->late.host + ((size_t)k * m->late.micro + s->count) * m->cfg.max_batch, loss,
+                           (size_t)n * sizeof *loss);
+        s->n[s->count++] = n;
+        return 0;
+    }
     be->download(m->loss_host, loss, (size_t)n * sizeof *loss);
     double sum = 0;
     for (int i = 0; i < n; i++) sum += m->loss_host[i];
@@ -405,7 +493,7 @@ double ds_model_loss(ds_model *m, const int32_t *labels, int n, float smoothing)
     for (int i = 0; i < n; i++)
         if (labels[i] < 0 || labels[i] >= m->cfg.num_classes)
             return ds_err("model: label %d out of range [0, %d)", labels[i], m->cfg.num_classes), NAN;
-    return loss_and_dlogits(m, labels, n, smoothing, 1.0f);
+    return loss_and_dlogits(m, labels, n, smoothing, 1.0f, 0);
 }
 
 /* Starts every bucket not yet started that is complete once layer l has run backward. */
@@ -431,9 +519,13 @@ static double backward(ds_model *m, const int32_t *labels, int n, float scale, f
             /* The other ranks' buckets wait for this rank's: send them (the NaN loss
              * discards the step everywhere) rather than leave the job hanging. */
             if (reduce) start_buckets(m, &next, -1, to_all);
+            if (m->late.micro) {
+                ds_late_step *s = late_step(m);
+                if (s) s->bad = 1;
+            }
             return ds_err("model: label %d out of range [0, %d)", labels[i], m->cfg.num_classes), NAN;
         }
-    double loss = loss_and_dlogits(m, labels, n, smoothing, scale);
+    double loss = loss_and_dlogits(m, labels, n, smoothing, scale, m->late.micro > 0);
     void *scratch = m->act + m->scratch_off;
     if (reduce) start_buckets(m, &next, m->nlayers, to_all);
     for (int l = m->nlayers - 1; l >= 0; l--) {

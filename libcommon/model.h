@@ -149,6 +149,20 @@ typedef enum {
  * ds_model_reduce_wait before reading or writing the buffer. */
 double ds_model_backward_reduce(ds_model *m, const int32_t *labels, int n, float scale, float smoothing,
                                 ds_reduce_round round);
+/* ---- the loss read late ----
+ * Reading a loss waits for everything queued before it: on a GPU, a wait in each step
+ * during which nothing new is queued. ds_model_defer_loss(m, micro) makes backward queue a
+ * copy of its per-sample losses into host memory and return 0 at once (NaN still when it
+ * refuses the labels); ds_model_end_step closes the step (at most `micro` backward calls)
+ * and returns its mark (backend.h: a point of the compute stream, for mark_seconds too);
+ * ds_model_step_loss(m, mark) waits for that step alone and returns what its backward
+ * calls would have returned, added in order (NaN when one refused). A training loop ends
+ * step k, queues step k + 1, then reads step k's loss: the device is never left without
+ * work. Two steps may be ended and not yet read; reading a third is an error (-1 / NaN). */
+int ds_model_defer_loss(ds_model *m, int micro);
+int ds_model_end_step(ds_model *m);
+double ds_model_step_loss(ds_model *m, int mark);
+
 /* Waits until the buckets' sums over the ranks are complete. */
 void ds_model_reduce_wait(ds_model *m);
 /* When (ds_now()) the last ds_model_backward_reduce began its last layer, the one after

@@ -52,6 +52,13 @@ typedef struct {
     int bn;                /* COUNTER: BN index */
 } ds_tensor_loc;
 
+/* One step's losses on their way to the host (ds_model_defer_loss). */
+typedef struct {
+    int mark;              /* the backend mark after the step; -1: not ended */
+    int count, bad;        /* micro-batches queued; a backward refused one */
+    int *n;                /* [micro] each one's samples */
+} ds_late_step;
+
 struct ds_model {
     const ds_backend *be;
     ds_model_config cfg;   /* the planned (largest) input size */
@@ -85,6 +92,15 @@ struct ds_model {
     size_t dlogits_off, loss_off, labels_off;
     int logits;                    /* act id */
     float *loss_host;              /* [max_batch] */
+    /* Losses read late (ds_model_defer_loss): two steps' per-sample losses in host memory
+     * the backend copies into (host_alloc), [2][micro][max_batch]; step k in slot k % 2. */
+    struct {
+        int micro;                 /* micro-batches per step at most; 0: losses are read at once */
+        float *host;
+        ds_late_step step[2];
+        int steps;                 /* steps begun: the one filling is steps - 1 */
+        int filling;               /* a backward has queued into step steps - 1, not yet ended */
+    } late;
 
     int momentum_started;
     int last_n, last_training;     /* the last forward, for backward's checks */

@@ -38,17 +38,16 @@ typedef struct {
 } run;
 
 /* The step's last backward has handed its buckets (gradients + BN statistics) to the
- * backend's reduction as it went; waits for their sums, then sums the loss, a host double,
- * through comm. Where the host reduction ran them, --verbose says in what order the first
+ * backend's reduction as it went; waits for their sums (the loss is summed over the ranks
+ * when it is read: finish_step). Where the host reduction ran them, --verbose says in what order the first
  * bucket was queued, backward began its last layer, and comm's thread began that bucket
  * (process-wide event numbers), and how long before that layer the thread began (negative:
  * only after it; bench/overlap_bench.sh reads these). */
-static void reduce_step(run *r, int64_t g, double *loss, uint64_t queued0)
+static void reduce_step(run *r, int64_t g, uint64_t queued0)
 {
     ds_model_reduce_wait(r->m);
     ds_comm_reduce_record rec;
     ds_comm_reduce_stats(&rec);
-    ds_comm_allreduce_sum_f64(loss, 1);
     if (rec.queued > queued0)
         ds_debug("step %lld: %llu gradient buckets reduced; events: first queued #%llu, backward's last layer "
                  "#%llu, first begun #%llu (%.3f ms before that layer)",
@@ -279,17 +278,56 @@ static void log_progress(run *r, window *w, int64_t e, int64_t g, double lr, dou
     w->wait0 = ds_loader_wait_seconds(r->tl);
 }
 
-/* After step g when it ends no epoch: the checkpoint every --ckpt-steps; then, all ranks
- * agreeing, a stop (with a checkpoint) on a signal or at --max-steps. 1: stop; 0: go on;
- * -1: an error. */
-static int after_step(run *r, int64_t g)
+/* A step whose work is queued and whose loss is not read yet: the device runs it while the
+ * host queues the next one (model.h: the loss read late). */
+typedef struct {
+    int open;              /* 1: a step is waiting to be read */
+    int64_t g;             /* its number (1-based: the steps done once it is) */
+    int64_t e;             /* its epoch (0-based) */
+    int start, end;        /* backend marks before its first op and after its last */
+    double lr;
+} open_step;
+
+/* Reads step s's loss (waiting for the device to finish that step, not the one queued
+ * after it), summed over the ranks: the stop on a loss that is not finite, the epoch's and
+ * the window's sums and time, and the progress line every --log-every steps. */
+static int finish_step(run *r, window *w, open_step *s)
+{
+    if (!s->open) return 0;
+    s->open = 0;
+    const ds_train_plan *p = r->p;
+    double loss = ds_model_step_loss(r->m, s->end);
+    ds_comm_allreduce_sum_f64(&loss, 1);
+    double step_loss = loss / (double)r->G;
+    if (!isfinite(step_loss)) {
+        ds_loader_stop(r->tl);
+        return ds_err("step %lld (epoch %lld): the loss is %g; stopping. %s%s", (long long)s->g, (long long)(s->e + 1),
+                      step_loss,
+                      r->last_path[0] ? "The last good checkpoint is kept: " : "No checkpoint was written yet",
+                      r->last_path);
+    }
+    r->epoch_seconds += r->be->mark_seconds(s->start, s->end);
+    r->epoch_loss_sum += step_loss;
+    w->loss += step_loss;
+    w->steps++;
+    if (p->log_every > 0 && s->g % p->log_every == 0) log_progress(r, w, s->e, s->g, s->lr, ds_now());
+    return 0;
+}
+
+/* After step s when it ends no epoch: the checkpoint every --ckpt-steps; then, all ranks
+ * agreeing, a stop (with a checkpoint) on a signal or at --max-steps. Either reads the
+ * step's loss first, so that no checkpoint follows a step whose loss is not finite. 1:
+ * stop; 0: go on; -1: an error. */
+static int after_step(run *r, window *w, open_step *s)
 {
     const ds_train_plan *p = r->p;
+    int64_t g = s->g;
     int ckpt_due = p->ckpt_steps > 0 && g % p->ckpt_steps == 0;
-    if (ckpt_due && save(r, g, 0)) return -1;
+    if (ckpt_due && (finish_step(r, w, s) || save(r, g, 0))) return -1;
     pause_if_asked(r, g);
     if (!ds_comm_any(ds_signals_pending() || (p->max_steps > 0 && g >= p->max_steps))) return 0;
     ds_loader_stop(r->tl);
+    if (finish_step(r, w, s)) return -1;
     return !ckpt_due && save(r, g, 0) ? -1 : 1;
 }
 
@@ -322,6 +360,7 @@ static int setup(run *r, ds_model *m, const ds_train_plan *p)
     int pad = tc->augment == DS_AUGMENT_CROP ? tc->pad : 0;
     if (ds_feed_init(&r->tf, r->be, tc->batch, p->train->height + 2 * pad, p->train->width + 2 * pad)) return -1;
     if (p->val && ds_feed_init(&r->vf, r->be, tc->batch, p->val->height, p->val->width)) return -1;
+    if (ds_model_defer_loss(m, tc->accum)) return -1;
     r->epoch_loss_sum = p->start_step % r->S ? p->meta->epoch_loss_sum : 0;
     r->epoch_seconds = p->start_step % r->S ? p->meta->epoch_seconds : 0;
     if (p->loader.rank == 0) {
@@ -333,10 +372,10 @@ static int setup(run *r, ds_model *m, const ds_train_plan *p)
 
 static void teardown(run *r)
 {
+    ds_feed_free(&r->tf);   /* before the loaders: it unlocks their buffers */
+    ds_feed_free(&r->vf);
     ds_loader_free(r->tl);
     ds_loader_free(r->vl);
-    ds_feed_free(&r->tf);
-    ds_feed_free(&r->vf);
     ds_metrics_log_close(&r->log);
 }
 
@@ -354,6 +393,7 @@ static int train_loop(run *r)
             (long long)p->epochs, (long long)r->S, (long long)r->G, lc->batch, lc->world, lc->accum, (long long)g);
     double lr = 0;
     window w = {.t_run = ds_now(), .g_run = g, .t0 = ds_now(), .wait0 = ds_loader_wait_seconds(r->tl)};
+    open_step last = {0};
     for (int64_t e = g / r->S; e < p->epochs; e++) {
         /* progressive resizing: the crop is a function of e alone (resume and ranks agree) */
         r->crop = ds_crop_for_epoch(&p->ramp, e);
@@ -363,7 +403,7 @@ static int train_loop(run *r)
         r->epoch_wait0 = ds_loader_wait_seconds(r->tl);
         ds_batch *b;
         int rc;
-        double loss = 0, t_step = ds_now();
+        int start = 0;
         /* Several micro-batches per rank under an ordered reduction: each is summed into rank
          * 0's buffer as it ends, so the step is bitwise W x A micro-batches in one process
          * (model.h); rank 0's next micro-batch adds on top only once the sums are in, and the
@@ -373,55 +413,50 @@ static int train_loop(run *r)
         while ((rc = ds_loader_next(r->tl, &b)) == 1) {
             if (b->micro == 0) {
                 ds_comm_set_where("step %lld", (long long)g + 1);
+                start = r->be->mark(DS_STREAM_COMPUTE);
                 ds_model_zero_reduction(m);
                 ds_comm_reduce_stats(&rec0);
-                loss = 0;
-                t_step = ds_now();
             } else if (each_micro) {
                 ds_model_reduce_wait(m);
                 if (lc->rank != 0) ds_model_zero_reduction(m);
             }
             if (ds_feed_batch(&r->tf, m, b, p->meta->mean, p->meta->std)) {
-                ds_loader_release(r->tl, b);
+                ds_feed_release(&r->tf, r->tl, b);
                 return -1;
             }
             ds_model_forward(m, b->n, 1);
-            int last_micro = b->micro == lc->accum - 1;
-            if (!last_micro) {
-                loss += each_micro ? ds_model_backward_reduce(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing,
-                                                              DS_REDUCE_TO_ROOT)
-                                   : ds_model_backward(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing);
-                ds_loader_release(r->tl, b);
+            /* the losses are read with the step's (finish_step) */
+            if (b->micro < lc->accum - 1) {
+                if (each_micro)
+                    ds_model_backward_reduce(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing, DS_REDUCE_TO_ROOT);
+                else
+                    ds_model_backward(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing);
+                ds_feed_release(&r->tf, r->tl, b);
                 continue;
             }
-            loss += ds_model_backward_reduce(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing, DS_REDUCE_TO_ALL);
-            ds_loader_release(r->tl, b);
-            reduce_step(r, g, &loss, rec0.queued);
-            double step_loss = loss / (double)r->G;
-            if (!isfinite(step_loss)) {
-                ds_loader_stop(r->tl);
-                return ds_err("step %lld (epoch %lld): the loss is %g; stopping. %s%s", (long long)(g + 1),
-                              (long long)(e + 1), step_loss,
-                              r->last_path[0] ? "The last good checkpoint is kept: " : "No checkpoint was written yet",
-                              r->last_path);
-            }
+            ds_model_backward_reduce(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing, DS_REDUCE_TO_ALL);
+            ds_feed_release(&r->tf, r->tl, b);
+            reduce_step(r, g, rec0.queued);
             lr = ds_schedule_lr(&p->schedule, g);
             ds_sgd sgd = p->sgd;
             sgd.lr = (float)lr;
             ds_model_step(m, &sgd, lc->accum * lc->world);
             g++;
-            r->be->sync();
-            double now = ds_now();
-            r->epoch_seconds += now - t_step;
-            r->epoch_loss_sum += step_loss;
-            w.loss += step_loss;
-            w.steps++;
-            if (p->log_every > 0 && g % p->log_every == 0) log_progress(r, &w, e, g, lr, now);
-            if (g % r->S == 0) continue;  /* the epoch's end follows: validation, checkpoint */
-            int stop = after_step(r, g);
+            /* Step g is queued: the previous one's loss is read now, while the device runs
+             * this one; this one's is read after the next is queued, or now where what
+             * follows needs it (the epoch's end, a checkpoint, a stop). */
+            open_step now = {.open = 1, .g = g, .e = e, .start = start, .end = ds_model_end_step(m), .lr = lr};
+            if (now.end < 0 || finish_step(r, &w, &last)) return -1;
+            last = now;
+            if (g % r->S == 0) {
+                if (finish_step(r, &w, &last)) return -1;
+                continue;  /* the epoch's end follows: validation, checkpoint */
+            }
+            int stop = after_step(r, &w, &last);
             if (stop) return stop;
         }
         if (rc < 0) return -1;
+        if (finish_step(r, &w, &last)) return -1;
         if (end_epoch(r, e, g, lr)) return -1;
         pause_if_asked(r, g);
         if (ds_comm_any(ds_signals_pending() || (p->max_steps > 0 && g >= p->max_steps))) return 1;

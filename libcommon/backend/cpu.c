@@ -14,6 +14,7 @@
 #include "cpu_conv.h"
 #include "cpu_loops.h"
 #include "cpu_sgemm.h"
+#include "log.h"
 
 #include <math.h>
 #include <omp.h>
@@ -34,6 +35,31 @@ static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_sync(void) {}
+
+/* Every op is done when it returns: a mark is passed as it is made, and holds its time (for
+ * mark_seconds); streams wait for nothing; page-locked memory is ordinary memory. */
+static double mark_time[DS_MARKS];
+static int marks;
+
+static int cpu_mark(int stream)
+{
+    (void)stream;
+    mark_time[marks % DS_MARKS] = ds_now();
+    return marks++;
+}
+
+static void cpu_mark_wait(int mark) { (void)mark; }
+static void cpu_stream_wait(int stream, int mark) { (void)stream, (void)mark; }
+
+static double cpu_mark_seconds(int from, int to)
+{
+    if (from < marks - DS_MARKS || to < marks - DS_MARKS || from >= marks || to >= marks) return NAN;
+    return mark_time[to % DS_MARKS] - mark_time[from % DS_MARKS];
+}
+
+static void *cpu_host_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
+static int cpu_host_register(void *p, size_t bytes) { (void)p, (void)bytes; return 0; }
+static void cpu_host_unregister(void *p) { (void)p; }
 
 /* ---- batch norm ---- */
 
@@ -477,6 +503,16 @@ static const char *cpu_kernel_set(void) { return ds_cpu_isa_name(ds_cpu_isa_get(
     .zero = cpu_zero, \
     .copy = cpu_copy, \
     .sync = cpu_sync, \
+    .mark = cpu_mark, \
+    .mark_wait = cpu_mark_wait, \
+    .stream_wait = cpu_stream_wait, \
+    .mark_seconds = cpu_mark_seconds, \
+    .host_alloc = cpu_host_alloc, \
+    .host_free = free, \
+    .host_register = cpu_host_register, \
+    .host_unregister = cpu_host_unregister, \
+    .upload_async = cpu_copy, \
+    .download_async = cpu_copy, \
     .bn_fwd_train = cpu_bn_fwd_train, \
     .bn_fwd_infer = cpu_bn_fwd_infer, \
     .bn_bwd = cpu_bn_bwd, \

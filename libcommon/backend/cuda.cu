@@ -5,6 +5,7 @@
  * NCCL on a second; see cuda.h for precision, storage and the casts that remain. */
 #include <cublas_v2.h>
 #include <cudnn.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,10 @@ static struct {
     int nccl;                 /* joined the ranks' communicator: gradients are reduced */
     cudaStream_t comm_stream; /* NCCL's stream, beside the compute stream */
     cudaEvent_t produced;     /* recorded on the compute stream as a bucket is started */
+    cudaStream_t input_stream;  /* upload_async: the next batch crosses beside the compute */
+    /* marks: the last DS_MARKS of each stream, an event each (timing ones, for mark_seconds) */
+    cudaEvent_t mark_event[2][DS_MARKS];
+    int marks[2];
 } g;
 
 #define CUBLAS_WS_BYTES ((size_t)32 << 20)
@@ -97,6 +102,9 @@ static int bind_device(void)
     cublasCheck(cublasSetWorkspace(g.cublas, g.cublas_ws, CUBLAS_WS_BYTES));
     cudaCheck(cudaMalloc(&g.scratch, DS_CUDA_SCRATCH_BYTES));
     ds_cuda_kernels_init(g.scratch);
+    cudaCheck(cudaStreamCreateWithFlags(&g.input_stream, cudaStreamNonBlocking));
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < DS_MARKS; i++) cudaCheck(cudaEventCreate(&g.mark_event[s][i]));
     g.ready = 1;
     return 0;
 }
@@ -224,6 +232,83 @@ static void cuda_copy(void *dst, const void *src, size_t bytes)
 static void cuda_sync(void)
 {
     cudaCheck(cudaStreamSynchronize(g.stream));
+}
+
+/* ---- streams and marks (backend.h) ----
+ * Mark number k of stream s is 2k + s, recorded in event k % DS_MARKS of s: an older mark's
+ * event has been recorded again at a later point of the same stream, which is what
+ * backend.h promises for it. */
+
+static cudaStream_t stream_of(int s) { return s == DS_STREAM_INPUT ? g.input_stream : g.stream; }
+static cudaEvent_t mark_event(int mark) { return g.mark_event[mark & 1][(mark >> 1) % DS_MARKS]; }
+
+static int cuda_mark(int s)
+{
+    s = s == DS_STREAM_INPUT;
+    int mark = 2 * g.marks[s]++ + s;
+    cudaCheck(cudaEventRecord(mark_event(mark), stream_of(s)));
+    return mark;
+}
+
+static void cuda_mark_wait(int mark) { cudaCheck(cudaEventSynchronize(mark_event(mark))); }
+
+static void cuda_stream_wait(int s, int mark) { cudaCheck(cudaStreamWaitEvent(stream_of(s), mark_event(mark), 0)); }
+
+static int mark_held(int mark)
+{
+    int s = mark & 1, k = mark >> 1;
+    return mark >= 0 && k < g.marks[s] && k >= g.marks[s] - DS_MARKS;
+}
+
+static double cuda_mark_seconds(int from, int to)
+{
+    if ((from & 1) || (to & 1) || !mark_held(from) || !mark_held(to)) return NAN;
+    float ms = 0;
+    cudaCheck(cudaEventElapsedTime(&ms, mark_event(from), mark_event(to)));
+    return ms / 1e3;
+}
+
+/* Page-locked, so that a copy is a DMA the host need not wait for; where the driver refuses
+ * it, ordinary memory (copies are then synchronous, and correct). */
+static void *cuda_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) == cudaSuccess) return p;
+    cudaGetLastError();
+    return calloc(1, bytes ? bytes : 1);
+}
+
+static void cuda_host_free(void *p)
+{
+    if (!p) return;
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeHost)
+        cudaCheck(cudaFreeHost(p));
+    else
+        cudaGetLastError(), free(p);
+}
+
+static int cuda_host_register(void *p, size_t bytes)
+{
+    cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+    if (e == cudaSuccess) return 0;
+    cudaGetLastError();
+    ds_warn("CUDA: cannot page-lock %zu bytes of the loader's buffers (%s): batches are copied through the "
+            "staging ring", bytes, cudaGetErrorString(e));
+    return -1;
+}
+
+static void cuda_host_unregister(void *p) { cudaCheck(cudaHostUnregister(p)); }
+
+static void cuda_upload_async(void *dst, const void *src, size_t bytes)
+{
+    dout_copy_drop();
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g.input_stream));
+}
+
+static void cuda_download_async(void *dst, const void *src, size_t bytes)
+{
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g.stream));
 }
 
 /* ---- convolution ---- */
@@ -737,6 +822,16 @@ static ds_backend cuda_backend = {
     .zero = cuda_zero,
     .copy = cuda_copy,
     .sync = cuda_sync,
+    .mark = cuda_mark,
+    .mark_wait = cuda_mark_wait,
+    .stream_wait = cuda_stream_wait,
+    .mark_seconds = cuda_mark_seconds,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
+    .upload_async = cuda_upload_async,
+    .download_async = cuda_download_async,
     .conv_workspace = cuda_conv_workspace,
     .conv_fwd = cuda_conv_fwd,
     .conv_bwd_data = cuda_conv_bwd_data,

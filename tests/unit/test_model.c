@@ -348,6 +348,87 @@ static void test_backward_repeatable(const char *arch, int n, int hw)
     check_end();
 }
 
+/* The loss read late (ds_model_defer_loss): the same training, step by step, with the
+ * losses read at once and read a step late gives bitwise the same losses (each step's
+ * micro-batches added in order, as the caller adds backward's returns) and the same
+ * parameters; a third step ended while two are unread, a refused label (NaN) and a mark
+ * that is no step's are refused. */
+static void test_loss_late(void)
+{
+    check_begin("loss_late");
+    enum { N = 3, HW = 16, MICRO = 2, STEPS = 4 };
+    ds_model *now = make("resnet20", 5, N, HW, 1), *late = make("resnet20", 5, N, HW, 1);
+    ds_model_init(now, 7);
+    ds_model_init(late, 7);
+    CHECK(ds_model_end_step(late) < 0, "ended a step before losses were deferred");
+    CHECK(ds_model_defer_loss(late, MICRO) == 0, "refused to defer");
+    ds_sgd sgd = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f};
+    size_t count = (size_t)N * HW * HW * 3;
+    float *x = malloc(count * 4);
+    double want[STEPS], got[STEPS];
+    int mark[STEPS];
+    for (int k = 0; k < STEPS; k++) {
+        want[k] = 0;
+        ds_model_zero_reduction(now);
+        ds_model_zero_reduction(late);
+        for (int a = 0; a < MICRO; a++) {
+            int32_t labels[N] = {(k + a) % 5, (2 * k + 1) % 5, (3 * a + k) % 5};
+            for (size_t i = 0; i < count; i++) x[i] = (float)sin(0.37 * (double)i + k + 0.5 * a) * 1.5f;
+            ds_backend_cpu.upload(ds_model_input(now), x, count * 4);
+            ds_backend_cpu.upload(ds_model_input(late), x, count * 4);
+            ds_model_forward(now, N, 1);
+            ds_model_forward(late, N, 1);
+            want[k] += ds_model_backward(now, labels, N, 1.0f / (N * MICRO), 0.1f);
+            CHECK(ds_model_backward(late, labels, N, 1.0f / (N * MICRO), 0.1f) == 0, "step %d: a late loss returned", k);
+        }
+        ds_model_step(now, &sgd, MICRO);
+        ds_model_step(late, &sgd, MICRO);
+        mark[k] = ds_model_end_step(late);
+        CHECK(mark[k] >= 0, "step %d not ended", k);
+        if (k > 0) got[k - 1] = ds_model_step_loss(late, mark[k - 1]);   /* a step late */
+    }
+    got[STEPS - 1] = ds_model_step_loss(late, mark[STEPS - 1]);
+    for (int k = 0; k < STEPS; k++)
+        CHECK(got[k] == want[k] && isfinite(want[k]), "step %d: late loss %.17g, at once %.17g", k, got[k], want[k]);
+    CHECK(isnan(ds_model_step_loss(late, mark[0])), "a step's loss read twice");
+    size_t diff = 0;
+    for (int i = 0; i < ds_model_tensor_count(now); i++) {
+        size_t c = ds_model_tensor(now, i)->count;
+        float *pa = malloc(c * 4), *pb = malloc(c * 4);
+        ds_model_tensor_get(now, i, pa);
+        ds_model_tensor_get(late, i, pb);
+        diff += memcmp(pa, pb, c * 4) != 0;
+        free(pa);
+        free(pb);
+    }
+    CHECK(diff == 0, "%zu tensors differ", diff);
+
+    /* two steps ended, none read: a third is refused until one is */
+    int32_t labels[N] = {0, 1, 2};
+    int m2[2];
+    for (int k = 0; k < 2; k++) {
+        ds_model_forward(late, N, 1);
+        ds_model_backward(late, labels, N, 1.0f / N, 0);
+        m2[k] = ds_model_end_step(late);
+    }
+    ds_model_forward(late, N, 1);
+    CHECK(isnan(ds_model_backward(late, labels, N, 1.0f / N, 0)), "a third open step's backward ran");
+    CHECK(ds_model_end_step(late) < 0, "a third step was ended while two are unread");
+    CHECK(isfinite(ds_model_step_loss(late, m2[0])) && isfinite(ds_model_step_loss(late, m2[1])),
+          "the two open steps' losses");
+    /* a label out of range: backward says NaN now, and the step's loss is NaN */
+    int32_t bad[N] = {0, 9, 1};
+    ds_model_forward(late, N, 1);
+    CHECK(isnan(ds_model_backward(late, bad, N, 1.0f / N, 0)), "a label out of range was taken");
+    int mb = ds_model_end_step(late);
+    CHECK(isnan(ds_model_step_loss(late, mb)), "the refused step's loss is finite");
+    CHECK(isnan(ds_model_step_loss(late, 12345)), "a mark that is no step's gave a loss");
+    free(x);
+    ds_model_free(now);
+    ds_model_free(late);
+    check_end();
+}
+
 /* Every batch size from 1 to max_batch runs (the last batch of an evaluation is short): an
  * inference forward of n images gives bitwise the first n rows of the full batch's logits
  * (every inference op works per image), and a training step of n >= 2 images gives a finite
@@ -632,6 +713,7 @@ int main(void)
     test_step_allocates_nothing();
     test_bf16_plan();
     test_every_batch_size();
+    test_loss_late();
     test_backward_repeatable("resnet20", 4, 16);
     test_backward_repeatable("resnet18", 2, 64);
     static const int r20[][2] = {{48, 48}, {32, 32}, {64, 64}, {40, 24}}, r50[][2] = {{32, 32}};
