@@ -39,39 +39,23 @@ int ds_feed_init(ds_feed *f, const ds_backend *be, int batch, int height, int wi
     return 0;
 }
 
-/* The loader's arrays of a batch, with their sizes: what is page-locked. */
-static int batch_arrays(const ds_batch *b, void **p, size_t *bytes)
-{
-    size_t B = (size_t)b->capacity;
-    void *a[] = {b->images, b->y0, b->x0, b->bh, b->bw, b->flip};
-    size_t s[] = {B * b->height * b->width * 3, B * sizeof *b->y0, B * sizeof *b->x0, B * sizeof *b->bh,
-                  B * sizeof *b->bw, B};
-    memcpy(p, a, sizeof a);
-    memcpy(bytes, s, sizeof s);
-    return 6;
-}
-
-static void unregister(ds_feed *f, const ds_batch *b, int upto)
-{
-    void *p[6];
-    size_t bytes[6];
-    batch_arrays(b, p, bytes);
-    for (int i = 0; i < upto; i++) f->be->host_unregister(p[i]);
-}
+/* The pixels of a batch: what is page-locked (the loader gives each batch's pixels pages of
+ * their own). */
+static size_t pixel_bytes(const ds_batch *b) { return (size_t)b->capacity * b->height * b->width * 3; }
 
 void ds_feed_free(ds_feed *f)
 {
     if (!f->host && f->be) {
         if (f->copying) ds_feed_done(f, f->copying);
-        for (int i = 0; i < f->nregistered; i++) unregister(f, f->registered[i], 6);
+        for (int i = 0; i < f->nregistered; i++) f->be->host_unregister(f->registered[i]->images);
         f->be->sync();   /* nothing queued reads the buffers any more */
         for (int k = 0; k < 2; k++) buffer_free(f->be, &f->buf[k]);
     }
     memset(f, 0, sizeof *f);
 }
 
-/* 1: b's buffers are page-locked (now, if they were not yet), so the device may copy from
- * them directly; 0: they go through upload. A batch made outside a loader (capacity 0), the
+/* 1: b's pixels are page-locked (now, if they were not yet), so the device may copy them
+ * directly; 0: they go through upload. A batch made outside a loader (capacity 0), the
  * table full, or the device refusing (once: then never again) leave them unlocked. */
 static int locked(ds_feed *f, const ds_batch *b)
 {
@@ -79,39 +63,36 @@ static int locked(ds_feed *f, const ds_batch *b)
     for (int i = 0; i < f->nregistered; i++)
         if (f->registered[i] == b) return 1;
     if (f->nregistered == DS_FEED_REGISTERED) return 0;
-    void *p[6];
-    size_t bytes[6];
-    int n = batch_arrays(b, p, bytes);
-    for (int i = 0; i < n; i++)
-        if (f->be->host_register(p[i], bytes[i])) {
-            unregister(f, b, i);
-            f->staged = 1;
-            return 0;
-        }
+    if (f->be->host_register(b->images, pixel_bytes(b))) {
+        f->staged = 1;
+        return 0;
+    }
     f->registered[f->nregistered++] = b;
     return 1;
 }
 
-/* Queues batch b's bytes into device buffer k (see feed.h for the order of the two streams). */
+/* Queues batch b's bytes into device buffer k (feed.h: the order of the two streams). The
+ * boxes and flips, a few bytes an image, go through upload: copied at once into the
+ * backend's staging, written on the compute stream, which is past buffer k's last reader. */
 static void copy_in(ds_feed *f, int k, const ds_batch *b)
 {
     const ds_backend *be = f->be;
     ds_feed_buffer *d = &f->buf[k];
-    size_t n = (size_t)b->n;
-    size_t bytes[] = {n * b->height * b->width * 3, n * sizeof *b->y0, n * sizeof *b->x0,
-                      b->resize ? n * sizeof *b->bh : 0, b->resize ? n * sizeof *b->bw : 0, n};
-    void *to[] = {d->images, d->y0, d->x0, d->bh, d->bw, d->flip};
-    const void *from[] = {b->images, b->y0, b->x0, b->bh, b->bw, b->flip};
+    size_t n = (size_t)b->n, pixels = n * b->height * b->width * 3;
+    be->upload(d->y0, b->y0, n * sizeof *b->y0);
+    be->upload(d->x0, b->x0, n * sizeof *b->x0);
+    if (b->resize) {
+        be->upload(d->bh, b->bh, n * sizeof *b->bh);
+        be->upload(d->bw, b->bw, n * sizeof *b->bw);
+    }
+    be->upload(d->flip, b->flip, n);
     if (!locked(f, b)) {
-        /* staged on the compute stream, which is past buffer k's last reader */
-        for (int i = 0; i < 6; i++)
-            if (bytes[i]) be->upload(to[i], from[i], bytes[i]);
+        be->upload(d->images, b->images, pixels);
         return;
     }
     if (f->copying) ds_feed_done(f, f->copying);   /* one copy in flight is followed: the last */
     if (f->consumed[k] >= 0) be->stream_wait(DS_STREAM_INPUT, f->consumed[k]);
-    for (int i = 0; i < 6; i++)
-        if (bytes[i]) be->upload_async(to[i], from[i], bytes[i]);
+    be->upload_async(d->images, b->images, pixels);
     f->copied = be->mark(DS_STREAM_INPUT);
     f->copying = b;
     be->stream_wait(DS_STREAM_COMPUTE, f->copied);

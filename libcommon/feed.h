@@ -5,26 +5,27 @@
  * whose boxes are resized) crops, flips and normalises by the mean/std into the model's
  * input: only bytes cross to an accelerator, never floats.
  *
- * On an accelerator the bytes cross without the host copying them and without the step
- * waiting for them. The loader's buffers are page-locked once (backend host_register), and
- * each batch is copied from them on the input stream into one of two device buffers, while
- * the compute stream still works on the step before:
+ * On an accelerator the pixels cross without the host copying them and without the step
+ * waiting for them. The loader's pixel buffers are page-locked once (backend host_register),
+ * and each batch's pixels are copied from them on the input stream into one of two device
+ * buffers, while the compute stream still works on the step before (the boxes and flips, a
+ * few bytes an image, go through upload's staging, on the compute stream):
  *
- *   input stream:    [wait consumed[k]]  copy b -> buffer k  (mark copied)
+ *   input stream:    [wait consumed[k]]  copy b's pixels -> buffer k  (mark copied)
  *   compute stream:  [wait copied]  normalize buffer k -> model input  (mark consumed[k])
  *
  * k alternates, so a copy overwrites a buffer only after the normalize that read it two
  * batches ago (consumed[k]), and a normalize reads a buffer only after its copy (copied).
  * The loader may refill b's buffers once the copy has read them: ds_feed_release waits for
- * `copied` before handing b back. Where page-locking is refused, a batch goes through the
- * backend's upload (a staging copy on the compute stream), in the same two buffers. */
+ * `copied` before handing b back. Where page-locking is refused, the pixels go through
+ * upload too, into the same two buffers. */
 #ifndef DS_FEED_H
 #define DS_FEED_H
 
 #include "loader.h"
 #include "model.h"
 
-#define DS_FEED_REGISTERED 16   /* loader buffers page-locked at most (the loader's depth) */
+#define DS_FEED_REGISTERED 64   /* loader batches page-locked at most (the loader's depth) */
 
 typedef struct {
     uint8_t *images;         /* backend memory [batch, height, width, 3] */
@@ -43,13 +44,13 @@ typedef struct {
     const ds_batch *copying; /* the batch whose copy `copied` is, until ds_feed_release; NULL: none */
     int copied;              /* input-stream mark after that copy */
     int staged;              /* page-locking was refused: every batch goes through upload */
-    const ds_batch *registered[DS_FEED_REGISTERED];  /* loader batches whose buffers are page-locked */
+    const ds_batch *registered[DS_FEED_REGISTERED];  /* loader batches whose pixels are page-locked */
     int nregistered;
 } ds_feed;
 
 /* For batches of up to `batch` images of height x width (the loader's batch size). */
 int ds_feed_init(ds_feed *f, const ds_backend *be, int batch, int height, int width);
-/* Gives back the device buffers and unlocks the loader's buffers: before the loader is freed. */
+/* Gives back the device buffers and unlocks the loader's pixels: before the loader is freed. */
 void ds_feed_free(ds_feed *f);
 /* Writes batch b, cut to its crop x crop, into the model's input, first setting the model's
  * input size to the batch's crop when it is another (ds_model_set_input_size: progressive

@@ -78,6 +78,17 @@ int ds_rrc_box(ds_rng *r, int H, int W, const double scale[2], const double rati
     return 1;
 }
 
+/* A batch's pixels start and end on page boundaries, so a device can page-lock each batch's
+ * pixels alone (ds_feed) without touching a page of anything else. Zeroed. */
+static uint8_t *page_alloc(size_t bytes)
+{
+    size_t page = 4096, size = bytes ? (bytes + page - 1) / page * page : page;
+    void *p = NULL;
+    if (posix_memalign(&p, page, size)) ds_die("out of memory (%zu bytes)", size);
+    memset(p, 0, size);
+    return p;
+}
+
 ds_loader *ds_loader_new(ds_source *src, const ds_loader_config *cfg)
 {
     const ds_loader_config *c = cfg;
@@ -135,7 +146,7 @@ ds_loader *ds_loader_new(ds_source *src, const ds_loader_config *cfg)
         b->height = L->height;
         b->width = L->width;
         b->capacity = c->batch;
-        b->images = ds_xcalloc(B, img);
+        b->images = page_alloc(B * img);
         b->labels = ds_xmalloc(B * sizeof *b->labels);
         b->y0 = ds_xmalloc(B * sizeof *b->y0);
         b->x0 = ds_xmalloc(B * sizeof *b->x0);
