@@ -33,33 +33,66 @@ int ds_eval_standard_crop(const ds_source *src)
     return ds_eval_protocol(name, sizeof name, src, DS_STANDARD_CROP) ? DS_STANDARD_CROP : 0;
 }
 
+/* A batch's logits on their way to the host: copied on the stream, counted once the batch
+ * after it is queued, so the device never waits for the host between batches. */
+typedef struct {
+    float *logits;         /* [B, C], backend host memory */
+    int32_t *labels;       /* [B] the batch's, kept: the loader refills its own */
+    uint8_t *valid;        /* [B] */
+    int n, mark;           /* n = 0: nothing pending */
+} eval_slot;
+
+static void count_batch(const ds_backend *be, eval_slot *s, const ds_eval_options *o, ds_topk *t, int C,
+                        size_t *done, ds_progress *bar)
+{
+    if (!s->n) return;
+    be->mark_wait(s->mark);
+    ds_topk_add(t, s->logits, s->labels, s->valid, s->n);
+    if (o->logits) memcpy(o->logits + *done * C, s->logits, (size_t)s->n * C * sizeof *s->logits);
+    if (o->valid) memcpy(o->valid + *done, s->valid, (size_t)s->n);
+    *done += (size_t)s->n;
+    s->n = 0;
+    ds_progress_update(bar, (int64_t)*done);
+}
+
 int ds_evaluate(ds_model *m, ds_loader *L, ds_feed *feed, const ds_eval_options *o, ds_topk *t, double *seconds)
 {
     double t0 = ds_now();
     const ds_backend *be = ds_model_backend(m);
     int C = ds_model_config_of(m)->num_classes, B = ds_model_config_of(m)->max_batch;
-    float *host = ds_xmalloc((size_t)B * C * sizeof *host);
+    eval_slot slot[2];
+    for (int k = 0; k < 2; k++) {
+        slot[k] = (eval_slot){.labels = ds_xmalloc((size_t)B * sizeof(int32_t)), .valid = ds_xmalloc((size_t)B)};
+        slot[k].logits = be->host_alloc((size_t)B * C * sizeof(float));
+        if (!slot[k].logits) ds_die("%s: no host memory for %d x %d logits", be->name, B, C);
+    }
     ds_progress bar;
     ds_progress_start(&bar, "eval", "img", (int64_t)ds_loader_eval_count(L), o->progress);
     int rc = ds_loader_start(L, 0, 0);
     size_t done = 0;
     ds_batch *b;
-    while (rc == 0 && (rc = ds_loader_next(L, &b)) == 1) {
+    for (int k = 0; rc == 0 && (rc = ds_loader_next(L, &b)) == 1; k ^= 1) {
         rc = ds_feed_batch(feed, m, b, o->mean, o->std);
         if (rc == 0) {
             const float *logits = ds_model_forward(m, b->n, 0);
-            be->download(host, logits, (size_t)b->n * C * sizeof *host);
-            ds_topk_add(t, host, b->labels, b->valid, b->n);
-            if (o->logits) memcpy(o->logits + done * C, host, (size_t)b->n * C * sizeof *host);
-            if (o->valid) memcpy(o->valid + done, b->valid, (size_t)b->n);
-            done += (size_t)b->n;
-            ds_progress_update(&bar, (int64_t)done);
+            eval_slot *s = &slot[k];
+            be->download_async(s->logits, logits, (size_t)b->n * C * sizeof *s->logits);
+            s->mark = be->mark(DS_STREAM_COMPUTE);
+            memcpy(s->labels, b->labels, (size_t)b->n * sizeof *s->labels);
+            memcpy(s->valid, b->valid, (size_t)b->n);
+            s->n = b->n;
+            count_batch(be, &slot[k ^ 1], o, t, C, &done, &bar);   /* the batch before, now this one is queued */
         }
         ds_feed_release(feed, L, b);
     }
+    for (int k = 0; k < 2; k++) count_batch(be, &slot[k], o, t, C, &done, &bar);   /* the last (one is pending) */
     ds_loader_stop(L);
     ds_progress_end(&bar);
-    free(host);
+    for (int k = 0; k < 2; k++) {
+        be->host_free(slot[k].logits);
+        free(slot[k].labels);
+        free(slot[k].valid);
+    }
     *seconds = ds_now() - t0;
     return rc < 0 ? -1 : 0;
 }
