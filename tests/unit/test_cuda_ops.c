@@ -11,7 +11,8 @@
  * tf32 and fp32, where they are copied to float32 and the results back; batch norm with
  * residual and ReLU, pooling, add and to_bf16 on bf16 tensors. Where no GPU is visible (or
  * the build has no CUDA) the test prints one SKIP line (counted apart by tests/run.sh, not
- * as a pass); a GPU that is there but cannot start is a failure.
+ * as a pass); a GPU that is there but cannot start is a failure. Also the two streams, marks
+ * and page-locked copies the feed and the loss read late rely on.
  *
  * Tolerance: |gpu - cpu| <= tol |cpu| + tol max|cpu|, tol = 1e-4 in fp32: both compute in
  * fp32 but sum in different orders; a sum of K products then differs by ~K * 2^-24 of its
@@ -642,6 +643,42 @@ static void test_elementwise_bf16(void)
     free(y), free(x), free(h), free(f);
 }
 
+/* Streams and marks (backend.h): 32 MiB of page-locked host memory copied on the input
+ * stream, the compute stream told to wait for that copy's mark, then copied back into
+ * host_alloc'd memory on the compute stream: the bytes arrive whole once the host waits
+ * for a later mark (without the stream wait the second copy could start before the first
+ * is done). mark_seconds is finite and not negative for held marks, NAN for one DS_MARKS
+ * marks old. */
+static void test_streams(void)
+{
+    check_begin("cuda streams and marks");
+    size_t bytes = (size_t)32 << 20;
+    uint8_t *src = NULL;
+    if (posix_memalign((void **)&src, 4096, bytes)) ds_die("out of memory");
+    for (size_t i = 0; i < bytes; i++) src[i] = (uint8_t)(i * 2654435761u >> 13);
+    uint8_t *back = G->host_alloc(bytes), *dev = G->alloc(bytes);
+    CHECK(back && dev, "allocations");
+    CHECK(G->host_register(src, bytes) == 0, "page-locking 32 MiB");
+    int t0 = G->mark(DS_STREAM_COMPUTE);
+    G->upload_async(dev, src, bytes);
+    int copied = G->mark(DS_STREAM_INPUT);
+    G->stream_wait(DS_STREAM_COMPUTE, copied);
+    G->download_async(back, dev, bytes);
+    int done = G->mark(DS_STREAM_COMPUTE);
+    G->mark_wait(done);
+    CHECK(memcmp(back, src, bytes) == 0, "the bytes came back changed");
+    double s = G->mark_seconds(t0, done);
+    CHECK(isfinite(s) && s >= 0, "mark_seconds %g", s);
+    for (int i = 0; i < DS_MARKS; i++) G->mark(DS_STREAM_COMPUTE);
+    CHECK(isnan(G->mark_seconds(t0, done)), "a mark %d marks old still timed", DS_MARKS);
+    G->sync();
+    G->host_unregister(src);
+    G->host_free(back);
+    G->free(dev);
+    free(src);
+    check_end();
+}
+
 int main(void)
 
 {
@@ -670,6 +707,7 @@ int main(void)
     test_normalize();
     test_resized_crop(5, 21, 26, 12, 9);
     test_resized_crop(4, 256, 256, 224, 224);   /* RandomResizedCrop at ImageNet sizes */
+    test_streams();
     /* tf32 and bf16 convolutions, Find's choices (selecting again plans afresh) */
     tol = 1e-2;
     opts = (ds_backend_opts){.precision = DS_PRECISION_TF32};
