@@ -3,8 +3,10 @@
  *
  *   step_census ARCH SIZE BATCH fp32|tf32|bf16        e.g. step_census resnet50 224 256 bf16
  *
- * The real model (ds_model_create, model.c) runs one training step, ds_model_zero_reduction,
- * ds_model_forward (training), ds_model_backward, ds_model_step, over a spy backend: a
+ * The real model (ds_model_create, model.c) runs one training step as dstrain and engine_bench
+ * take it, ds_model_zero_reduction, ds_model_forward (training), ds_model_backward,
+ * ds_model_step, ds_model_end_step, then the step before's loss read (ds_model_step_loss: the
+ * loss read late), over a spy backend: a
  * ds_backend whose ops compute nothing and touch no backend memory, and instead count what
  * cuda.cu and cuda_kernels.cu, as they are, would launch for that call and how many bytes
  * those launches read and write in device memory. The spy sees the model only through the
@@ -19,7 +21,10 @@
  *   - launches: ds's own kernels, plus the cudaMemsetAsync of zero (one operation on the
  *     stream);
  *   - cuDNN and cuBLAS calls are counted apart; their traffic is theirs, not counted;
- *   - host: uploads, downloads (cuda_download waits for the stream) and be->sync calls.
+ *   - host: uploads, downloads (cuda_download waits for the stream), be->sync calls, copies
+ *     back on the stream (download_async), and host waits for marks: for one of the counted
+ *     step's own (the device idles while the host catches up) or of the step before (the
+ *     counted step is queued behind it: the device has work).
  * A first, uncounted step brings the model to its steady state (momentum buffers in use, the
  * bf16 weight copy made once per step, after SGD); the second is the one counted.
  * The milliseconds are bytes / 4.8 TB/s (the H200's HBM3e): a floor on the time of these
@@ -93,10 +98,12 @@ static void launch(int k, uint64_t bytes)
 
 static uint64_t cudnn_calls[DS_CONV_OPS], cublas_calls;
 static ds_dtype bn_storage;   /* the activations' storage, as batch norm is told it */
-static uint64_t uploads, upload_bytes, downloads, download_bytes, syncs;
+static uint64_t uploads, upload_bytes, downloads, download_bytes, syncs, copies_back, copy_back_bytes;
+static int marks, first_mark;                  /* marks made; the counted step's first */
+static uint64_t waits_own, waits_before;       /* host waits for a mark of this step, of one before */
 
-/* Batch-norm layers by shape, for the serial depth of their statistics. */
-typedef struct { int m, c, chunks, layers; } bn_shape;
+/* Batch-norm layers by shape, for the serial depth of their final kernels. */
+typedef struct { int m, c, chunks, depth, layers; } bn_shape;
 static bn_shape *bn_shapes;
 static int n_bn_shapes;
 
@@ -105,6 +112,8 @@ static void reset_tally(void)
     for (int k = 0; k < NKERNELS; k++) kernels[k].launches = kernels[k].bytes = 0;
     memset(cudnn_calls, 0, sizeof cudnn_calls);
     cublas_calls = uploads = upload_bytes = downloads = download_bytes = syncs = 0;
+    copies_back = copy_back_bytes = waits_own = waits_before = 0;
+    first_mark = marks;
     n_bn_shapes = 0;
 }
 
@@ -162,6 +171,21 @@ static void spy_download(void *dst, const void *src, size_t bytes)
 }
 
 static void spy_sync(void) { syncs++; }
+
+/* Marks (cudaEventRecord), waits and copies back on the stream (cuda.cu's streams and marks). */
+static int spy_mark(int stream) { (void)stream; return marks++; }
+static void spy_mark_wait(int mark)
+{
+    if (mark >= first_mark) waits_own++;
+    else waits_before++;
+}
+static void spy_download_async(void *dst, const void *src, size_t bytes)
+{
+    memset(dst, 0, bytes);
+    copies_back++;
+    copy_back_bytes += bytes;
+}
+static void *spy_host_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
 
 /* cuda_zero: cudaMemsetAsync writes the bytes. */
 static void spy_zero(void *p, size_t bytes)
@@ -273,6 +297,15 @@ static int bn_chunks(int m, int c)
 /* The partial sums, [2][chunks][c] doubles: written by bn_partial_kernel, read by a final kernel. */
 static uint64_t partial_bytes(int chunks, int c) { return 2 * (uint64_t)chunks * c * sizeof(double); }
 
+/* The longest serial walk of a final kernel's thread (cuda_kernels.h): its share of the
+ * chunks (chunks w, w + ROWS, ...), then one add per level of the block's tree. */
+static int bn_final_depth(int chunks)
+{
+    int levels = 0;
+    for (int r = DS_CUDA_BN_FINAL_ROWS; r > 1; r >>= 1) levels++;
+    return (chunks + DS_CUDA_BN_FINAL_ROWS - 1) / DS_CUDA_BN_FINAL_ROWS + levels;
+}
+
 static void bn_depth(int m, int c, int chunks)
 {
     for (int i = 0; i < n_bn_shapes; i++)
@@ -281,7 +314,7 @@ static void bn_depth(int m, int c, int chunks)
             return;
         }
     bn_shapes = ds_xrealloc(bn_shapes, (size_t)(n_bn_shapes + 1) * sizeof *bn_shapes);
-    bn_shapes[n_bn_shapes++] = (bn_shape){m, c, chunks, 1};
+    bn_shapes[n_bn_shapes++] = (bn_shape){m, c, chunks, bn_final_depth(chunks), 1};
 }
 
 static void spy_bn_fwd_train(void *out, float *mean, float *var, float *invstd, const void *in, const float *gamma,
@@ -424,6 +457,11 @@ static ds_backend spy = {
     .download = spy_download,
     .zero = spy_zero,
     .sync = spy_sync,
+    .mark = spy_mark,
+    .mark_wait = spy_mark_wait,
+    .download_async = spy_download_async,
+    .host_alloc = spy_host_alloc,
+    .host_free = free,
     .conv_workspace = spy_conv_workspace,
     .conv_fwd = spy_conv_fwd,
     .conv_bwd_data = spy_conv_bwd_data,
@@ -447,14 +485,18 @@ static ds_backend spy = {
 
 /* ---- the step and the report ---- */
 
-/* One training step as engine_bench takes it (its SGD settings: one sgd_step call). */
-static int train_step(ds_model *m, const int32_t *labels, int batch)
+/* One training step as engine_bench takes it (its SGD settings: one sgd_step call), the
+ * step before's loss read once this one is queued (*last: that step's mark, -1 for none). */
+static int train_step(ds_model *m, const int32_t *labels, int batch, int *last)
 {
     ds_sgd sgd = {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = 0};
     ds_model_zero_reduction(m);
     if (!ds_model_forward(m, batch, 1)) return -1;
     if (isnan(ds_model_backward(m, labels, batch, 1.0f / (float)batch, 0.1f))) return -1;
     ds_model_step(m, &sgd, 1);
+    int now = ds_model_end_step(m);
+    if (now < 0 || (*last >= 0 && isnan(ds_model_step_loss(m, *last)))) return -1;
+    *last = now;
     return 0;
 }
 
@@ -497,24 +539,28 @@ static void report(const char *arch, int size, int batch, ds_precision p, const 
            (unsigned long long)cudnn_calls[DS_CONV_BWD_DATA], ds_conv_op_name(DS_CONV_BWD_FILTER),
            (unsigned long long)cudnn_calls[DS_CONV_BWD_FILTER], (unsigned long long)cublas_calls);
 
-    int layers = 0, max_chunks = 0;
-    long sum_chunks = 0;
-    printf("\nbatch-norm statistics: serial depth, the chunks a final kernel's thread walks per channel (bn_chunks)\n");
-    printf("  %10s %8s %8s %8s\n", "rows m", "channels", "chunks", "layers");
+    int layers = 0, max_depth = 0;
+    long sum_depth = 0;
+    printf("\nbatch-norm final kernels: serial depth, the adds one thread makes in order per channel: its share\n"
+           "of the chunks (bn_chunks; %d threads a channel), then the block's tree\n", DS_CUDA_BN_FINAL_ROWS);
+    printf("  %10s %8s %8s %8s %8s\n", "rows m", "channels", "chunks", "depth", "layers");
     for (int i = 0; i < n_bn_shapes; i++) {
         const bn_shape *s = &bn_shapes[i];
-        printf("  %10d %8d %8d %8d\n", s->m, s->c, s->chunks, s->layers);
+        printf("  %10d %8d %8d %8d %8d\n", s->m, s->c, s->chunks, s->depth, s->layers);
         layers += s->layers;
-        sum_chunks += (long)s->chunks * s->layers;
-        if (s->chunks > max_chunks) max_chunks = s->chunks;
+        sum_depth += (long)s->depth * s->layers;
+        if (s->depth > max_depth) max_depth = s->depth;
     }
     printf("bn depth: max %d, sum over the %d layers %ld (bn_stats_final_kernel); bn_grad_final_kernel walks the "
-           "same, %ld per step\n", max_chunks, layers, sum_chunks, 2 * sum_chunks);
+           "same, %ld per step\n", max_depth, layers, sum_depth, 2 * sum_depth);
 
-    printf("\nhost: %llu upload(s) of %llu bytes; %llu download(s) of %llu bytes, each waiting for the stream; "
-           "%llu be->sync; host syncs %llu\n", (unsigned long long)uploads, (unsigned long long)upload_bytes,
-           (unsigned long long)downloads, (unsigned long long)download_bytes, (unsigned long long)syncs,
-           (unsigned long long)(downloads + syncs));
+    printf("\nhost: %llu upload(s) of %llu bytes; %llu copy(ies) back on the stream of %llu bytes; %llu download(s) "
+           "of %llu bytes and %llu be->sync, each waiting for the stream; %llu wait(s) for the step before's end\n"
+           "host waits for the step's own work: %llu\n",
+           (unsigned long long)uploads, (unsigned long long)upload_bytes, (unsigned long long)copies_back,
+           (unsigned long long)copy_back_bytes, (unsigned long long)downloads, (unsigned long long)download_bytes,
+           (unsigned long long)syncs, (unsigned long long)waits_before,
+           (unsigned long long)(downloads + syncs + waits_own));
 }
 
 static int usage(void)
@@ -538,9 +584,10 @@ int main(int argc, char **argv)
     ds_model *m = ds_model_create(&spy, &cfg);
     if (!m) return 1;
     int32_t *labels = ds_xcalloc((size_t)batch, sizeof *labels);
-    int rc = train_step(m, labels, batch);   /* the uncounted first step */
+    int last = -1;
+    int rc = ds_model_defer_loss(m, 1) ? -1 : train_step(m, labels, batch, &last);   /* the uncounted first step */
     reset_tally();
-    if (rc == 0) rc = train_step(m, labels, batch);
+    if (rc == 0) rc = train_step(m, labels, batch, &last);
     if (rc == 0) report(arch, size, batch, run_precision, m);
     free(labels);
     free(bn_shapes);

@@ -1,7 +1,9 @@
 /* cuda_kernels: own kernels of the CUDA backend (see cuda_kernels.h). NHWC everywhere: the
  * channel is the fastest index, so threads of a warp take neighbouring channels and every
- * load is coalesced. Reductions run over a fixed split of the rows and add the partial
- * sums in a fixed order: results are the same from run to run. */
+ * load is coalesced. Each kernel is its index arithmetic and a call to its body in
+ * cuda_bodies.h, the one source test_cuda_bodies runs on the CPU over the same grids.
+ * Reductions run over a fixed split of the rows and add the partial sums in a fixed order:
+ * results are the same from run to run. */
 #include <cuda_bf16.h>
 #include <math.h>
 
@@ -11,31 +13,30 @@ extern "C" {
 #include "cuda_kernels.h"
 #include "cpu_loops.h"   /* DS_BN_FLUSH: the CPU's float run length, shared */
 }
+#include "cuda_bodies.h"
 
 static double *scratch;   /* DS_CUDA_SCRATCH_BYTES: partial sums, then per-channel coefficients */
 
 void ds_cuda_kernels_init(void *p) { scratch = (double *)p; }
 
-#define THREADS 256
+#define THREADS DS_CUDA_THREADS
 
-/* ---- storage of activations ----
- * float32 or bf16 (ds_dtype): the kernels below are templates over it. A bf16 value is
- * widened exactly as it is loaded; a result is rounded once, to nearest even, as it is
- * stored; everything between is the float32 arithmetic. */
+/* Activations in float32 or bf16 (ds_dtype): the kernels below are templates over the
+ * storage, their bodies overloads of one name (cuda_bodies.inc). */
+typedef body_bf16 bf16;
 
-typedef __nv_bfloat16 bf16;
-
-__device__ __forceinline__ float ld(const float *p, long i) { return p[i]; }
-__device__ __forceinline__ float ld(const bf16 *p, long i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ void st(float *p, long i, float v) { p[i] = v; }
-__device__ __forceinline__ void st(bf16 *p, long i, float v) { p[i] = __float2bfloat16_rn(v); }
+/* Grid-stride loop over [0, n): thread (block, x) takes i = block THREADS + x, then i plus
+ * the grid's size, ... */
+#define FOR_GRID(i, n) \
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < (long)(n); i += (long)gridDim.x * blockDim.x)
 
 /* ---- batch norm ---- */
 
 /* Per-channel sums are split over chunks of consecutive rows: a block of (BN_CH channels,
  * BN_ROWS) threads takes BN_ROWS chunks, the grid's y its groups of chunks. */
-#define BN_CH 32
+#define BN_CH DS_CUDA_BN_CH
 #define BN_ROWS DS_CUDA_BN_ROWS
+#define BN_FINAL_ROWS DS_CUDA_BN_FINAL_ROWS
 
 static int bn_chunks(int m, int c)
 {
@@ -44,48 +45,15 @@ static int bn_chunks(int m, int c)
     return chunks;
 }
 
-/* Mode of bn_partial_kernel: what it sums per channel. */
-enum { BN_STATS, BN_GRADS };
-
-/* partial [2][chunks][c]: for each chunk of consecutive rows, sums over its rows of
- *   BN_STATS: u = x - shift, u * u                     (shift = row 0's x, as the CPU)
- *   BN_GRADS: u = dy, u * (x - mean), with dy = dout masked by out > 0 when relu,
- *             written back into dout (the op's contract: dout becomes the pre-ReLU grad).
- * As the CPU's bn_sums (cpu_loops.inc): u and the products in float, rounded once each (no
- * fused multiply-add), summed in float over DS_BN_FLUSH rows and then added into a double.
- * Thread (channel, chunk) walks its chunk's rows in order; a warp's threads are neighbouring
- * channels of the same row, so the loads stay coalesced. */
+/* partial [2][chunks][c] (bn_partial_body). A warp's threads are neighbouring channels of
+ * the same row, so the loads stay coalesced. */
 template <typename T>
 __global__ void bn_partial_kernel(double *partial, T *dout, const T *out, const T *in, const float *center,
                                   int mode, int relu, int m, int c, int chunks)
 {
     int ch = blockIdx.x * BN_CH + threadIdx.x, t = blockIdx.y * BN_ROWS + threadIdx.y;
     if (ch >= c) return;
-    long r0 = (long)t * m / chunks, r1 = (long)(t + 1) * m / chunks;
-    float mu = mode == BN_GRADS ? center[ch] : m ? ld(in, ch) : 0;
-    double a = 0, b = 0;
-    for (long i0 = r0; i0 < r1; i0 += DS_BN_FLUSH) {
-        long i1 = i0 + DS_BN_FLUSH < r1 ? i0 + DS_BN_FLUSH : r1;
-        float fa = 0, fb = 0;
-        for (long i = i0; i < i1; i++) {
-            long at = i * c + ch;
-            float v = __fsub_rn(ld(in, at), mu), u;
-            if (mode == BN_STATS) {
-                u = v;
-            } else {
-                u = ld(dout, at);
-                if (relu && !(ld(out, at) > 0)) {
-                    u = 0;
-                    st(dout, at, u);
-                }
-            }
-            fa = __fadd_rn(fa, u);
-            fb = __fadd_rn(fb, __fmul_rn(u, v));
-        }
-        a += fa, b += fb;
-    }
-    partial[(long)t * c + ch] = a;
-    partial[((long)chunks + t) * c + ch] = b;
+    bn_partial_body(partial, dout, out, in, center, mode, relu, m, c, chunks, ch, t);
 }
 
 template <typename T>
@@ -98,47 +66,59 @@ static void bn_partials(double *partial, T *dout, const T *out, const T *in, con
     launchCheck();
 }
 
-/* One thread per channel: the statistics and a = gamma * invstd (CPU: bn_fwd_train). The
- * chunks' sums are added in chunk order; the double arithmetic rounds each operation. */
+/* The final kernels' common part: a block of (BN_CH channels, BN_FINAL_ROWS rows) adds a
+ * channel's partial sums, each row a fixed share of the chunks in order, then the rows in a
+ * fixed tree through shared memory (cuda_kernels.h). Returns, for row 0, the channel's two
+ * sums in s[0][0][lane], s[1][0][lane]. */
+__device__ __forceinline__ void bn_final_sums(double (*s)[BN_FINAL_ROWS][BN_CH], const double *partial, int c,
+                                              int chunks)
+{
+    int lane = threadIdx.x, w = threadIdx.y;
+    bn_final_sum_body(&s[0][w][lane], &s[1][w][lane], partial, c, chunks, blockIdx.x * BN_CH + lane, w);
+    for (int k = BN_FINAL_ROWS / 2; k > 0; k >>= 1) {
+        __syncthreads();
+        if (w < k) bn_final_tree_body(&s[0][0][0], &s[1][0][0], lane, w, k);
+    }
+}
+
 template <typename T>
 __global__ void bn_stats_final_kernel(float *mean, float *var, float *invstd, float *ka, const double *partial,
                                       const T *in, const float *gamma, int m, int c, int chunks, float eps)
 {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= c) return;
-    double s1 = 0, s2 = 0;
-    for (int t = 0; t < chunks; t++) s1 += partial[(long)t * c + j], s2 += partial[((long)chunks + t) * c + j];
-    float shift = m ? ld(in, j) : 0;
-    double d = m ? s1 / m : 0, v = m ? __dsub_rn(s2 / m, __dmul_rn(d, d)) : 0;
-    if (v < 0) v = 0;
-    double is = 1.0 / sqrt(v + eps);
-    mean[j] = (float)(shift + d);
-    var[j] = (float)v;
-    invstd[j] = (float)is;
-    ka[j] = (float)(gamma[j] * is);
+    __shared__ double s[2][BN_FINAL_ROWS][BN_CH];
+    bn_final_sums(s, partial, c, chunks);
+    int j = blockIdx.x * BN_CH + threadIdx.x;
+    if (threadIdx.y == 0 && j < c)
+        bn_stats_final_body(mean, var, invstd, ka, s[0][0][threadIdx.x], s[1][0][threadIdx.x], in, gamma, m, j,
+                            eps);
 }
 
-/* Inference: a = gamma / sqrt(running_var + eps), as the CPU (a division, not * invstd). */
+__global__ void bn_grad_final_kernel(float *dgamma, float *dbeta, float *ka, float *kb, float *kc,
+                                     const double *partial, const float *gamma, const float *invstd, int m,
+                                     int c, int chunks)
+{
+    __shared__ double s[2][BN_FINAL_ROWS][BN_CH];
+    bn_final_sums(s, partial, c, chunks);
+    int k = blockIdx.x * BN_CH + threadIdx.x;
+    if (threadIdx.y == 0 && k < c)
+        bn_grad_final_body(dgamma, dbeta, ka, kb, kc, s[0][0][threadIdx.x], s[1][0][threadIdx.x], gamma, invstd,
+                           m, k);
+}
+
+static dim3 bn_final_grid(int c) { return dim3((c + BN_CH - 1) / BN_CH); }
+static const dim3 bn_final_block(BN_CH, BN_FINAL_ROWS);
+
 __global__ void bn_infer_coef_kernel(float *ka, const float *gamma, const float *rvar, int c, float eps)
 {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= c) return;
-    ka[j] = (float)(gamma[j] / sqrt((double)rvar[j] + eps));
+    if (j < c) bn_infer_coef_body(ka, gamma, rvar, j, eps);
 }
 
-/* out [m, c] = relu?((in - mean) * a + beta + residual?), the CPU's formula and rounding
- * (cpu_loops.inc bn_apply): the mean is subtracted first, which keeps the precision when
- * |mean| >> std, and no multiply-add is fused. */
 template <typename T>
 __global__ void bn_apply_kernel(T *out, const T *in, const float *mean, const float *a, const float *beta,
                                 const T *residual, int relu, long total, int c)
 {
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
-        int j = (int)(i % c);
-        float v = __fadd_rn(__fmul_rn(__fsub_rn(ld(in, i), mean[j]), a[j]), beta[j]);
-        if (residual) v = __fadd_rn(v, ld(residual, i));
-        st(out, i, relu && v < 0 ? 0 : v);
-    }
+    FOR_GRID(i, total) bn_apply_body(out, in, mean, a, beta, residual, relu, c, i);
 }
 
 static float *bn_coef(int c, int which)   /* coefficient arrays live past the partial sums */
@@ -153,7 +133,7 @@ static void bn_fwd_train(T *out, float *mean, float *var, float *invstd, const T
     int chunks = bn_chunks(m, c);
     float *ka = bn_coef(c, 0);
     bn_partials(scratch, (T *)NULL, (const T *)NULL, in, NULL, BN_STATS, 0, m, c, chunks);
-    bn_stats_final_kernel<<<(c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream()>>>(
+    bn_stats_final_kernel<<<bn_final_grid(c), bn_final_block, 0, ds_cuda_stream()>>>(
         mean, var, invstd, ka, scratch, in, gamma, m, c, chunks, eps);
     launchCheck();
     long total = (long)m * c;
@@ -199,37 +179,13 @@ void ds_cuda_bn_fwd_infer(void *out, const void *in, const float *gamma, const f
                      (const float *)residual, relu, m, c, eps);
 }
 
-/* dgamma, dbeta += ; the coefficients of din = dy * ka + (x - mean) * kb + kc (CPU: bn_bwd) */
-__global__ void bn_grad_final_kernel(float *dgamma, float *dbeta, float *ka, float *kb, float *kc,
-                                     const double *partial, const float *gamma, const float *invstd, int m,
-                                     int c, int chunks)
-{
-    int k = blockIdx.x * blockDim.x + threadIdx.x;
-    if (k >= c) return;
-    double sdy = 0, sdyx = 0;
-    for (int t = 0; t < chunks; t++) sdy += partial[(long)t * c + k], sdyx += partial[((long)chunks + t) * c + k];
-    double is = invstd[k], gi = gamma[k] * is;
-    dgamma[k] += (float)(sdyx * is);
-    dbeta[k] += (float)sdy;
-    double mdy = m ? sdy / m : 0, mdyx = m ? sdyx * is * is / m : 0;
-    ka[k] = (float)gi;
-    kb[k] = (float)(-gi * mdyx);
-    kc[k] = (float)(-gi * mdy);
-}
-
-/* din = dy * ka + (x - mean) * kb + kc, the CPU's formula and rounding (cpu_loops.inc bn_dx);
- * din may be dy (elementwise). dresidual (when not NULL) = dy: the residual's gradient is
- * written from the dy this kernel reads anyway, instead of a copy that reads it again. */
+/* dresidual (when not NULL) = dy is written from the dy this kernel reads anyway, instead of
+ * a copy that reads it again. */
 template <typename T>
 __global__ void bn_dx_kernel(T *din, T *dresidual, const T *dy, const T *in, const float *mean,
                              const float *ka, const float *kb, const float *kc, long total, int c)
 {
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
-        int j = (int)(i % c);
-        if (dresidual) dresidual[i] = dy[i];   /* before din, which may be dy, is written */
-        st(din, i, __fadd_rn(__fadd_rn(__fmul_rn(ld(dy, i), ka[j]), __fmul_rn(__fsub_rn(ld(in, i), mean[j]), kb[j])),
-                             kc[j]));
-    }
+    FOR_GRID(i, total) bn_dx_body(din, dresidual, dy, in, mean, ka, kb, kc, c, i);
 }
 
 template <typename T>
@@ -240,7 +196,7 @@ static void bn_bwd(T *din, T *dresidual, float *dgamma, float *dbeta, T *dout, c
     float *ka = bn_coef(c, 0), *kb = bn_coef(c, 1), *kc = bn_coef(c, 2);
     long total = (long)m * c;
     bn_partials(scratch, dout, out, in, mean, BN_GRADS, relu, m, c, chunks);
-    bn_grad_final_kernel<<<(c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream()>>>(
+    bn_grad_final_kernel<<<bn_final_grid(c), bn_final_block, 0, ds_cuda_stream()>>>(
         dgamma, dbeta, ka, kb, kc, scratch, gamma, invstd, m, c, chunks);
     launchCheck();
     /* dresidual = dout (after the ReLU mask) is written by the dx kernel, unless they are one
@@ -264,67 +220,16 @@ void ds_cuda_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, voi
 
 /* ---- pooling ---- */
 
-/* out [n, p, q, c] = max over the window of in [n, h, w, c]; padding never wins. The
- * maximum is one of the inputs, so a bf16 one is stored exactly. */
 template <typename T>
 __global__ void maxpool_fwd_kernel(T *out, const T *in, ds_pool_desc d)
 {
-    long total = (long)d.n * d.p * d.q * d.c;
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
-        int j = (int)(i % d.c);
-        long t = i / d.c;
-        int q = (int)(t % d.q), p = (int)(t / d.q % d.p), n = (int)(t / ((long)d.q * d.p));
-        float y = -INFINITY;
-        for (int r = 0; r < d.k; r++) {
-            int ih = p * d.stride - d.pad + r;
-            if (ih < 0 || ih >= d.h) continue;
-            for (int s = 0; s < d.k; s++) {
-                int iw = q * d.stride - d.pad + s;
-                if (iw < 0 || iw >= d.w) continue;
-                float x = ld(in, (((long)n * d.h + ih) * d.w + iw) * d.c + j);
-                y = x > y ? x : y;
-            }
-        }
-        st(out, i, y);
-    }
+    FOR_GRID(i, (long)d.n * d.p * d.q * d.c) maxpool_fwd_body(out, in, d, i);
 }
 
-/* Gather form of the CPU's scatter: each input element sums dout over the windows whose
- * first maximum it is, visiting windows in the CPU's (p, q) order, so the sums match
- * bitwise and need no atomics. */
 template <typename T>
 __global__ void maxpool_bwd_kernel(T *din, const T *dout, const T *in, ds_pool_desc d)
 {
-    long total = (long)d.n * d.h * d.w * d.c;
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
-        int j = (int)(i % d.c);
-        long t = i / d.c;
-        int iw0 = (int)(t % d.w), ih0 = (int)(t / d.w % d.h), n = (int)(t / ((long)d.w * d.h));
-        const T *img = in + (long)n * d.h * d.w * d.c;
-        /* windows p with p*stride - pad <= ih0 <= p*stride - pad + k - 1 */
-        int p0 = ih0 + d.pad - d.k + 1, q0 = iw0 + d.pad - d.k + 1;
-        p0 = p0 <= 0 ? 0 : (p0 + d.stride - 1) / d.stride;
-        q0 = q0 <= 0 ? 0 : (q0 + d.stride - 1) / d.stride;
-        int p1 = min((ih0 + d.pad) / d.stride, d.p - 1), q1 = min((iw0 + d.pad) / d.stride, d.q - 1);
-        float g = 0;
-        for (int p = p0; p <= p1; p++)
-            for (int q = q0; q <= q1; q++) {
-                float best = -INFINITY;
-                int at_h = -1, at_w = -1;
-                for (int r = 0; r < d.k; r++) {
-                    int ih = p * d.stride - d.pad + r;
-                    if (ih < 0 || ih >= d.h) continue;
-                    for (int s = 0; s < d.k; s++) {
-                        int iw = q * d.stride - d.pad + s;
-                        if (iw < 0 || iw >= d.w) continue;
-                        float x = ld(img, ((long)ih * d.w + iw) * d.c + j);
-                        if (at_h < 0 || x > best) best = x, at_h = ih, at_w = iw;
-                    }
-                }
-                if (at_h == ih0 && at_w == iw0) g += ld(dout, (((long)n * d.p + p) * d.q + q) * d.c + j);
-            }
-        st(din, i, g);
-    }
+    FOR_GRID(i, (long)d.n * d.h * d.w * d.c) maxpool_bwd_body(din, dout, in, d, i);
 }
 
 void ds_cuda_maxpool_fwd(void *out, const void *in, const ds_pool_desc *d)
@@ -353,25 +258,17 @@ void ds_cuda_maxpool_bwd(void *din, const void *dout, const void *in, const void
     launchCheck();
 }
 
-/* out [n, c] (float32) = sum over hw of in [n, hw, c], then / hw (CPU order) */
 template <typename T>
 __global__ void avgpool_fwd_kernel(float *out, const T *in, int n, int hw, int c)
 {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i >= (long)n * c) return;
-    long b = i / c;
-    int j = (int)(i % c);
-    float y = 0;
-    for (int k = 0; k < hw; k++) y += ld(in, (b * hw + k) * c + j);
-    out[i] = y / (float)hw;
+    if (i < (long)n * c) avgpool_fwd_body(out, in, hw, c, i);
 }
 
 template <typename T>
 __global__ void avgpool_bwd_kernel(T *din, const float *dout, int n, int hw, int c)
 {
-    long total = (long)n * hw * c;
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x)
-        st(din, i, dout[i / ((long)hw * c) * c + i % c] / (float)hw);
+    FOR_GRID(i, (long)n * hw * c) avgpool_bwd_body(din, dout, hw, c, i);
 }
 
 void ds_cuda_avgpool_fwd(float *out, const void *in, int n, int hw, int c, ds_dtype in_t)
@@ -398,18 +295,13 @@ void ds_cuda_avgpool_bwd(void *din, const float *dout, int n, int hw, int c, ds_
 
 __global__ void bias_fwd_kernel(float *out, const float *b, int n, int o)
 {
-    long total = (long)n * o;
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x)
-        out[i] += b[i % o];
+    FOR_GRID(i, (long)n * o) bias_fwd_body(out, b, o, i);
 }
 
 __global__ void bias_bwd_kernel(float *db, const float *dout, int n, int o)
 {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= o) return;
-    float s = 0;
-    for (int r = 0; r < n; r++) s += dout[(long)r * o + j];
-    db[j] += s;
+    if (j < o) bias_bwd_body(db, dout, n, o, j);
 }
 
 void ds_cuda_bias_fwd(float *out, const float *b, int n, int o)
@@ -426,7 +318,8 @@ void ds_cuda_bias_bwd(float *db, const float *dout, int n, int o)
 
 /* ---- loss ---- */
 
-/* Sum of v over the block (THREADS threads), in a fixed tree order; every thread gets it. */
+/* v combined over the block (THREADS threads) in a fixed tree order, buf[t] = op(buf[t],
+ * buf[t + s]) for s = THREADS/2, ..., 1; every thread gets the result. */
 template <typename T, typename Op>
 __device__ T block_reduce(T v, Op op)
 {
@@ -442,39 +335,31 @@ __device__ T block_reduce(T v, Op op)
     return r;
 }
 
-struct max_op { __device__ float operator()(float a, float b) const { return b > a ? b : a; } };
-struct add_op { __device__ double operator()(double a, double b) const { return a + b; } };
+struct max_op { __device__ float operator()(float a, float b) const { return max_body(a, b); } };
+struct add_op { __device__ double operator()(double a, double b) const { return dadd_rn(a, b); } };
 
 /* One block per sample: loss [n], dlogits [n, c] from logits [n, c] (CPU: softmax_xent). */
 __global__ void softmax_xent_kernel(float *loss, float *dlogits, const float *logits,
                                     const int32_t *labels, int c, float smoothing, float scale)
 {
-    int i = blockIdx.x, y = labels[i];
+    int i = blockIdx.x, y = labels[i], tid = threadIdx.x;
     const float *z = logits + (long)i * c;
     float *dz = dlogits ? dlogits + (long)i * c : NULL;
     if (y < 0 || y >= c) {   /* a padding sample: no loss, no gradient */
-        if (loss && threadIdx.x == 0) loss[i] = 0;
+        if (loss && tid == 0) loss[i] = 0;
         if (dz)
-            for (int j = threadIdx.x; j < c; j += blockDim.x) dz[j] = 0;
+            for (int j = tid; j < c; j += THREADS) dz[j] = 0;
         return;
     }
-    float zmax = -INFINITY;
-    for (int j = threadIdx.x; j < c; j += blockDim.x) zmax = z[j] > zmax ? z[j] : zmax;
-    zmax = block_reduce(zmax, max_op());
-    double se = 0, sz = 0;
-    for (int j = threadIdx.x; j < c; j += blockDim.x) se += exp((double)z[j] - zmax), sz += (double)z[j] - zmax;
+    float zmax = block_reduce(softmax_max_body(z, c, tid), max_op());
+    double se, sz;
+    softmax_sums_body(&se, &sz, z, c, zmax, tid);
     se = block_reduce(se, add_op());
     sz = block_reduce(sz, add_op());
-    double lse = log(se), zy = (double)z[y] - zmax;
-    if (loss && threadIdx.x == 0)
-        loss[i] = (float)((1.0 - smoothing) * (lse - zy) + smoothing * (lse - sz / c));
-    if (dz) {
-        double off = (double)smoothing / c;
-        for (int j = threadIdx.x; j < c; j += blockDim.x) {
-            double t = off + (j == y ? 1.0 - smoothing : 0.0);
-            dz[j] = (float)((exp((double)z[j] - zmax - lse) - t) * scale);
-        }
-    }
+    double lse = log(se);
+    if (loss && tid == 0) loss[i] = softmax_loss_body(z, c, y, zmax, lse, sz, smoothing);
+    if (dz)
+        for (int j = tid; j < c; j += THREADS) dz[j] = softmax_grad_body(z, c, j, y, zmax, lse, smoothing, scale);
 }
 
 void ds_cuda_softmax_xent(float *loss, float *dlogits, const float *logits, const int32_t *labels,
@@ -487,19 +372,10 @@ void ds_cuda_softmax_xent(float *loss, float *dlogits, const float *logits, cons
 
 /* ---- optimizer and elementwise ---- */
 
-/* torch.optim.SGD, rounded as cpu.c: fmaf where torch fuses, mul then add where not */
 __global__ void sgd_kernel(float *w, float *buf, const float *grad, size_t n, float lr,
                            float momentum, float wd, int nesterov, int first)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float g = wd != 0 ? fmaf(wd, w[i], grad[i]) : grad[i];
-        if (momentum != 0) {
-            float b = first ? g : __fadd_rn(__fmul_rn(buf[i], momentum), g);
-            buf[i] = b;
-            g = nesterov ? fmaf(momentum, b, g) : b;
-        }
-        w[i] = fmaf(-lr, g, w[i]);
-    }
+    FOR_GRID(i, n) sgd_body(w, buf, grad, (size_t)i, lr, momentum, wd, nesterov, first);
 }
 
 void ds_cuda_sgd_step(float *w, float *buf, const float *grad, size_t n, float lr, float momentum,
@@ -512,14 +388,12 @@ void ds_cuda_sgd_step(float *w, float *buf, const float *grad, size_t n, float l
 
 __global__ void scale_kernel(float *x, float alpha, size_t n)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        x[i] *= alpha;
+    FOR_GRID(i, n) scale_body(x, alpha, (size_t)i);
 }
 
 __global__ void axpy_kernel(float *y, float alpha, const float *x, size_t n)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        y[i] = __fadd_rn(y[i], __fmul_rn(alpha, x[i]));
+    FOR_GRID(i, n) axpy_body(y, alpha, x, (size_t)i);
 }
 
 void ds_cuda_scale(float *x, float alpha, size_t n)
@@ -536,11 +410,9 @@ void ds_cuda_axpy(float *y, float alpha, const float *x, size_t n)
     launchCheck();
 }
 
-/* y += x in bf16: the float sum of the two values, rounded once */
 __global__ void add_bf16_kernel(bf16 *y, const bf16 *x, size_t n)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        st(y, (long)i, __fadd_rn(ld(y, (long)i), ld(x, (long)i)));
+    FOR_GRID(i, n) add_body(y, x, (size_t)i);
 }
 
 void ds_cuda_add(void *y, const void *x, size_t n, ds_dtype t)
@@ -554,106 +426,61 @@ void ds_cuda_add(void *y, const void *x, size_t n, ds_dtype t)
     launchCheck();
 }
 
-/* ---- input batch ---- */
+/* ---- input batch: only the uint8 batch crossed PCIe ---- */
 
-struct norm_consts { float mean[3], std[3]; };
+static norm_consts norm_of(const float mean[3], const float std[3])
+{
+    norm_consts k;
+    for (int j = 0; j < 3; j++) k.mean[j] = mean[j], k.std[j] = std[j];
+    return k;
+}
 
-/* out [n, ch, cw, 3] = (crop/flip of in [n, H, W, 3]) / 255 - mean) / std, as torchvision's
- * ToTensor + Normalize. Only the uint8 batch crossed PCIe. */
 __global__ void normalize_u8_kernel(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
                                     const int32_t *y0, const int32_t *x0, const uint8_t *flip,
                                     norm_consts k)
 {
-    long total = (long)n * ch * cw * 3;
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
-        int col = (int)(i % 3);
-        long t = i / 3;
-        int x = (int)(t % cw), y = (int)(t / cw % ch), b = (int)(t / ((long)cw * ch));
-        int sx = flip && flip[b] ? cw - 1 - x : x;
-        uint8_t px = in[(((long)b * H + y0[b] + y) * W + x0[b] + sx) * 3 + col];
-        out[i] = __fdiv_rn(__fsub_rn(__fdiv_rn((float)px, 255.0f), k.mean[col]), k.std[col]);
-    }
+    FOR_GRID(i, (long)n * ch * cw * 3) normalize_u8_body(out, in, H, W, ch, cw, y0, x0, flip, k, i);
 }
 
 void ds_cuda_normalize_u8(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
                           const int32_t *y0, const int32_t *x0, const uint8_t *flip,
                           const float mean[3], const float std[3])
 {
-    norm_consts k;
-    for (int j = 0; j < 3; j++) k.mean[j] = mean[j], k.std[j] = std[j];
     long total = (long)n * ch * cw * 3;
     if (total <= 0) return;
-    normalize_u8_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(out, in, n, H, W, ch, cw, y0, x0, flip, k);
+    normalize_u8_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(
+        out, in, n, H, W, ch, cw, y0, x0, flip, norm_of(mean, std));
     launchCheck();
 }
 
-/* backend/cpu.c's bilinear_tap, with the roundings spelled out so no fma contracts them. */
-__device__ __forceinline__ void bilinear_tap(float scale, int d, int in, int *i0, int *i1, float *l)
-{
-    float src = __fsub_rn(__fmul_rn(scale, __fadd_rn((float)d, 0.5f)), 0.5f);
-    if (src < 0) src = 0;
-    int i = (int)src;
-    if (i > in - 1) i = in - 1;
-    float f = __fsub_rn(src, (float)i);
-    *i0 = i;
-    *i1 = i + (i < in - 1);
-    *l = f > 1 ? 1 : f;
-}
-
-__device__ __forceinline__ float lerp_rn(float a, float b, float l)
-{
-    return __fadd_rn(__fmul_rn(a, __fsub_rn(1.0f, l)), __fmul_rn(b, l));
-}
-
-/* out [n, ch, cw, 3] = normalised, flipped bilinear resize of each sample's box
- * (y0, x0, bh, bw) of in [n, H, W, 3], the same float operations as cpu_resized_crop_u8. */
 __global__ void resized_crop_u8_kernel(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
                                        const int32_t *y0, const int32_t *x0, const int32_t *bh,
                                        const int32_t *bw, const uint8_t *flip, norm_consts k)
 {
-    long total = (long)n * ch * cw * 3;
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
-        int col = (int)(i % 3);
-        long t = i / 3;
-        int x = (int)(t % cw), y = (int)(t / cw % ch), b = (int)(t / ((long)cw * ch));
-        int sx = flip && flip[b] ? cw - 1 - x : x;
-        int r0, r1, c0, c1;
-        float ly, lx;
-        bilinear_tap(__fdiv_rn((float)bh[b], (float)ch), y, bh[b], &r0, &r1, &ly);
-        bilinear_tap(__fdiv_rn((float)bw[b], (float)cw), sx, bw[b], &c0, &c1, &lx);
-        const uint8_t *row0 = in + (((long)b * H + y0[b] + r0) * W + x0[b]) * 3 + col;
-        const uint8_t *row1 = in + (((long)b * H + y0[b] + r1) * W + x0[b]) * 3 + col;
-        float v = lerp_rn(lerp_rn((float)row0[c0 * 3], (float)row0[c1 * 3], lx),
-                          lerp_rn((float)row1[c0 * 3], (float)row1[c1 * 3], lx), ly);
-        out[i] = __fdiv_rn(__fsub_rn(__fdiv_rn(v, 255.0f), k.mean[col]), k.std[col]);
-    }
+    FOR_GRID(i, (long)n * ch * cw * 3) resized_crop_u8_body(out, in, H, W, ch, cw, y0, x0, bh, bw, flip, k, i);
 }
 
 void ds_cuda_resized_crop_u8(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
                              const int32_t *y0, const int32_t *x0, const int32_t *bh, const int32_t *bw,
                              const uint8_t *flip, const float mean[3], const float std[3])
 {
-    norm_consts k;
-    for (int j = 0; j < 3; j++) k.mean[j] = mean[j], k.std[j] = std[j];
     long total = (long)n * ch * cw * 3;
     if (total <= 0) return;
     resized_crop_u8_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(
-        out, in, n, H, W, ch, cw, y0, x0, bh, bw, flip, k);
+        out, in, n, H, W, ch, cw, y0, x0, bh, bw, flip, norm_of(mean, std));
     launchCheck();
 }
 
-/* ---- bf16 casts (round to nearest even) ---- */
+/* ---- bf16 casts ---- */
 
 __global__ void to_bf16_kernel(bf16 *dst, const float *src, size_t n)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = __float2bfloat16_rn(src[i]);
+    FOR_GRID(i, n) narrow_body(dst, src, (size_t)i);
 }
 
 __global__ void from_bf16_kernel(float *dst, const bf16 *src, size_t n, int accumulate)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = accumulate ? dst[i] + __bfloat162float(src[i]) : __bfloat162float(src[i]);
+    FOR_GRID(i, n) widen_body(dst, src, (size_t)i, accumulate);
 }
 
 void ds_cuda_to_bf16(void *dst, const float *src, size_t n)

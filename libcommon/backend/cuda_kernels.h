@@ -2,10 +2,13 @@
  * function has the signature and the semantics of its ds_backend entry (backend.h) and
  * follows cpu.c's formulas and rounding (unfused multiply-add where the CPU rounds twice;
  * batch norm subtracts the mean first and sums in float over DS_BN_FLUSH rows, then in
- * double). The results are close to the CPU's, far inside the tests' 1e-4, but not bitwise
- * equal: batch norm's sums split the rows into other chunks than the CPU's 16, softmax
- * sums in a tree, not in sequence. Elementwise ops with the same inputs (BN apply and dx
- * given the same statistics, pooling, SGD, bias, normalize_u8) round as the CPU does. */
+ * double; bf16 stored by the CPU's rounding rule). Each kernel's per-thread work is a body
+ * in cuda_bodies.h, which test_cuda_bodies runs on the CPU over every thread of the
+ * kernel's grid. The elementwise ops (BN apply and dx given the same statistics, pooling,
+ * bias, SGD, scale, axpy, add, the casts and the input ops) give the CPU's bits. The
+ * reductions do not, by a bounded amount: batch norm's sums split the rows into other
+ * chunks than the CPU's 16 and add them in a tree, softmax sums in a tree and uses the
+ * device's exp and log. */
 #ifndef DS_KERNELS_CUDA_H
 #define DS_KERNELS_CUDA_H
 
@@ -19,14 +22,23 @@
 #define DS_CUDA_SCRATCH_BYTES ((size_t)16 << 20)
 void ds_cuda_kernels_init(void *scratch);
 
-/* Batch norm's per-channel sums are split over chunks of consecutive rows, which come in
- * groups of DS_CUDA_BN_ROWS (one block's rows); a final kernel's thread per channel walks
- * all of them in order. The chunk count for m rows of c channels: a chunk of at least one
- * float run (`flush` rows, the CPU's DS_BN_FLUSH) where m allows, at most 256 groups, and
- * the partials [2][chunks][c] doubles with the coefficients [3][c] floats within the
+/* Launch geometry, shared with the host test that replays the kernels' grids and with
+ * bench/step_census. DS_CUDA_THREADS: the threads of a one-dimensional block.
+ * Batch norm's per-channel sums are split over chunks of consecutive rows, which come in
+ * groups of DS_CUDA_BN_ROWS (one block of DS_CUDA_BN_CH channels by DS_CUDA_BN_ROWS chunks).
+ * A final kernel's block takes DS_CUDA_BN_CH channels with DS_CUDA_BN_FINAL_ROWS threads
+ * each: thread row w adds chunks w, w + DS_CUDA_BN_FINAL_ROWS, ... in that order, then the
+ * rows' sums are added in a fixed tree (row w += row w + s, s = ROWS/2, ..., 1), so the
+ * result is the same on every run and a serial walk is at most chunks / ROWS long plus the
+ * tree's log2(ROWS) levels. The chunk count for m rows of c channels: a chunk of at least
+ * one float run (`flush` rows, the CPU's DS_BN_FLUSH) where m allows, at most 256 groups,
+ * and the partials [2][chunks][c] doubles with the coefficients [3][c] floats within the
  * scratch; 0 when c channels do not fit at all. Plain C, so that bench/step_census counts
  * with the kernels' own rule. */
+#define DS_CUDA_THREADS 256
+#define DS_CUDA_BN_CH 32
 #define DS_CUDA_BN_ROWS 8
+#define DS_CUDA_BN_FINAL_ROWS 16
 static inline int ds_cuda_bn_chunks(int m, int c, int flush)
 {
     size_t fit = (DS_CUDA_SCRATCH_BYTES - 3 * (size_t)c * sizeof(float)) /
@@ -39,7 +51,8 @@ static inline int ds_cuda_bn_chunks(int m, int c, int flush)
 
 /* Activations and their gradients in storage t (backend.h): a bf16 value is widened to
  * float as it is loaded, the arithmetic is the float32 kernels', and a bf16 result is
- * rounded once, to nearest even, as it is stored. */
+ * rounded once, by the CPU's rule (cpu_bf16.h: to nearest even, a denormal to a zero of its
+ * sign), as it is stored. */
 void ds_cuda_bn_fwd_train(void *out, float *mean, float *var, float *invstd, const void *in,
                           const float *gamma, const float *beta, const void *residual, int relu,
                           int m, int c, float eps, ds_dtype t);

@@ -56,7 +56,9 @@ check "fp32_casts_nothing ($a launches, $b bytes)" [ $((a + b)) -eq 0 ]
 check "same_library_calls" [ "$(grep '^library calls' "$T/bf16.out")" = "$(grep '^library calls' "$T/fp32.out")" ]
 check "cudnn_calls (21 convolutions; conv1 has no data gradient)" \
     grep -q '^library calls.*cuDNN 62 (forward 21, backward-data 20, backward-filter 21), cuBLAS 3$' "$T/bf16.out"
-check "one_host_sync (the loss download)" grep -q 'host syncs 1$' "$T/bf16.out"
+check "no_host_wait_for_the_step (the loss read a step late)" grep -q "host waits for the step's own work: 0$" "$T/bf16.out"
+check "the_loss_copied_back_on_the_stream_and_read_after_the_next_step_is_queued" \
+    grep -q "1 copy(ies) back on the stream of $((N * 4)) bytes; 0 download(s) of 0 bytes and 0 be->sync, each waiting for the stream; 1 wait(s) for the step before" "$T/bf16.out"
 
 # ---- by hand, from ResNet-20's shapes (model_build.c) ----
 # Batch-norm layers as "rows channels relu residual": the stem, 3 stages of 3 basic blocks;
@@ -92,8 +94,11 @@ for p in bf16:2 fp32:4; do
 done
 # Six kernels a layer (three forward, three backward), no copy for the residual's gradient.
 check "bn_launches_by_hand (6 x 21)" [ "$(cell "$T/bf16.out" "batch norm" launches)" -eq 126 ]
-check "bn_depth_by_hand (7 layers each of 256, 64, 16 chunks)" \
-    grep -q '^bn depth: max 256, sum over the 21 layers 2352 ' "$T/bf16.out"
+# The final kernels' serial depth: 16 threads a channel, each adding every 16th chunk, then a
+# tree of 4 levels (cuda_kernels.h): 7 layers each of 256, 64 and 16 chunks, 16 + 4, 4 + 4 and
+# 1 + 4 adds.
+check "bn_depth_by_hand (7 x (20 + 8 + 5))" \
+    grep -q '^bn depth: max 20, sum over the 21 layers 231 ' "$T/bf16.out"
 
 # bf16 casts: conv1's float32 input copied to bf16 by its forward and its weight gradient
 # (4 + 2 bytes an element); every convolution's bf16 weight gradient added into the float32

@@ -1,0 +1,734 @@
+/* The CUDA kernels' bodies (backend/cuda_bodies.h), run on the CPU over every thread of the
+ * grids cuda_kernels.cu launches them with, against the CPU backend. No GPU, no CUDA: the
+ * bodies are plain C here, rounded as on the device (cuda_bodies.h), so this is what the
+ * kernels compute, thread by thread, in the kernels' order.
+ *
+ * Each emu_* function below is its ds_cuda_* twin in cuda_kernels.cu: the same grid, blocks
+ * and threads, walked in order (a grid-stride loop's thread (block, x) takes i = block
+ * THREADS + x, then i + the grid's size, ...), with the block reductions' shared-memory trees
+ * replayed level by level. Outputs start as NaN, so an element no thread writes fails.
+ *
+ * Bitwise, where the operation order is the CPU's: BN apply and dx given the same
+ * statistics, BN inference, pooling, bias, SGD, scale, axpy, add, the casts, the input ops;
+ * and whole BN ops on data whose sums are exact in any order (small integers and quarters:
+ * then the chunks do not matter and every other operation is the CPU's).
+ * Within a bound, where the order differs: BN statistics and gradients (other row chunks,
+ * added in a tree) and softmax (a tree, and on the device its own exp and log). The bounds
+ * are computed from each channel's or sample's data, not picked: a float run of at most
+ * DS_BN_FLUSH terms is off its exact sum by at most 31 2^-24 times the sum of the terms'
+ * magnitudes, the double sums above it by 2^-53 per add, and each side is off that way, so
+ * the two differ by at most twice; that difference is carried through the final formulas to
+ * first order (with 1% to spare), plus one float rounding of the result (2^-23 |value|),
+ * where the two sides may fall either side of a rounding boundary. */
+#include "../check.h"
+#include "backend.h"
+#include "backend/cpu_bf16.h"
+#include "backend/cpu_loops.h"
+#include "backend/cuda_bodies.h"
+#include "cpu_isa.h"
+#include "rng.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static const ds_backend *be = &ds_backend_cpu;
+static ds_rng rng;
+
+#define THREADS DS_CUDA_THREADS
+
+/* cuda_check.h's ds_cuda_blocks: the grid of a grid-stride launch over n elements */
+static long grid_blocks(size_t n)
+{
+    size_t b = (n + THREADS - 1) / THREADS;
+    return (long)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
+}
+
+/* Every thread of a grid-stride launch over n elements, and each element it takes. */
+#define FOR_GRID(i, n)                                                                    \
+    for (long blk_ = 0, nb_ = grid_blocks(n); blk_ < nb_; blk_++)                         \
+        for (int x_ = 0; x_ < THREADS; x_++)                                              \
+            for (long i = blk_ * THREADS + x_; i < (long)(n); i += nb_ * THREADS)
+
+/* The body of storage t: name_bf16 or name_f32 (void pointers convert to either). */
+#define BY_T(t, name, ...) ((t) == DS_BF16 ? name##_bf16(__VA_ARGS__) : name##_f32(__VA_ARGS__))
+
+/* ---------------------------------------------------------------- data and checks */
+
+static size_t es(ds_dtype t) { return t == DS_BF16 ? 2 : 4; }
+
+static float act_get(const void *p, size_t i, ds_dtype t)
+{
+    return t == DS_BF16 ? ds_bf16_value(((const ds_bf16 *)p)[i]) : ((const float *)p)[i];
+}
+
+static void act_set(void *p, size_t i, float v, ds_dtype t)
+{
+    if (t == DS_BF16) ((ds_bf16 *)p)[i] = ds_bf16_from(v);
+    else ((float *)p)[i] = v;
+}
+
+/* n activations of storage t, normal(offset, scale) (rounded to bf16 for bf16) */
+static void *act_randn(size_t n, double offset, double scale, ds_dtype t)
+{
+    void *p = malloc((n ? n : 1) * es(t));
+    for (size_t i = 0; i < n; i++) act_set(p, i, (float)(offset + scale * ds_rng_normal(&rng)), t);
+    return p;
+}
+
+/* n activations, each an integer in [lo, hi] divided by den: exact sums in any order */
+static void *act_exact(size_t n, int lo, int hi, int den, ds_dtype t)
+{
+    void *p = malloc((n ? n : 1) * es(t));
+    for (size_t i = 0; i < n; i++) act_set(p, i, (float)(lo + (int)ds_rng_below(&rng, hi - lo + 1)) / den, t);
+    return p;
+}
+
+static float *f32_randn(size_t n, double offset, double scale)
+{
+    return act_randn(n, offset, scale, DS_F32);
+}
+
+static void *dup(const void *p, size_t bytes)
+{
+    void *q = malloc(bytes ? bytes : 1);
+    memcpy(q, p, bytes);
+    return q;
+}
+
+/* n elements of es bytes, all NaN (a bf16 NaN is 0x7fc0; 0xff bytes are a float NaN) */
+static void *nans(size_t n, size_t size)
+{
+    void *p = malloc((n ? n : 1) * size);
+    if (size == 2)
+        for (size_t i = 0; i < n; i++) ((uint16_t *)p)[i] = 0x7fc0;
+    else
+        memset(p, 0xff, n * size);
+    return p;
+}
+
+/* Bitwise: n elements of `size` bytes; prints the first that differs as a float. */
+static void check_bits(const char *what, const void *got, const void *want, size_t n, size_t size)
+{
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp((const char *)got + i * size, (const char *)want + i * size, size)) {
+            if (!bad) first = i;
+            bad++;
+        }
+    if (bad) {
+        ds_dtype t = size == 2 ? DS_BF16 : DS_F32;
+        fprintf(stderr, "  %s: %s: %zu of %zu elements differ; first [%zu] got %.9g want %.9g\n", check_case_name,
+                what, bad, n, first, act_get(got, first, t), act_get(want, first, t));
+        check_case_failures++;
+    }
+}
+
+/* |got - ref| <= bound, element by element; prints the worst by its share of the bound. */
+static void check_bound(const char *what, const float *got, const float *ref, const double *bound, size_t n)
+{
+    size_t bad = 0, worst = 0;
+    double worst_share = -1;
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs((double)got[i] - ref[i]), share = isnan(err) ? INFINITY : err / bound[i];
+        if (share > worst_share) worst_share = share, worst = i;
+        bad += !(err <= bound[i]);
+    }
+    if (bad) {
+        fprintf(stderr, "  %s: %s: %zu of %zu off; worst [%zu] got %.9g want %.9g, bound %.3g\n", check_case_name,
+                what, bad, n, worst, got[worst], ref[worst], bound[worst]);
+        check_case_failures++;
+    }
+}
+
+/* The difference of two computations of a sum whose terms' magnitudes add up to `mag`: each
+ * a float run of at most DS_BN_FLUSH terms (31 roundings of 2^-24), then at most 4096
+ * double adds; twice that for two of them. When the kernels' chunks are the CPU's (cpu.c
+ * cuts the rows into 16 chunks; so do the kernels for 256 < m <= 512), their float runs are
+ * the CPU's too, bit for bit, and only the 16 chunks' double adds differ: that far tighter
+ * bound also catches a run of another length or a sum kept in float. */
+static double sum_gap(double mag, int chunks)
+{
+    return chunks == 16 ? 2 * 16 * 0x1p-53 * mag : 2 * (31 * 0x1p-24 + 4096 * 0x1p-53) * mag;
+}
+
+/* ---------------------------------------------------------------- the kernels' grids */
+
+/* bn_partials: grid (ceil(c / BN_CH), chunks / BN_ROWS) of (BN_CH, BN_ROWS) threads */
+static void emu_bn_partials(double *partial, void *dout, const void *out, const void *in, const float *center,
+                            int mode, int relu, int m, int c, int chunks, ds_dtype t)
+{
+    for (int by = 0; by < chunks / DS_CUDA_BN_ROWS; by++)
+        for (int bx = 0; bx < (c + DS_CUDA_BN_CH - 1) / DS_CUDA_BN_CH; bx++)
+            for (int ty = 0; ty < DS_CUDA_BN_ROWS; ty++)
+                for (int tx = 0; tx < DS_CUDA_BN_CH; tx++) {
+                    int ch = bx * DS_CUDA_BN_CH + tx, k = by * DS_CUDA_BN_ROWS + ty;
+                    if (ch >= c) continue;
+                    BY_T(t, bn_partial_body, partial, dout, out, in, center, mode, relu, m, c, chunks, ch, k);
+                }
+}
+
+/* bn_final_sums for block bx: every thread's serial share, then the tree level by level
+ * (the kernel's __syncthreads between levels: within a level, rows w < s read rows >= s,
+ * which no thread of the level writes). Leaves the channels' sums in row 0. */
+static void emu_bn_final_sums(double *s1, double *s2, const double *partial, int c, int chunks, int bx)
+{
+    for (int w = 0; w < DS_CUDA_BN_FINAL_ROWS; w++)
+        for (int lane = 0; lane < DS_CUDA_BN_CH; lane++)
+            bn_final_sum_body(&s1[w * DS_CUDA_BN_CH + lane], &s2[w * DS_CUDA_BN_CH + lane], partial, c, chunks,
+                              bx * DS_CUDA_BN_CH + lane, w);
+    for (int k = DS_CUDA_BN_FINAL_ROWS / 2; k > 0; k >>= 1)
+        for (int w = 0; w < k; w++)
+            for (int lane = 0; lane < DS_CUDA_BN_CH; lane++) bn_final_tree_body(s1, s2, lane, w, k);
+}
+
+static int chunks_of(int m, int c) { return ds_cuda_bn_chunks(m, c, DS_BN_FLUSH); }
+
+static void emu_bn_fwd_train(void *out, float *mean, float *var, float *invstd, const void *in, const float *gamma,
+                             const float *beta, const void *residual, int relu, int m, int c, float eps, ds_dtype t)
+{
+    int chunks = chunks_of(m, c);
+    double *partial = nans(2 * (size_t)chunks * c, sizeof(double));
+    float *ka = nans(c, 4);
+    emu_bn_partials(partial, NULL, NULL, in, NULL, BN_STATS, 0, m, c, chunks, t);
+    for (int bx = 0; bx < (c + DS_CUDA_BN_CH - 1) / DS_CUDA_BN_CH; bx++) {
+        double s1[DS_CUDA_BN_FINAL_ROWS * DS_CUDA_BN_CH], s2[DS_CUDA_BN_FINAL_ROWS * DS_CUDA_BN_CH];
+        emu_bn_final_sums(s1, s2, partial, c, chunks, bx);
+        for (int lane = 0; lane < DS_CUDA_BN_CH; lane++) {
+            int j = bx * DS_CUDA_BN_CH + lane;
+            if (j < c) BY_T(t, bn_stats_final_body, mean, var, invstd, ka, s1[lane], s2[lane], in, gamma, m, j, eps);
+        }
+    }
+    FOR_GRID(i, (size_t)m * c) BY_T(t, bn_apply_body, out, in, mean, ka, beta, residual, relu, c, i);
+    free(partial);
+    free(ka);
+}
+
+static void emu_bn_fwd_infer(void *out, const void *in, const float *gamma, const float *beta,
+                             const float *running_mean, const float *running_var, const void *residual, int relu,
+                             int m, int c, float eps, ds_dtype t)
+{
+    float *ka = nans(c, 4);
+    for (int b = 0; b < (c + THREADS - 1) / THREADS; b++)
+        for (int x = 0; x < THREADS; x++)
+            if (b * THREADS + x < c) bn_infer_coef_body(ka, gamma, running_var, b * THREADS + x, eps);
+    FOR_GRID(i, (size_t)m * c) BY_T(t, bn_apply_body, out, in, running_mean, ka, beta, residual, relu, c, i);
+    free(ka);
+}
+
+/* ds_cuda_bn_bwd; also returns the coefficients ka, kb, kc of the dx kernel */
+static void emu_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout, const void *out,
+                       const void *in, const float *gamma, const float *mean, const float *invstd, int relu, int m,
+                       int c, ds_dtype t, float *ka, float *kb, float *kc)
+{
+    int chunks = chunks_of(m, c);
+    double *partial = nans(2 * (size_t)chunks * c, sizeof(double));
+    emu_bn_partials(partial, dout, out, in, mean, BN_GRADS, relu, m, c, chunks, t);
+    for (int bx = 0; bx < (c + DS_CUDA_BN_CH - 1) / DS_CUDA_BN_CH; bx++) {
+        double s1[DS_CUDA_BN_FINAL_ROWS * DS_CUDA_BN_CH], s2[DS_CUDA_BN_FINAL_ROWS * DS_CUDA_BN_CH];
+        emu_bn_final_sums(s1, s2, partial, c, chunks, bx);
+        for (int lane = 0; lane < DS_CUDA_BN_CH; lane++) {
+            int k = bx * DS_CUDA_BN_CH + lane;
+            if (k < c) bn_grad_final_body(dgamma, dbeta, ka, kb, kc, s1[lane], s2[lane], gamma, invstd, m, k);
+        }
+    }
+    void *dres = dresidual != dout ? dresidual : NULL;
+    FOR_GRID(i, (size_t)m * c) BY_T(t, bn_dx_body, din, dres, dout, in, mean, ka, kb, kc, c, i);
+    free(partial);
+}
+
+/* ---------------------------------------------------------------- batch norm */
+
+static const char *tname(ds_dtype t) { return t == DS_BF16 ? "bf16" : "f32"; }
+
+/* The data of a training forward: */
+enum {
+    NORMAL,      /* normal(offset, spread): statistics within their bound */
+    SMALL_INTS,  /* integers in [-100, 100]: every sum exact in any order, the whole op bitwise */
+    FULL_RUNS    /* -1, 0, 1 and every 16th or 17th row 2560: exact in the CPU's float runs and in the
+                    kernels', but 3 large rows make a 49-row chunk's sum of squares pass 2^24, so
+                    a chunk summed in float instead of in double runs would round */
+};
+
+static void test_bn_fwd(int m, int c, ds_dtype t, int relu, int residual, int data, double offset, double spread)
+{
+    char name[160];
+    int exact = data != NORMAL;
+    snprintf(name, sizeof name, "bn_fwd_train %s m=%d c=%d chunks=%d relu=%d res=%d offset=%g%s", tname(t), m, c,
+             chunks_of(m, c), relu, residual, offset, data == SMALL_INTS ? " small ints" : exact ? " full runs" : "");
+    check_begin(name);
+    size_t n = (size_t)m * c;
+    const float eps = 1e-5f;
+    void *in = data == SMALL_INTS ? act_exact(n, -100, 100, 1, t) : act_randn(n, offset, spread, t);
+    if (data == FULL_RUNS)   /* rows 0, 16, 32 of every 49 large; row 0 (the shift) 0 */
+        for (size_t i = 0; i < n; i++) {
+            long r = (long)(i / c) % 49;
+            act_set(in, i, i < (size_t)c ? 0 : r == 0 || r == 16 || r == 32 ? 2560 : (int)ds_rng_below(&rng, 3) - 1, t);
+        }
+    void *res = residual ? act_randn(n, 0, 1, t) : NULL;
+    float *gamma = f32_randn(c, 1, 0.5), *beta = f32_randn(c, 0, 0.5);
+    void *out_c = nans(n, es(t)), *out_g = nans(n, es(t));
+    float *mean_c = nans(c, 4), *var_c = nans(c, 4), *is_c = nans(c, 4);
+    float *mean_g = nans(c, 4), *var_g = nans(c, 4), *is_g = nans(c, 4);
+    be->bn_fwd_train(out_c, mean_c, var_c, is_c, in, gamma, beta, res, relu, m, c, eps, t);
+    emu_bn_fwd_train(out_g, mean_g, var_g, is_g, in, gamma, beta, res, relu, m, c, eps, t);
+
+    if (exact) {
+        check_bits("mean", mean_g, mean_c, c, 4);
+        check_bits("var", var_g, var_c, c, 4);
+        check_bits("invstd", is_g, is_c, c, 4);
+        check_bits("out", out_g, out_c, n, es(t));
+    } else {
+        /* Statistics: the sums of u = x - shift and u^2 differ by sum_gap; carried through
+         * d = s1 / m, v = s2 / m - d^2 and 1 / sqrt(v + eps) to first order. */
+        double *bm = malloc(c * sizeof *bm), *bv = malloc(c * sizeof *bv), *bi = malloc(c * sizeof *bi);
+        for (int j = 0; j < c; j++) {
+            double shift = act_get(in, j, t), a1 = 0, a2 = 0, s1 = 0, s2 = 0;
+            for (int i = 0; i < m; i++) {
+                double u = (float)(act_get(in, (size_t)i * c + j, t) - (float)shift);
+                a1 += fabs(u), a2 += u * u, s1 += u, s2 += u * u;
+            }
+            double dd = 1.01 * sum_gap(a1, chunks_of(m, c)) / m, d = s1 / m;
+            double dv = 1.01 * (sum_gap(a2, chunks_of(m, c)) / m + 2 * fabs(d) * dd + dd * dd) +
+                        8 * 0x1p-53 * (s2 / m + d * d);
+            double v = fmax(s2 / m - d * d, 0);
+            bm[j] = dd + 0x1p-23 * fabs(mean_c[j]) + 4 * 0x1p-53 * fabs(shift + d);
+            bv[j] = dv + 0x1p-23 * fabs(var_c[j]);
+            bi[j] = 0.51 * dv / (v + eps) * is_c[j] + 0x1p-23 * is_c[j];
+        }
+        check_bound("mean", mean_g, mean_c, bm, c);
+        check_bound("var", var_g, var_c, bv, c);
+        check_bound("invstd", is_g, is_c, bi, c);
+        free(bm), free(bv), free(bi);
+        /* The apply, given the kernels' statistics: the CPU's loop on them, bitwise. */
+        float *ka = malloc(c * sizeof *ka);
+        for (int j = 0; j < c; j++) ka[j] = (float)((double)gamma[j] * (1.0 / sqrt((double)var_g[j] + eps)));
+        const ds_cpu_loops *L = ds_cpu_loops_for(ds_cpu_isa_get());
+        void *want = nans(n, es(t)), *got = nans(n, es(t));
+        FOR_GRID(i, n) BY_T(t, bn_apply_body, got, in, mean_g, ka, beta, res, relu, c, i);
+        if (t == DS_BF16) L->bn_apply_bf16(want, in, mean_g, ka, beta, res, relu, 0, m, c);
+        else L->bn_apply(want, in, mean_g, ka, beta, res, relu, 0, m, c);
+        check_bits("out given the statistics", got, want, n, es(t));
+        free(ka), free(want), free(got);
+    }
+    free(in), free(res), free(gamma), free(beta), free(out_c), free(out_g);
+    free(mean_c), free(var_c), free(is_c), free(mean_g), free(var_g), free(is_g);
+    check_end();
+}
+
+static void test_bn_infer(int m, int c, ds_dtype t, int relu, int residual)
+{
+    char name[128];
+    snprintf(name, sizeof name, "bn_fwd_infer %s m=%d c=%d relu=%d res=%d", tname(t), m, c, relu, residual);
+    check_begin(name);
+    size_t n = (size_t)m * c;
+    void *in = act_randn(n, 0.5, 2, t), *res = residual ? act_randn(n, 0, 1, t) : NULL;
+    float *gamma = f32_randn(c, 1, 0.5), *beta = f32_randn(c, 0, 0.5), *rmean = f32_randn(c, 0.5, 1);
+    float *rvar = f32_randn(c, 0, 2);
+    for (int j = 0; j < c; j++) rvar[j] = rvar[j] * rvar[j];
+    void *out_c = nans(n, es(t)), *out_g = nans(n, es(t));
+    be->bn_fwd_infer(out_c, in, gamma, beta, rmean, rvar, res, relu, m, c, 1e-5f, t);
+    emu_bn_fwd_infer(out_g, in, gamma, beta, rmean, rvar, res, relu, m, c, 1e-5f, t);
+    check_bits("out", out_g, out_c, n, es(t));
+    free(in), free(res), free(gamma), free(beta), free(rmean), free(rvar), free(out_c), free(out_g);
+    check_end();
+}
+
+/* Backward. dres: 0 none, 1 a buffer of its own, 2 dout itself (no copy). Exact data: dy
+ * small integers, x and the mean quarters, so every product and sum is exact. */
+static void test_bn_bwd(int m, int c, ds_dtype t, int relu, int dres, int exact)
+{
+    char name[160];
+    snprintf(name, sizeof name, "bn_bwd %s m=%d c=%d chunks=%d relu=%d dres=%s%s", tname(t), m, c, chunks_of(m, c),
+             relu, dres == 0 ? "none" : dres == 1 ? "own" : "dout", exact ? " exact" : "");
+    check_begin(name);
+    size_t n = (size_t)m * c;
+    void *in = exact ? act_exact(n, -64, 64, 4, t) : act_randn(n, 0.3, 1.5, t);
+    void *out = act_randn(n, 0, 1, t);   /* about half of it <= 0: the ReLU mask */
+    void *dout = exact ? act_exact(n, -16, 16, 1, t) : act_randn(n, 0, 1, t);
+    float *gamma = f32_randn(c, 1, 0.5), *mean = exact ? act_exact(c, -8, 8, 4, DS_F32) : f32_randn(c, 0.3, 0.1);
+    float *invstd = f32_randn(c, 1, 0.2);
+    float *dg0 = exact ? act_exact(c, -4, 4, 1, DS_F32) : f32_randn(c, 0, 1);
+    float *db0 = exact ? act_exact(c, -4, 4, 1, DS_F32) : f32_randn(c, 0, 1);
+    float *dg_c = dup(dg0, c * 4), *db_c = dup(db0, c * 4), *dg_g = dup(dg0, c * 4), *db_g = dup(db0, c * 4);
+    void *dout_c = dup(dout, n * es(t)), *dout_g = dup(dout, n * es(t));
+    void *din_c = nans(n, es(t)), *din_g = nans(n, es(t));
+    void *dres_c = dres == 1 ? nans(n, es(t)) : dres == 2 ? dout_c : NULL;
+    void *dres_g = dres == 1 ? nans(n, es(t)) : dres == 2 ? dout_g : NULL;
+    float *ka = nans(c, 4), *kb = nans(c, 4), *kc = nans(c, 4);
+    be->bn_bwd(din_c, dres_c, dg_c, db_c, dout_c, out, in, gamma, mean, invstd, relu, m, c, t);
+    emu_bn_bwd(din_g, dres_g, dg_g, db_g, dout_g, out, in, gamma, mean, invstd, relu, m, c, t, ka, kb, kc);
+
+    check_bits("dout after the ReLU mask", dout_g, dout_c, n, es(t));
+    if (dres == 1) check_bits("dresidual", dres_g, dres_c, n, es(t));
+    if (exact) {
+        check_bits("dgamma", dg_g, dg_c, c, 4);
+        check_bits("dbeta", db_g, db_c, c, 4);
+        check_bits("din", din_g, din_c, n, es(t));
+    } else {
+        /* sdy = sum dy and sdyx = sum dy (x - mean) differ by sum_gap; dgamma += sdyx invstd
+         * and dbeta += sdy, each rounded to float, then added. */
+        double *bg = malloc(c * sizeof *bg), *bb = malloc(c * sizeof *bb);
+        for (int j = 0; j < c; j++) {
+            double a1 = 0, a2 = 0, s1 = 0, s2 = 0;
+            for (int i = 0; i < m; i++) {
+                size_t at = (size_t)i * c + j;
+                double u = act_get(dout_c, at, t), v = (float)(act_get(in, at, t) - mean[j]);
+                a1 += fabs(u), a2 += fabs((float)(u * v)), s1 += u, s2 += (float)(u * v);
+            }
+            bg[j] = 1.01 * sum_gap(a2, chunks_of(m, c)) * invstd[j] +
+                    0x1p-23 * (fabs(s2 * invstd[j]) + fabs(dg_c[j]));
+            bb[j] = 1.01 * sum_gap(a1, chunks_of(m, c)) + 0x1p-23 * (fabs(s1) + fabs(db_c[j]));
+        }
+        check_bound("dgamma", dg_g, dg_c, bg, c);
+        check_bound("dbeta", db_g, db_c, bb, c);
+        free(bg), free(bb);
+        /* dx, given the kernels' coefficients: the CPU's loop on them, bitwise. */
+        const ds_cpu_loops *L = ds_cpu_loops_for(ds_cpu_isa_get());
+        void *want = nans(n, es(t));
+        if (t == DS_BF16) L->bn_dx_bf16(want, NULL, dout_g, in, mean, ka, kb, kc, 0, m, c);
+        else L->bn_dx(want, NULL, dout_g, in, mean, ka, kb, kc, 0, m, c);
+        if (dres != 2) check_bits("din given the coefficients", din_g, want, n, es(t));
+        free(want);
+    }
+    /* din written over dout (the op allows it): the same bits as into a buffer of its own */
+    if (dres != 2) {
+        void *d2 = dup(dout, n * es(t));
+        float *g2 = dup(dg0, c * 4), *b2 = dup(db0, c * 4);
+        emu_bn_bwd(d2, NULL, g2, b2, d2, out, in, gamma, mean, invstd, relu, m, c, t, ka, kb, kc);
+        check_bits("din over dout", d2, din_g, n, es(t));
+        free(d2), free(g2), free(b2);
+    }
+    free(in), free(out), free(dout), free(gamma), free(mean), free(invstd), free(dg0), free(db0);
+    free(dg_c), free(db_c), free(dg_g), free(db_g), free(dout_c), free(dout_g), free(din_c), free(din_g);
+    if (dres == 1) free(dres_c), free(dres_g);
+    free(ka), free(kb), free(kc);
+    check_end();
+}
+
+/* ---------------------------------------------------------------- pooling */
+
+static ds_pool_desc pool(int n, int h, int w, int c, int k, int stride, int pad, ds_dtype t)
+{
+    ds_pool_desc d = {.n = n, .h = h, .w = w, .c = c, .k = k, .stride = stride, .pad = pad, .t = t};
+    d.p = (h + 2 * pad - k) / stride + 1;
+    d.q = (w + 2 * pad - k) / stride + 1;
+    return d;
+}
+
+/* Data of few values (many ties: the first maximum must win) or normal. */
+static void test_maxpool(ds_pool_desc d, int ties)
+{
+    char name[128];
+    snprintf(name, sizeof name, "maxpool %s n=%d %dx%d c=%d k=%d s=%d p=%d%s", tname(d.t), d.n, d.h, d.w, d.c, d.k,
+             d.stride, d.pad, ties ? " ties" : "");
+    check_begin(name);
+    size_t ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.c;
+    void *in = ties ? act_exact(ni, -2, 2, 1, d.t) : act_randn(ni, 0, 1, d.t), *dout = act_randn(no, 0, 1, d.t);
+    void *out_c = nans(no, es(d.t)), *out_g = nans(no, es(d.t)), *din_c = nans(ni, es(d.t)), *din_g = nans(ni, es(d.t));
+    be->maxpool_fwd(out_c, in, &d);
+    FOR_GRID(i, no) BY_T(d.t, maxpool_fwd_body, out_g, in, d, i);
+    check_bits("out", out_g, out_c, no, es(d.t));
+    be->maxpool_bwd(din_c, dout, in, out_c, &d);
+    FOR_GRID(i, ni) BY_T(d.t, maxpool_bwd_body, din_g, dout, in, d, i);
+    check_bits("din", din_g, din_c, ni, es(d.t));
+    free(in), free(dout), free(out_c), free(out_g), free(din_c), free(din_g);
+    check_end();
+}
+
+static void test_avgpool(int n, int hw, int c, ds_dtype t)
+{
+    char name[96];
+    snprintf(name, sizeof name, "avgpool %s n=%d hw=%d c=%d", tname(t), n, hw, c);
+    check_begin(name);
+    size_t ni = (size_t)n * hw * c, no = (size_t)n * c;
+    void *in = act_randn(ni, 0.5, 1, t);
+    float *dout = f32_randn(no, 0, 1), *out_c = nans(no, 4), *out_g = nans(no, 4);
+    void *din_c = nans(ni, es(t)), *din_g = nans(ni, es(t));
+    be->avgpool_fwd(out_c, in, n, hw, c, t);
+    for (long b = 0; b < (long)(no + THREADS - 1) / THREADS; b++)   /* one thread an output, no stride */
+        for (int x = 0; x < THREADS; x++)
+            if (b * THREADS + x < (long)no) BY_T(t, avgpool_fwd_body, out_g, in, hw, c, b * THREADS + x);
+    check_bits("out", out_g, out_c, no, 4);
+    be->avgpool_bwd(din_c, dout, n, hw, c, t);
+    FOR_GRID(i, ni) BY_T(t, avgpool_bwd_body, din_g, dout, hw, c, i);
+    check_bits("din", din_g, din_c, ni, es(t));
+    free(in), free(dout), free(out_c), free(out_g), free(din_c), free(din_g);
+    check_end();
+}
+
+/* ---------------------------------------------------------------- bias, loss */
+
+/* The CPU adds the bias after its product (cpu_linear_fwd) and sums db row by row
+ * (cpu_linear_bwd): the bias kernels on the product without a bias give those bits. */
+static void test_bias(int n, int i, int o)
+{
+    char name[64];
+    snprintf(name, sizeof name, "bias n=%d i=%d o=%d", n, i, o);
+    check_begin(name);
+    float *in = f32_randn((size_t)n * i, 0, 1), *w = f32_randn((size_t)o * i, 0, 0.3), *b = f32_randn(o, 0, 1);
+    float *with = nans((size_t)n * o, 4), *got = nans((size_t)n * o, 4);
+    be->linear_fwd(with, in, w, b, n, i, o);
+    be->linear_fwd(got, in, w, NULL, n, i, o);
+    FOR_GRID(k, (size_t)n * o) bias_fwd_body(got, b, o, k);
+    check_bits("out", got, with, (size_t)n * o, 4);
+
+    float *dout = f32_randn((size_t)n * o, 0, 1), *dw = calloc((size_t)o * i, 4);
+    float *db_c = f32_randn(o, 0, 1), *db_g = dup(db_c, o * 4);
+    be->linear_bwd(NULL, dw, db_c, dout, in, w, n, i, o);
+    for (int blk = 0; blk < (o + THREADS - 1) / THREADS; blk++)
+        for (int x = 0; x < THREADS; x++)
+            if (blk * THREADS + x < o) bias_bwd_body(db_g, dout, n, o, blk * THREADS + x);
+    check_bits("db", db_g, db_c, o, 4);
+    free(in), free(w), free(b), free(with), free(got), free(dout), free(dw), free(db_c), free(db_g);
+    check_end();
+}
+
+/* The block's tree (block_reduce): buf[x] = op(buf[x], buf[x + s]) for s = THREADS/2, ..., 1 */
+static float tree_max(float *buf)
+{
+    for (int s = THREADS / 2; s > 0; s >>= 1)
+        for (int x = 0; x < s; x++) buf[x] = max_body(buf[x], buf[x + s]);
+    return buf[0];
+}
+
+static double tree_add(double *buf)
+{
+    for (int s = THREADS / 2; s > 0; s >>= 1)
+        for (int x = 0; x < s; x++) buf[x] = dadd_rn(buf[x], buf[x + s]);
+    return buf[0];
+}
+
+/* softmax_xent_kernel: one block of THREADS per sample */
+static void emu_softmax_xent(float *loss, float *dlogits, const float *logits, const int32_t *labels, int n, int c,
+                             float smoothing, float scale)
+{
+    for (int i = 0; i < n; i++) {
+        int y = labels[i];
+        const float *z = logits + (long)i * c;
+        float *dz = dlogits ? dlogits + (long)i * c : NULL;
+        if (y < 0 || y >= c) {
+            if (loss) loss[i] = 0;
+            if (dz)
+                for (int tid = 0; tid < THREADS; tid++)
+                    for (int j = tid; j < c; j += THREADS) dz[j] = 0;
+            continue;
+        }
+        float fb[THREADS];
+        double eb[THREADS], sb[THREADS];
+        for (int tid = 0; tid < THREADS; tid++) fb[tid] = softmax_max_body(z, c, tid);
+        float zmax = tree_max(fb);
+        for (int tid = 0; tid < THREADS; tid++) softmax_sums_body(&eb[tid], &sb[tid], z, c, zmax, tid);
+        double se = tree_add(eb), sz = tree_add(sb), lse = log(se);
+        if (loss) loss[i] = softmax_loss_body(z, c, y, zmax, lse, sz, smoothing);
+        if (dz)
+            for (int tid = 0; tid < THREADS; tid++)
+                for (int j = tid; j < c; j += THREADS)
+                    dz[j] = softmax_grad_body(z, c, j, y, zmax, lse, smoothing, scale);
+    }
+}
+
+/* Bound: se (positive terms) and sz differ between the tree and the CPU's sequence by at
+ * most 2 c 2^-53 of their terms' magnitudes; exp and log differ by up to an ulp of a double
+ * each between the device's and the C library's (4 2^-53 relative with both sides). Carried
+ * to first order: lse by 2 c 2^-53 + 4 2^-53 (1 + |lse|), the loss by that plus smoothing
+ * times sz's gap / c, dz by |scale| (p times lse's gap plus exp's, plus the roundings of
+ * p - target, below 2 2^-53 each); then one float rounding. */
+static void test_softmax(int n, int c, float smoothing, float scale)
+{
+    char name[96];
+    snprintf(name, sizeof name, "softmax_xent n=%d c=%d smoothing=%g", n, c, smoothing);
+    check_begin(name);
+    float *z = f32_randn((size_t)n * c, 0, 3);
+    int32_t *labels = malloc(n * sizeof *labels);
+    for (int i = 0; i < n; i++) labels[i] = (int32_t)ds_rng_below(&rng, c);
+    if (n > 2) labels[1] = -1, labels[2] = c;   /* padding samples */
+    float *loss_c = nans(n, 4), *loss_g = nans(n, 4), *dz_c = nans((size_t)n * c, 4), *dz_g = nans((size_t)n * c, 4);
+    be->softmax_xent(loss_c, dz_c, z, labels, n, c, smoothing, scale);
+    emu_softmax_xent(loss_g, dz_g, z, labels, n, c, smoothing, scale);
+    double *bl = malloc(n * sizeof *bl), *bd = malloc((size_t)n * c * sizeof *bd);
+    for (int i = 0; i < n; i++) {
+        const float *zi = z + (size_t)i * c;
+        float zmax = zi[0];
+        for (int j = 1; j < c; j++) zmax = fmaxf(zmax, zi[j]);
+        double se = 0, az = 0;
+        for (int j = 0; j < c; j++) se += exp((double)zi[j] - zmax), az += fabs((double)zi[j] - zmax);
+        double dlse = 1.01 * (2.0 * c * 0x1p-53 + 4 * 0x1p-53 * (1 + fabs(log(se))));
+        bl[i] = 1.01 * (dlse + smoothing * 2.0 * c * 0x1p-53 * az / c) + 0x1p-23 * fabs(loss_c[i]) + 0x1p-60;
+        for (int j = 0; j < c; j++) {
+            double p = exp((double)zi[j] - zmax) / se;
+            bd[(size_t)i * c + j] = 1.01 * fabs(scale) * (p * (dlse + 4 * 0x1p-53) + 4 * 0x1p-53) +
+                                    0x1p-23 * fabs(dz_c[(size_t)i * c + j]) + 0x1p-60;
+        }
+    }
+    check_bound("loss", loss_g, loss_c, bl, n);
+    check_bound("dlogits", dz_g, dz_c, bd, (size_t)n * c);
+    if (n > 2) {
+        check_bits("padding loss", loss_g + 1, loss_c + 1, 2, 4);
+        check_bits("padding dlogits", dz_g + c, dz_c + c, 2 * (size_t)c, 4);
+    }
+    free(z), free(labels), free(loss_c), free(loss_g), free(dz_c), free(dz_g), free(bl), free(bd);
+    check_end();
+}
+
+/* ---------------------------------------------------------------- optimizer, elementwise */
+
+static void test_sgd(size_t n, float momentum, float wd, int nesterov, int first)
+{
+    char name[96];
+    snprintf(name, sizeof name, "sgd n=%zu momentum=%g wd=%g nesterov=%d first=%d", n, momentum, wd, nesterov,
+             first);
+    check_begin(name);
+    float *w = f32_randn(n, 0, 1), *buf = f32_randn(n, 0, 0.1), *g = f32_randn(n, 0, 0.1);
+    float *w_g = dup(w, n * 4), *b_g = dup(buf, n * 4);
+    be->sgd_step(w, buf, g, n, 0.1f, momentum, wd, nesterov, first);
+    FOR_GRID(i, n) sgd_body(w_g, b_g, g, i, 0.1f, momentum, wd, nesterov, first);
+    check_bits("w", w_g, w, n, 4);
+    check_bits("momentum buffer", b_g, buf, n, 4);
+    free(w), free(buf), free(g), free(w_g), free(b_g);
+    check_end();
+}
+
+static void test_elementwise(size_t n)
+{
+    char name[64];
+    snprintf(name, sizeof name, "scale axpy add casts n=%zu", n);
+    check_begin(name);
+    float *x = f32_randn(n, 0, 1), *y = f32_randn(n, 0, 1), *y_g = dup(y, n * 4);
+    be->scale(y, 0.37f, n);
+    FOR_GRID(i, n) scale_body(y_g, 0.37f, i);
+    check_bits("scale", y_g, y, n, 4);
+    be->axpy(y, -1.3f, x, n);
+    FOR_GRID(i, n) axpy_body(y_g, -1.3f, x, i);
+    check_bits("axpy", y_g, y, n, 4);
+    for (int b = 0; b < 2; b++) {   /* add: float32 (the axpy with alpha 1), bf16 */
+        ds_dtype t = b ? DS_BF16 : DS_F32;
+        void *a = act_randn(n, 0, 1, t), *d = act_randn(n, 0, 1, t), *a_g = dup(a, n * es(t));
+        be->add(a, d, n, t);
+        FOR_GRID(i, n) BY_T(t, add_body, a_g, d, i);
+        check_bits(b ? "add bf16" : "add f32", a_g, a, n, es(t));
+        free(a), free(d), free(a_g);
+    }
+    /* to_bf16 on values that test the rule: ties, denormals (to a zero of their sign), the
+     * largest finite, infinities, NaNs (quiet, payload kept), then normal values */
+    static const uint32_t special[] = {0x3f808000, 0x3f818000, 0xbf808000, 0x00000001, 0x807fffff, 0x00800000,
+                                       0x7f7fffff, 0x7f7f8000, 0x7f800000, 0xff800000, 0x7fa00001, 0xffc12345,
+                                       0x7f800001, 0x00000000, 0x80000000, 0x3f80ffff};
+    const size_t ns = sizeof special / sizeof *special;
+    for (size_t k = 0; k < ns && k < n; k++) memcpy(&x[k], &special[k], 4);
+    ds_bf16 *h_c = nans(n, 2), *h_g = nans(n, 2);
+    be->to_bf16(h_c, x, n);
+    FOR_GRID(i, n) narrow_body_bf16(h_g, x, i);
+    check_bits("to_bf16", h_g, h_c, n, 2);
+    /* from_bf16: the exact value, or the float sum with what is there */
+    float *f_g = nans(n, 4), *f_c = malloc(n * 4), *acc = f32_randn(n, 0, 1), *acc_g = dup(acc, n * 4);
+    FOR_GRID(i, n) widen_body_bf16(f_g, h_c, i, 0);
+    for (size_t i = 0; i < n; i++) f_c[i] = ds_bf16_value(h_c[i]);
+    check_bits("from_bf16", f_g, f_c, n, 4);
+    FOR_GRID(i, n) widen_body_bf16(acc_g, h_c, i, 1);
+    for (size_t i = 0; i < n; i++) acc[i] += ds_bf16_value(h_c[i]);
+    check_bits("from_bf16 accumulate", acc_g, acc, n, 4);
+    free(x), free(y), free(y_g), free(h_c), free(h_g), free(f_g), free(f_c), free(acc), free(acc_g);
+    check_end();
+}
+
+/* ---------------------------------------------------------------- input batch */
+
+static norm_consts imagenet(void)
+{
+    norm_consts k = {{0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
+    return k;
+}
+
+/* flip: 0 none (NULL), 1 every other sample */
+static void test_input(int n, int H, int W, int ch, int cw, int flip)
+{
+    char name[96];
+    snprintf(name, sizeof name, "normalize_u8 resized_crop_u8 n=%d %dx%d to %dx%d flip=%d", n, H, W, ch, cw, flip);
+    check_begin(name);
+    norm_consts k = imagenet();
+    size_t ni = (size_t)n * H * W * 3, no = (size_t)n * ch * cw * 3;
+    uint8_t *in = malloc(ni), *fl = flip ? malloc(n) : NULL;
+    for (size_t i = 0; i < ni; i++) in[i] = (uint8_t)ds_rng_below(&rng, 256);
+    int32_t *y0 = malloc(n * 4), *x0 = malloc(n * 4), *bh = malloc(n * 4), *bw = malloc(n * 4);
+    for (int b = 0; b < n; b++) {
+        y0[b] = (int32_t)ds_rng_below(&rng, H - ch + 1), x0[b] = (int32_t)ds_rng_below(&rng, W - cw + 1);
+        if (fl) fl[b] = b & 1;
+    }
+    float *c_out = nans(no, 4), *g_out = nans(no, 4);
+    be->normalize_u8(c_out, in, n, H, W, ch, cw, y0, x0, fl, k.mean, k.std);
+    FOR_GRID(i, no) normalize_u8_body(g_out, in, H, W, ch, cw, y0, x0, fl, k, i);
+    check_bits("normalize_u8", g_out, c_out, no, 4);
+    /* boxes: the output's own size (no resize), smaller (up), up to the image (down) */
+    for (int b = 0; b < n; b++) {
+        int kind = b % 3;
+        bh[b] = kind == 0 ? ch : kind == 1 ? 1 + (int)ds_rng_below(&rng, ch) : ch + (int)ds_rng_below(&rng, H - ch + 1);
+        bw[b] = kind == 0 ? cw : kind == 1 ? 1 + (int)ds_rng_below(&rng, cw) : cw + (int)ds_rng_below(&rng, W - cw + 1);
+        y0[b] = (int32_t)ds_rng_below(&rng, H - bh[b] + 1), x0[b] = (int32_t)ds_rng_below(&rng, W - bw[b] + 1);
+    }
+    float *c_rc = nans(no, 4), *g_rc = nans(no, 4);
+    be->resized_crop_u8(c_rc, in, n, H, W, ch, cw, y0, x0, bh, bw, fl, k.mean, k.std);
+    FOR_GRID(i, no) resized_crop_u8_body(g_rc, in, H, W, ch, cw, y0, x0, bh, bw, fl, k, i);
+    check_bits("resized_crop_u8", g_rc, c_rc, no, 4);
+    free(in), free(fl), free(y0), free(x0), free(bh), free(bw), free(c_out), free(g_out), free(c_rc), free(g_rc);
+    check_end();
+}
+
+int main(void)
+{
+    ds_rng_init(&rng, 7, DS_RNG_DATA, 11);
+    static const ds_dtype types[2] = {DS_F32, DS_BF16};
+    for (int k = 0; k < 2; k++) {
+        ds_dtype t = types[k];
+        /* ResNet-like: layer1 at batch 8 (784 chunks), layer3 at batch 4, layer4 at batch 8
+         * (the CPU's 16 chunks), and the stem at batch 2 (2048 chunks, the most) */
+        test_bn_fwd(8 * 56 * 56, 64, t, 1, 0, NORMAL, 0.5, 2);
+        test_bn_fwd(4 * 14 * 14, 256, t, 1, 1, NORMAL, 0.5, 2);
+        test_bn_fwd(8 * 7 * 7, 2048, t, 1, 1, NORMAL, 0.5, 2);
+        test_bn_fwd(2 * 224 * 224, 64, t, 1, 0, NORMAL, 0.1, 1);
+        test_bn_bwd(8 * 56 * 56, 64, t, 1, 1, 0);
+        test_bn_bwd(4 * 14 * 14, 256, t, 0, 2, 0);
+        test_bn_bwd(8 * 7 * 7, 2048, t, 1, 1, 0);
+        test_bn_bwd(2 * 224 * 224, 64, t, 1, 0, 0);
+        /* edges: c not a multiple of 32, m not a multiple of the chunks, m below the chunk
+         * count (empty chunks), one row; |mean| >> std */
+        test_bn_fwd(300, 100, t, 0, 1, NORMAL, 0, 1);
+        test_bn_fwd(7, 33, t, 1, 1, NORMAL, 0, 1);
+        test_bn_fwd(1, 3, t, 0, 0, NORMAL, 0, 1);
+        test_bn_fwd(1000, 5, t, 0, 0, NORMAL, 300, 0.1);
+        test_bn_bwd(300, 100, t, 1, 1, 0);
+        test_bn_bwd(7, 33, t, 1, 1, 0);
+        test_bn_bwd(1, 3, t, 0, 0, 0);
+        /* exact sums: the whole op bitwise */
+        test_bn_fwd(2 * 28 * 28, 96, t, 1, 1, SMALL_INTS, 0, 0);
+        test_bn_fwd(333, 37, t, 0, 0, SMALL_INTS, 0, 0);
+        test_bn_fwd(2 * 224 * 224, 8, t, 0, 0, FULL_RUNS, 0, 0);
+        test_bn_bwd(2 * 28 * 28, 96, t, 1, 1, 1);
+        test_bn_bwd(333, 37, t, 0, 0, 1);
+        test_bn_infer(4 * 28 * 28, 128, t, 1, 1);
+        test_bn_infer(5, 33, t, 0, 0);
+        /* the stem's pool, odd sizes, windows of 2 and of 1 row's stride, ties */
+        test_maxpool(pool(2, 56, 56, 64, 3, 2, 1, t), 0);
+        test_maxpool(pool(2, 7, 5, 3, 3, 2, 1, t), 1);
+        test_maxpool(pool(3, 9, 9, 33, 2, 2, 0, t), 1);
+        test_maxpool(pool(1, 6, 8, 5, 3, 1, 1, t), 1);
+        test_avgpool(8, 49, 2048, t);
+        test_avgpool(3, 5, 33, t);
+    }
+    test_bias(8, 64, 1000);
+    test_bias(3, 5, 33);
+    test_softmax(8, 1000, 0.1f, 1.0f / 8);
+    test_softmax(5, 300, 0, 1.0f / 5);
+    test_softmax(4, 10, 0.1f, 1);
+    test_softmax(1, 1, 0, 1);
+    test_sgd(100003, 0.9f, 1e-4f, 0, 0);
+    test_sgd(100003, 0.9f, 1e-4f, 1, 0);
+    test_sgd(1000, 0.9f, 0, 0, 1);
+    test_sgd(1000, 0, 1e-4f, 0, 0);
+    test_sgd(777, 0, 0, 0, 0);
+    test_elementwise(100003);
+    test_elementwise(17);
+    test_input(4, 40, 36, 32, 32, 1);
+    test_input(3, 17, 23, 9, 11, 0);
+    return check_exit();
+}
