@@ -2,7 +2,7 @@
  * and bench/gpu.sh (the "synthetic on device" column).
  *
  *   engine_bench [--device cpu|cuda|auto] [--precision fp32|tf32|bf16] [--deterministic]
- *                [--warmup N] ARCH SIZE BATCH train|infer STEPS
+ *                [--warmup N] [--verbose] ARCH SIZE BATCH train|infer STEPS
  *
  * The batch is made once on the host and uploaded once into the model's input, so the
  * timed loop measures the engine alone (no loader, no host-to-device copies). A training
@@ -33,7 +33,7 @@ static int read_loss(ds_model *m, int mark)
 static int usage(void)
 {
     fprintf(stderr, "usage: engine_bench [--device cpu|cuda|auto] [--precision fp32|tf32|bf16] [--deterministic]\n"
-                    "                    [--warmup N] ARCH SIZE BATCH train|infer STEPS\n");
+                    "                    [--warmup N] [--verbose] ARCH SIZE BATCH train|infer STEPS\n");
     return 2;
 }
 
@@ -44,6 +44,7 @@ int main(int argc, char **argv)
     int deterministic = 0, warmup = 1, a = 1;
     for (; a < argc && !strncmp(argv[a], "--", 2); a++) {
         if (!strcmp(argv[a], "--deterministic")) deterministic = 1;
+        else if (!strcmp(argv[a], "--verbose")) ds_verbosity = 1;   /* the backend's plans */
         else if (a + 1 >= argc) return usage();
         else if (!strcmp(argv[a], "--device")) device = argv[++a];
         else if (!strcmp(argv[a], "--precision")) precision = argv[++a];

@@ -206,7 +206,12 @@ canary() {  # LABEL LIMIT ENGINE_BENCH_ARGS...
     fi
 }
 stage_2() {
-    canary "$ARCH bf16 b$B_BIG train" 90 --precision bf16 "$ARCH" "$SIZE" "$B_BIG" train 1
+    canary "$ARCH bf16 b$B_BIG train" 90 --precision bf16 --verbose "$ARCH" "$SIZE" "$B_BIG" train 1
+    # conv1 (3 input channels) is the layer whose NHWC bf16 kernels may be a slow fallback:
+    # what cuDNN chose for it decides whether its input is worth padding to 4 channels
+    local conv1
+    conv1=$(grep -h -m1 'CUDA conv [0-9]*x[0-9]*x[0-9]*x3 -> ' "$W"/canary-*.log 2>/dev/null | sed 's/^.*CUDA conv //' | cut -c1-300)
+    check_line "conv1's algorithms (bf16)" "${conv1:-n/a (not in the first canary log)}"
     canary "$ARCH bf16 --deterministic b$B_BIG train" 90 --precision bf16 --deterministic "$ARCH" "$SIZE" "$B_BIG" train 1
     local b=$([ "$DRY" = 1 ] && echo 8 || echo 128)
     canary "resnet20 fp32 b$b train" 40 --precision fp32 resnet20 32 "$b" train 1
