@@ -281,7 +281,7 @@ static void test_bn_fwd(int m, int c, ds_dtype t, int relu, int residual, int da
     } else {
         /* Statistics: the sums of u = x - shift and u^2 differ by sum_gap; carried through
          * d = s1 / m, v = s2 / m - d^2 and 1 / sqrt(v + eps) to first order. */
-        double *bm = malloc(c * sizeof *bm), *bv = malloc(c * sizeof *bv), *bi = malloc(c * sizeof *bi);
+        double *bm = calloc(c, sizeof *bm), *bv = calloc(c, sizeof *bv), *bi = calloc(c, sizeof *bi);
         for (int j = 0; j < c; j++) {
             double shift = act_get(in, j, t), a1 = 0, a2 = 0, s1 = 0, s2 = 0;
             for (int i = 0; i < m; i++) {
@@ -621,7 +621,7 @@ static void test_elementwise(size_t n)
     FOR_GRID(i, n) narrow_body_bf16(h_g, x, i);
     check_bits("to_bf16", h_g, h_c, n, 2);
     /* from_bf16: the exact value, or the float sum with what is there */
-    float *f_g = nans(n, 4), *f_c = malloc(n * 4), *acc = f32_randn(n, 0, 1), *acc_g = dup(acc, n * 4);
+    float *f_g = nans(n, 4), *f_c = calloc(n, 4), *acc = f32_randn(n, 0, 1), *acc_g = dup(acc, n * 4);
     FOR_GRID(i, n) widen_body_bf16(f_g, h_c, i, 0);
     for (size_t i = 0; i < n; i++) f_c[i] = ds_bf16_value(h_c[i]);
     check_bits("from_bf16", f_g, f_c, n, 4);
