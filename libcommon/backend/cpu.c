@@ -416,32 +416,64 @@ static inline void bilinear_tap(float scale, int d, int in, int *i0, int *i1, fl
 
 /* RandomResizedCrop's resize on the box, then flip, ToTensor and Normalize; the sums in
  * PyTorch's order (each row's (v0 w0 + v1 w1), then rows weighted), so a box of ch x cw
- * (all weights 1 and 0) reproduces cpu_normalize_u8 bit for bit. */
+ * (all weights 1 and 0) reproduces cpu_normalize_u8 bit for bit.
+ *
+ * Separable: an image's column taps are found once, and each source row's horizontal sums
+ * once for the output rows that read it (the box is mostly enlarged: two or three output
+ * rows share a source row), each kept while the rows that need it are made. Every output
+ * value is the same expression in the same order as the direct form, so the same bits.
+ * Work is cut into images x bands of output rows x tiles of RRC_TILE columns, the tiles'
+ * taps and row sums on the stack. */
+#define RRC_TILE 256
+#define RRC_BANDS 4
+
+/* h [cols, 3] = one source row's sums at a tile's column taps (the direct form's t0, t1). */
+static void rrc_row(float *h, const uint8_t *row, int cols, const int *c0, const int *c1, const float *lx)
+{
+    for (int x = 0; x < cols; x++)
+        for (int k = 0; k < 3; k++)
+            h[x * 3 + k] = (float)row[c0[x] * 3 + k] * (1 - lx[x]) + (float)row[c1[x] * 3 + k] * lx[x];
+}
+
 static void cpu_resized_crop_u8(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
                                 const int32_t *y0, const int32_t *x0, const int32_t *bh, const int32_t *bw,
                                 const uint8_t *flip, const float mean[3], const float std[3])
 {
-#pragma omp parallel for collapse(2) schedule(static)
+    const int tiles = (cw + RRC_TILE - 1) / RRC_TILE;
+#pragma omp parallel for collapse(3) schedule(static)
     for (int i = 0; i < n; i++)
-        for (int y = 0; y < ch; y++) {
-            int r0, r1, fl = flip && flip[i];
-            float ly, sx = (float)bw[i] / (float)cw;
-            bilinear_tap((float)bh[i] / (float)ch, y, bh[i], &r0, &r1, &ly);
-            const uint8_t *row0 = in + (((long)i * H + y0[i] + r0) * W + x0[i]) * 3;
-            const uint8_t *row1 = in + (((long)i * H + y0[i] + r1) * W + x0[i]) * 3;
-            float *dst = out + (((long)i * ch + y) * cw) * 3;
-            for (int x = 0; x < cw; x++) {
-                int c0, c1;
-                float lx;
-                bilinear_tap(sx, fl ? cw - 1 - x : x, bw[i], &c0, &c1, &lx);
-                for (int k = 0; k < 3; k++) {
-                    float t0 = (float)row0[c0 * 3 + k] * (1 - lx) + (float)row0[c1 * 3 + k] * lx;
-                    float t1 = (float)row1[c0 * 3 + k] * (1 - lx) + (float)row1[c1 * 3 + k] * lx;
-                    float v = t0 * (1 - ly) + t1 * ly;
-                    dst[x * 3 + k] = (v / 255.0f - mean[k]) / std[k];
+        for (int band = 0; band < RRC_BANDS; band++)
+            for (int tile = 0; tile < tiles; tile++) {
+                const int fl = flip && flip[i], xa = tile * RRC_TILE;
+                const int cols = cw - xa < RRC_TILE ? cw - xa : RRC_TILE;
+                int c0[RRC_TILE], c1[RRC_TILE], held[2] = {-1, -1};
+                float lx[RRC_TILE], pass[2][RRC_TILE * 3];
+                const float sx = (float)bw[i] / (float)cw, sy = (float)bh[i] / (float)ch;
+                for (int x = 0; x < cols; x++)
+                    bilinear_tap(sx, fl ? cw - 1 - (xa + x) : xa + x, bw[i], &c0[x], &c1[x], &lx[x]);
+                const uint8_t *box = in + (((long)i * H + y0[i]) * W + x0[i]) * 3;
+                for (int y = band * ch / RRC_BANDS; y < (band + 1) * ch / RRC_BANDS; y++) {
+                    int r[2];
+                    float ly;
+                    bilinear_tap(sy, y, bh[i], &r[0], &r[1], &ly);
+                    const float *h[2];
+                    for (int e = 0; e < 2; e++) {
+                        int j = held[0] == r[e] ? 0 : held[1] == r[e] ? 1 : -1;
+                        if (j < 0) {   /* into the buffer the other row does not use */
+                            j = e == 1 && h[0] == pass[0];
+                            rrc_row(pass[j], box + (long)r[e] * W * 3, cols, c0, c1, lx);
+                            held[j] = r[e];
+                        }
+                        h[e] = pass[j];
+                    }
+                    float *dst = out + (((long)i * ch + y) * cw + xa) * 3;
+                    for (int x = 0; x < cols; x++)
+                        for (int k = 0; k < 3; k++) {
+                            float v = h[0][x * 3 + k] * (1 - ly) + h[1][x * 3 + k] * ly;
+                            dst[x * 3 + k] = (v / 255.0f - mean[k]) / std[k];
+                        }
                 }
             }
-        }
 }
 
 /* ---- convolutions: cpu_conv.c (fp32), cpu_conv_bf16.c (bf16 products) ----

@@ -907,6 +907,57 @@ static void test_resized_crop(void)
     check_end();
 }
 
+/* The resize's direct form, one output value at a time (the expressions of the separable
+ * one, in its order): the same bits, also for crops wider than one tile of columns. */
+static void direct_tap(float scale, int d, int in, int *i0, int *i1, float *l)
+{
+    float src = scale * ((float)d + 0.5f) - 0.5f;
+    if (src < 0) src = 0;
+    int i = (int)src;
+    if (i > in - 1) i = in - 1;
+    float f = src - (float)i;
+    *i0 = i, *i1 = i + (i < in - 1), *l = f > 1 ? 1 : f;
+}
+
+static void test_resized_crop_wide(void)
+{
+    check_begin("resized_crop_u8: separable, bitwise its direct form (crops wider than a tile, boxes up and down)");
+    enum { n = 5, H = 330, W = 340, ch = 301, cw = 517 };
+    uint8_t *in = malloc((size_t)n * H * W * 3);
+    for (size_t i = 0; i < (size_t)n * H * W * 3; i++) in[i] = (uint8_t)ds_rng_below(&rng, 256);
+    int32_t y0[n] = {0, 10, 3, 300, 0}, x0[n] = {0, 7, 200, 1, 339}, bh[n] = {330, 120, 327, 30, 1},
+            bw[n] = {340, 333, 140, 339, 1};
+    uint8_t flip[n] = {0, 1, 1, 0, 1};
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    size_t no = (size_t)n * ch * cw * 3;
+    float *out = malloc(no * 4), *want = malloc(no * 4);
+    be->resized_crop_u8(out, in, n, H, W, ch, cw, y0, x0, bh, bw, flip, mean, std);
+    for (int i = 0; i < n; i++)
+        for (int y = 0; y < ch; y++) {
+            int r0, r1;
+            float ly;
+            direct_tap((float)bh[i] / (float)ch, y, bh[i], &r0, &r1, &ly);
+            const uint8_t *row0 = in + (((long)i * H + y0[i] + r0) * W + x0[i]) * 3;
+            const uint8_t *row1 = in + (((long)i * H + y0[i] + r1) * W + x0[i]) * 3;
+            for (int x = 0; x < cw; x++) {
+                int c0, c1;
+                float lx;
+                direct_tap((float)bw[i] / (float)cw, flip[i] ? cw - 1 - x : x, bw[i], &c0, &c1, &lx);
+                for (int k = 0; k < 3; k++) {
+                    float t0 = (float)row0[c0 * 3 + k] * (1 - lx) + (float)row0[c1 * 3 + k] * lx;
+                    float t1 = (float)row1[c0 * 3 + k] * (1 - lx) + (float)row1[c1 * 3 + k] * lx;
+                    float v = t0 * (1 - ly) + t1 * ly;
+                    want[(((size_t)i * ch + y) * cw + x) * 3 + k] = (v / 255.0f - mean[k]) / std[k];
+                }
+            }
+        }
+    size_t diff = 0;
+    for (size_t o = 0; o < no; o++) diff += memcmp(&out[o], &want[o], 4) != 0;
+    CHECK(diff == 0, "%zu of %zu values differ from the direct form", diff, no);
+    free(in), free(out), free(want);
+    check_end();
+}
+
 /* ---------------------------------------------------------------- determinism */
 
 /* A results buffer that grows as ops append to it. */
@@ -1245,6 +1296,7 @@ int main(int argc, char **argv)
     test_elementwise();
     test_normalize();
     test_resized_crop();
+    test_resized_crop_wide();
     test_thread_independence();
     test_select();
     return check_exit();
