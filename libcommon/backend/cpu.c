@@ -398,81 +398,30 @@ static void cpu_normalize_u8(float *out, const uint8_t *in, int n, int H, int W,
         }
 }
 
-/* One output coordinate d of a bilinear resize from `in` samples, as PyTorch's
- * upsample_bilinear2d with align_corners=False: source position scale (d + 1/2) - 1/2
- * clamped at 0, in float; the two neighbours i0, i1 (i1 = i0 at the last sample) and the
- * weight l of i1. */
-static inline void bilinear_tap(float scale, int d, int in, int *i0, int *i1, float *l)
-{
-    float src = scale * ((float)d + 0.5f) - 0.5f;
-    if (src < 0) src = 0;
-    int i = (int)src;
-    if (i > in - 1) i = in - 1;
-    float f = src - (float)i;
-    *i0 = i;
-    *i1 = i + (i < in - 1);
-    *l = f > 1 ? 1 : f;
-}
-
-/* RandomResizedCrop's resize on the box, then flip, ToTensor and Normalize; the sums in
- * PyTorch's order (each row's (v0 w0 + v1 w1), then rows weighted), so a box of ch x cw
- * (all weights 1 and 0) reproduces cpu_normalize_u8 bit for bit.
- *
- * Separable: an image's column taps are found once, and each source row's horizontal sums
- * once for the output rows that read it (the box is mostly enlarged: two or three output
- * rows share a source row), each kept while the rows that need it are made. Every output
- * value is the same expression in the same order as the direct form, so the same bits.
- * Work is cut into images x bands of output rows x tiles of RRC_TILE columns, the tiles'
- * taps and row sums on the stack. */
-#define RRC_TILE 256
+/* RandomResizedCrop's resize on the box, then flip, ToTensor and Normalize, as PyTorch's
+ * upsample_bilinear2d (align_corners=False) on the box and the sums in its order (each
+ * row's (v0 w0 + v1 w1), then rows weighted), so a box of ch x cw (all weights 1 and 0)
+ * reproduces cpu_normalize_u8 bit for bit. Separable (cpu_loops.inc's resized_crop_tile):
+ * each tile's column taps once, each source row's horizontal sums once for the output rows
+ * that read it; every value the same expression in the same order as the direct form
+ * (test_ops checks it against that form). Work is images x RRC_BANDS bands of output rows x
+ * tiles of DS_RRC_TILE columns, so a short batch still has parts for every thread. */
 #define RRC_BANDS 4
-
-/* h [cols, 3] = one source row's sums at a tile's column taps (the direct form's t0, t1). */
-static void rrc_row(float *h, const uint8_t *row, int cols, const int *c0, const int *c1, const float *lx)
-{
-    for (int x = 0; x < cols; x++)
-        for (int k = 0; k < 3; k++)
-            h[x * 3 + k] = (float)row[c0[x] * 3 + k] * (1 - lx[x]) + (float)row[c1[x] * 3 + k] * lx[x];
-}
 
 static void cpu_resized_crop_u8(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
                                 const int32_t *y0, const int32_t *x0, const int32_t *bh, const int32_t *bw,
                                 const uint8_t *flip, const float mean[3], const float std[3])
 {
-    const int tiles = (cw + RRC_TILE - 1) / RRC_TILE;
+    const ds_cpu_loops *L = loops();
+    const int tiles = (cw + DS_RRC_TILE - 1) / DS_RRC_TILE;
 #pragma omp parallel for collapse(3) schedule(static)
     for (int i = 0; i < n; i++)
         for (int band = 0; band < RRC_BANDS; band++)
             for (int tile = 0; tile < tiles; tile++) {
-                const int fl = flip && flip[i], xa = tile * RRC_TILE;
-                const int cols = cw - xa < RRC_TILE ? cw - xa : RRC_TILE;
-                int c0[RRC_TILE], c1[RRC_TILE], held[2] = {-1, -1};
-                float lx[RRC_TILE], pass[2][RRC_TILE * 3];
-                const float sx = (float)bw[i] / (float)cw, sy = (float)bh[i] / (float)ch;
-                for (int x = 0; x < cols; x++)
-                    bilinear_tap(sx, fl ? cw - 1 - (xa + x) : xa + x, bw[i], &c0[x], &c1[x], &lx[x]);
-                const uint8_t *box = in + (((long)i * H + y0[i]) * W + x0[i]) * 3;
-                for (int y = band * ch / RRC_BANDS; y < (band + 1) * ch / RRC_BANDS; y++) {
-                    int r[2];
-                    float ly;
-                    bilinear_tap(sy, y, bh[i], &r[0], &r[1], &ly);
-                    const float *h[2];
-                    for (int e = 0; e < 2; e++) {
-                        int j = held[0] == r[e] ? 0 : held[1] == r[e] ? 1 : -1;
-                        if (j < 0) {   /* into the buffer the other row does not use */
-                            j = e == 1 && h[0] == pass[0];
-                            rrc_row(pass[j], box + (long)r[e] * W * 3, cols, c0, c1, lx);
-                            held[j] = r[e];
-                        }
-                        h[e] = pass[j];
-                    }
-                    float *dst = out + (((long)i * ch + y) * cw + xa) * 3;
-                    for (int x = 0; x < cols; x++)
-                        for (int k = 0; k < 3; k++) {
-                            float v = h[0][x * 3 + k] * (1 - ly) + h[1][x * 3 + k] * ly;
-                            dst[x * 3 + k] = (v / 255.0f - mean[k]) / std[k];
-                        }
-                }
+                const int xa = tile * DS_RRC_TILE, cols = cw - xa < DS_RRC_TILE ? cw - xa : DS_RRC_TILE;
+                L->resized_crop_tile(out + ((long)i * ch * cw + xa) * 3, in + (((long)i * H + y0[i]) * W + x0[i]) * 3,
+                                     W, ch, cw, bh[i], bw[i], flip && flip[i], band * ch / RRC_BANDS,
+                                     (band + 1) * ch / RRC_BANDS, xa, cols, mean, std);
             }
 }
 

@@ -11,6 +11,7 @@
 #define DS_CPU_LOOPS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cpu_bf16.h"
 #include "cpu_isa.h"
@@ -18,6 +19,7 @@
 /* Rows summed in float before flushing into the double sums: short enough that float
  * rounding stays far below the statistics' own noise, long enough to run at SIMD speed. */
 #define DS_BN_FLUSH 32
+#define DS_RRC_TILE 256   /* columns of resized_crop_tile */
 
 typedef struct {
     /* Rows [r0, r1) of channels [c0, c0 + cb) of p and q (rows of c floats):
@@ -43,6 +45,12 @@ typedef struct {
                        const float *ka, const float *kb, const float *kc, long r0, long r1, int c);
     /* Elements [i0, i1) of y += x on bf16, each sum rounded once */
     void (*add_bf16)(ds_bf16 *y, const ds_bf16 *x, size_t i0, size_t i1);
+    /* Output rows [y_lo, y_hi) and columns [xa, xa + cols) (cols <= DS_RRC_TILE) of the
+     * resized crop of one image (cpu.c's resized_crop_u8): box [bh, bw] of rows W pixels
+     * apart, resized to ch x cw, flipped when flip, normalised into out [ch, cw, 3] (out and
+     * box at the image's first pixel, out's column 0) */
+    void (*resized_crop_tile)(float *out, const uint8_t *box, int W, int ch, int cw, int bh, int bw, int flip,
+                              int y_lo, int y_hi, int xa, int cols, const float mean[3], const float std[3]);
     /* Elements [i0, i1) of torch.optim.SGD's step (backend.h's sgd_step) */
     void (*sgd)(float *w, float *buf, const float *grad, size_t i0, size_t i1, float lr, float momentum, float wd,
                 int nesterov, int first);
