@@ -8,7 +8,7 @@
 #   make test-san   the sanitizer pass alone (quick tier)
 #   make compare RUNS="a b"  runs side by side: a table and compare.png
 #   make bench      build the benchmarks (make bench-build) and run bench/run.sh (BENCH="ops ...")
-#   make bench-peers  PyTorch 2.x for the benchmarks' peer side in build/peers/venv (bench/peers.sh)
+#   make bench-peers  ds against PyTorch 2.x, DALI, FFCV, Pillow-SIMD side by side (bench/PEERS.md)
 #   make SAN=1      AddressSanitizer + UndefinedBehaviorSanitizer build (objects in build-san/)
 #   make CUDA=0     never look for nvcc
 # Probes are deferred variables, expanded only by the make that compiles, so `make deps`
@@ -255,11 +255,13 @@ bench:
 	@$(MAKE) --no-print-directory -j$(NPROC) bench-build
 	@bench/run.sh --no-build $(BENCH)
 
-# A virtual environment with PyTorch 2.x from PyPI, for PYTHON=build/peers/venv/bin/python3
-# bench/engine_bench.sh; no other target depends on it.
+# ds against its peers side by side (bench/PEERS.md): bench/peers_run.sh sets up their
+# virtual environments under build/peers/ (pinned, from PyPI; bench/peers.sh --all) and prints
+# every table; PEERS_QUICK=1 for the smallest setting. No other target depends on it.
 .PHONY: bench-peers
 bench-peers:
-	@bench/peers.sh
+	@$(MAKE) --no-print-directory -j$(NPROC) bench-build
+	@bench/peers_run.sh
 
 fuzz:
 	@scripts/fuzz.sh $(FUZZ_SRCS)
