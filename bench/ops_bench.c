@@ -6,6 +6,11 @@
  *   ops_bench step ARCH BATCH SIZE [steps]    whole training steps of the engine (model.c):
  *                                             forward, backward, SGD; images/s
  *   ops_bench infer ARCH BATCH SIZE [steps]   inference forward passes
+ *   ops_bench input [repeats]                 the input ops on 64 images of 256x256 to 224:
+ *                                             normalize_u8 (a crop) and resized_crop_u8
+ *                                             (RandomResizedCrop boxes, scale 0.08-1, ratio
+ *                                             3/4-4/3, half flipped); ms per image, best of
+ *                                             repeats (DS_CPU_KERNELS picks the kernel set)
  *
  * Each line: the shape, how many times the network uses it, and for forward, backward-data
  * and backward-weight the best time of `repeats` runs in ms and its GFLOP/s (2 flops per
@@ -286,6 +291,45 @@ static int bench_step(const char *arch, int batch, int size, int steps, int trai
     return 0;
 }
 
+/* The input ops of a batch, as dstrain's CPU feed runs them. */
+static int bench_input(int reps)
+{
+    enum { N = 64, H = 256, W = 256, C = 224 };
+    uint8_t *in = malloc((size_t)N * H * W * 3), flip[N];
+    float *out = malloc(sizeof(float) * N * C * C * 3);
+    if (!in || !out) return ds_err("out of memory"), 1;
+    ds_rng r;
+    ds_rng_init(&r, 1, DS_RNG_DATA, 0);
+    for (size_t i = 0; i < (size_t)N * H * W * 3; i++) in[i] = (uint8_t)ds_rng_below(&r, 256);
+    int32_t y0[N], x0[N], bh[N], bw[N], cy[N], cx[N];
+    for (int i = 0; i < N; i++) {   /* RandomResizedCrop's boxes */
+        double area = H * W * (0.08 + 0.92 * ds_rng_double(&r));
+        double ratio = exp(log(3.0 / 4) + (log(4.0 / 3) - log(3.0 / 4)) * ds_rng_double(&r));
+        int w = (int)lround(sqrt(area * ratio)), h = (int)lround(sqrt(area / ratio));
+        bw[i] = w > W ? W : w, bh[i] = h > H ? H : h;
+        x0[i] = (int32_t)ds_rng_below(&r, (uint64_t)(W - bw[i] + 1));
+        y0[i] = (int32_t)ds_rng_below(&r, (uint64_t)(H - bh[i] + 1));
+        cx[i] = (int32_t)ds_rng_below(&r, W - C + 1), cy[i] = (int32_t)ds_rng_below(&r, H - C + 1);
+        flip[i] = (uint8_t)(ds_rng_u32(&r) & 1);
+    }
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+    double best_n = INFINITY, best_r = INFINITY;
+    for (int k = 0; k < reps; k++) {
+        double t = bench_now();
+        ds_backend_cpu.normalize_u8(out, in, N, H, W, C, C, cy, cx, flip, mean, sd);
+        if ((t = bench_now() - t) < best_n) best_n = t;
+        t = bench_now();
+        ds_backend_cpu.resized_crop_u8(out, in, N, H, W, C, C, y0, x0, bh, bw, flip, mean, sd);
+        if ((t = bench_now() - t) < best_r) best_r = t;
+    }
+    printf("input ops, %d images of %dx%d to %dx%d, %d threads (cpu kernels: %s), best of %d:\n", N, H, W, C, C,
+           omp_get_max_threads(), ds_cpu_isa_name(ds_cpu_isa_get()), reps);
+    printf("  %-38s %.3f ms per image\n", "normalize_u8 (crop, flip)", 1e3 * best_n / N);
+    printf("  %-38s %.3f ms per image\n", "resized_crop_u8 (RandomResizedCrop)", 1e3 * best_r / N);
+    free(in), free(out);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     ds_log_init("ops_bench");
@@ -308,6 +352,7 @@ int main(int argc, char **argv)
     }
     int reps = argc > 2 ? atoi(argv[2]) : 3;
     if (reps < 1) reps = 1;
+    if (!strcmp(which, "input")) return bench_input(reps < 5 ? 5 : reps);
     double peak = measure_peak();
     printf("peak fp32 FMA: %.0f GFLOP/s on %d threads (cpu kernels: %s; convolutions in %s)\n", peak,
            omp_get_max_threads(), ds_cpu_isa_name(ds_cpu_isa_get()), ds_precision_name(be_run->precision));
