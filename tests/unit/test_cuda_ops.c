@@ -647,8 +647,8 @@ static void test_elementwise_bf16(void)
  * stream, the compute stream told to wait for that copy's mark, then copied back into
  * host_alloc'd memory on the compute stream: the bytes arrive whole once the host waits
  * for a later mark (without the stream wait the second copy could start before the first
- * is done). mark_seconds is finite and not negative for held marks, NAN for one DS_MARKS
- * marks old. */
+ * is done). mark_seconds gives an interval for held marks and NAN for one DS_MARKS marks
+ * old (which marks are held, not a time, is what is checked). */
 static void test_streams(void)
 {
     check_begin("cuda streams and marks");
@@ -667,10 +667,10 @@ static void test_streams(void)
     int done = G->mark(DS_STREAM_COMPUTE);
     G->mark_wait(done);
     CHECK(memcmp(back, src, bytes) == 0, "the bytes came back changed");
-    double s = G->mark_seconds(t0, done);
-    CHECK(isfinite(s) && s >= 0, "mark_seconds %g", s);
+    /* whether a mark is held, not how long anything took: no time is compared */
+    CHECK(!isnan(G->mark_seconds(t0, done)), "two held, passed marks have no interval");
     for (int i = 0; i < DS_MARKS; i++) G->mark(DS_STREAM_COMPUTE);
-    CHECK(isnan(G->mark_seconds(t0, done)), "a mark %d marks old still timed", DS_MARKS);
+    CHECK(isnan(G->mark_seconds(t0, done)), "a mark %d marks old is still held", DS_MARKS);
     G->sync();
     G->host_unregister(src);
     G->host_free(back);
