@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct {
     ds_batch b;
@@ -82,7 +83,8 @@ int ds_rrc_box(ds_rng *r, int H, int W, const double scale[2], const double rati
  * pixels alone (ds_feed) without touching a page of anything else. Zeroed. */
 static uint8_t *page_alloc(size_t bytes)
 {
-    size_t page = 4096, size = bytes ? (bytes + page - 1) / page * page : page;
+    long ps = sysconf(_SC_PAGESIZE);
+    size_t page = ps > 0 ? (size_t)ps : 4096, size = bytes ? (bytes + page - 1) / page * page : page;
     void *p = NULL;
     if (posix_memalign(&p, page, size)) ds_die("out of memory (%zu bytes)", size);
     memset(p, 0, size);
