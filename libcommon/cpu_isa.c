@@ -7,10 +7,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 /* The names DS_CPU_KERNELS takes, by level. */
-static const char *const env_names[DS_CPU_LEVELS] = {"plain", "avx2", "avx512", "avx512bf16"};
-static const char *const long_names[DS_CPU_LEVELS] = {"plain", "avx2+fma", "avx512", "avx512+bf16"};
+static const char *const env_names[DS_CPU_LEVELS] = {"plain", "avx2", "avx512", "avx512bf16", "amx"};
+static const char *const long_names[DS_CPU_LEVELS] = {"plain", "avx2+fma", "avx512", "avx512+bf16",
+                                                      "avx512+bf16+amx"};
+
+#if defined(__linux__) && defined(__x86_64__)
+/* The tile data state is off for a Linux process until it asks for it (ARCH_REQ_XCOMP_PERM
+ * for XFEATURE_XTILEDATA); the grant is the process's, its threads included. libgcc's cpuid
+ * probe has already checked that the OS saves the tile state (XCR0 bits 17 and 18). */
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+static int amx_granted;
+static void ask_for_tiles(void)
+{
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    amx_granted = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+static int amx_usable(void)
+{
+    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) return 0;
+    pthread_once(&amx_once, ask_for_tiles);
+    return amx_granted;
+}
+#endif
 
 int ds_cpu_isa_supported(ds_cpu_isa isa)
 {
@@ -26,11 +50,17 @@ int ds_cpu_isa_supported(ds_cpu_isa isa)
         return __builtin_cpu_supports("avx512f") && ds_cpu_isa_supported(DS_CPU_AVX2);
     case DS_CPU_AVX512BF16:
         return __builtin_cpu_supports("avx512bf16") && ds_cpu_isa_supported(DS_CPU_AVX512);
+#if defined(__linux__) && defined(__x86_64__)
+    case DS_CPU_AMX:
+        return ds_cpu_isa_supported(DS_CPU_AVX512BF16) && amx_usable();
+#endif
 #endif
     default:
         return 0;
     }
 }
+
+int ds_cpu_isa_exact(ds_cpu_isa isa) { return isa != DS_CPU_AMX; }
 
 const char *ds_cpu_isa_name(ds_cpu_isa isa)
 {
@@ -55,7 +85,7 @@ static void supported_list(char *buf, size_t cap)
 static void decide(void)
 {
     for (int l = DS_CPU_LEVELS - 1; l >= 0; l--)
-        if (ds_cpu_isa_supported((ds_cpu_isa)l)) {
+        if (ds_cpu_isa_exact((ds_cpu_isa)l) && ds_cpu_isa_supported((ds_cpu_isa)l)) {
             chosen = (ds_cpu_isa)l;
             break;
         }
@@ -72,7 +102,7 @@ static void decide(void)
                      want, long_names[l], have);
         return;
     }
-    snprintf(problem, sizeof problem, "DS_CPU_KERNELS=%.40s: unknown kernel set (plain, avx2, avx512 or avx512bf16; this CPU can run: %s)",
+    snprintf(problem, sizeof problem, "DS_CPU_KERNELS=%.40s: unknown kernel set (plain, avx2, avx512, avx512bf16 or amx; this CPU can run: %s)",
              want, have);
 }
 

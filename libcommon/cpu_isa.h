@@ -4,11 +4,14 @@
  * binary carried to another machine runs there. The hot kernels (GEMM register tiles, the
  * resize passes) are compiled once per instruction set with target attributes, and every
  * module that has such kernels picks its version from the level chosen here:
- *   - DS_CPU_KERNELS=plain|avx2|avx512|avx512bf16 in the environment forces one (it must be one the CPU
- *     and the operating system support);
- *   - otherwise the best the CPU supports (cpuid, with the OS's XSAVE state checked).
- * Every level computes bitwise the same results (backend/cpu_sgemm.h states the rule), so the
- * level changes speed, never numbers. A function compiled for an instruction set carries
+ *   - DS_CPU_KERNELS=plain|avx2|avx512|avx512bf16|amx in the environment forces one (it must be one
+ *     the CPU and the operating system support);
+ *   - otherwise the best the CPU supports (cpuid, with the OS's XSAVE state checked) of the
+ *     exact levels: every level but amx.
+ * Every exact level computes bitwise the same results (backend/cpu_sgemm.h and cpu_bf16.h
+ * state the rules), so the level changes speed, never numbers. amx is the one that does not:
+ * its bf16 products are AMX's own sums, within a bound of the exact rule's (cpu_bf16.h), so it
+ * is used only when asked for (docs/DESIGN.md §7); its fp32 is avx512bf16's. A function compiled for an instruction set carries
  * its name (avx2_tile_nv2, loops_avx512_sgd, pass_vertical_avx2): the suite checks that no
  * other function of the tools uses an AVX instruction (tests/shell/test_cpu_kernels.sh). */
 #ifndef DS_CPU_ISA_H
@@ -20,6 +23,8 @@ typedef enum {
     DS_CPU_AVX512,  /* x86-64 with AVX-512F (Skylake-SP, Ice Lake, Zen 4 and later) */
     DS_CPU_AVX512BF16, /* AVX-512F with AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4 and later):
                           the avx512 kernels, and VDPBF16PS in the bf16 products */
+    DS_CPU_AMX,     /* AVX512-BF16 with AMX-BF16 tiles (Sapphire Rapids and later Xeons), asked for
+                       only: the avx512bf16 kernels, and TDPBF16PS in the bf16 products */
     DS_CPU_LEVELS
 } ds_cpu_isa;
 
@@ -32,10 +37,15 @@ int ds_cpu_isa_init(void);
  * process here with the same message (ds_die). */
 ds_cpu_isa ds_cpu_isa_get(void);
 
-/* Whether this CPU (and its OS) can run the level's kernels. */
+/* Whether this CPU (and its OS) can run the level's kernels. For amx this also asks Linux for
+ * the tile state (arch_prctl), once for the process: without the grant the first tile
+ * instruction would kill it. */
 int ds_cpu_isa_supported(ds_cpu_isa isa);
 
-/* "plain", "avx2+fma", "avx512", "avx512+bf16": the words start-up lines use. */
+/* Whether the level's results are the exact rules' bits (every level but amx). */
+int ds_cpu_isa_exact(ds_cpu_isa isa);
+
+/* "plain", "avx2+fma", "avx512", "avx512+bf16", "avx512+bf16+amx": the words start-up lines use. */
 const char *ds_cpu_isa_name(ds_cpu_isa isa);
 
 #endif

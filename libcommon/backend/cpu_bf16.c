@@ -18,7 +18,7 @@ void ds_bf16_round_n(ds_bf16 *dst, const float *src, size_t n)
 {
 #if defined(__x86_64__) || defined(__i386__)
     const ds_cpu_isa isa = ds_cpu_isa_get();
-    if (isa == DS_CPU_AVX512BF16) {
+    if (isa >= DS_CPU_AVX512BF16) {  /* amx: the same rounding */
         ds_bf16_round_n_avx512bf16(dst, src, n);
         return;
     }
@@ -93,12 +93,14 @@ static ds_bgemm_kernel *const kernel_of[DS_CPU_LEVELS] = {
     [DS_CPU_AVX512] = ds_bgemm_avx512,
     [DS_CPU_AVX512BF16] = ds_bgemm_avx512bf16,
 #endif
+#if defined(__x86_64__) && defined(__linux__)
+    [DS_CPU_AMX] = ds_bgemm_amx,
+#endif
 };
 
-void ds_bgemm_seg_isa(ds_cpu_isa isa, long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
-                      const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
+void ds_bgemm_seg_with(ds_bgemm_kernel *kernel, long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai,
+                       long seg_a, const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
 {
-    ds_bgemm_kernel *kernel = kernel_of[isa];
     if (nseg == 1 && kseg > BGEMM_KC_MAX) {
         // 64 columns at a time, so that their (m, 64) block of C stays in L2 across blocks
         for (int n0 = 0; n0 < n; n0 += 64)
@@ -108,6 +110,12 @@ void ds_bgemm_seg_isa(ds_cpu_isa isa, long m, int n, long nseg, long kseg, const
         return;
     }
     kernel(m, n, nseg, kseg, A, sai, seg_a, B, ldb, seg_b, C, ldc, accumulate);
+}
+
+void ds_bgemm_seg_isa(ds_cpu_isa isa, long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
+                      const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
+{
+    ds_bgemm_seg_with(kernel_of[isa], m, n, nseg, kseg, A, sai, seg_a, B, ldb, seg_b, C, ldc, accumulate);
 }
 
 void ds_bgemm_seg(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a, const ds_bf16 *B,

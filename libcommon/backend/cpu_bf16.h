@@ -15,6 +15,15 @@
  *     instruction computes with DAZ and FTZ whatever MXCSR says). A bf16 x bf16 product is
  *     exact in float32, so each step is one rounding. As ds_sgemm_seg, a single segment
  *     longer than BGEMM_KC_MAX is summed in blocks of BGEMM_KC, each added to C in order.
+ * The amx level (asked for only) is not the rule: TDPBF16PS adds a step's 16 pairs of a row
+ * (a whole tile row; a segment's last step may be shorter) to the accumulator with an adder of
+ * its own (measured on a Xeon: no sequence of float32 operations matches it from 4 products on),
+ * denormal inputs and results as zeros, and an accumulating call starts from C. Its results are
+ * held within the bound
+ *     |C_amx - C_rule| <= (K + 2 ceil(K / 32) + 64) 2^-24 (|C0| + sum |a b|) + K 2^-125
+ * (K the products per element, C0 the accumulated C): both sums' rounding over K terms, and per
+ * step of 32 products an adder that keeps at least 24 bits below the step's largest term
+ * (tests/unit/test_bf16.c: on the hardware, and on a model of the tiles on every CPU).
  * Operand layouts, in bf16 elements:
  *   - A (m, k): row i of segment g at A + i sai + g seg_a, its k elements contiguous (pairs
  *     are 32-bit words). k and seg_a even.
@@ -68,11 +77,19 @@ void ds_bgemm_seg(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sa
 void ds_bgemm_seg_isa(ds_cpu_isa isa, long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
                       const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate);
 
-/* The per-level kernels (no blocking of their own); internal to cpu_bf16*.c. */
+/* The per-level kernels (no blocking of their own): internal to cpu_bf16*.c, and the driver
+ * over any of them (the tests run it over their model of the AMX tiles). */
 typedef void ds_bgemm_kernel(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
                              const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate);
+void ds_bgemm_seg_with(ds_bgemm_kernel *kernel, long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai,
+                       long seg_a, const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate);
 #if defined(__x86_64__) || defined(__i386__)
 ds_bgemm_kernel ds_bgemm_avx2, ds_bgemm_avx512, ds_bgemm_avx512bf16;
+#endif
+#if defined(__x86_64__) && defined(__linux__)
+ds_bgemm_kernel ds_bgemm_amx;
+#endif
+#if defined(__x86_64__) || defined(__i386__)
 void ds_bf16_round_n_avx512(ds_bf16 *dst, const float *src, size_t n);
 void ds_bf16_round_n_avx512bf16(ds_bf16 *dst, const float *src, size_t n);
 void ds_bf16_round_n_avx2(ds_bf16 *dst, const float *src, size_t n);

@@ -32,6 +32,7 @@ static ds_sgemm_kernel *const kernel_of[DS_CPU_LEVELS] = {
     [DS_CPU_AVX2] = ds_sgemm_avx2,
     [DS_CPU_AVX512] = ds_sgemm_avx512,
     [DS_CPU_AVX512BF16] = ds_sgemm_avx512,  /* fp32 products have no bf16 instruction */
+    [DS_CPU_AMX] = ds_sgemm_avx512,         /* nor a tile instruction */
 #endif
 };
 

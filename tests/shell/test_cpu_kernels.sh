@@ -7,6 +7,10 @@
 # resize passes), a short resnet20 training run with validation in fp32 and in bf16 and two
 # resnet50 training steps (checkpoints value for value), and dseval's logits. A set the CPU
 # lacks is a SKIP line, never a pass.
+# amx, the one set that is not exact (its bf16 products are AMX's own sums), is never the
+# default; where the CPU has it, its fp32 is compared bit for bit like the others and its bf16
+# evaluation of the same checkpoint within a tolerance of the exact sets' (tests/unit/test_bf16.c
+# holds the kernel to its bound).
 # Also: the tools name the set in use, and an unknown or unsupported DS_CPU_KERNELS is a
 # clear error (exit 1), never a crash. The long tier adds test_ops's own checks under each
 # set and the resnet50 steps (together ~25 s of the test's ~35 s).
@@ -17,13 +21,16 @@ same_state() {  # A B: /model and /optimizer identical, value for value
 }
 
 # A set's name in DS_CPU_KERNELS, and as the tools print it.
-long_name() { case $1 in avx2) echo avx2+fma ;; avx512bf16) echo avx512+bf16 ;; *) echo "$1" ;; esac; }
+long_name() {
+    case $1 in avx2) echo avx2+fma ;; avx512bf16) echo avx512+bf16 ;; amx) echo avx512+bf16+amx ;; *) echo "$1" ;; esac
+}
 
-# The sets this CPU can run, as `--version` reports them under each setting.
-levels=()
-for k in plain avx2 avx512 avx512bf16; do
-    if DS_CPU_KERNELS=$k dsplit --version 2>/dev/null | grep -q '^cpu kernels: '; then
-        levels+=("$k")
+# The sets this CPU can run, as `--version` reports them under each setting; best: the best
+# exact one, the default.
+levels=() amx=0
+for k in plain avx2 avx512 avx512bf16 amx; do
+    if DS_CPU_KERNELS=$k dsplit --version 2>/dev/null | grep -q "^cpu kernels: $(long_name $k)\$"; then
+        if [ $k = amx ]; then amx=1; else levels+=("$k"); fi
     else
         echo "SKIP kernels_$k: this CPU cannot run the $k kernels"
     fi
@@ -35,7 +42,9 @@ check default_is_best_supported sh -c "env -u DS_CPU_KERNELS dsplit --version | 
 expect_status unknown_set_refused 1 env DS_CPU_KERNELS=sse9 dspack -o "$T/none" "$T/none.txt"
 check unknown_set_message grep -q 'DS_CPU_KERNELS=sse9: unknown kernel set' "$T/err"
 missing=""
-for k in avx2 avx512 avx512bf16; do [[ " ${levels[*]} " == *" $k "* ]] || { missing=$k; break; }; done
+for k in avx2 avx512 avx512bf16 amx; do
+    [[ " ${levels[*]} " == *" $k "* ]] || [ $k = amx -a $amx = 1 ] || { missing=$k; break; }
+done
 if [ -n "$missing" ]; then
     expect_status unsupported_set_refused 1 env DS_CPU_KERNELS=$missing dstrain --train "$T/none" -o "$T/none"
     check unsupported_set_message grep -q "DS_CPU_KERNELS=$missing: this CPU cannot run" "$T/err"
@@ -44,8 +53,8 @@ else
 fi
 
 # Portable binaries: no instruction of the tools is VEX or EVEX encoded (AVX, AVX2, FMA,
-# AVX-512 all are) outside the functions compiled for an instruction set, which say so in
-# their names (avx2_tile_nv2, loops_avx512_bn_sums, pass_vertical_avx2, ...) and which only
+# AVX-512 and AMX all are) outside the functions compiled for an instruction set, which say so in
+# their names (avx2_tile_nv2, loops_avx512_bn_sums, pass_vertical_avx2, ds_bgemm_amx, ...) and which only
 # the run-time choice of cpu_isa calls; so the tools start and run on any x86-64 CPU.
 if ! command -v objdump >/dev/null || [ "$(uname -m)" != x86_64 ]; then
     echo "SKIP binaries_baseline_x86_64: needs objdump on x86-64"
@@ -55,7 +64,7 @@ else
     for t in dsplit dspack dstrain dseval; do
         objdump -d --no-show-raw-insn "$DS_ROOT/$BIN/$t" |
             awk '/^[0-9a-f]+ <.*>:$/ { fn = $2 } $2 ~ /^v/ { print fn }' | sort -u |
-            grep -v -E '^<[^>]*avx(2|512)[^>]*>:$' >"$T/vex-$t"
+            grep -v -E '^<[^>]*(avx(2|512)|amx)[^>]*>:$' >"$T/vex-$t"
         check "binary_${t}_baseline_x86_64" test ! -s "$T/vex-$t"
         [ -s "$T/vex-$t" ] && sed 's/^/      AVX outside the kernels: /' "$T/vex-$t" | head -5
     done
@@ -95,6 +104,27 @@ for k in "${levels[@]}"; do
     check "dseval_logits_${k}_equal_plain" sh -c "h5diff '$T/logits-plain.h5' '$T/logits-$k.h5' /logits /logits >/dev/null &&
         cmp -s '$T/eval-plain.txt' '$T/eval-$k.txt'"
 done
+# amx: fp32 is avx512bf16's, bit for bit; bf16 evaluates the exact sets' bf16 checkpoint to
+# logits within 1e-2 of theirs (a tile read from the wrong place is off by far more).
+if [ $amx = 1 ]; then
+    export DS_CPU_KERNELS=amx
+    check test_bf16_amx sh -c "'$BUILD_DIR/tests/test_bf16' >'$T/bf16-amx.log' 2>&1"
+    dstrain "${TRAIN[@]}" --train "$T/p16-plain/train" --val "$T/p16-plain/val" -o "$T/r20-amx" 2>"$T/r20-amx.err"
+    dstrain "${TRAIN[@]}" --precision bf16 --train "$T/p16-plain/train" --val "$T/p16-plain/val" -o "$T/b20-amx" \
+        2>"$T/b20-amx.err"
+    dseval -q --precision bf16 --logits "$T/blogits-amx.h5" "$T/b20-plain/last.h5" "$T/split/val.txt" >/dev/null
+    unset DS_CPU_KERNELS
+    dseval -q --precision bf16 --logits "$T/blogits-plain.h5" "$T/b20-plain/last.h5" "$T/split/val.txt" >/dev/null
+    check resnet20_run_amx_equal_plain same_state "$T/r20-plain/last.h5" "$T/r20-amx/last.h5"
+    check resnet20_bf16_run_amx_trains sh -c "test -f '$T/b20-amx/last.h5' &&
+        h5dump -a /kernels '$T/b20-amx/last.h5' | grep -q 'avx512+bf16+amx'"
+    check startup_line_names_amx grep -q "cpu in bf16 (2 threads, avx512+bf16+amx kernels)" "$T/b20-amx.err"
+    check bf16_eval_amx_close_to_exact sh -c "test -s '$T/blogits-amx.h5' &&
+        h5diff -d 0.01 '$T/blogits-plain.h5' '$T/blogits-amx.h5' /logits /logits >/dev/null"
+    check bf16_eval_amx_not_exact sh -c "! h5diff '$T/blogits-plain.h5' '$T/blogits-amx.h5' /logits /logits >/dev/null"
+else
+    echo "SKIP kernels_amx_runs: this CPU has no AMX (the kernel is checked on a model of the tiles in test_bf16)"
+fi
 # The runs really ran: a checkpoint per run, and the start-up line names the set.
 check runs_wrote_checkpoints test -f "$T/r20-plain/last.h5" -a -f "$T/b20-plain/last.h5" -a \
     \( $long_r50 = 0 -o -f "$T/r50-plain/last.h5" \)

@@ -7,7 +7,10 @@
  *     of wide exponent ranges and values near the bottom of the normal range;
  *   - on a CPU with AVX512-BF16, the rule against the instruction (that is what the
  *     emulations promise: the same bits as VDPBF16PS);
- *   - the rule against double sums of the same bf16 operands.
+ *   - the rule against double sums of the same bf16 operands;
+ *   - the amx level's kernel (cpu_bf16_amx.inc) on a model of the tiles, on every CPU: the
+ *     tiles' rules kept, no load past an operand, the model's sums bit for bit; and within
+ *     cpu_bf16.h's bound of the rule, on the model and, on a CPU with AMX, on the hardware.
  * A level the CPU lacks is a SKIP line, never a pass. */
 #include "../check.h"
 #include "cpu_isa.h"
@@ -196,7 +199,7 @@ static void run_shape(const shape *s, int cls, int *bad, const char **why)
             }
         }
     for (int l = 0; l < DS_CPU_LEVELS && !*bad; l++) {
-        if (!ds_cpu_isa_supported((ds_cpu_isa)l)) continue;
+        if (!ds_cpu_isa_exact((ds_cpu_isa)l) || !ds_cpu_isa_supported((ds_cpu_isa)l)) continue;
         memcpy(got, C0, (nc + 16) * sizeof *got);
         ds_bgemm_seg_isa((ds_cpu_isa)l, s->m, s->n, s->nseg, s->kseg, A, s->sai, s->seg_a, B, s->ldb, s->seg_b, got,
                          s->ldc, s->acc);
@@ -218,17 +221,19 @@ static shape dense(long m, int n, long kd, int acc)
     return s;
 }
 
-static void test_levels_agree(void)
+typedef void shape_fn(const shape *s, int cls, int *bad, const char **why);
+
+/* fn on each class of classes (a bit mask) and each shape: every tile height and column tail
+ * (vectors of 8 and 16 columns, masked ends; AMX's 16 x 16 tiles and 32 x 32 blocks), segments,
+ * whole and partial reduction steps, long reductions, random shapes; until one is bad. */
+static void every_shape(shape_fn *fn, unsigned classes, int *bad, const char **why)
 {
-    check_begin("bgemm: every level gives the rule's bits");
-    int bad = 0;
-    const char *why = "";
-    for (int cls = 0; cls < 3 && !bad; cls++) {
-        // Every tile height and column tail (vectors of 8 and 16 columns, masked ends).
-        for (long m = 1; m <= 34 && !bad; m += (m < 17 ? 1 : 5))
-            for (int n = 1; n <= 70 && !bad; n += (n < 26 ? 1 : 7)) {
+    for (int cls = 0; cls < 4 && !*bad; cls++) {
+        if (!(classes >> cls & 1)) continue;
+        for (long m = 1; m <= 34 && !*bad; m += (m < 17 ? 1 : 5))
+            for (int n = 1; n <= 70 && !*bad; n += (n < 26 ? 1 : 7)) {
                 shape s = dense(m, n, 2 + 2 * ((m + n) % 5), n % 3 == 0);
-                run_shape(&s, cls, &bad, &why);
+                fn(&s, cls, bad, why);
             }
         // Segments (a convolution's window rows, overlapping) and long reductions: one
         // segment past BGEMM_KC_MAX is blocked, several are not.
@@ -238,9 +243,13 @@ static void test_levels_agree(void)
                         {3, 130, 1, 1400, 1400, 0, 262, 0, 131, 1},
                         {20, 24, 4, 300, 300, 1200, 48, 150 * 48, 24, 0},
                         {64, 300, 1, 12, 12, 0, 600, 0, 300, 1},
-                        {9, 24, 3, 130, 260, 130, 50, 65 * 50, 24, 1}};
-        for (size_t i = 0; i < sizeof segs / sizeof *segs && !bad; i++) run_shape(&segs[i], cls, &bad, &why);
-        for (int t = 0; t < 150 && !bad; t++) {
+                        {9, 24, 3, 130, 260, 130, 50, 65 * 50, 24, 1},
+                        {32, 32, 1, 32, 32, 0, 64, 0, 32, 0},
+                        {48, 64, 2, 64, 130, 64, 128, 32 * 128, 64, 1},
+                        {33, 33, 3, 34, 110, 34, 70, 17 * 70, 35, 0},
+                        {16, 16, 1, 2048, 2048, 0, 32, 0, 16, 1}};
+        for (size_t i = 0; i < sizeof segs / sizeof *segs && !*bad; i++) fn(&segs[i], cls, bad, why);
+        for (int t = 0; t < 150 && !*bad; t++) {
             shape s = {1 + (long)ds_rng_below(&rng, 40), 1 + (int)ds_rng_below(&rng, 150),
                        1 + (long)ds_rng_below(&rng, 3), 2 + 2 * (long)ds_rng_below(&rng, 45), 0, 0, 0, 0, 0,
                        (int)ds_rng_below(&rng, 2)};
@@ -249,11 +258,254 @@ static void test_levels_agree(void)
             s.ldb = 2L * s.n + 2 * (long)ds_rng_below(&rng, 5);
             s.seg_b = s.ldb * s.kseg / 2;
             s.ldc = s.n + (long)ds_rng_below(&rng, 9);
-            run_shape(&s, cls, &bad, &why);
+            fn(&s, cls, bad, why);
         }
     }
+}
+
+static void test_levels_agree(void)
+{
+    check_begin("bgemm: every level gives the rule's bits");
+    int bad = 0;
+    const char *why = "";
+    every_shape(run_shape, 0x7, &bad, &why);
     CHECK(!bad, "%s", why);
     check_end();
+}
+
+/* ---- the amx level ---- */
+
+/* A model of the AMX tiles, to run cpu_bf16_amx.inc's kernel on any CPU: eight tiles of 16 rows
+ * of 64 bytes; the configuration checked as LDTILECFG checks it; a load or store moves exactly
+ * the configured rows and bytes; a product needs tiles whose shapes chain (C rows = A rows,
+ * A bytes = 4 x B rows, B bytes = C bytes). What would fault on the hardware counts here as a
+ * fault. TDPBF16PS as the probe's nearest model: each element of C plus its row's products
+ * (all of the tile's pairs, in order) summed in double and rounded once, denormal inputs and
+ * result as zeros. The hardware's adder differs in last bits; cpu_bf16.h's bound covers both. */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} model_cfg;
+static struct {
+    model_cfg cfg;
+    int configured;
+    unsigned char t[8][1024];
+} tiles;
+static long tile_faults;
+
+static int tile_ok(int t) { return tiles.configured && t >= 0 && t < 8 && tiles.cfg.rows[t] && tiles.cfg.colsb[t]; }
+
+static void model_config(const void *p)
+{
+    memcpy(&tiles.cfg, p, sizeof tiles.cfg);
+    int ok = tiles.cfg.palette == 1 && tiles.cfg.start_row == 0;
+    for (int t = 0; t < 16; t++) {
+        const int rows = tiles.cfg.rows[t], colsb = tiles.cfg.colsb[t];
+        ok &= t < 8 ? rows <= 16 && colsb <= 64 && colsb % 4 == 0 && !rows == !colsb : !rows && !colsb;
+    }
+    tile_faults += !ok;
+    tiles.configured = ok;
+    memset(tiles.t, 0, sizeof tiles.t);
+}
+static void model_zero(int t)
+{
+    if (!tile_ok(t)) { tile_faults++; return; }
+    memset(tiles.t[t], 0, sizeof tiles.t[t]);
+}
+static void model_load(int t, const void *p, long stride)
+{
+    if (!tile_ok(t)) { tile_faults++; return; }
+    memset(tiles.t[t], 0, sizeof tiles.t[t]);
+    for (int r = 0; r < tiles.cfg.rows[t]; r++)
+        memcpy(tiles.t[t] + 64 * r, (const char *)p + r * stride, tiles.cfg.colsb[t]);
+}
+static void model_store(int t, void *p, long stride)
+{
+    if (!tile_ok(t)) { tile_faults++; return; }
+    for (int r = 0; r < tiles.cfg.rows[t]; r++) memcpy((char *)p + r * stride, tiles.t[t] + 64 * r, tiles.cfg.colsb[t]);
+}
+static float daz(float x) { return ftz(x); }
+static double amx_term(ds_bf16 a, ds_bf16 b) { return (double)daz(ds_bf16_value(a)) * daz(ds_bf16_value(b)); }
+static float amx_step(float acc, double sum) { return ftz(acc + ftz((float)sum)); }
+static void model_dot(int c, int a, int b)
+{
+    const model_cfg *g = &tiles.cfg;
+    if (!tile_ok(c) || !tile_ok(a) || !tile_ok(b) || c == a || c == b || a == b || g->rows[c] != g->rows[a] ||
+        g->colsb[a] != 4 * g->rows[b] || g->colsb[b] != g->colsb[c]) {
+        tile_faults++;
+        return;
+    }
+    for (int i = 0; i < g->rows[c]; i++)
+        for (int j = 0; j < g->colsb[c] / 4; j++) {
+            double sum = 0;
+            for (int k = 0; k < g->rows[b]; k++)
+                for (int e = 0; e < 2; e++) {
+                    ds_bf16 x, y;
+                    memcpy(&x, tiles.t[a] + 64 * i + 4 * k + 2 * e, 2);
+                    memcpy(&y, tiles.t[b] + 64 * k + 4 * j + 2 * e, 2);
+                    sum += amx_term(x, y);
+                }
+            float acc;
+            memcpy(&acc, tiles.t[c] + 64 * i + 4 * j, 4);
+            acc = amx_step(acc, sum);
+            memcpy(tiles.t[c] + 64 * i + 4 * j, &acc, 4);
+        }
+}
+static void model_release(void) { tiles.configured = 0; }
+
+#define AMX_NAME bgemm_amx_model
+#define AMX_TARGET
+#define AMX_CONFIG(cfg) model_config(cfg)
+#define AMX_ZERO(t) model_zero(t)
+#define AMX_LOAD(t, p, stride) model_load(t, p, stride)
+#define AMX_STORE(t, p, stride) model_store(t, p, stride)
+#define AMX_DOT(c, a, b) model_dot(c, a, b)
+#define AMX_RELEASE() model_release()
+#include "backend/cpu_bf16_amx.inc"
+
+/* What the kernel must give on the model, one element at a time: the driver's blocks, each
+ * segment's steps of 16 pairs (the missing pairs of a short step zeros, as in the tiles). */
+static void amx_rule(const shape *s, const ds_bf16 *A, const ds_bf16 *B, float *C)
+{
+    const long block = s->nseg == 1 && s->kseg > BGEMM_KC_MAX ? BGEMM_KC : s->kseg;
+    for (long i = 0; i < s->m; i++)
+        for (int j = 0; j < s->n; j++) {
+            float *c = C + i * s->ldc + j, acc = s->acc ? *c : 0.0f;
+            for (long k0 = 0; k0 < s->kseg; k0 += block)
+                for (long g = 0; g < s->nseg; g++)
+                    for (long p0 = k0; p0 < k0 + block && p0 < s->kseg; p0 += 32) {
+                        double sum = 0;
+                        for (long p = p0; p < p0 + 32; p++)
+                            sum += p < s->kseg && p < k0 + block
+                                       ? amx_term(A[i * s->sai + g * s->seg_a + p],
+                                                  B[g * s->seg_b + p / 2 * s->ldb + 2 * j + p % 2])
+                                       : 0.0 * 0.0;
+                        acc = amx_step(acc, sum);
+                    }
+            *c = acc;
+        }
+}
+
+/* Operands whose every element outside the shape is a NaN, so that a load reaching past a row,
+ * a segment or a step shows in the results. */
+static ds_bf16 *poisoned(size_t n) {
+    ds_bf16 *x = malloc((n + 64) * sizeof *x);
+    for (size_t i = 0; i < n + 64; i++) x[i] = 0x7fc0;
+    return x;
+}
+static void fill_shape(const shape *s, int cls, ds_bf16 *A, ds_bf16 *B)
+{
+    for (long i = 0; i < s->m; i++)
+        for (long g = 0; g < s->nseg; g++)
+            for (long p = 0; p < s->kseg; p++) A[i * s->sai + g * s->seg_a + p] = ds_bf16_round(value(cls));
+    for (long g = 0; g < s->nseg; g++)
+        for (long t = 0; t < s->kseg / 2; t++)
+            for (int j = 0; j < 2 * s->n; j++) B[g * s->seg_b + t * s->ldb + j] = ds_bf16_round(value(cls));
+}
+
+/* The kernel on the model: the model's bits (amx_rule), no fault, C's slack untouched. */
+static void run_amx_model(const shape *s, int cls, int *bad, const char **why)
+{
+    size_t nc = c_len(s);
+    ds_bf16 *A = poisoned(a_len(s)), *B = poisoned(b_len(s));
+    fill_shape(s, cls, A, B);
+    float *want = malloc((nc + 16) * sizeof *want), *got = malloc((nc + 16) * sizeof *got);
+    for (size_t i = 0; i < nc + 16; i++) want[i] = cls == 0 ? value(0) : ds_bf16_value(ds_bf16_round(value(cls)));
+    memcpy(got, want, (nc + 16) * sizeof *got);
+    amx_rule(s, A, B, want);
+    const long faults = tile_faults;
+    ds_bgemm_seg_with(bgemm_amx_model, s->m, s->n, s->nseg, s->kseg, A, s->sai, s->seg_a, B, s->ldb, s->seg_b, got,
+                      s->ldc, s->acc);
+    if (tile_faults != faults) {
+        fprintf(stderr, "  amx model: m %ld n %d nseg %ld kseg %ld: %ld tile faults\n", s->m, s->n, s->nseg, s->kseg,
+                tile_faults - faults);
+        *bad = 1, *why = "the kernel breaks the tiles' rules";
+    } else if (memcmp(got, want, (nc + 16) * sizeof *got)) {
+        size_t first = 0;
+        while (first < nc + 16 && !memcmp(got + first, want + first, sizeof *got)) first++;
+        fprintf(stderr, "  amx model: class %d m %ld n %d nseg %ld kseg %ld sai %ld acc %d: element %zu %s %a want %a\n",
+                cls, s->m, s->n, s->nseg, s->kseg, s->sai, s->acc, first, first >= nc ? "(past C!)" : "", got[first],
+                want[first]);
+        *bad = 1, *why = "the kernel on the tile model differs from the model's sums";
+    }
+    free(A), free(B), free(want), free(got);
+}
+
+/* kernel (the hardware's, or the model's) within cpu_bf16.h's bound of the exact rule, C's
+ * slack untouched; returns the largest error as a share of the bound through *worst. */
+static void amx_within_bound(ds_bgemm_kernel *kernel, const shape *s, int cls, int *bad, const char **why,
+                             double *worst)
+{
+    size_t nc = c_len(s);
+    ds_bf16 *A = poisoned(a_len(s)), *B = poisoned(b_len(s));
+    fill_shape(s, cls, A, B);
+    float *C0 = malloc((nc + 16) * sizeof *C0), *want = malloc((nc + 16) * sizeof *want),
+          *got = malloc((nc + 16) * sizeof *got);
+    for (size_t i = 0; i < nc + 16; i++) C0[i] = cls == 0 ? value(0) : ds_bf16_value(ds_bf16_round(value(cls)));
+    memcpy(want, C0, (nc + 16) * sizeof *want);
+    memcpy(got, C0, (nc + 16) * sizeof *got);
+    rule(s, A, B, want);
+    ds_bgemm_seg_with(kernel, s->m, s->n, s->nseg, s->kseg, A, s->sai, s->seg_a, B, s->ldb, s->seg_b, got, s->ldc,
+                      s->acc);
+    const long K = s->nseg * s->kseg;
+    for (long i = 0; i < s->m && !*bad; i++)
+        for (int j = 0; j < s->n; j++) {
+            const long at = i * s->ldc + j;
+            double mag = s->acc ? fabs(C0[at]) : 0;
+            for (long g = 0; g < s->nseg; g++)
+                for (long p = 0; p < s->kseg; p++)
+                    mag += fabs(amx_term(A[i * s->sai + g * s->seg_a + p], B[g * s->seg_b + p / 2 * s->ldb + 2 * j + p % 2]));
+            const double bound = (K + 2 * ((K + 31) / 32) + 64) * 0x1p-24 * mag + K * 0x1p-125,
+                         err = fabs((double)got[at] - want[at]);
+            if (!(err <= bound)) {
+                fprintf(stderr, "  amx: class %d m %ld n %d nseg %ld kseg %ld acc %d: C(%ld, %d) %a, rule %a, bound %g\n",
+                        cls, s->m, s->n, s->nseg, s->kseg, s->acc, i, j, got[at], want[at], bound);
+                *bad = 1, *why = "a result outside the bound";
+                break;
+            }
+            if (bound > 0 && err / bound > *worst) *worst = err / bound;
+        }
+    if (!*bad && memcmp(got + nc, C0 + nc, 16 * sizeof *got)) *bad = 1, *why = "written past C";
+    free(A), free(B), free(C0), free(want), free(got);
+}
+
+static ds_bgemm_kernel *bound_kernel;
+static double bound_worst;
+static void run_amx_bound(const shape *s, int cls, int *bad, const char **why)
+{
+    amx_within_bound(bound_kernel, s, cls, bad, why, &bound_worst);
+}
+
+static void test_amx(void)
+{
+    check_begin("bgemm_amx_kernel_on_tile_model");
+    int bad = 0;
+    const char *why = "";
+    every_shape(run_amx_model, 0xf, &bad, &why);
+    CHECK(!bad, "%s", why);
+    bad = 0;
+    // The bound on data whose sums stay finite: normal values, underflowing products, denormals.
+    bound_kernel = bgemm_amx_model, bound_worst = 0;
+    every_shape(run_amx_bound, 0xd, &bad, &why);
+    CHECK(!bad, "the model: %s", why);
+    printf("  amx tile model: largest error %.3g of the bound\n", bound_worst);
+    check_end();
+#if defined(__x86_64__) && defined(__linux__)
+    if (!ds_cpu_isa_supported(DS_CPU_AMX)) {
+        printf("SKIP bgemm_amx_within_bound: this CPU has no AMX-BF16 (the kernel ran on the tile model only)\n");
+        return;
+    }
+    check_begin("bgemm_amx_within_bound");
+    bad = 0;
+    bound_kernel = ds_bgemm_amx, bound_worst = 0;
+    every_shape(run_amx_bound, 0xd, &bad, &why);
+    CHECK(!bad, "TDPBF16PS: %s", why);
+    printf("  amx: largest error %.3g of the bound\n", bound_worst);
+    check_end();
+#else
+    printf("SKIP bgemm_amx_within_bound: AMX is x86-64 Linux only\n");
+#endif
 }
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -326,5 +578,6 @@ int main(void)
     test_pack_pairs();
     test_rule_is_the_instruction();
     test_levels_agree();
+    test_amx();
     return check_exit();
 }
