@@ -20,7 +20,11 @@
 #                    avx512, bf16 still runs: oneDNN emulates the BF16 extension's
 #                    instructions with plain AVX-512 ones. avx512bf16 adds the extension
 #                    (oneDNN's AVX512_CORE_BF16, ds's avx512bf16 kernels), needs a CPU with
-#                    avx512_bf16, and for ATen is avx512, which has no finer level
+#                    avx512_bf16, and for ATen is avx512, which has no finer level; amx
+#                    adds the tiles (oneDNN's AVX512_CORE_AMX, ds's amx set: not bitwise
+#                    its exact sets, docs/DESIGN.md §7) and needs a CPU with amx_bf16. Unset,
+#                    PyTorch's oneDNN uses AMX where the CPU has it and ds its best exact
+#                    set; ISA=amx is the like-for-like bf16 row there
 #   REPEAT=N         runs every configuration N times, the three programs taking turns, and
 #                    keeps each one's best (default 1): on a machine shared with other jobs
 #                    the best of a few is the fairer figure
@@ -55,7 +59,8 @@ case ${ISA:-} in
 avx2) export DS_CPU_KERNELS=avx2 DNNL_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 ;;
 avx512) export DS_CPU_KERNELS=avx512 DNNL_MAX_CPU_ISA=AVX512_CORE ATEN_CPU_CAPABILITY=avx512 ;;
 avx512bf16) export DS_CPU_KERNELS=avx512bf16 DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 ATEN_CPU_CAPABILITY=avx512 ;;
-*) echo "engine_bench: ISA must be avx2, avx512 or avx512bf16, not '$ISA'" >&2; exit 2 ;;
+amx) export DS_CPU_KERNELS=amx DNNL_MAX_CPU_ISA=AVX512_CORE_AMX ATEN_CPU_CAPABILITY=avx512 ;;
+*) echo "engine_bench: ISA must be avx2, avx512, avx512bf16 or amx, not '$ISA'" >&2; exit 2 ;;
 esac
 case ${PRECISION:-fp32} in
 fp32 | bf16) precisions=${PRECISION:-fp32} ;;

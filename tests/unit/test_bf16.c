@@ -172,15 +172,34 @@ static ds_bf16 *random_bf16(size_t n, int cls)
     return x;
 }
 
+/* n + 16 floats for C (16 of slack) of class cls: normal values, or bf16 ones of the class. */
+static float *random_c(size_t n, int cls)
+{
+    float *c = malloc((n + 16) * sizeof *c);
+    for (size_t i = 0; i < n + 16; i++) c[i] = cls == 0 ? value(0) : ds_bf16_value(ds_bf16_round(value(cls)));
+    return c;
+}
+
+/* got against want over C and its slack; on a difference, the first one on stderr. */
+static int same_c(const char *who, const shape *s, int cls, const float *got, const float *want)
+{
+    const size_t nc = c_len(s);
+    if (!memcmp(got, want, (nc + 16) * sizeof *got)) return 1;
+    size_t first = 0;
+    while (first < nc + 16 && !memcmp(got + first, want + first, sizeof *got)) first++;
+    fprintf(stderr, "  %s: class %d m %ld n %d nseg %ld kseg %ld sai %ld acc %d: element %zu %s %a want %a\n", who,
+            cls, s->m, s->n, s->nseg, s->kseg, s->sai, s->acc, first, first >= nc ? "(past C!)" : "", got[first],
+            want[first]);
+    return 0;
+}
+
 /* One shape on every level; sets *bad unless all give the rule's bits with C's slack
  * untouched, and (for class 0 data) the rule is close to the double sums. */
 static void run_shape(const shape *s, int cls, int *bad, const char **why)
 {
     size_t na = a_len(s), nb = b_len(s), nc = c_len(s);
     ds_bf16 *A = random_bf16(na, cls), *B = random_bf16(nb, cls);
-    float *C0 = malloc((nc + 16) * sizeof *C0), *want = malloc((nc + 16) * sizeof *want),
-          *got = malloc((nc + 16) * sizeof *got);
-    for (size_t i = 0; i < nc + 16; i++) C0[i] = cls == 0 ? value(0) : ds_bf16_value(ds_bf16_round(value(cls)));
+    float *C0 = random_c(nc, cls), *want = malloc((nc + 16) * sizeof *want), *got = malloc((nc + 16) * sizeof *got);
     memcpy(want, C0, (nc + 16) * sizeof *want);
     rule(s, A, B, want);
     long kd = s->nseg * s->kseg;
@@ -203,14 +222,7 @@ static void run_shape(const shape *s, int cls, int *bad, const char **why)
         memcpy(got, C0, (nc + 16) * sizeof *got);
         ds_bgemm_seg_isa((ds_cpu_isa)l, s->m, s->n, s->nseg, s->kseg, A, s->sai, s->seg_a, B, s->ldb, s->seg_b, got,
                          s->ldc, s->acc);
-        if (memcmp(got, want, (nc + 16) * sizeof *got)) {
-            size_t first = 0;
-            while (first < nc + 16 && !memcmp(got + first, want + first, sizeof *got)) first++;
-            fprintf(stderr, "  %s: class %d m %ld n %d nseg %ld kseg %ld sai %ld acc %d: element %zu %s %a want %a\n",
-                    ds_cpu_isa_name((ds_cpu_isa)l), cls, s->m, s->n, s->nseg, s->kseg, s->sai, s->acc, first,
-                    first >= nc ? "(past C!)" : "", got[first], want[first]);
-            *bad = 1, *why = "a level differs from the rule";
-        }
+        if (!same_c(ds_cpu_isa_name((ds_cpu_isa)l), s, cls, got, want)) *bad = 1, *why = "a level differs from the rule";
     }
     free(A), free(B), free(C0), free(want), free(got);
 }
@@ -410,8 +422,7 @@ static void run_amx_model(const shape *s, int cls, int *bad, const char **why)
     size_t nc = c_len(s);
     ds_bf16 *A = poisoned(a_len(s)), *B = poisoned(b_len(s));
     fill_shape(s, cls, A, B);
-    float *want = malloc((nc + 16) * sizeof *want), *got = malloc((nc + 16) * sizeof *got);
-    for (size_t i = 0; i < nc + 16; i++) want[i] = cls == 0 ? value(0) : ds_bf16_value(ds_bf16_round(value(cls)));
+    float *want = random_c(nc, cls), *got = malloc((nc + 16) * sizeof *got);
     memcpy(got, want, (nc + 16) * sizeof *got);
     amx_rule(s, A, B, want);
     const long faults = tile_faults;
@@ -421,12 +432,7 @@ static void run_amx_model(const shape *s, int cls, int *bad, const char **why)
         fprintf(stderr, "  amx model: m %ld n %d nseg %ld kseg %ld: %ld tile faults\n", s->m, s->n, s->nseg, s->kseg,
                 tile_faults - faults);
         *bad = 1, *why = "the kernel breaks the tiles' rules";
-    } else if (memcmp(got, want, (nc + 16) * sizeof *got)) {
-        size_t first = 0;
-        while (first < nc + 16 && !memcmp(got + first, want + first, sizeof *got)) first++;
-        fprintf(stderr, "  amx model: class %d m %ld n %d nseg %ld kseg %ld sai %ld acc %d: element %zu %s %a want %a\n",
-                cls, s->m, s->n, s->nseg, s->kseg, s->sai, s->acc, first, first >= nc ? "(past C!)" : "", got[first],
-                want[first]);
+    } else if (!same_c("amx model", s, cls, got, want)) {
         *bad = 1, *why = "the kernel on the tile model differs from the model's sums";
     }
     free(A), free(B), free(want), free(got);
@@ -440,9 +446,7 @@ static void amx_within_bound(ds_bgemm_kernel *kernel, const shape *s, int cls, i
     size_t nc = c_len(s);
     ds_bf16 *A = poisoned(a_len(s)), *B = poisoned(b_len(s));
     fill_shape(s, cls, A, B);
-    float *C0 = malloc((nc + 16) * sizeof *C0), *want = malloc((nc + 16) * sizeof *want),
-          *got = malloc((nc + 16) * sizeof *got);
-    for (size_t i = 0; i < nc + 16; i++) C0[i] = cls == 0 ? value(0) : ds_bf16_value(ds_bf16_round(value(cls)));
+    float *C0 = random_c(nc, cls), *want = malloc((nc + 16) * sizeof *want), *got = malloc((nc + 16) * sizeof *got);
     memcpy(want, C0, (nc + 16) * sizeof *want);
     memcpy(got, C0, (nc + 16) * sizeof *got);
     rule(s, A, B, want);
