@@ -294,13 +294,25 @@ static void test_levels_agree(void)
  * fault. TDPBF16PS as the probe's nearest model: each element of C plus its row's products
  * (all of the tile's pairs, in order) summed in double and rounded once, denormal inputs and
  * result as zeros. The hardware's adder differs in last bits; cpu_bf16.h's bound covers both. */
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} model_cfg;
+static void model_config(const void *p);
+static void model_zero(int t);
+static void model_load(int t, const void *p, long stride);
+static void model_store(int t, void *p, long stride);
+static void model_dot(int c, int a, int b);
+static void model_release(void);
+#define AMX_NAME bgemm_amx_model
+#define AMX_TARGET
+#define AMX_CONFIG(cfg) model_config(cfg)
+#define AMX_ZERO(t) model_zero(t)
+#define AMX_LOAD(t, p, stride) model_load(t, p, stride)
+#define AMX_STORE(t, p, stride) model_store(t, p, stride)
+#define AMX_DOT(c, a, b) model_dot(c, a, b)
+#define AMX_RELEASE() model_release()
+#include "backend/cpu_bf16_amx.inc"
+
+/* The model's state: the configuration (the kernel's own amx_tilecfg) and eight tiles. */
 static struct {
-    model_cfg cfg;
+    amx_tilecfg cfg;
     int configured;
     unsigned char t[8][1024];
 } tiles;
@@ -342,7 +354,7 @@ static double amx_term(ds_bf16 a, ds_bf16 b) { return (double)daz(ds_bf16_value(
 static float amx_step(float acc, double sum) { return ftz(acc + ftz((float)sum)); }
 static void model_dot(int c, int a, int b)
 {
-    const model_cfg *g = &tiles.cfg;
+    const amx_tilecfg *g = &tiles.cfg;
     if (!tile_ok(c) || !tile_ok(a) || !tile_ok(b) || c == a || c == b || a == b || g->rows[c] != g->rows[a] ||
         g->colsb[a] != 4 * g->rows[b] || g->colsb[b] != g->colsb[c]) {
         tile_faults++;
@@ -366,15 +378,6 @@ static void model_dot(int c, int a, int b)
 }
 static void model_release(void) { tiles.configured = 0; }
 
-#define AMX_NAME bgemm_amx_model
-#define AMX_TARGET
-#define AMX_CONFIG(cfg) model_config(cfg)
-#define AMX_ZERO(t) model_zero(t)
-#define AMX_LOAD(t, p, stride) model_load(t, p, stride)
-#define AMX_STORE(t, p, stride) model_store(t, p, stride)
-#define AMX_DOT(c, a, b) model_dot(c, a, b)
-#define AMX_RELEASE() model_release()
-#include "backend/cpu_bf16_amx.inc"
 
 /* What the kernel must give on the model, one element at a time: the driver's blocks, each
  * segment's steps of 16 pairs (the missing pairs of a short step zeros, as in the tiles). */
