@@ -11,6 +11,11 @@
 #   make bench-peers  ds against PyTorch 2.x, DALI, FFCV, Pillow-SIMD side by side (bench/PEERS.md)
 #   make SAN=1      AddressSanitizer + UndefinedBehaviorSanitizer build (objects in build-san/)
 #   make CUDA=0     never look for nvcc
+#   make emu        the tools and the CUDA tests on the emulated CUDA device (tests/emu): the
+#                   CUDA backend's own code compiled for the host against the toolkit's
+#                   headers, the runtime, cuDNN, cuBLAS and NCCL emulated (bin-emu/, build-emu/;
+#                   EMU_SAN=address or thread: bin-emu-asan/, bin-emu-tsan/)
+#   make check-emu  every CUDA test on the emulated device (make check includes it)
 # Probes are deferred variables, expanded only by the make that compiles, so `make deps`
 # can install the libraries before anything looks for them.
 
@@ -77,6 +82,14 @@ CUDA_MISSING := $(if $(NVCC),$(strip $(foreach p,$(CUDA_PARTS),$(if $(CUDA_AT_$(
                                      $(foreach p,$(CUDA_PARTS),$(if $(CUDA_AT_$(p)),,lib$(p).so))))
 CUDA_SEARCHED = $(sort $(foreach p,$(CUDA_PARTS),$(if $(CUDA_AT_$(p)),,$(filter-out $(CUDA_HOME),$($(p)_HOMES)))))
 CUDA_FOUND    = $(foreach p,$(CUDA_PARTS),$(p) $(CUDA_LIB_$(p)))
+# EMU=1 (set by `make emu`): the CUDA sources compiled by the host's C++ compiler against the
+# toolkit's headers, with the emulated device (tests/emu/*.cc) in libcommon.a in place of
+# NVIDIA's libraries; only the headers are needed.
+EMU      ?= 0
+EMU_SAN  ?=
+ifeq ($(EMU),1)
+CUDA     := $(if $(and $(CUDA_INC_cudart),$(CUDA_INC_cudnn),$(CUDA_INC_cublas),$(CUDA_INC_nccl)),1,0)
+endif
 CUDA     ?= $(if $(filter 1,$(SAN)),0,$(if $(and $(NVCC),$(CUDA_HOME),$(if $(CUDA_MISSING),,ok)),1,0))
 CUDA_SRCS := $(if $(filter 1,$(CUDA)),$(wildcard libcommon/*.cu libcommon/backend/*.cu))
 # -I and -L for every directory found, but the compiler's own; run paths for the libraries.
@@ -84,7 +97,8 @@ CUDA_SYSDIRS := /usr/include/ $(MULTIARCH:%=/usr/include/%/) $(MULTIARCH:%=/usr/
 CUDA_INCS   = $(addprefix -I,$(patsubst %/,%,$(filter-out $(CUDA_SYSDIRS),$(sort $(foreach p,$(CUDA_PARTS),$(dir $(CUDA_INC_$(p))))))))
 CUDA_LIBDIRS = $(patsubst %/,%,$(filter-out $(CUDA_SYSDIRS),$(sort $(foreach p,$(CUDA_PARTS),$(dir $(CUDA_LIB_$(p)))))))
 CUDA_CFLAGS = $(if $(CUDA_SRCS),-DDS_HAVE_CUDA=1 $(CUDA_INCS))
-CUDA_LIBS   = $(if $(CUDA_SRCS),$(foreach d,$(CUDA_LIBDIRS),-L$(d) -Wl$(comma)-rpath$(comma)$(d)) \
+CUDA_LIBS   = $(if $(filter 1,$(EMU)),-lrt,$(CUDA_LIBS_REAL))
+CUDA_LIBS_REAL = $(if $(CUDA_SRCS),$(foreach d,$(CUDA_LIBDIRS),-L$(d) -Wl$(comma)-rpath$(comma)$(d)) \
               $(foreach p,cudnn cublasLt cublas nccl cudart,-l:$(notdir $(CUDA_LIB_$(p)))))
 # SASS for the GPUs built for, and PTX of the newest for any later GPU (the driver compiles it).
 CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_86,code=sm_86 \
@@ -98,17 +112,24 @@ SAN_FLAGS := -fsanitize=address -fsanitize=undefined -fno-sanitize-recover=undef
 # stay bitwise the same, as contraction of a * b + c into one fma is off everywhere (only an
 # explicit fmaf fuses).
 NATIVE   ?= 0
-OPT      := $(if $(filter 1,$(SAN)),-O1 -fno-omit-frame-pointer $(SAN_FLAGS),-O2) \
+EMU_SAN_FLAGS := $(if $(EMU_SAN),-fsanitize=$(EMU_SAN) -fno-omit-frame-pointer)
+OPT      := $(if $(filter 1,$(SAN)),-O1 -fno-omit-frame-pointer $(SAN_FLAGS),-O2) $(EMU_SAN_FLAGS) \
             $(if $(filter 1,$(NATIVE)),-march=native) -ffp-contract=off
 SRC_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -Ilibcommon \
              -DDS_VERSION=\"$(VERSION)\" $(PKG_CFLAGS) $(MPI_CFLAGS) $(CUDA_CFLAGS)
 CFLAGS   += $(SRC_CFLAGS) -g $(OPT) -MMD -MP
-LDFLAGS  += -fopenmp $(if $(filter 1,$(SAN)),$(SAN_FLAGS))
+LDFLAGS  += -fopenmp $(if $(filter 1,$(SAN)),$(SAN_FLAGS)) $(EMU_SAN_FLAGS)
 LDLIBS   += $(PKG_LIBS) $(MPI_LIBS) $(CUDA_LIBS) -lz -lm -lpthread
 NVFLAGS  := -O3 -MMD -MP -std=c++17 $(CUDA_ARCHS) -Ilibcommon $(CUDA_INCS) -DDS_HAVE_CUDA=1 $(if $(MPI_CFLAGS),$(shell mpicc --showme:compile)) -Xcompiler -fPIC$(comma)-Wall$(comma)-Wextra
 
 LIB_SRCS  := $(sort $(wildcard libcommon/*.c libcommon/backend/*.c))
-LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
+EMU_SRCS  := $(if $(filter 1,$(EMU)),$(sort $(wildcard tests/emu/emu_*.cc)))
+LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CUDA_SRCS:%.cu=$(BUILD)/%.o) $(EMU_SRCS:%.cc=$(BUILD)/%.o)
+EMU_TEST_SRCS := $(if $(filter 1,$(EMU)),$(sort $(wildcard tests/emu/test_*.cc)))
+EMU_TEST_BINS := $(EMU_TEST_SRCS:tests/emu/%.cc=$(BUILD)/emu-tests/%)
+EMU_CXXFLAGS = -std=c++17 -D_GNU_SOURCE -g $(if $(EMU_SAN),-O1,-O2) $(EMU_SAN_FLAGS) -ffp-contract=off -Wall -Wextra \
+               -Wno-unused-parameter -Wno-deprecated-declarations -fopenmp -Ilibcommon -Itests/emu $(CUDA_INCS) \
+               -DDS_HAVE_CUDA=1 -DDS_CUDA_EMULATED=1 $(MPI_CFLAGS) -MMD -MP
 LIB       := $(BUILD)/libcommon.a
 TOOL_SRCS := $(sort $(wildcard tools/*/ds*.c))
 TOOLS     := $(foreach s,$(TOOL_SRCS),$(BIN)/$(basename $(notdir $(s))))
@@ -155,23 +176,37 @@ deps:
 # Objects depend on the flags they were compiled with: this file changes when the flags do
 # (NATIVE=1, CUDA=0, a new library), so such a change rebuilds everything.
 $(BUILD)/.flags: FORCE
-	@mkdir -p $(@D); f='$(CC) $(CFLAGS) $(NVCC) $(NVFLAGS)'; \
+	@mkdir -p $(@D); f='$(CC) $(CFLAGS) $(NVCC) $(NVFLAGS) $(EMU) $(EMU_CXXFLAGS)'; \
 	[ "$$(cat $@ 2>/dev/null)" = "$$f" ] || printf '%s\n' "$$f" >$@
 
 $(BUILD)/%.o: %.c $(BUILD)/.flags
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+ifeq ($(EMU),1)
+$(BUILD)/%.o: %.cu $(BUILD)/.flags
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -x c++ -include tests/emu/emu_device.h -c $< -o $@
+else
 $(BUILD)/%.o: %.cu $(BUILD)/.flags
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
+endif
+
+$(BUILD)/tests/emu/%.o: tests/emu/%.cc $(BUILD)/.flags
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+
+$(BUILD)/emu-tests/%: $(BUILD)/tests/emu/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(LINK)
 
 $(LIB): $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
 # Links one program ($<, its object) against the library; the CUDA objects need libstdc++.
-LINK = $(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) $(if $(CUDA_SRCS),-lstdc++) -o $@
+LINK = $(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) $(if $(CUDA_SRCS),-lstdc++) $(EMU_SAN_FLAGS) -o $@
 
 $(BUILD)/data/%: $(BUILD)/data/%.o $(LIB)
 	$(LINK)
@@ -222,6 +257,25 @@ check-march:
 	  echo "check-march: every source compiles for -march=$$m"; \
 	done
 
+# The emulated CUDA device (tests/emu; docs/DESIGN.md §5): the tools, the unit tests and the
+# emulator's own tests built for it (EMU=1) in build-emu/ and bin-emu/; EMU_SAN=address or
+# thread the same under AddressSanitizer or ThreadSanitizer (build-emu-asan/, build-emu-tsan/).
+# check-emu runs every CUDA test on it (tests/run.sh --emu-only).
+EMU_DIR = build-emu$(if $(EMU_SAN),-$(if $(filter thread,$(EMU_SAN)),tsan,asan))
+EMU_BIN_DIR = bin-emu$(if $(EMU_SAN),-$(if $(filter thread,$(EMU_SAN)),tsan,asan))
+.PHONY: emu check-emu emu-all
+emu:
+	@$(MAKE) --no-print-directory -j$(NPROC) EMU=1 BUILD=$(EMU_DIR) BIN=$(EMU_BIN_DIR) emu-all
+emu-all: config
+	@test "$(CUDA)" = 1 || { echo "emu: needs the headers of the CUDA toolkit, cuDNN, cuBLAS and NCCL"; exit 1; }
+	@$(MAKE) --no-print-directory EMU=1 $(LIB) $(TOOLS) $(DATA_BINS) $(TEST_BINS) $(DRV_BINS) $(EMU_TEST_BINS)
+
+check-emu: deps
+	@$(MAKE) --no-print-directory emu
+	@$(MAKE) --no-print-directory emu EMU_SAN=address
+	@$(MAKE) --no-print-directory emu EMU_SAN=thread
+	@tests/run.sh --long --emu-only
+
 # The sanitizer pass alone.
 test-san: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) SAN=1 all
@@ -267,7 +321,7 @@ fuzz:
 	@scripts/fuzz.sh $(FUZZ_SRCS)
 
 clean:
-	rm -rf build build-san bin bin-san
+	rm -rf build build-san bin bin-san build-emu* bin-emu*
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 

@@ -13,6 +13,10 @@
 #                                   build (make SAN=1: bin-san/, build-san/); the last line
 #                                   counts both passes
 #   tests/run.sh --san-only [...]   the sanitizer pass alone
+#   tests/run.sh --emu [...]        then the CUDA tests on the emulated device (make emu:
+#                                   bin-emu/, build-emu/), and again on its AddressSanitizer
+#                                   and ThreadSanitizer builds where those are built
+#   tests/run.sh --emu-only [...]   the emulated device's passes alone
 # Two tiers, no list to edit: a test that takes long marks itself with a line near its top,
 # "# LONG: why" (shell, Python) or "/* LONG: why */" (C), and the quick tier leaves it out;
 # a long part of a test asks `long NAME` (lib.sh, reflib.py) or check_long (check.h), which
@@ -36,6 +40,8 @@ while [ $# -gt 0 ]; do
     --long) long=1; shift ;;
     --san) passes="normal san"; shift ;;
     --san-only) passes="san"; shift ;;
+    --emu) passes="$passes emu emu-asan emu-tsan"; shift ;;
+    --emu-only) passes="emu emu-asan emu-tsan"; shift ;;
     *) break ;;
     esac
 done
@@ -102,8 +108,28 @@ run_one() {  # name source command...
 # Every unit and pipeline test also runs in the sanitizer pass (the slowest, test_dstrain_mpi.sh,
 # takes about a minute there); only the reference tests, in Python, are left out.
 
+# The emulated device's passes (tests/emu, docs/DESIGN.md §5): the CUDA unit tests, the
+# emulator's own tests and the pipeline tests of the CUDA backend (test_cuda*.sh,
+# test_emu*.sh), with bin-emu*/ first on PATH.
+run_emu_pass() {  # LABEL
+    local label=$1 t
+    echo "== $label pass: $BIN/, $BUILD/"
+    for t in "$BUILD"/tests/test_cuda_* "$BUILD"/emu-tests/*; do
+        [ -x "$t" ] && [ -f "$t" ] && run_one "$label:unit/$(basename "$t")" "$(emu_source "$t")" "$t"
+    done
+    for t in tests/shell/test_cuda*.sh tests/shell/test_emu*.sh; do
+        [ -f "$t" ] && run_one "$label:shell/$(basename "$t")" "$t" bash "$t"
+    done
+}
+emu_source() {  # a test binary's source, for its LONG mark
+    local b
+    b=$(basename "$1")
+    if [ -f "tests/unit/$b.c" ]; then echo "tests/unit/$b.c"; else echo "tests/emu/$b.cc"; fi
+}
+
 run_pass() {  # LABEL: every test of $BUILD and $BIN (no reference tests in the san pass)
     local label=$1 prefix=""
+    case $label in emu*) run_emu_pass "$label"; return ;; esac
     [ "$label" = san ] && prefix="san:"
     echo "== $label pass: $BIN/, $BUILD/"
     for t in "$BUILD"/tests/*; do
@@ -123,6 +149,24 @@ san_logs=""
 for pass in $passes; do
     if [ "$pass" = normal ]; then
         export BIN=$normal_bin BUILD=$normal_build
+    elif [[ $pass = emu* ]]; then
+        suffix=${pass#emu}
+        export BIN=bin-emu$suffix BUILD=build-emu$suffix
+        if [ ! -d "$BUILD" ]; then
+            echo "== $pass pass: $BUILD/ is not built (make emu${suffix:+ EMU_SAN=$([ "$suffix" = -tsan ] && echo thread || echo address)})"
+            continue
+        fi
+        san_logs=""
+        unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS
+        if [ -n "$suffix" ]; then
+            san_logs=$work/san-reports
+            mkdir -p "$san_logs"
+            # the emulated device's workers are never joined: what they hold at exit is not a leak
+            export ASAN_OPTIONS="detect_leaks=0:log_path=$san_logs/asan:log_exe_name=1"
+            export TSAN_OPTIONS="log_path=$san_logs/tsan:log_exe_name=1:second_deadlock_stack=1"
+            # libgomp's own synchronisation is invisible to ThreadSanitizer: one OpenMP thread
+            [ "$suffix" = -tsan ] && export OMP_NUM_THREADS=1
+        fi
     else
         export BIN=bin-san BUILD=build-san
         san_logs=$work/san-reports

@@ -25,6 +25,17 @@ extern "C" {
 /* After every kernel launch: a bad configuration is reported here, at the launch site. */
 #define launchCheck() cudaCheck(cudaGetLastError())
 
+/* A kernel launch, kernel<<<grid, block, shmem, stream>>>(...) under nvcc. A host
+ * compilation for the emulated device (tests/emu, DS_CUDA_EMULATED) queues the same grid on
+ * the emulator's stream instead, each thread calling the kernel with the arguments copied at
+ * the launch. */
+#ifdef DS_CUDA_EMULATED
+#define DS_LAUNCH(kernel, grid, block, shmem, stream, ...) \
+    ::emu::launch_kernel(#kernel, grid, block, shmem, stream, [](auto... a_) { kernel(a_...); }, __VA_ARGS__)
+#else
+#define DS_LAUNCH(kernel, grid, block, shmem, stream, ...) kernel<<<grid, block, shmem, stream>>>(__VA_ARGS__)
+#endif
+
 /* Grid-stride launch size for n elements: enough blocks to fill the GPU, no more. */
 static inline unsigned ds_cuda_blocks(size_t n, int threads)
 {

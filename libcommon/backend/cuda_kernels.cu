@@ -61,8 +61,8 @@ static void bn_partials(double *partial, T *dout, const T *out, const T *in, con
                         int relu, int m, int c, int chunks)
 {
     dim3 grid((c + BN_CH - 1) / BN_CH, chunks / BN_ROWS), block(BN_CH, BN_ROWS);
-    bn_partial_kernel<<<grid, block, 0, ds_cuda_stream()>>>(partial, dout, out, in, center, mode, relu, m, c,
-                                                            chunks);
+    DS_LAUNCH(bn_partial_kernel, grid, block, 0, ds_cuda_stream(), partial, dout, out, in, center, mode, relu, m, c,
+        chunks);
     launchCheck();
 }
 
@@ -133,12 +133,12 @@ static void bn_fwd_train(T *out, float *mean, float *var, float *invstd, const T
     int chunks = bn_chunks(m, c);
     float *ka = bn_coef(c, 0);
     bn_partials(scratch, (T *)NULL, (const T *)NULL, in, NULL, BN_STATS, 0, m, c, chunks);
-    bn_stats_final_kernel<<<bn_final_grid(c), bn_final_block, 0, ds_cuda_stream()>>>(
-        mean, var, invstd, ka, scratch, in, gamma, m, c, chunks, eps);
+    DS_LAUNCH(bn_stats_final_kernel, bn_final_grid(c), bn_final_block, 0, ds_cuda_stream(), mean, var, invstd, ka,
+        scratch, in, gamma, m, c, chunks, eps);
     launchCheck();
     long total = (long)m * c;
-    bn_apply_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(out, in, mean, ka, beta, residual,
-                                                                                      relu, total, c);
+    DS_LAUNCH(bn_apply_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), out, in, mean, ka, beta,
+        residual, relu, total, c);
     launchCheck();
 }
 
@@ -159,11 +159,12 @@ static void bn_fwd_infer(T *out, const T *in, const float *gamma, const float *b
                          const float *running_var, const T *residual, int relu, int m, int c, float eps)
 {
     float *ka = bn_coef(c, 0);
-    bn_infer_coef_kernel<<<(c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream()>>>(ka, gamma, running_var, c, eps);
+    DS_LAUNCH(bn_infer_coef_kernel, (c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream(), ka, gamma, running_var,
+        c, eps);
     launchCheck();
     long total = (long)m * c;
-    bn_apply_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(out, in, running_mean, ka, beta,
-                                                                                      residual, relu, total, c);
+    DS_LAUNCH(bn_apply_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), out, in, running_mean,
+        ka, beta, residual, relu, total, c);
     launchCheck();
 }
 
@@ -196,13 +197,13 @@ static void bn_bwd(T *din, T *dresidual, float *dgamma, float *dbeta, T *dout, c
     float *ka = bn_coef(c, 0), *kb = bn_coef(c, 1), *kc = bn_coef(c, 2);
     long total = (long)m * c;
     bn_partials(scratch, dout, out, in, mean, BN_GRADS, relu, m, c, chunks);
-    bn_grad_final_kernel<<<bn_final_grid(c), bn_final_block, 0, ds_cuda_stream()>>>(
-        dgamma, dbeta, ka, kb, kc, scratch, gamma, invstd, m, c, chunks);
+    DS_LAUNCH(bn_grad_final_kernel, bn_final_grid(c), bn_final_block, 0, ds_cuda_stream(), dgamma, dbeta, ka, kb, kc,
+        scratch, gamma, invstd, m, c, chunks);
     launchCheck();
     /* dresidual = dout (after the ReLU mask) is written by the dx kernel, unless they are one
      * buffer */
-    bn_dx_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(
-        din, dresidual != dout ? dresidual : NULL, dout, in, mean, ka, kb, kc, total, c);
+    DS_LAUNCH(bn_dx_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), din,
+        dresidual != dout ? dresidual : NULL, dout, in, mean, ka, kb, kc, total, c);
     launchCheck();
 }
 
@@ -237,9 +238,9 @@ void ds_cuda_maxpool_fwd(void *out, const void *in, const ds_pool_desc *d)
     long total = (long)d->n * d->p * d->q * d->c;
     unsigned blocks = ds_cuda_blocks(total, THREADS);
     if (d->t == DS_BF16)
-        maxpool_fwd_kernel<<<blocks, THREADS, 0, ds_cuda_stream()>>>((bf16 *)out, (const bf16 *)in, *d);
+        DS_LAUNCH(maxpool_fwd_kernel, blocks, THREADS, 0, ds_cuda_stream(), (bf16 *)out, (const bf16 *)in, *d);
     else
-        maxpool_fwd_kernel<<<blocks, THREADS, 0, ds_cuda_stream()>>>((float *)out, (const float *)in, *d);
+        DS_LAUNCH(maxpool_fwd_kernel, blocks, THREADS, 0, ds_cuda_stream(), (float *)out, (const float *)in, *d);
     launchCheck();
 }
 
@@ -250,11 +251,11 @@ void ds_cuda_maxpool_bwd(void *din, const void *dout, const void *in, const void
     long total = (long)d->n * d->h * d->w * d->c;
     unsigned blocks = ds_cuda_blocks(total, THREADS);
     if (d->t == DS_BF16)
-        maxpool_bwd_kernel<<<blocks, THREADS, 0, ds_cuda_stream()>>>((bf16 *)din, (const bf16 *)dout,
-                                                                     (const bf16 *)in, *d);
+        DS_LAUNCH(maxpool_bwd_kernel, blocks, THREADS, 0, ds_cuda_stream(), (bf16 *)din, (const bf16 *)dout, (const
+            bf16 *)in, *d);
     else
-        maxpool_bwd_kernel<<<blocks, THREADS, 0, ds_cuda_stream()>>>((float *)din, (const float *)dout,
-                                                                     (const float *)in, *d);
+        DS_LAUNCH(maxpool_bwd_kernel, blocks, THREADS, 0, ds_cuda_stream(), (float *)din, (const float *)dout, (const
+            float *)in, *d);
     launchCheck();
 }
 
@@ -275,9 +276,9 @@ void ds_cuda_avgpool_fwd(float *out, const void *in, int n, int hw, int c, ds_dt
 {
     unsigned blocks = (unsigned)(((long)n * c + THREADS - 1) / THREADS);
     if (in_t == DS_BF16)
-        avgpool_fwd_kernel<<<blocks, THREADS, 0, ds_cuda_stream()>>>(out, (const bf16 *)in, n, hw, c);
+        DS_LAUNCH(avgpool_fwd_kernel, blocks, THREADS, 0, ds_cuda_stream(), out, (const bf16 *)in, n, hw, c);
     else
-        avgpool_fwd_kernel<<<blocks, THREADS, 0, ds_cuda_stream()>>>(out, (const float *)in, n, hw, c);
+        DS_LAUNCH(avgpool_fwd_kernel, blocks, THREADS, 0, ds_cuda_stream(), out, (const float *)in, n, hw, c);
     launchCheck();
 }
 
@@ -285,9 +286,9 @@ void ds_cuda_avgpool_bwd(void *din, const float *dout, int n, int hw, int c, ds_
 {
     unsigned blocks = ds_cuda_blocks((long)n * hw * c, THREADS);
     if (in_t == DS_BF16)
-        avgpool_bwd_kernel<<<blocks, THREADS, 0, ds_cuda_stream()>>>((bf16 *)din, dout, n, hw, c);
+        DS_LAUNCH(avgpool_bwd_kernel, blocks, THREADS, 0, ds_cuda_stream(), (bf16 *)din, dout, n, hw, c);
     else
-        avgpool_bwd_kernel<<<blocks, THREADS, 0, ds_cuda_stream()>>>((float *)din, dout, n, hw, c);
+        DS_LAUNCH(avgpool_bwd_kernel, blocks, THREADS, 0, ds_cuda_stream(), (float *)din, dout, n, hw, c);
     launchCheck();
 }
 
@@ -306,13 +307,13 @@ __global__ void bias_bwd_kernel(float *db, const float *dout, int n, int o)
 
 void ds_cuda_bias_fwd(float *out, const float *b, int n, int o)
 {
-    bias_fwd_kernel<<<ds_cuda_blocks((long)n * o, THREADS), THREADS, 0, ds_cuda_stream()>>>(out, b, n, o);
+    DS_LAUNCH(bias_fwd_kernel, ds_cuda_blocks((long)n * o, THREADS), THREADS, 0, ds_cuda_stream(), out, b, n, o);
     launchCheck();
 }
 
 void ds_cuda_bias_bwd(float *db, const float *dout, int n, int o)
 {
-    bias_bwd_kernel<<<(o + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream()>>>(db, dout, n, o);
+    DS_LAUNCH(bias_bwd_kernel, (o + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream(), db, dout, n, o);
     launchCheck();
 }
 
@@ -327,7 +328,7 @@ __device__ T block_reduce(T v, Op op)
     buf[threadIdx.x] = v;
     __syncthreads();
     for (int s = THREADS / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) buf[threadIdx.x] = op(buf[threadIdx.x], buf[threadIdx.x + s]);
+        if ((int)threadIdx.x < s) buf[threadIdx.x] = op(buf[threadIdx.x], buf[threadIdx.x + s]);
         __syncthreads();
     }
     T r = buf[0];
@@ -366,7 +367,8 @@ void ds_cuda_softmax_xent(float *loss, float *dlogits, const float *logits, cons
                           int n, int c, float smoothing, float scale)
 {
     if (n <= 0) return;
-    softmax_xent_kernel<<<n, THREADS, 0, ds_cuda_stream()>>>(loss, dlogits, logits, labels, c, smoothing, scale);
+    DS_LAUNCH(softmax_xent_kernel, n, THREADS, 0, ds_cuda_stream(), loss, dlogits, logits, labels, c, smoothing,
+        scale);
     launchCheck();
 }
 
@@ -382,7 +384,8 @@ void ds_cuda_sgd_step(float *w, float *buf, const float *grad, size_t n, float l
                       float wd, int nesterov, int first)
 {
     if (!n) return;
-    sgd_kernel<<<ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream()>>>(w, buf, grad, n, lr, momentum, wd, nesterov, first);
+    DS_LAUNCH(sgd_kernel, ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream(), w, buf, grad, n, lr, momentum, wd,
+        nesterov, first);
     launchCheck();
 }
 
@@ -399,14 +402,14 @@ __global__ void axpy_kernel(float *y, float alpha, const float *x, size_t n)
 void ds_cuda_scale(float *x, float alpha, size_t n)
 {
     if (!n) return;
-    scale_kernel<<<ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream()>>>(x, alpha, n);
+    DS_LAUNCH(scale_kernel, ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream(), x, alpha, n);
     launchCheck();
 }
 
 void ds_cuda_axpy(float *y, float alpha, const float *x, size_t n)
 {
     if (!n) return;
-    axpy_kernel<<<ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream()>>>(y, alpha, x, n);
+    DS_LAUNCH(axpy_kernel, ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream(), y, alpha, x, n);
     launchCheck();
 }
 
@@ -422,7 +425,8 @@ void ds_cuda_add(void *y, const void *x, size_t n, ds_dtype t)
         ds_cuda_axpy((float *)y, 1.0f, (const float *)x, n);   /* x * 1 is exact: y + x */
         return;
     }
-    add_bf16_kernel<<<ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream()>>>((bf16 *)y, (const bf16 *)x, n);
+    DS_LAUNCH(add_bf16_kernel, ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream(), (bf16 *)y, (const bf16 *)x,
+        n);
     launchCheck();
 }
 
@@ -448,8 +452,8 @@ void ds_cuda_normalize_u8(float *out, const uint8_t *in, int n, int H, int W, in
 {
     long total = (long)n * ch * cw * 3;
     if (total <= 0) return;
-    normalize_u8_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(
-        out, in, n, H, W, ch, cw, y0, x0, flip, norm_of(mean, std));
+    DS_LAUNCH(normalize_u8_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), out, in, n, H, W, ch,
+        cw, y0, x0, flip, norm_of(mean, std));
     launchCheck();
 }
 
@@ -466,8 +470,8 @@ void ds_cuda_resized_crop_u8(float *out, const uint8_t *in, int n, int H, int W,
 {
     long total = (long)n * ch * cw * 3;
     if (total <= 0) return;
-    resized_crop_u8_kernel<<<ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream()>>>(
-        out, in, n, H, W, ch, cw, y0, x0, bh, bw, flip, norm_of(mean, std));
+    DS_LAUNCH(resized_crop_u8_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), out, in, n, H, W,
+        ch, cw, y0, x0, bh, bw, flip, norm_of(mean, std));
     launchCheck();
 }
 
@@ -486,13 +490,14 @@ __global__ void from_bf16_kernel(float *dst, const bf16 *src, size_t n, int accu
 void ds_cuda_to_bf16(void *dst, const float *src, size_t n)
 {
     if (!n) return;
-    to_bf16_kernel<<<ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream()>>>((bf16 *)dst, src, n);
+    DS_LAUNCH(to_bf16_kernel, ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream(), (bf16 *)dst, src, n);
     launchCheck();
 }
 
 void ds_cuda_from_bf16(float *dst, const void *src, size_t n, int accumulate)
 {
     if (!n) return;
-    from_bf16_kernel<<<ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream()>>>(dst, (const bf16 *)src, n, accumulate);
+    DS_LAUNCH(from_bf16_kernel, ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream(), dst, (const bf16 *)src, n,
+        accumulate);
     launchCheck();
 }

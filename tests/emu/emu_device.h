@@ -1,0 +1,67 @@
+/* emu_device.h: what nvcc gives device code, for the host compilation of ds's .cu files on
+ * the emulated device (force-included by `make emu` before everything else in the file).
+ *   - __global__, __device__, __host__ mean nothing on the host; __shared__ is per block: a
+ *     block's threads all run as fibers of one CPU thread, one block at a time, so a static
+ *     thread_local variable is exactly one copy per running block;
+ *   - threadIdx, blockIdx, blockDim, gridDim are the running fiber's, set by the block's
+ *     scheduler before it switches to the fiber; __syncthreads() suspends the fiber until
+ *     every thread of the block has arrived (or exited);
+ *   - DS_LAUNCH (backend/cuda_check.h) calls emu::launch_kernel, which copies the arguments
+ *     at the launch (as a real launch does), checks that every pointer argument is NULL or
+ *     inside live device memory, and queues the grid on the stream: each thread calls the
+ *     kernel with the copied arguments. The launch limits of sm_90 are enforced in
+ *     emu::launch (threads per block, block and grid dimensions, dynamic shared memory). */
+#ifndef DS_EMU_DEVICE_H
+#define DS_EMU_DEVICE_H
+
+#define __global__
+#define __device__
+#define __host__
+#define __shared__ static thread_local
+
+#include <cuda_runtime.h>
+
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "emu.h"
+
+namespace emu {
+
+extern thread_local uint3 k_thread, k_block;
+extern thread_local dim3 k_block_dim, k_grid_dim;
+
+/* __syncthreads: a defect outside a kernel's fiber. */
+void syncthreads();
+
+/* Queues body as the grid (grid, block) on stream s; sets the launch's error (what
+ * cudaGetLastError then returns) and queues nothing when the configuration is over sm_90's
+ * limits. ptrs: the kernel's pointer arguments, in order (for the checks and the queue's
+ * listing). */
+void launch(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t s, std::function<void()> body,
+            std::vector<const void *> ptrs);
+
+template <typename A>
+inline void collect_pointer(std::vector<const void *> &ptrs, const A &a)
+{
+    if constexpr (std::is_pointer_v<A>) ptrs.push_back((const void *)a);
+}
+
+template <typename F, typename... A>
+void launch_kernel(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t s, F kernel, A... a)
+{
+    std::vector<const void *> ptrs;
+    (collect_pointer(ptrs, a), ...);
+    launch(name, grid, block, shmem, s, [kernel, a...]() { kernel(a...); }, std::move(ptrs));
+}
+
+}  // namespace emu
+
+#define threadIdx (::emu::k_thread)
+#define blockIdx (::emu::k_block)
+#define blockDim (::emu::k_block_dim)
+#define gridDim (::emu::k_grid_dim)
+#define __syncthreads() ::emu::syncthreads()
+
+#endif

@@ -1,0 +1,331 @@
+/* The emulated device's runtime itself (emu_runtime.cc): kernels over their grids with shared
+ * memory and barriers, sm_90's launch limits, stream order and events, the lazy schedule
+ * exposing a missing wait, and the checks that end a defective program (a write past an
+ * allocation, a freed pointer, a page-locked range unregistered under a queued copy), each
+ * in a child process of its own, and the runtime's fault switches. */
+#include "emu_device.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int failures = 0;
+
+static void report(const char *name, bool ok, const char *detail = "")
+{
+    printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", name, ok || !*detail ? "" : ": ", ok ? "" : detail);
+    if (!ok) failures++;
+}
+
+#define CK(call)                                                                              \
+    do {                                                                                      \
+        cudaError_t e_ = (call);                                                              \
+        if (e_ != cudaSuccess) {                                                              \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+#define LAUNCH(kernel, grid, block, shmem, stream, ...) \
+    ::emu::launch_kernel(#kernel, grid, block, shmem, stream, [](auto... a_) { kernel(a_...); }, __VA_ARGS__)
+
+/* ---- kernels ---- */
+
+/* out[block] = sum of in over the block's 256 elements, by a tree in shared memory */
+__global__ void block_sum(float *out, const float *in)
+{
+    __shared__ float buf[256];
+    unsigned t = threadIdx.x;
+    buf[t] = in[blockIdx.x * 256 + t];
+    __syncthreads();
+    for (unsigned s = 128; s > 0; s >>= 1) {
+        if (t < s) buf[t] += buf[t + s];
+        __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = buf[0];
+}
+
+/* every thread of a 3-D grid of 3-D blocks writes its flat index */
+__global__ void where_am_i(int *out)
+{
+    int b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    int t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    int n = blockDim.x * blockDim.y * blockDim.z;
+    out[b * n + t] = b * n + t;
+}
+
+__global__ void fill(float *x, float v, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = v;
+}
+
+__global__ void fill_one_too_many(float *x, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i <= n) x[i] = 1;
+}
+
+/* ---- the cases run in this process ---- */
+
+static void test_block_reduce()
+{
+    const int blocks = 37;
+    float *h, *d_in, *d_out, out[blocks];
+    h = (float *)malloc(blocks * 256 * sizeof(float));
+    double want[blocks] = {0};
+    for (int i = 0; i < blocks * 256; i++) h[i] = (float)(i % 7) - 2.5f, want[i / 256] += h[i];
+    CK(cudaMalloc((void **)&d_in, blocks * 256 * sizeof(float)));
+    CK(cudaMalloc((void **)&d_out, blocks * sizeof(float)));
+    CK(cudaMemcpy(d_in, h, blocks * 256 * sizeof(float), cudaMemcpyHostToDevice));
+    LAUNCH(block_sum, dim3(blocks), dim3(256), 0, (cudaStream_t)0, d_out, (const float *)d_in);
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(out, d_out, sizeof out, cudaMemcpyDeviceToHost));
+    bool ok = true;
+    for (int b = 0; b < blocks; b++) ok &= out[b] == (float)want[b];
+    report("kernel_shared_memory_and_barriers", ok);
+    CK(cudaFree(d_in));
+    CK(cudaFree(d_out));
+    free(h);
+}
+
+static void test_grid_indices()
+{
+    dim3 grid(3, 2, 2), block(4, 3, 2);
+    int n = 12 * 24, *d, *h = (int *)malloc(n * sizeof(int));
+    CK(cudaMalloc((void **)&d, n * sizeof(int)));
+    CK(cudaMemset(d, 0xff, n * sizeof(int)));
+    LAUNCH(where_am_i, grid, block, 0, (cudaStream_t)0, d);
+    CK(cudaMemcpy(h, d, n * sizeof(int), cudaMemcpyDeviceToHost));
+    bool ok = true;
+    for (int i = 0; i < n; i++) ok &= h[i] == i;
+    report("kernel_3d_grid_and_block_indices", ok);
+    CK(cudaFree(d));
+    free(h);
+}
+
+static void test_launch_limits()
+{
+    float *d;
+    CK(cudaMalloc((void **)&d, 64 * sizeof(float)));
+    CK(cudaMemset(d, 0, 64 * sizeof(float)));
+    struct { dim3 grid, block; size_t shmem; cudaError_t want; const char *name; } c[] = {
+        {dim3(1), dim3(1025), 0, cudaErrorInvalidConfiguration, "1025 threads"},
+        {dim3(1), dim3(64, 1, 65), 0, cudaErrorInvalidConfiguration, "block z 65"},
+        {dim3(1, 65536), dim3(32), 0, cudaErrorInvalidConfiguration, "grid y 65536"},
+        {dim3(0), dim3(32), 0, cudaErrorInvalidConfiguration, "empty grid"},
+        {dim3(1), dim3(32), 49 * 1024, cudaErrorInvalidValue, "49 KiB shared"},
+    };
+    bool ok = true;
+    for (auto &k : c) {
+        LAUNCH(fill, k.grid, k.block, k.shmem, (cudaStream_t)0, d, 7.0f, 64);
+        cudaError_t e = cudaGetLastError();
+        if (e != k.want) ok = false, fprintf(stderr, "%s: %s\n", k.name, cudaGetErrorName(e));
+    }
+    LAUNCH(fill, dim3(1), dim3(1024), 0, (cudaStream_t)0, d, 7.0f, 64);   /* the limit itself runs */
+    ok &= cudaGetLastError() == cudaSuccess;
+    float h[64];
+    CK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    ok &= h[0] == 7 && h[63] == 7;
+    report("launch_limits_of_sm90", ok);
+    CK(cudaFree(d));
+}
+
+static void test_poison_and_pageable()
+{
+    unsigned char *d, h[32];
+    CK(cudaMalloc((void **)&d, sizeof h));
+    CK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    bool poison = true;
+    for (unsigned char b : h) poison &= b == 0xff;
+    report("fresh_device_memory_is_poison", poison);
+    /* from pageable memory the bytes are staged at the call: changing src afterwards does not
+     * reach the device */
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    unsigned char src[32];
+    memset(src, 1, sizeof src);
+    CK(cudaMemcpyAsync(d, src, sizeof src, cudaMemcpyHostToDevice, s));
+    memset(src, 2, sizeof src);
+    memset(h, 0, sizeof h);
+    CK(cudaMemcpyAsync(h, d, sizeof h, cudaMemcpyDeviceToHost, s));   /* pageable: returns when done */
+    report("pageable_copies_staged_and_synchronous", h[0] == 1 && h[31] == 1);
+    CK(cudaFree(d));
+}
+
+static void test_events()
+{
+    cudaEvent_t a, b, quiet;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    CK(cudaEventCreateWithFlags(&quiet, cudaEventDisableTiming));
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    float ms = -1;
+    bool ok = cudaEventElapsedTime(&ms, a, b) == cudaErrorInvalidResourceHandle;   /* never recorded */
+    cudaGetLastError();
+    CK(cudaEventRecord(a, s));
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventRecord(quiet, s));
+    CK(cudaEventSynchronize(b));
+    ok &= cudaEventElapsedTime(&ms, a, b) == cudaSuccess && ms >= 0;
+    ok &= cudaEventElapsedTime(&ms, a, quiet) == cudaErrorInvalidResourceHandle;
+    cudaGetLastError();
+    CK(cudaStreamSynchronize(s));
+    ok &= cudaEventQuery(quiet) == cudaSuccess;
+    report("event_timing_rules", ok);
+}
+
+/* ---- the cases run in a child: NAME [wait] (each makes one allocation first) ---- */
+
+static int child(const char *name, const char *arg)
+{
+    cudaStream_t s1, s2;
+    CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    float *d;
+    CK(cudaMalloc((void **)&d, 1000 * sizeof(float)));
+    if (!strcmp(name, "missing_wait")) {
+        /* s1 fills d; s2 copies it out, after s1's event only when asked ("wait"); the host
+         * waits for s2 alone */
+        float *h;
+        CK(cudaHostAlloc((void **)&h, 1000 * sizeof(float), cudaHostAllocDefault));
+        CK(cudaMemsetAsync(d, 0, 1000 * sizeof(float), s1));
+        CK(cudaStreamSynchronize(s1));
+        cudaEvent_t e;
+        CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        LAUNCH(fill, dim3(4), dim3(256), 0, s1, d, 3.0f, 1000);
+        CK(cudaEventRecord(e, s1));
+        if (!strcmp(arg, "wait")) CK(cudaStreamWaitEvent(s2, e, 0));
+        CK(cudaMemcpyAsync(h, d, 1000 * sizeof(float), cudaMemcpyDeviceToHost, s2));
+        CK(cudaStreamSynchronize(s2));
+        printf("%g %g\n", h[0], h[999]);
+        return h[0] == 3 && h[999] == 3 ? 0 : 3;
+    }
+    if (!strcmp(name, "write_past")) {
+        LAUNCH(fill_one_too_many, dim3(4), dim3(256), 0, s1, d, 1000);
+        CK(cudaStreamSynchronize(s1));
+        return 0;
+    }
+    if (!strcmp(name, "freed_pointer")) {
+        CK(cudaFree(d));
+        LAUNCH(fill, dim3(4), dim3(256), 0, s1, d, 1.0f, 1000);
+        CK(cudaStreamSynchronize(s1));
+        return 0;
+    }
+    if (!strcmp(name, "copy_past_end")) {
+        float h[1001];
+        CK(cudaMemcpyAsync(d, h, sizeof h, cudaMemcpyHostToDevice, s1));
+        return 0;
+    }
+    if (!strcmp(name, "host_pointer_to_kernel")) {
+        static float h[1000];
+        LAUNCH(fill, dim3(4), dim3(256), 0, s1, h, 1.0f, 1000);
+        return 0;
+    }
+    if (!strcmp(name, "unregister_under_copy")) {
+        /* lazy: the copy is still queued when the host unregisters its source */
+        static float h[1024] __attribute__((aligned(4096)));
+        CK(cudaHostRegister(h, sizeof h, cudaHostRegisterDefault));
+        CK(cudaMemcpyAsync(d, h, 1000 * sizeof(float), cudaMemcpyHostToDevice, s1));
+        if (!strcmp(arg, "wait")) CK(cudaStreamSynchronize(s1));
+        CK(cudaHostUnregister(h));
+        return 0;
+    }
+    if (!strcmp(name, "faults")) {
+        int n = -1, v = 0;
+        cudaError_t e = cudaGetDeviceCount(&n);
+        cudaDriverGetVersion(&v);
+        printf("count %s %d driver %d\n", cudaGetErrorName(e), n, v);
+        return 0;
+    }
+    if (!strcmp(name, "oom")) {
+        void *p[3];
+        for (int i = 0; i < 3; i++) printf("%s\n", cudaGetErrorName(cudaMalloc(&p[i], 64)));
+        void *h;
+        printf("pinned %s\n", cudaGetErrorName(cudaHostAlloc(&h, 64, cudaHostAllocDefault)));
+        return 0;
+    }
+    return 2;
+}
+
+/* Runs this program as a child with `env` (NAME=VALUE or NULL) on case `name`: its exit
+ * status (128 + signal when killed), its stdout and stderr in *out. */
+static int spawn(const char *self, const char *env, const char *name, const char *arg, std::string *out)
+{
+    char path[] = "/tmp/ds-emu-test.XXXXXX";
+    int fd = mkstemp(path);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        if (env) putenv((char *)env);
+        execl(self, self, "--child", name, arg, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    out->clear();
+    char buf[4096];
+    ssize_t k;
+    lseek(fd, 0, SEEK_SET);
+    while ((k = read(fd, buf, sizeof buf)) > 0) out->append(buf, k);
+    close(fd);
+    unlink(path);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void expect_defect(const char *self, const char *name, const char *arg, const char *env, const char *text)
+{
+    std::string out;
+    int rc = spawn(self, env, name, arg, &out);
+    bool ok = rc != 0 && out.find("ds-emu: defect:") != std::string::npos && out.find(text) != std::string::npos;
+    std::string label = std::string("defect_") + name;
+    report(label.c_str(), ok, out.c_str());
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 3 && !strcmp(argv[1], "--child")) return child(argv[2], argc > 3 ? argv[3] : "");
+    const char *self = "/proc/self/exe";
+    char exe[4096];
+    ssize_t n = readlink(self, exe, sizeof exe - 1);
+    if (n > 0) exe[n] = 0, self = exe;
+
+    test_block_reduce();
+    test_grid_indices();
+    test_launch_limits();
+    test_poison_and_pageable();
+    test_events();
+
+    std::string out;
+    int rc = spawn(self, "DS_EMU_SCHED=lazy=2000", "missing_wait", "", &out);
+    report("lazy_schedule_shows_a_missing_wait", rc == 3, out.c_str());
+    rc = spawn(self, "DS_EMU_SCHED=lazy=2000", "missing_wait", "wait", &out);
+    report("lazy_schedule_with_the_wait", rc == 0, out.c_str());
+    rc = spawn(self, "DS_EMU_SCHED=delay=500", "missing_wait", "wait", &out);
+    report("delay_schedule_with_the_wait", rc == 0, out.c_str());
+
+    expect_defect(self, "write_past", "", NULL, "written past its end");
+    expect_defect(self, "freed_pointer", "", NULL, "which was freed");
+    expect_defect(self, "copy_past_end", "", NULL, "past its end");
+    expect_defect(self, "host_pointer_to_kernel", "", NULL, "is not device memory");
+    expect_defect(self, "unregister_under_copy", "", "DS_EMU_SCHED=lazy=2000", "still uses it");
+    rc = spawn(self, "DS_EMU_SCHED=lazy=2000", "unregister_under_copy", "wait", &out);
+    report("unregister_after_the_copy", rc == 0, out.c_str());
+
+    rc = spawn(self, "DS_EMU_FAULT=driver_old", "faults", "", &out);
+    report("fault_driver_old", rc == 0 && out.find("count cudaErrorInsufficientDriver 0 driver 11040") != std::string::npos,
+           out.c_str());
+    rc = spawn(self, "DS_EMU_FAULT=no_device", "faults", "", &out);
+    report("fault_no_device", rc == 0 && out.find("count cudaErrorNoDevice 0 driver 0") != std::string::npos, out.c_str());
+    rc = spawn(self, "DS_EMU_FAULT=oom=3,no_pinned", "oom", "", &out);
+    report("fault_oom_and_no_pinned",
+           rc == 0 && out == "cudaSuccess\ncudaErrorMemoryAllocation\ncudaErrorMemoryAllocation\npinned cudaErrorMemoryAllocation\n",
+           out.c_str());
+    return failures ? 1 : 0;
+}
