@@ -257,7 +257,7 @@ check-march:
 	  echo "check-march: every source compiles for -march=$$m"; \
 	done
 
-# The emulated CUDA device (tests/emu; docs/DESIGN.md §5): the tools, the unit tests and the
+# The emulated CUDA device (tests/emu; docs/DESIGN.md §4): the tools, the unit tests and the
 # emulator's own tests built for it (EMU=1) in build-emu/ and bin-emu/; EMU_SAN=address or
 # thread the same under AddressSanitizer or ThreadSanitizer (build-emu-asan/, build-emu-tsan/).
 # check-emu runs every CUDA test on it (tests/run.sh --emu-only).

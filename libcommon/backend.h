@@ -79,6 +79,8 @@ typedef struct {
 enum { DS_STREAM_COMPUTE, DS_STREAM_INPUT };
 #define DS_MARKS 64   /* marks of each stream a backend holds exactly */
 
+typedef struct ds_clock ds_clock;   /* a backend's own (clock_alloc) */
+
 typedef struct ds_backend {
     const char *name;        /* "cpu", "cuda" */
     int host_memory;         /* 1: its pointers are host memory, readable by the caller */
@@ -87,7 +89,9 @@ typedef struct ds_backend {
     int deterministic;
 
     /* ---- memory ---- */
-    void *(*alloc)(size_t bytes);                  /* zeroed; NULL on failure */
+    /* zeroed; NULL on failure. The zeroing is compute-stream work (on a device, queued):
+     * work queued on the input stream waits for a compute mark made after the alloc. */
+    void *(*alloc)(size_t bytes);
     void (*free)(void *p);
     void (*upload)(void *dst, const void *src_host, size_t bytes);
     void (*download)(void *dst_host, const void *src, size_t bytes);
@@ -109,6 +113,17 @@ typedef struct ds_backend {
     /* Seconds between two passed marks of the compute stream (of the last DS_MARKS); NAN
      * for marks it no longer holds. */
     double (*mark_seconds)(int from, int to);
+    /* Clocks time what spans more marks than a backend holds (a step of many micro-batches
+     * makes 1 + accum + 1 before its time is read). A clock is a point of the compute stream
+     * of its own, held until it is recorded again: clock_record(c) sets it after the work
+     * queued so far; clock_seconds(from, to): seconds between two recorded clocks once both
+     * are passed (a mark made after them waited for), NAN when one was never recorded. The
+     * CPU's clocks are times, as its marks are. clock_alloc: NULL on failure; a backend
+     * without clocks (clock_alloc NULL) times nothing. */
+    ds_clock *(*clock_alloc)(void);
+    void (*clock_free)(ds_clock *c);
+    void (*clock_record)(ds_clock *c);
+    double (*clock_seconds)(const ds_clock *from, const ds_clock *to);
     /* Host memory the device copies to and from at full speed, without the host's help
      * (CUDA: page-locked); NULL on failure. */
     void *(*host_alloc)(size_t bytes);

@@ -36,6 +36,9 @@ int ds_feed_init(ds_feed *f, const ds_backend *be, int batch, int height, int wi
             return ds_err("%s: cannot allocate the input buffers (2 x %zu bytes)", be->name, B * height * width * 3);
         }
     }
+    /* alloc zeroes on the compute stream: the first copy into each buffer, on the input
+     * stream, waits for that as a later copy waits for the buffer's last reader */
+    f->consumed[0] = f->consumed[1] = be->mark(DS_STREAM_COMPUTE);
     return 0;
 }
 

@@ -15,7 +15,9 @@
  *   compute stream:  [wait copied]  normalize buffer k -> model input  (mark consumed[k])
  *
  * k alternates, so a copy overwrites a buffer only after the normalize that read it two
- * batches ago (consumed[k]), and a normalize reads a buffer only after its copy (copied).
+ * batches ago (consumed[k]; for the first two batches, after the buffers' zeroing, which
+ * alloc queues on the compute stream), and a normalize reads a buffer only after its copy
+ * (copied).
  * The loader may refill b's buffers once the copy has read them: ds_feed_release waits for
  * `copied` before handing b back. Where page-locking is refused, the pixels go through
  * upload too, into the same two buffers. */
@@ -40,7 +42,8 @@ typedef struct {
     int batch, height, width;
     ds_feed_buffer buf[2];   /* device buffers, used in turn (not host) */
     int turn;                /* the buffer the next batch goes to */
-    int consumed[2];         /* compute-stream mark after the normalize that read buf[k]; -1: none */
+    int consumed[2];         /* compute-stream mark after the normalize that read buf[k], at
+                                first after the buffers' zeroing (alloc); -1: none (host) */
     const ds_batch *copying; /* the batch whose copy `copied` is, until ds_feed_release; NULL: none */
     int copied;              /* input-stream mark after that copy */
     int staged;              /* page-locking was refused: every batch goes through upload */

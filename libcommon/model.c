@@ -401,6 +401,12 @@ int ds_model_defer_loss(ds_model *m, int micro)
         m->late.step[k].mark = -1;
         m->late.step[k].n = ds_xcalloc((size_t)micro, sizeof(int));
     }
+    for (int k = 0; k < 2 && m->be->clock_alloc; k++)
+        for (int j = 0; j < 2; j++)
+            if (!(m->late.step[k].clock[j] = m->be->clock_alloc())) {
+                late_free(m);
+                return ds_err("%s: no clocks to time the steps", m->be->name);
+            }
     return 0;
 }
 
@@ -408,22 +414,47 @@ static void late_free(ds_model *m)
 {
     if (!m->late.micro) return;
     m->be->host_free(m->late.host);
-    for (int k = 0; k < 2; k++) free(m->late.step[k].n);
+    for (int k = 0; k < 2; k++) {
+        free(m->late.step[k].n);
+        for (int j = 0; j < 2; j++)
+            if (m->late.step[k].clock[j]) m->be->clock_free(m->late.step[k].clock[j]);
+    }
+    memset(&m->late, 0, sizeof m->late);
 }
 
-/* The slot of the step being filled, begun by the first backward after an end; NULL when
- * both slots still hold steps not read, or the step has had its `micro` backward calls. */
+/* Opens the next step's slot; NULL when both still hold steps not read. */
+static ds_late_step *late_open(ds_model *m)
+{
+    ds_late_step *s = &m->late.step[m->late.steps % 2];
+    if (s->mark >= 0 || s->count) {
+        ds_err("model: two steps' losses are not read yet (ds_model_step_loss)");
+        return NULL;
+    }
+    m->late.steps++;
+    m->late.filling = 1;
+    s->timed = 0;
+    return s;
+}
+
+int ds_model_begin_step(ds_model *m)
+{
+    if (!m->late.micro) return ds_err("model: losses are not read late (ds_model_defer_loss)");
+    if (m->late.filling) return ds_err("model: a step is open already (ds_model_end_step ends it)");
+    ds_late_step *s = late_open(m);
+    if (!s) return -1;
+    if (s->clock[0]) {
+        m->be->clock_record(s->clock[0]);
+        s->timed = 1;
+    }
+    return 0;
+}
+
+/* The slot of the step being filled, opened by ds_model_begin_step or else by the first
+ * backward after an end; NULL when both slots still hold steps not read, or the step has
+ * had its `micro` backward calls. */
 static ds_late_step *late_step(ds_model *m)
 {
-    if (!m->late.filling) {
-        ds_late_step *s = &m->late.step[m->late.steps % 2];
-        if (s->mark >= 0 || s->count) {
-            ds_err("model: two steps' losses are not read yet (ds_model_step_loss)");
-            return NULL;
-        }
-        m->late.steps++;
-        m->late.filling = 1;
-    }
+    if (!m->late.filling && !late_open(m)) return NULL;
     ds_late_step *s = &m->late.step[(m->late.steps - 1) % 2];
     if (s->count == m->late.micro) {
         ds_err("model: more than %d backward calls in one step (ds_model_end_step)", m->late.micro);
@@ -438,15 +469,31 @@ int ds_model_end_step(ds_model *m)
     if (!m->late.filling && !late_step(m)) return -1;   /* a step without backward: ended empty */
     ds_late_step *s = &m->late.step[(m->late.steps - 1) % 2];
     s->mark = m->be->mark(DS_STREAM_COMPUTE);
+    if (s->timed) m->be->clock_record(s->clock[1]);
     m->late.filling = 0;
     return s->mark;
 }
 
+/* The slot of the ended, unread step with this mark, or -1 (with a message). */
+static int ended_step(const ds_model *m, int mark)
+{
+    for (int k = 0; k < 2; k++)
+        if (m->late.micro && m->late.step[k].mark == mark && mark >= 0) return k;
+    return ds_err("model: no ended step has mark %d", mark);
+}
+
+double ds_model_step_seconds(ds_model *m, int mark)
+{
+    int k = ended_step(m, mark);
+    if (k < 0 || !m->late.step[k].timed) return NAN;
+    m->be->mark_wait(mark);
+    return m->be->clock_seconds(m->late.step[k].clock[0], m->late.step[k].clock[1]);
+}
+
 double ds_model_step_loss(ds_model *m, int mark)
 {
-    int k = 0;
-    while (k < 2 && !(m->late.micro && m->late.step[k].mark == mark && mark >= 0)) k++;
-    if (k == 2) return ds_err("model: no ended step has mark %d", mark), NAN;
+    int k = ended_step(m, mark);
+    if (k < 0) return NAN;
     ds_late_step *s = &m->late.step[k];
     m->be->mark_wait(mark);
     /* as each backward would have returned it, and the caller added those */
@@ -459,7 +506,7 @@ double ds_model_step_loss(ds_model *m, int mark)
     }
     if (s->bad) loss = NAN;
     s->mark = -1;
-    s->count = s->bad = 0;
+    s->count = s->bad = s->timed = 0;
     return loss;
 }
 

@@ -154,7 +154,7 @@ double ds_model_backward_reduce(ds_model *m, const int32_t *labels, int n, float
  * during which nothing new is queued. ds_model_defer_loss(m, micro) makes backward queue a
  * copy of its per-sample losses into host memory and return 0 at once (NaN still when it
  * refuses the labels); ds_model_end_step closes the step (at most `micro` backward calls)
- * and returns its mark (backend.h: a point of the compute stream, for mark_seconds too);
+ * and returns its mark (backend.h: a point of the compute stream);
  * ds_model_step_loss(m, mark) waits for that step alone and returns what its backward
  * calls would have returned, added in order (NaN when one refused). A training loop ends
  * step k, queues step k + 1, then reads step k's loss: the device is never left without
@@ -162,6 +162,15 @@ double ds_model_backward_reduce(ds_model *m, const int32_t *labels, int n, float
 int ds_model_defer_loss(ds_model *m, int micro);
 int ds_model_end_step(ds_model *m);
 double ds_model_step_loss(ds_model *m, int mark);
+/* Timing a step on the device: ds_model_begin_step before the step's first op (its first
+ * micro-batch's input) opens it and records its start; ds_model_step_seconds(m, mark), for
+ * an ended step whose loss is not read yet, waits for it and returns the seconds from that
+ * start to its end. The points are the backend's clocks, two per step slot, not its marks:
+ * a step of any number of micro-batches is timed, however many marks it and the step after
+ * it make. NAN for a step not begun so, or on a backend without clocks. begin_step: 0, or
+ * -1 when a step is open already or two ended steps are unread. */
+int ds_model_begin_step(ds_model *m);
+double ds_model_step_seconds(ds_model *m, int mark);
 
 /* Waits until the buckets' sums over the ranks are complete. */
 void ds_model_reduce_wait(ds_model *m);

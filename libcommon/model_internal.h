@@ -57,6 +57,8 @@ typedef struct {
     int mark;              /* the backend mark after the step; -1: not ended */
     int count, bad;        /* micro-batches queued; a backward refused one */
     int *n;                /* [micro] each one's samples */
+    ds_clock *clock[2];    /* the step's start and end (NULL: the backend has no clocks) */
+    int timed;             /* begun by ds_model_begin_step: clock[0] holds its start */
 } ds_late_step;
 
 struct ds_model {
@@ -99,7 +101,8 @@ struct ds_model {
         float *host;
         ds_late_step step[2];
         int steps;                 /* steps begun: the one filling is steps - 1 */
-        int filling;               /* a backward has queued into step steps - 1, not yet ended */
+        int filling;               /* step steps - 1 is open (begun, or a backward queued into
+                                      it) and not yet ended */
     } late;
 
     int momentum_started;

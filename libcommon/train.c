@@ -284,7 +284,7 @@ typedef struct {
     int open;              /* 1: a step is waiting to be read */
     int64_t g;             /* its number (1-based: the steps done once it is) */
     int64_t e;             /* its epoch (0-based) */
-    int start, end;        /* backend marks before its first op and after its last */
+    int end;               /* the backend mark after its last op (ds_model_end_step) */
     double lr;
 } open_step;
 
@@ -296,6 +296,7 @@ static int finish_step(run *r, window *w, open_step *s)
     if (!s->open) return 0;
     s->open = 0;
     const ds_train_plan *p = r->p;
+    double seconds = ds_model_step_seconds(r->m, s->end);   /* before the loss frees the step */
     double loss = ds_model_step_loss(r->m, s->end);
     ds_comm_allreduce_sum_f64(&loss, 1);
     double step_loss = loss / (double)r->G;
@@ -306,7 +307,7 @@ static int finish_step(run *r, window *w, open_step *s)
                       r->last_path[0] ? "The last good checkpoint is kept: " : "No checkpoint was written yet",
                       r->last_path);
     }
-    r->epoch_seconds += r->be->mark_seconds(s->start, s->end);
+    r->epoch_seconds += seconds;
     r->epoch_loss_sum += step_loss;
     w->loss += step_loss;
     w->steps++;
@@ -403,7 +404,6 @@ static int train_loop(run *r)
         r->epoch_wait0 = ds_loader_wait_seconds(r->tl);
         ds_batch *b;
         int rc;
-        int start = 0;
         /* Several micro-batches per rank under an ordered reduction: each is summed into rank
          * 0's buffer as it ends, so the step is bitwise W x A micro-batches in one process
          * (model.h); rank 0's next micro-batch adds on top only once the sums are in, and the
@@ -413,7 +413,10 @@ static int train_loop(run *r)
         while ((rc = ds_loader_next(r->tl, &b)) == 1) {
             if (b->micro == 0) {
                 ds_comm_set_where("step %lld", (long long)g + 1);
-                start = r->be->mark(DS_STREAM_COMPUTE);
+                if (ds_model_begin_step(m)) {
+                    ds_loader_release(r->tl, b);
+                    return -1;
+                }
                 ds_model_zero_reduction(m);
                 ds_comm_reduce_stats(&rec0);
             } else if (each_micro) {
@@ -445,7 +448,7 @@ static int train_loop(run *r)
             /* Step g is queued: the previous one's loss is read now, while the device runs
              * this one; this one's is read after the next is queued, or now where what
              * follows needs it (the epoch's end, a checkpoint, a stop). */
-            open_step now = {.open = 1, .g = g, .e = e, .start = start, .end = ds_model_end_step(m), .lr = lr};
+            open_step now = {.open = 1, .g = g, .e = e, .end = ds_model_end_step(m), .lr = lr};
             if (now.end < 0 || finish_step(r, &w, &last)) return -1;
             last = now;
             if (g % r->S == 0) {

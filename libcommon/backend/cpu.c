@@ -57,6 +57,20 @@ static double cpu_mark_seconds(int from, int to)
     return mark_time[to % DS_MARKS] - mark_time[from % DS_MARKS];
 }
 
+/* A clock is the time it was recorded (NAN: never). */
+struct ds_clock { double t; };
+
+static ds_clock *cpu_clock_alloc(void)
+{
+    ds_clock *c = malloc(sizeof *c);
+    if (c) c->t = NAN;
+    return c;
+}
+
+static void cpu_clock_free(ds_clock *c) { free(c); }
+static void cpu_clock_record(ds_clock *c) { c->t = ds_now(); }
+static double cpu_clock_seconds(const ds_clock *from, const ds_clock *to) { return to->t - from->t; }
+
 static void *cpu_host_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
 static int cpu_host_register(void *p, size_t bytes) { (void)p, (void)bytes; return 0; }
 static void cpu_host_unregister(void *p) { (void)p; }
@@ -488,6 +502,10 @@ static const char *cpu_kernel_set(void) { return ds_cpu_isa_name(ds_cpu_isa_get(
     .mark_wait = cpu_mark_wait, \
     .stream_wait = cpu_stream_wait, \
     .mark_seconds = cpu_mark_seconds, \
+    .clock_alloc = cpu_clock_alloc, \
+    .clock_free = cpu_clock_free, \
+    .clock_record = cpu_clock_record, \
+    .clock_seconds = cpu_clock_seconds, \
     .host_alloc = cpu_host_alloc, \
     .host_free = free, \
     .host_register = cpu_host_register, \

@@ -268,6 +268,47 @@ static double cuda_mark_seconds(int from, int to)
     return ms / 1e3;
 }
 
+/* A clock: a timing event of its own, recorded on the compute stream (backend.h). */
+struct ds_clock {
+    cudaEvent_t event;
+    int recorded;
+};
+
+static ds_clock *cuda_clock_alloc(void)
+{
+    ds_clock *c = (ds_clock *)calloc(1, sizeof *c);
+    if (!c) return NULL;
+    cudaError_t e = cudaEventCreate(&c->event);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        ds_err("CUDA: cannot create a timing event: %s", cudaGetErrorString(e));
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void cuda_clock_free(ds_clock *c)
+{
+    if (!c) return;
+    cudaCheck(cudaEventDestroy(c->event));
+    free(c);
+}
+
+static void cuda_clock_record(ds_clock *c)
+{
+    cudaCheck(cudaEventRecord(c->event, g.stream));
+    c->recorded = 1;
+}
+
+static double cuda_clock_seconds(const ds_clock *from, const ds_clock *to)
+{
+    if (!from->recorded || !to->recorded) return NAN;
+    float ms = 0;
+    cudaCheck(cudaEventElapsedTime(&ms, from->event, to->event));
+    return ms / 1e3;
+}
+
 /* Page-locked, so that a copy is a DMA the host need not wait for; where the driver refuses
  * it, ordinary memory (copies are then synchronous, and correct). */
 static void *cuda_host_alloc(size_t bytes)
@@ -317,20 +358,24 @@ static void cuda_download_async(void *dst, const void *src, size_t bytes)
  * batch), made by conv_workspace (the model's planning pass) and only looked up afterwards.
  * A plan serves every batch n and input h x w up to its planned ones: each (n, h, w) run
  * gets a slot, with its own tensor and convolution descriptors and the plan's algorithms,
- * or others where those would need more workspace at that size than the arena holds. Each
- * op has its own precision: the run's, or a lower one where the run's has no usable
- * algorithm for it (ds_conv_choose); [0] descriptors are fp32 tensors (fp32 and tf32 ops),
- * [1] bf16. */
+ * or others where those would need more workspace at that size than the arena holds or
+ * will not run there (conv_issue). Each op has its own precision: the run's, or a lower one
+ * where the run's has no usable algorithm for it (ds_conv_choose); [0] descriptors are fp32
+ * tensors (fp32 and tf32 ops), [1] bf16. */
 typedef struct {
     cudnnTensorDescriptor_t x[2], y[2];      /* for the slot's n, h, w; [1] only in bf16 runs */
     cudnnConvolutionDescriptor_t conv[DS_CONV_OPS];  /* each with its op's math type */
     ds_conv_choice choice[DS_CONV_OPS];      /* what the slot runs: the plan's, or others that fit */
     size_t cudnn_ws[DS_CONV_OPS];            /* each op's cuDNN workspace at the slot's size */
+    size_t limit;                            /* the workspace a run at this size may use */
+    ds_conv_list list[DS_CONV_OPS];          /* cuDNN's answers at this size, for other choices */
+    int ran[DS_CONV_OPS];                    /* 1: the op has run at this size with its choice */
 } conv_slot;
 
 typedef struct {
     cudnnFilterDescriptor_t w[2];            /* fp32, bf16 ([1] only in bf16 runs) */
     ds_conv_choice choice[DS_CONV_OPS];      /* what cuDNN chose at the planned size */
+    ds_conv_list list[DS_CONV_OPS];          /* and what it answered there */
     conv_slot slot[DS_CONV_PLAN_SLOTS];
 } conv_impl;
 
@@ -542,7 +587,7 @@ static conv_impl *plan_make(const ds_conv_desc *d, size_t *bytes)
      * shape, the GPU and the cuDNN version, so a resumed run computes as the first run did. */
     conv_query_ctx ctx = {p, s, !g.deterministic};
     char msg[1024], name[CONV_NAME];
-    if (ds_conv_choose(d, g.precision, g.deterministic, CONV_WS_LIMIT, cudnn_query, &ctx, p->choice, msg,
+    if (ds_conv_choose(d, g.precision, g.deterministic, CONV_WS_LIMIT, cudnn_query, &ctx, p->list, p->choice, msg,
                        sizeof msg)) {
         ds_err("CUDA conv %s, --precision %s%s: %s", conv_name(d, name, sizeof name), ds_precision_name(g.precision),
                g.deterministic ? " --deterministic" : "", msg);
@@ -571,45 +616,88 @@ static size_t cuda_conv_workspace(const ds_conv_desc *d)
     return bytes;
 }
 
-/* Sets up slot s of plan p for d's n, h and w: descriptors for that size, and for each op the
- * plan's algorithm when its copies and workspace at this size fit the budget, else the first
- * usable one of cuDNN's heuristic list that fits, at the op's precision or below (a short
- * batch or a smaller input can change what an algorithm needs). */
-static void slot_set_up(conv_impl *p, conv_slot *s, const ds_conv_desc *d, size_t limit)
+/* The bytes of copies op i of d makes at each precision it could compute in. */
+static ds_conv_budget op_budget(const ds_conv_desc *d, int i, size_t limit)
+{
+    ds_conv_budget b = {limit, {0}};
+    for (int p = 0; p < DS_CONV_PRECISIONS; p++) b.copies[p] = layout(d, i, op_type(p)).cudnn;
+    return b;
+}
+
+/* Chooses op i of slot s again, from its precision in the plan down: the first usable
+ * algorithm of the slot's lists (cuDNN's heuristics at this size, asked when first needed)
+ * whose copies and listed workspace fit the slot's limit, and then whose exact workspace at
+ * this size fits too (one over it is ruled out, and the next one taken). Sets the op's math
+ * type. -1 with msg when none is left. */
+static int slot_choose(conv_impl *p, conv_slot *s, const ds_conv_desc *d, int i, char *msg, size_t len)
+{
+    const ds_conv_budget b = op_budget(d, i, s->limit);
+    conv_query_ctx ctx = {p, s, 0};
+    for (;;) {
+        if (ds_conv_choose_op(d, (ds_conv_op)i, p->choice[i].precision, g.deterministic, &b, cudnn_query, &ctx,
+                              &s->list[i], &s->choice[i], msg, len))
+            return -1;
+        const ds_conv_choice *c = &s->choice[i];
+        cudnnCheck(cudnnSetConvolutionMathType(s->conv[i], cudnn_math(c->math)));
+        size_t need = op_workspace(p, s, i), room = s->limit - b.copies[c->precision];
+        if (need <= room) {
+            s->cudnn_ws[i] = need;
+            return 0;
+        }
+        char why[160];
+        snprintf(why, sizeof why, "algo %d needs %zu bytes of workspace at this size, %zu listed", c->algo, need,
+                 c->memory);
+        if (ds_conv_list_rule_out(&s->list[i], c->precision, c->algo, why))
+            ds_die("CUDA conv: algorithm id %d is beyond what a plan can rule out", c->algo);
+    }
+}
+
+/* Sets up slot s of plan p (planned for `planned`) for d's n, h and w within `limit`
+ * workspace bytes: descriptors for that size, and for each op the plan's algorithm when its
+ * copies and workspace at this size fit, else another (slot_choose: a short batch or a
+ * smaller input can change what an algorithm needs). A slot of the planned size keeps the
+ * plan's answers for later choices. */
+static void slot_set_up(conv_impl *p, conv_slot *s, const ds_conv_desc *d, const ds_conv_desc *planned,
+                        size_t limit)
 {
     char name[CONV_NAME];
     slot_describe(s, d);
     memcpy(s->choice, p->choice, sizeof s->choice);
+    s->limit = limit;
+    int same = d->n == planned->n && d->h == planned->h && d->w == planned->w;
+    for (int i = 0; i < DS_CONV_OPS; i++) {
+        s->ran[i] = 0;
+        if (same) s->list[i] = p->list[i];
+        else memset(&s->list[i], 0, sizeof s->list[i]);
+    }
     slot_set_math(s);
     int changed = 0;
-    conv_query_ctx ctx = {p, s, 0};
     for (int i = 0; i < DS_CONV_OPS; i++) {
         s->cudnn_ws[i] = 0;
         if (!s->choice[i].needed) continue;
         /* the op's copies at this size, then cuDNN's workspace in what is left */
         size_t lead = layout(d, i, op_type(s->choice[i].precision)).cudnn;
         size_t need = op_workspace(p, s, i);
-        if (lead > limit || need > limit - lead) {
-            char msg[1024];
-            size_t budget = lead < limit ? limit - lead : 0;
-            if (ds_conv_choose_op(d, (ds_conv_op)i, s->choice[i].precision, g.deterministic, budget, cudnn_query, &ctx,
-                                  &s->choice[i], msg, sizeof msg))
-                ds_die("CUDA conv %s, --precision %s: within the %zu bytes planned: %s", conv_name(d, name, sizeof name),
-                       ds_precision_name(g.precision), budget, msg);
-            cudnnCheck(cudnnSetConvolutionMathType(s->conv[i], cudnn_math(s->choice[i].math)));
-            /* an algorithm of a lower precision computes on other types: other copies */
-            lead = layout(d, i, op_type(s->choice[i].precision)).cudnn;
-            need = op_workspace(p, s, i);
-            changed = 1;
+        if (lead <= limit && need <= limit - lead) {
+            s->cudnn_ws[i] = need;
+            continue;
         }
-        /* the heuristics' estimate and the exact query disagree, or a fallback's copies
-         * take what its algorithm was allowed */
-        if (lead > limit || need > limit - lead)
-            ds_die("CUDA conv %s: %s needs %zu bytes of copies and %zu of cuDNN workspace, %zu planned",
-                   conv_name(d, name, sizeof name), ds_conv_op_name((ds_conv_op)i), lead, need, limit);
-        s->cudnn_ws[i] = need;
+        char msg[1024];
+        if (slot_choose(p, s, d, i, msg, sizeof msg))
+            ds_die("CUDA conv %s, --precision %s: within the %zu bytes planned: %s", conv_name(d, name, sizeof name),
+                   ds_precision_name(g.precision), limit, msg);
+        changed = 1;
     }
     if (changed) plan_report(d, s->choice, "at this size");
+}
+
+/* cuDNN's answer when an algorithm cannot run this call although it was listed (the
+ * heuristics' guess was wrong for this configuration, or it refuses a setting such as beta
+ * = 1): the next one may. */
+static int runs_elsewhere(cudnnStatus_t st)
+{
+    int cat = CUDNN_STATUS_CATEGORY(st);
+    return cat == CUDNN_STATUS_NOT_SUPPORTED || cat == CUDNN_STATUS_EXECUTION_FAILED || cat == CUDNN_STATUS_BAD_PARAM;
 }
 
 /* The plan and slot that run d (its n), set up on first use. */
@@ -624,8 +712,63 @@ static conv_run plan_get(const ds_conv_desc *d)
         ds_die("CUDA conv %s: %s", conv_name(d, name, sizeof name), why);
     int fresh = 0, k = ds_conv_plan_slot_for(&plans, plan, d, &fresh);
     conv_run run = {(conv_impl *)plan->impl, &((conv_impl *)plan->impl)->slot[k]};
-    if (fresh) slot_set_up(run.p, run.s, d, limit);
+    if (fresh) slot_set_up(run.p, run.s, d, &plan->d, limit);
     return run;
+}
+
+/* Issues op i of run r: issue() makes the op's copies for its choice of the moment and calls
+ * cuDNN once. On the op's first run at the slot's size, an algorithm cuDNN will not run
+ * (runs_elsewhere) is ruled out and the next usable one is issued, with a warning naming the
+ * convolution, the op and both algorithms; issuing again computes what the first would have
+ * (NOT_SUPPORTED and BAD_PARAM come before anything runs; EXECUTION_FAILED is a kernel that
+ * could not launch, which writes nothing: only an algorithm of several kernels whose later
+ * one failed could have added part of a result into an output it accumulates into, beta =
+ * 1, and that is not undone). Stops the program when none is left, and on any failure once
+ * the op has run at this size. */
+template <typename Issue>
+static void conv_issue(conv_run *r, const ds_conv_desc *d, int i, Issue issue)
+{
+    char name[CONV_NAME], msg[1024], last[512];
+    for (;;) {
+        cudnnStatus_t st = issue();
+        if (st == CUDNN_STATUS_SUCCESS) {
+            r->s->ran[i] = 1;
+            return;
+        }
+        last[0] = 0;
+        cudnnGetLastErrorString(last, sizeof last);
+        const ds_conv_choice old = r->s->choice[i];
+        const char *op = ds_conv_op_name((ds_conv_op)i);
+        conv_name(d, name, sizeof name);
+        if (r->s->ran[i] || !runs_elsewhere(st))
+            ds_die("CUDA conv %s: %s algo %d (%s): %s%s%s", name, op, old.algo,
+                   ds_precision_name((ds_precision)old.precision), cudnnGetErrorString(st), last[0] ? ": " : "", last);
+        /* a launch that failed inside cuDNN leaves its error for the next launch's check:
+         * cleared here; a fault of the context itself (every later call fails) is not the
+         * algorithm's, and stops here with both messages */
+        cudaError_t e = cudaGetLastError(), q = cudaStreamQuery(g.stream);
+        if (q != cudaSuccess && q != cudaErrorNotReady)
+            ds_die("CUDA conv %s: %s algo %d failed when run (%s%s%s), and the device then: %s", name, op, old.algo,
+                   cudnnGetErrorString(st), e != cudaSuccess ? ", " : "", e != cudaSuccess ? cudaGetErrorString(e) : "",
+                   cudaGetErrorString(q));
+        char why[160];
+        snprintf(why, sizeof why, "algo %d failed when run: %s", old.algo, cudnnGetErrorString(st));
+        if (ds_conv_list_rule_out(&r->s->list[i], old.precision, old.algo, why))
+            ds_die("CUDA conv %s: %s algo %d failed when run (%s), an id beyond what a plan can rule out", name, op,
+                   old.algo, cudnnGetErrorString(st));
+        if (slot_choose(r->p, r->s, d, i, msg, sizeof msg))
+            ds_die("CUDA conv %s, --precision %s%s: %s algo %d (%s) failed when run (%s%s%s), and no other is left "
+                   "within the %zu bytes planned: %s",
+                   name, ds_precision_name(g.precision), g.deterministic ? " --deterministic" : "", op, old.algo,
+                   ds_precision_name((ds_precision)old.precision), cudnnGetErrorString(st), last[0] ? ": " : "",
+                   last, r->s->limit, msg);
+        const ds_conv_choice *now = &r->s->choice[i];
+        ds_warn("CUDA conv %s: %s algo %d (%s, %s math) failed when run (%s%s%s); running algo %d (%s, %s math) "
+                "instead",
+                name, op, old.algo, ds_precision_name((ds_precision)old.precision), ds_conv_math_name(old.math),
+                cudnnGetErrorString(st), last[0] ? ": " : "", last, now->algo,
+                ds_precision_name((ds_precision)now->precision), ds_conv_math_name(now->math));
+    }
 }
 
 /* One op of a run: its algorithm, the type it computes in, the descriptor index of that
@@ -700,15 +843,18 @@ static const void *dout_read(const conv_op_run *o, const void *dout, const ds_co
 static void cuda_conv_fwd(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws)
 {
     conv_run r = plan_get(d);
-    conv_op_run o = op_run(&r, d, DS_CONV_FWD, ws);
     const float one = 1, zero = 0;
     dout_copy_drop();
-    const void *x = read_as(&o, in, o.l.in, n_in(d)), *k = read_as(&o, w, o.l.w, n_w(d));
-    void *y = write_to(&o, out, o.l.out);
-    cudnnCheck(cudnnConvolutionForward(g.cudnn, &one, r.s->x[o.t], x, r.p->w[o.t], k, r.s->conv[DS_CONV_FWD],
-                                       (cudnnConvolutionFwdAlgo_t)o.c->algo, o.ws + o.l.cudnn,
-                                       r.s->cudnn_ws[DS_CONV_FWD], &zero, r.s->y[o.t], y));
-    write_back(&o, out, d->out_t, o.l.out, n_out(d));
+    conv_issue(&r, d, DS_CONV_FWD, [&]() {
+        conv_op_run o = op_run(&r, d, DS_CONV_FWD, ws);
+        const void *x = read_as(&o, in, o.l.in, n_in(d)), *k = read_as(&o, w, o.l.w, n_w(d));
+        void *y = write_to(&o, out, o.l.out);
+        cudnnStatus_t st = cudnnConvolutionForward(g.cudnn, &one, r.s->x[o.t], x, r.p->w[o.t], k,
+                                                   r.s->conv[DS_CONV_FWD], (cudnnConvolutionFwdAlgo_t)o.c->algo,
+                                                   o.ws + o.l.cudnn, r.s->cudnn_ws[DS_CONV_FWD], &zero, r.s->y[o.t], y);
+        if (st == CUDNN_STATUS_SUCCESS) write_back(&o, out, d->out_t, o.l.out, n_out(d));
+        return st;
+    });
 }
 
 /* din [n,h,w,c] = conv_transpose(dout [n,p,q,k], w), or += with accumulate */
@@ -720,49 +866,54 @@ static void cuda_conv_bwd_data(void *din, const void *dout, const void *w, const
     if (!r.s->choice[DS_CONV_BWD_DATA].needed)
         ds_die("CUDA conv %s: backward-data asked of a convolution planned without it (its input needs no "
                "gradient)", conv_name(d, name, sizeof name));
-    conv_op_run o = op_run(&r, d, DS_CONV_BWD_DATA, ws);
     const float one = 1, zero = 0;
-    const void *dy = dout_read(&o, dout, d), *k = read_as(&o, w, o.l.w, n_w(d));
-    void *dx = write_to(&o, din, o.l.in);
-    /* din stored in the type cuDNN computes in: beta = 1 adds the result to it in cuDNN's
-     * own epilogue, with no pass of ours over din */
-    const float *beta = accumulate && o.l.in == NO_COPY ? &one : &zero;
-    cudnnCheck(cudnnConvolutionBackwardData(g.cudnn, &one, r.p->w[o.t], k, r.s->y[o.t], dy,
-                                            r.s->conv[DS_CONV_BWD_DATA], (cudnnConvolutionBwdDataAlgo_t)o.c->algo,
-                                            o.ws + o.l.cudnn, r.s->cudnn_ws[DS_CONV_BWD_DATA], beta, r.s->x[o.t],
-                                            dx));
-    if (!accumulate || o.l.in == NO_COPY) {
-        write_back(&o, din, d->in_t, o.l.in, n_in(d));
-        return;
-    }
-    /* computed in the other type: the result rounded to din's storage, then added */
-    if (d->in_t == DS_F32) {   /* a bf16 result widens exactly: added in one pass */
-        ds_cuda_from_bf16((float *)din, o.ws + o.l.in, n_in(d), 1);
-        return;
-    }
-    cast(o.ws + o.l.sum, DS_BF16, o.ws + o.l.in, n_in(d));
-    ds_cuda_add(din, o.ws + o.l.sum, n_in(d), DS_BF16);
+    conv_issue(&r, d, DS_CONV_BWD_DATA, [&]() {
+        conv_op_run o = op_run(&r, d, DS_CONV_BWD_DATA, ws);
+        const void *dy = dout_read(&o, dout, d), *k = read_as(&o, w, o.l.w, n_w(d));
+        void *dx = write_to(&o, din, o.l.in);
+        /* din stored in the type cuDNN computes in: beta = 1 adds the result to it in cuDNN's
+         * own epilogue, with no pass of ours over din */
+        const float *beta = accumulate && o.l.in == NO_COPY ? &one : &zero;
+        cudnnStatus_t st = cudnnConvolutionBackwardData(
+            g.cudnn, &one, r.p->w[o.t], k, r.s->y[o.t], dy, r.s->conv[DS_CONV_BWD_DATA],
+            (cudnnConvolutionBwdDataAlgo_t)o.c->algo, o.ws + o.l.cudnn, r.s->cudnn_ws[DS_CONV_BWD_DATA], beta,
+            r.s->x[o.t], dx);
+        if (st != CUDNN_STATUS_SUCCESS) return st;
+        if (!accumulate || o.l.in == NO_COPY) {
+            write_back(&o, din, d->in_t, o.l.in, n_in(d));
+        } else if (d->in_t == DS_F32) {
+            /* computed in the other type: the result rounded to din's storage, then added; a
+             * bf16 result widens exactly, so it is added in one pass */
+            ds_cuda_from_bf16((float *)din, o.ws + o.l.in, n_in(d), 1);
+        } else {
+            cast(o.ws + o.l.sum, DS_BF16, o.ws + o.l.in, n_in(d));
+            ds_cuda_add(din, o.ws + o.l.sum, n_in(d), DS_BF16);
+        }
+        return st;
+    });
 }
 
 /* dw [k,r,s,c] (float32) += correlation(in, dout) */
 static void cuda_conv_bwd_weight(float *dw, const void *dout, const void *in, const ds_conv_desc *d, void *ws)
 {
     conv_run r = plan_get(d);
-    conv_op_run o = op_run(&r, d, DS_CONV_BWD_FILTER, ws);
     const float one = 1, zero = 0;
-    const cudnnConvolutionBwdFilterAlgo_t algo = (cudnnConvolutionBwdFilterAlgo_t)o.c->algo;
-    const void *dy = dout_read(&o, dout, d), *x = read_as(&o, in, o.l.in, n_in(d));
-    if (o.l.w == NO_COPY) {   /* float32 arithmetic: beta = 1 accumulates, as the interface asks */
-        cudnnCheck(cudnnConvolutionBackwardFilter(g.cudnn, &one, r.s->x[o.t], x, r.s->y[o.t], dy,
+    conv_issue(&r, d, DS_CONV_BWD_FILTER, [&]() {
+        conv_op_run o = op_run(&r, d, DS_CONV_BWD_FILTER, ws);
+        const cudnnConvolutionBwdFilterAlgo_t algo = (cudnnConvolutionBwdFilterAlgo_t)o.c->algo;
+        const void *dy = dout_read(&o, dout, d), *x = read_as(&o, in, o.l.in, n_in(d));
+        if (o.l.w == NO_COPY)   /* float32 arithmetic: beta = 1 accumulates, as the interface asks */
+            return cudnnConvolutionBackwardFilter(g.cudnn, &one, r.s->x[o.t], x, r.s->y[o.t], dy,
                                                   r.s->conv[DS_CONV_BWD_FILTER], algo, o.ws + o.l.cudnn,
-                                                  r.s->cudnn_ws[DS_CONV_BWD_FILTER], &one, r.p->w[o.t], dw));
-        return;
-    }
-    /* bf16: this micro-batch's gradient in bf16, added to the float32 gradient (autocast's rule) */
-    cudnnCheck(cudnnConvolutionBackwardFilter(g.cudnn, &one, r.s->x[o.t], x, r.s->y[o.t], dy,
-                                              r.s->conv[DS_CONV_BWD_FILTER], algo, o.ws + o.l.cudnn,
-                                              r.s->cudnn_ws[DS_CONV_BWD_FILTER], &zero, r.p->w[o.t], o.ws + o.l.w));
-    ds_cuda_from_bf16(dw, o.ws + o.l.w, n_w(d), 1);
+                                                  r.s->cudnn_ws[DS_CONV_BWD_FILTER], &one, r.p->w[o.t], dw);
+        /* bf16: this micro-batch's gradient in bf16, added to the float32 gradient (autocast's rule) */
+        cudnnStatus_t st = cudnnConvolutionBackwardFilter(g.cudnn, &one, r.s->x[o.t], x, r.s->y[o.t], dy,
+                                                          r.s->conv[DS_CONV_BWD_FILTER], algo, o.ws + o.l.cudnn,
+                                                          r.s->cudnn_ws[DS_CONV_BWD_FILTER], &zero, r.p->w[o.t],
+                                                          o.ws + o.l.w);
+        if (st == CUDNN_STATUS_SUCCESS) ds_cuda_from_bf16(dw, o.ws + o.l.w, n_w(d), 1);
+        return st;
+    });
 }
 
 /* ---- fully connected, row-major through column-major cuBLAS ----
@@ -826,6 +977,10 @@ static ds_backend cuda_backend = {
     .mark_wait = cuda_mark_wait,
     .stream_wait = cuda_stream_wait,
     .mark_seconds = cuda_mark_seconds,
+    .clock_alloc = cuda_clock_alloc,
+    .clock_free = cuda_clock_free,
+    .clock_record = cuda_clock_record,
+    .clock_seconds = cuda_clock_seconds,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .host_register = cuda_host_register,

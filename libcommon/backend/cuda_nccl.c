@@ -17,7 +17,7 @@ static ncclComm_t comm;
 static void nccl_check(ncclResult_t rc, const char *what, const char *file, int line)
 {
     if (rc == ncclSuccess) return;
-    const char *detail = comm ? ncclGetLastError(comm) : NULL;
+    const char *detail = ncclGetLastError(comm);   /* NULL comm: the last error of any */
     ds_err("%s:%d: %s: %s%s%s (rank %d of %d)", file, line, what, ncclGetErrorString(rc),
            detail && *detail ? ": " : "", detail ? detail : "", ds_comm_rank(), ds_comm_world());
     ds_comm_abort(1);
@@ -36,8 +36,9 @@ int ds_nccl_init(void)
     if (rc != ncclSuccess) {
         /* Two ranks on one GPU are refused before NCCL 2.30 (and from 2.30 without
          * NCCL_MULTI_RANK_GPU_ENABLE=1); say so, since it is the usual cause on one GPU. */
-        ds_err("ncclCommInitRank (rank %d of %d, device %d): %s%s", ds_comm_rank(), ds_comm_world(),
-               device, ncclGetErrorString(rc),
+        const char *detail = ncclGetLastError(NULL);
+        ds_err("ncclCommInitRank (rank %d of %d, device %d): %s%s%s%s", ds_comm_rank(), ds_comm_world(),
+               device, ncclGetErrorString(rc), detail && *detail ? ": " : "", detail ? detail : "",
                ds_comm_local_size() > 1 ? "; several ranks on one node: each needs its own GPU" : "");
         comm = NULL;
         return -1;
@@ -61,13 +62,15 @@ void ds_nccl_sync(cudaStream_t stream, double timeout_s)
     const struct timespec nap = {0, 20000};   /* 20 us: short next to a step, spares a core */
     for (;;) {
         cudaError_t ce = cudaStreamQuery(stream);
-        if (ce == cudaSuccess) return;
-        if (ce != cudaErrorNotReady) cudaCheck(ce);
+        if (ce != cudaSuccess && ce != cudaErrorNotReady) cudaCheck(ce);
+        /* asked after the stream is done too: a collective that failed (a peer gone) still
+         * completes, and its sums are then not sums */
         if (comm) {
             ncclResult_t async;
             ncclCheck(ncclCommGetAsyncError(comm, &async));
             ncclCheck(async);
         }
+        if (ce == cudaSuccess) return;
         if (timeout_s > 0 && ds_now() - t0 > timeout_s) {
             ds_err("NCCL: the reduction did not finish within %.0f s: a rank is stopped or hung (rank %d of "
                    "%d); ending the job (--comm-timeout)", timeout_s, ds_comm_rank(), ds_comm_world());

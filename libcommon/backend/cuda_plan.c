@@ -157,41 +157,51 @@ static void add(char *buf, size_t len, size_t *at, const char *fmt, ...)
     if (k > 0) *at = *at + (size_t)k < len ? *at + (size_t)k : len - 1;
 }
 
-/* Why the algorithm is not usable (NULL: it is). fp32 means FMA math only. */
-static const char *unusable(const ds_conv_algo *a, int precision, int deterministic, size_t budget)
+int ds_conv_list_rule_out(ds_conv_list *l, int precision, int algo, const char *why)
 {
-    if (!a->ok) return "failed";
-    if (a->memory > budget) return "over the workspace budget";
-    if (deterministic && !a->deterministic) return "not deterministic";
-    if (precision == 0 && a->math != DS_MATH_FMA) return "not plain FMA math";
+    if (precision < 0 || precision >= DS_CONV_PRECISIONS || algo < 0 || algo >= DS_CONV_ALGO_IDS) return -1;
+    if (!l->ruled_out[precision]) snprintf(l->ruled_out_why[precision], sizeof l->ruled_out_why[precision], "%s", why);
+    l->ruled_out[precision] |= 1u << algo;
+    return 0;
+}
+
+/* Why an algorithm is not usable, in the order they are checked (and counted in messages). */
+static const char *const reasons[] = {"failed", "ruled out after the answer", "over the workspace budget",
+                                      "not deterministic", "not plain FMA math", "may compute in fp16"};
+
+/* Why algorithm i of l's answer at precision p is not usable (NULL: it is), with `room`
+ * bytes left for cuDNN's workspace. fp32 means FMA math only. tf32 refuses the math that
+ * allows conversion, which may compute its float32 tensors in fp16 (range 65504); bf16's
+ * tensors are bf16 already, and its tensor-op math is what it asks for. */
+static const char *unusable(const ds_conv_list *l, int p, int i, int deterministic, size_t room)
+{
+    const ds_conv_algo *a = &l->algo[p][i];
+    if (!a->ok) return reasons[0];
+    if (a->algo >= 0 && a->algo < DS_CONV_ALGO_IDS && (l->ruled_out[p] >> a->algo & 1)) return reasons[1];
+    if (a->memory > room) return reasons[2];
+    if (deterministic && !a->deterministic) return reasons[3];
+    if (p == DS_PRECISION_FP32 && a->math != DS_MATH_FMA) return reasons[4];
+    if (p == DS_PRECISION_TF32 && a->math == DS_MATH_TENSOR_OP_CONVERSION) return reasons[5];
     return NULL;
 }
 
-#define QUERY_CAP 16   /* more than cuDNN has algorithms for any op */
-
-int ds_conv_choose_op(const ds_conv_desc *d, ds_conv_op op, int precision, int deterministic, size_t budget,
-                      ds_conv_query q, void *ctx, ds_conv_choice *out, char *msg, size_t msg_len)
+/* msg: what was answered at each precision from `precision` down, counted by reason, with
+ * the first failure's status and the first ruling out's reason. */
+static void describe_none(const ds_conv_list *l, ds_conv_op op, int precision, int deterministic,
+                          const ds_conv_budget *b, char *msg, size_t msg_len)
 {
-    static const char *const reasons[] = {"failed", "over the workspace budget", "not deterministic",
-                                          "not plain FMA math"};
     size_t at = 0;
     add(msg, msg_len, &at, "no usable %s algorithm%s (cuDNN answered:", ds_conv_op_name(op),
         deterministic ? " that is deterministic" : "");
     for (int p = precision; p >= 0; p--) {
-        ds_conv_algo list[QUERY_CAP];
-        char why[160] = "";
-        int n = q(ctx, d, op, p, list, QUERY_CAP, why, sizeof why);
-        if (n > QUERY_CAP) n = QUERY_CAP;
-        for (int i = 0; i < n; i++)
-            if (!unusable(&list[i], p, deterministic, budget)) {
-                *out = (ds_conv_choice){.needed = 1, .precision = p, .algo = list[i].algo, .math = list[i].math,
-                                        .memory = list[i].memory};
-                return 0;
-            }
-        /* none: say what was answered, counted by reason, with the first failure's status */
         add(msg, msg_len, &at, "%s %s: ", p == precision ? "" : ";", ds_precision_name((ds_precision)p));
+        if (b->copies[p] > b->limit) {
+            add(msg, msg_len, &at, "not asked, its copies take %zu bytes of the %zu planned", b->copies[p], b->limit);
+            continue;
+        }
+        int n = l->n[p];
         if (n < 0) {
-            add(msg, msg_len, &at, "the query failed: %s", why);
+            add(msg, msg_len, &at, "the query failed: %s", l->why[p]);
             continue;
         }
         add(msg, msg_len, &at, "%d algorithm%s", n, n == 1 ? "" : "s");
@@ -199,26 +209,54 @@ int ds_conv_choose_op(const ds_conv_desc *d, ds_conv_op op, int precision, int d
             int count = 0;
             const char *status = NULL;
             for (int i = 0; i < n; i++)
-                if (unusable(&list[i], p, deterministic, budget) == reasons[r]) {
+                if (unusable(l, p, i, deterministic, b->limit - b->copies[p]) == reasons[r]) {
                     count++;
-                    if (!status) status = list[i].status;
+                    if (!status) status = l->algo[p][i].status;
                 }
+            if (r == 1) status = l->ruled_out_why[p];
+            else if (r != 0) status = NULL;
             if (count)
-                add(msg, msg_len, &at, ", %d %s%s%s%s", count, reasons[r], status && r == 0 ? " (" : "",
-                    status && r == 0 ? status : "", status && r == 0 ? ")" : "");
+                add(msg, msg_len, &at, ", %d %s%s%s%s", count, reasons[r], status ? " (" : "", status ? status : "",
+                    status ? ")" : "");
         }
     }
     add(msg, msg_len, &at, ")");
+}
+
+int ds_conv_choose_op(const ds_conv_desc *d, ds_conv_op op, int precision, int deterministic,
+                      const ds_conv_budget *b, ds_conv_query q, void *ctx, ds_conv_list *l, ds_conv_choice *out,
+                      char *msg, size_t msg_len)
+{
+    for (int p = precision; p >= 0; p--) {
+        if (b->copies[p] > b->limit) continue;   /* its copies alone do not fit: never asked */
+        if (!l->asked[p]) {
+            l->why[p][0] = 0;
+            int n = q(ctx, d, op, p, l->algo[p], DS_CONV_LIST, l->why[p], sizeof l->why[p]);
+            l->n[p] = n > DS_CONV_LIST ? DS_CONV_LIST : n < 0 ? -1 : n;
+            l->asked[p] = 1;
+        }
+        for (int i = 0; i < l->n[p]; i++)
+            if (!unusable(l, p, i, deterministic, b->limit - b->copies[p])) {
+                const ds_conv_algo *a = &l->algo[p][i];
+                *out = (ds_conv_choice){.needed = 1, .precision = p, .algo = a->algo, .math = a->math,
+                                        .memory = a->memory};
+                return 0;
+            }
+    }
+    describe_none(l, op, precision, deterministic, b, msg, msg_len);
     return -1;
 }
 
 int ds_conv_choose(const ds_conv_desc *d, int precision, int deterministic, size_t budget, ds_conv_query q,
-                   void *ctx, ds_conv_choice choice[DS_CONV_OPS], char *msg, size_t msg_len)
+                   void *ctx, ds_conv_list lists[DS_CONV_OPS], ds_conv_choice choice[DS_CONV_OPS], char *msg,
+                   size_t msg_len)
 {
+    const ds_conv_budget b = {.limit = budget};
     for (int op = 0; op < DS_CONV_OPS; op++) {
         choice[op] = (ds_conv_choice){0};
+        memset(&lists[op], 0, sizeof lists[op]);
         if (op == DS_CONV_BWD_DATA && d->no_dx) continue;
-        if (ds_conv_choose_op(d, (ds_conv_op)op, precision, deterministic, budget, q, ctx, &choice[op], msg,
+        if (ds_conv_choose_op(d, (ds_conv_op)op, precision, deterministic, &b, q, ctx, &lists[op], &choice[op], msg,
                               msg_len))
             return -1;
     }

@@ -19,13 +19,22 @@
  *
  * Choosing algorithms (ds_conv_choose): for each op a convolution needs (backward-data not
  * for the network's input, d.no_dx), the first algorithm cuDNN lists that is usable: it
- * succeeded, fits the workspace budget, is deterministic when the run must be, and under
- * fp32 runs plain FMA math (any other math type would compute in TF32). When the run's
- * precision has none for an op, that op alone falls back to the next precision down (bf16,
- * then tf32, then fp32) and the plan says so; only an op with no usable algorithm at any
- * precision makes planning fail, with a message naming the op and, per precision, what cuDNN
- * answered. The cuDNN calls are the backend's (a query function); a test gives made-up
- * answers. */
+ * succeeded, fits the workspace budget, is deterministic when the run must be, under fp32
+ * runs plain FMA math (any other math type would compute in TF32), and under tf32 does not
+ * allow conversion (CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION may compute float32 tensors in
+ * fp16, with fp16's range). When the run's precision has none for an op, that op alone
+ * falls back to the next precision down (bf16, then tf32, then fp32) and the plan says so;
+ * only an op with no usable algorithm at any precision makes planning fail, with a message
+ * naming the op and, per precision, what cuDNN answered. The cuDNN calls are the backend's
+ * (a query function); a test gives made-up answers.
+ *
+ * The answers are kept (ds_conv_list), so a later choice for the same op and size asks
+ * nothing again: an algorithm the backend rules out after the answer (one that fails when
+ * it runs, or whose exact workspace at this size is more than listed) is marked, and the
+ * choice made again takes the next usable one, falling back in precision as above. A
+ * budget counts, per precision, the copies the op makes in that precision's types ahead of
+ * cuDNN's workspace, so a fallback to a precision with larger copies is taken only where
+ * they fit. */
 #ifndef DS_CUDA_PLAN_H
 #define DS_CUDA_PLAN_H
 
@@ -112,6 +121,34 @@ typedef struct {
 typedef int (*ds_conv_query)(void *ctx, const ds_conv_desc *d, ds_conv_op op, int precision, ds_conv_algo *out,
                              int cap, char *why, size_t why_len);
 
+#define DS_CONV_PRECISIONS 3   /* fp32, tf32, bf16: the ds_precision values an op computes in */
+#define DS_CONV_LIST 16        /* algorithms kept per precision: more than cuDNN has for any op */
+#define DS_CONV_ALGO_IDS 32    /* algorithm ids a list can rule out (cuDNN's enums are below 10) */
+
+/* One op's answers at one size, per precision, asked once each and only when needed (a
+ * precision below the run's is asked only when the ones above have nothing usable). Zeroed:
+ * nothing asked yet. */
+typedef struct {
+    int asked[DS_CONV_PRECISIONS];
+    int n[DS_CONV_PRECISIONS];                 /* algorithms answered; -1: the question failed */
+    ds_conv_algo algo[DS_CONV_PRECISIONS][DS_CONV_LIST];
+    char why[DS_CONV_PRECISIONS][160];         /* the question's failure */
+    unsigned ruled_out[DS_CONV_PRECISIONS];    /* bit a: algorithm a ruled out after the answer */
+    char ruled_out_why[DS_CONV_PRECISIONS][160];   /* the first of those, why */
+} ds_conv_list;
+
+/* Rules algorithm `algo` at `precision` out of l's later choices, for `why` ("failed when
+ * run: CUDNN_STATUS_..."); -1 when algo is not an id a list can hold. */
+int ds_conv_list_rule_out(ds_conv_list *l, int precision, int algo, const char *why);
+
+/* What an op may use: its copies at precision p take copies[p] bytes (the tensors it makes
+ * in p's types), then cuDNN's workspace; both within limit. A precision whose copies alone
+ * exceed limit is passed over. */
+typedef struct {
+    size_t limit;
+    size_t copies[DS_CONV_PRECISIONS];
+} ds_conv_budget;
+
 typedef struct {
     int needed;               /* 0: never run (backward-data of the network's input) */
     int precision;            /* what it computes in: the run's or, falling back, a lower one */
@@ -120,13 +157,18 @@ typedef struct {
     size_t memory;
 } ds_conv_choice;
 
-/* Chooses an algorithm for op at `precision` or below (see above) within `budget` bytes:
- * 0 with *out set, or -1 with msg[] naming the op and what was answered at each precision. */
-int ds_conv_choose_op(const ds_conv_desc *d, ds_conv_op op, int precision, int deterministic, size_t budget,
-                      ds_conv_query q, void *ctx, ds_conv_choice *out, char *msg, size_t msg_len);
-/* The same for every op d needs (choice[DS_CONV_BWD_DATA].needed = 0 with d->no_dx). */
+/* Chooses an algorithm for op at `precision` or below (see above) within budget b, from
+ * list (asking q for the precisions it has not asked yet): 0 with *out set, or -1 with
+ * msg[] naming the op and what was answered at each precision. */
+int ds_conv_choose_op(const ds_conv_desc *d, ds_conv_op op, int precision, int deterministic,
+                      const ds_conv_budget *b, ds_conv_query q, void *ctx, ds_conv_list *list, ds_conv_choice *out,
+                      char *msg, size_t msg_len);
+/* The same for every op d needs (choice[DS_CONV_BWD_DATA].needed = 0 with d->no_dx), each
+ * with `budget` bytes of cuDNN workspace and its copies not counted (planning: the arena is
+ * sized from the choice); lists[] are emptied first and keep the answers. */
 int ds_conv_choose(const ds_conv_desc *d, int precision, int deterministic, size_t budget, ds_conv_query q,
-                   void *ctx, ds_conv_choice choice[DS_CONV_OPS], char *msg, size_t msg_len);
+                   void *ctx, ds_conv_list lists[DS_CONV_OPS], ds_conv_choice choice[DS_CONV_OPS], char *msg,
+                   size_t msg_len);
 /* "forward: algo 1, tensor-op, bf16, 12.5 MiB; backward-data: ...": for --verbose. */
 void ds_conv_choice_describe(const ds_conv_choice choice[DS_CONV_OPS], char *buf, size_t len);
 

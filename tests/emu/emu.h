@@ -5,7 +5,7 @@
  * ds's own sources (tests/emu/emu_device.h, force-included into the host compilation of the
  * .cu files, is the one exception: it brings the kernel launch and the built-in variables).
  *
- * What the device promises and checks (docs/DESIGN.md §5, "The emulated CUDA device"):
+ * What the device promises and checks (docs/DESIGN.md §4, "The emulated CUDA device"):
  *   - memory: every device allocation and page-locked host range is tracked; fresh device
  *     memory holds a poison pattern (0xff bytes: NaN as float and bf16, -1 as integers), as
  *     real cudaMalloc does not zero; guard bytes follow every device allocation and are

@@ -9,8 +9,10 @@
  * Choosing algorithms (ds_conv_choose) against made-up cuDNN answers: no backward-data for the
  * network's input, a bf16 op without a usable algorithm falling back to tf32 or fp32 alone,
  * fp32 refusing tensor-op math, the workspace budget, --deterministic with no deterministic
- * algorithm failing with a message that says what was answered; and a model whose backend
- * cannot plan a layer failing to build, naming the layer. */
+ * algorithm failing with a message that says what was answered; an algorithm that fails when
+ * run replaced by the next usable one from the answers kept (then lower precisions), tf32
+ * refusing math that may convert to fp16, a fallback chosen within its own precision's
+ * copies; and a model whose backend cannot plan a layer failing to build, naming the layer. */
 #include <string.h>
 
 #include "../check.h"
@@ -287,11 +289,13 @@ static void test_choose(void)
                           .p = 112, .q = 112, .no_dx = 1};
     ds_conv_desc mid = conv3x3(256, 56, 64, 64);
     ds_conv_choice ch[DS_CONV_OPS];
+    ds_conv_list lists[DS_CONV_OPS];
     char msg[1024], text[512];
 
     /* all answered: the run's precision for each op; no backward-data asked for conv1 */
     answers_all_good();
-    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 0, 1000, fake_query, NULL, ch, msg, sizeof msg) == 0, "%s", msg);
+    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 0, 1000, fake_query, NULL, lists, ch, msg, sizeof msg) == 0,
+          "%s", msg);
     CHECK(!ch[DS_CONV_BWD_DATA].needed && queries[DS_CONV_BWD_DATA][2] + queries[DS_CONV_BWD_DATA][1] +
                                                   queries[DS_CONV_BWD_DATA][0] == 0,
           "backward-data of the network's input was planned (%d queries)", queries[DS_CONV_BWD_DATA][2]);
@@ -306,12 +310,13 @@ static void test_choose(void)
     answers[DS_CONV_BWD_FILTER][2].n = 2;
     answers[DS_CONV_BWD_FILTER][2].list[0] = algo(1, 0, 1, DS_MATH_TENSOR_OP, 0);
     answers[DS_CONV_BWD_FILTER][2].list[1] = algo(2, 1, 1, DS_MATH_TENSOR_OP, 5000);
-    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 0, 1000, fake_query, NULL, ch, msg, sizeof msg) == 0, "%s", msg);
+    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 0, 1000, fake_query, NULL, lists, ch, msg, sizeof msg) == 0,
+          "%s", msg);
     CHECK(ch[DS_CONV_BWD_FILTER].precision == DS_PRECISION_TF32 && ch[DS_CONV_BWD_FILTER].algo == 11 &&
               ch[DS_CONV_FWD].precision == DS_PRECISION_BF16,
           "backward-filter fell back to %d (algo %d)", ch[DS_CONV_BWD_FILTER].precision, ch[DS_CONV_BWD_FILTER].algo);
     answers[DS_CONV_BWD_FILTER][1].n = 0;
-    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 0, 1000, fake_query, NULL, ch, msg, sizeof msg) == 0 &&
+    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 0, 1000, fake_query, NULL, lists, ch, msg, sizeof msg) == 0 &&
               ch[DS_CONV_BWD_FILTER].precision == DS_PRECISION_FP32 && ch[DS_CONV_BWD_FILTER].math == DS_MATH_FMA,
           "no fp32 fallback: %s", msg);
 
@@ -320,7 +325,7 @@ static void test_choose(void)
     answers[DS_CONV_FWD][0].n = 2;
     answers[DS_CONV_FWD][0].list[0] = algo(7, 1, 1, DS_MATH_TENSOR_OP, 10);
     answers[DS_CONV_FWD][0].list[1] = algo(8, 1, 1, DS_MATH_FMA, 10);
-    CHECK(ds_conv_choose(&mid, DS_PRECISION_FP32, 0, 1000, fake_query, NULL, ch, msg, sizeof msg) == 0 &&
+    CHECK(ds_conv_choose(&mid, DS_PRECISION_FP32, 0, 1000, fake_query, NULL, lists, ch, msg, sizeof msg) == 0 &&
               ch[DS_CONV_FWD].algo == 8 && ch[DS_CONV_BWD_DATA].needed,
           "fp32 forward took algo %d", ch[DS_CONV_FWD].algo);
 
@@ -332,7 +337,7 @@ static void test_choose(void)
         for (int i = 0; i < 3; i++) answers[DS_CONV_BWD_FILTER][p].list[i] = algo(i, 1, 0, DS_MATH_FMA, 1);
     }
     answers[DS_CONV_BWD_FILTER][1].n = -1;
-    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 1, 1000, fake_query, NULL, ch, msg, sizeof msg) == -1,
+    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 1, 1000, fake_query, NULL, lists, ch, msg, sizeof msg) == -1,
           "a non-deterministic algorithm was accepted under --deterministic");
     CHECK(strstr(msg, "backward-filter") && strstr(msg, "deterministic") &&
               strstr(msg, "bf16: 3 algorithms, 3 not deterministic") && strstr(msg, "tf32: the query failed") &&
@@ -340,15 +345,150 @@ static void test_choose(void)
           "message: %s", msg);
     printf("deterministic failure says: %s\n", msg);
     /* the same answers without --deterministic: the first one */
-    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 0, 1000, fake_query, NULL, ch, msg, sizeof msg) == 0 &&
+    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 0, 1000, fake_query, NULL, lists, ch, msg, sizeof msg) == 0 &&
               ch[DS_CONV_BWD_FILTER].precision == DS_PRECISION_BF16 && ch[DS_CONV_BWD_FILTER].algo == 0,
           "%s", msg);
 
     /* nothing usable anywhere: failed statuses are named */
     for (int p = 0; p < 3; p++) answers[DS_CONV_FWD][p].n = 1, answers[DS_CONV_FWD][p].list[0] = algo(0, 0, 1, 0, 0);
-    CHECK(ds_conv_choose(&mid, DS_PRECISION_TF32, 0, 1000, fake_query, NULL, ch, msg, sizeof msg) == -1 &&
+    CHECK(ds_conv_choose(&mid, DS_PRECISION_TF32, 0, 1000, fake_query, NULL, lists, ch, msg, sizeof msg) == -1 &&
               strstr(msg, "forward") && strstr(msg, "1 failed (CUDNN_STATUS_NOT_SUPPORTED)") && !strstr(msg, "bf16"),
           "message: %s", msg);
+    check_end();
+}
+
+/* An algorithm that fails when it runs (cuda.cu rules it out of the slot's list on the op's
+ * first run and chooses again): the next usable one of the same answer, without asking cuDNN
+ * again; with the run's precision used up, the next precision down (asked once); with none
+ * left, a message naming the op and why each was ruled out. An algorithm ruled out at one
+ * precision stays usable at another. */
+static void test_next_after_failure(void)
+{
+    check_begin("cuda_plan_next_algorithm_after_a_run_failure");
+    ds_conv_desc mid = conv3x3(32, 28, 64, 64);
+    const ds_conv_budget b = {.limit = 1000};
+    ds_conv_list list = {0};
+    ds_conv_choice c;
+    char msg[1024] = "";
+    answers_all_good();
+    answers[DS_CONV_FWD][2].n = 3;
+    for (int i = 0; i < 3; i++) answers[DS_CONV_FWD][2].list[i] = algo(i, 1, 1, DS_MATH_TENSOR_OP, 100);
+    CHECK(ds_conv_choose_op(&mid, DS_CONV_FWD, DS_PRECISION_BF16, 0, &b, fake_query, NULL, &list, &c, msg,
+                            sizeof msg) == 0 && c.algo == 0 && c.precision == DS_PRECISION_BF16,
+          "first choice algo %d (%s)", c.algo, msg);
+    for (int next = 1; next < 3; next++) {
+        const char *why = "algo failed when run: CUDNN_STATUS_EXECUTION_FAILED";
+        CHECK(ds_conv_list_rule_out(&list, c.precision, c.algo, why) == 0, "rule out");
+        CHECK(ds_conv_choose_op(&mid, DS_CONV_FWD, DS_PRECISION_BF16, 0, &b, fake_query, NULL, &list, &c, msg,
+                                sizeof msg) == 0 && c.algo == next && c.precision == DS_PRECISION_BF16,
+              "after algo %d failed: algo %d at %d, want algo %d in bf16 (%s)", next - 1, c.algo, c.precision, next,
+              msg);
+    }
+    CHECK(queries[DS_CONV_FWD][2] == 1 && queries[DS_CONV_FWD][1] == 0, "cuDNN asked again: bf16 %d, tf32 %d times",
+          queries[DS_CONV_FWD][2], queries[DS_CONV_FWD][1]);
+    /* bf16 used up: tf32's algorithm, its answer asked once; the same id ruled out in bf16 is
+     * another precision's algorithm there */
+    answers[DS_CONV_FWD][1].list[0] = algo(2, 1, 1, DS_MATH_TENSOR_OP, 100);
+    ds_conv_list_rule_out(&list, c.precision, c.algo, "algo 2 failed when run: CUDNN_STATUS_NOT_SUPPORTED");
+    CHECK(ds_conv_choose_op(&mid, DS_CONV_FWD, DS_PRECISION_BF16, 0, &b, fake_query, NULL, &list, &c, msg,
+                            sizeof msg) == 0 && c.precision == DS_PRECISION_TF32 && c.algo == 2,
+          "bf16 used up: algo %d at %d (%s)", c.algo, c.precision, msg);
+    ds_conv_list_rule_out(&list, c.precision, c.algo, "algo 2 failed when run: CUDNN_STATUS_BAD_PARAM");
+    CHECK(ds_conv_choose_op(&mid, DS_CONV_FWD, DS_PRECISION_BF16, 0, &b, fake_query, NULL, &list, &c, msg,
+                            sizeof msg) == 0 && c.precision == DS_PRECISION_FP32 && c.algo == 10,
+          "tf32 used up: algo %d at %d (%s)", c.algo, c.precision, msg);
+    CHECK(queries[DS_CONV_FWD][1] == 1 && queries[DS_CONV_FWD][0] == 1, "asked tf32 %d, fp32 %d times",
+          queries[DS_CONV_FWD][1], queries[DS_CONV_FWD][0]);
+    ds_conv_list_rule_out(&list, c.precision, c.algo, "algo 10 failed when run: CUDNN_STATUS_EXECUTION_FAILED");
+    CHECK(ds_conv_choose_op(&mid, DS_CONV_FWD, DS_PRECISION_BF16, 0, &b, fake_query, NULL, &list, &c, msg,
+                            sizeof msg) == -1,
+          "a choice with every algorithm ruled out");
+    CHECK(strstr(msg, "forward") &&
+              strstr(msg, "bf16: 3 algorithms, 3 ruled out after the answer (algo failed when run: "
+                          "CUDNN_STATUS_EXECUTION_FAILED)") &&
+              strstr(msg, "tf32: 1 algorithm, 1 ruled out after the answer (algo 2 failed when run: "
+                          "CUDNN_STATUS_BAD_PARAM)") &&
+              strstr(msg, "fp32: 1 algorithm, 1 ruled out"),
+          "message: %s", msg);
+    printf("every algorithm failing says: %s\n", msg);
+    /* a planning choice starts from empty lists: nothing ruled out carries over */
+    ds_conv_list lists[DS_CONV_OPS];
+    ds_conv_choice ch[DS_CONV_OPS];
+    lists[DS_CONV_FWD] = list;
+    CHECK(ds_conv_choose(&mid, DS_PRECISION_BF16, 0, 1000, fake_query, NULL, lists, ch, msg, sizeof msg) == 0 &&
+              ch[DS_CONV_FWD].algo == 0 && ch[DS_CONV_FWD].precision == DS_PRECISION_BF16,
+          "planning kept what a slot ruled out (algo %d, %s)", ch[DS_CONV_FWD].algo, msg);
+    CHECK(ds_conv_list_rule_out(&list, 0, DS_CONV_ALGO_IDS, "x") == -1 && ds_conv_list_rule_out(&list, 3, 0, "x") == -1,
+          "an id or a precision a list cannot hold was taken");
+    check_end();
+}
+
+/* tf32 refuses math that allows conversion (it may compute float32 tensors in fp16), also
+ * when bf16 falls back to it; plain tensor-op math it takes. */
+static void test_tf32_no_conversion(void)
+{
+    check_begin("cuda_plan_tf32_refuses_fp16_conversion");
+    ds_conv_desc conv1 = {.n = 256, .h = 224, .w = 224, .c = 3, .k = 64, .r = 7, .s = 7, .stride = 2, .pad = 3,
+                          .p = 112, .q = 112, .no_dx = 1};
+    ds_conv_choice ch[DS_CONV_OPS];
+    ds_conv_list lists[DS_CONV_OPS];
+    char msg[1024] = "";
+    answers_all_good();
+    answers[DS_CONV_FWD][1].n = 2;
+    answers[DS_CONV_FWD][1].list[0] = algo(1, 1, 1, DS_MATH_TENSOR_OP_CONVERSION, 10);
+    answers[DS_CONV_FWD][1].list[1] = algo(2, 1, 1, DS_MATH_TENSOR_OP, 10);
+    CHECK(ds_conv_choose(&conv1, DS_PRECISION_TF32, 0, 1000, fake_query, NULL, lists, ch, msg, sizeof msg) == 0 &&
+              ch[DS_CONV_FWD].algo == 2 && ch[DS_CONV_FWD].math == DS_MATH_TENSOR_OP,
+          "tf32 took algo %d with math %s", ch[DS_CONV_FWD].algo, ds_conv_math_name(ch[DS_CONV_FWD].math));
+    /* bf16 with nothing usable, tf32 with conversion only: the op computes in fp32 */
+    answers[DS_CONV_FWD][2].list[0] = algo(0, 0, 1, DS_MATH_TENSOR_OP, 0);
+    answers[DS_CONV_FWD][1].n = 1;
+    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 0, 1000, fake_query, NULL, lists, ch, msg, sizeof msg) == 0 &&
+              ch[DS_CONV_FWD].precision == DS_PRECISION_FP32 && ch[DS_CONV_FWD].math == DS_MATH_FMA,
+          "bf16's fallback took %s math in %s", ds_conv_math_name(ch[DS_CONV_FWD].math),
+          ds_precision_name((ds_precision)ch[DS_CONV_FWD].precision));
+    /* bf16's own tensor-op answer is what bf16 asks for */
+    answers[DS_CONV_FWD][2].list[0] = algo(3, 1, 1, DS_MATH_TENSOR_OP, 0);
+    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 0, 1000, fake_query, NULL, lists, ch, msg, sizeof msg) == 0 &&
+              ch[DS_CONV_FWD].precision == DS_PRECISION_BF16 && ch[DS_CONV_FWD].algo == 3,
+          "bf16 refused its tensor-op algorithm");
+    answers[DS_CONV_FWD][0].n = 0;
+    answers[DS_CONV_FWD][2].list[0] = algo(0, 0, 1, DS_MATH_TENSOR_OP, 0);
+    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 0, 1000, fake_query, NULL, lists, ch, msg, sizeof msg) == -1 &&
+              strstr(msg, "tf32: 1 algorithm, 1 may compute in fp16"),
+          "message: %s", msg);
+    check_end();
+}
+
+/* A fallback to a lower precision is chosen within that precision's own budget: its copies
+ * (float32 copies of bf16 tensors are twice as large) come first, cuDNN's workspace in what
+ * is left; a precision whose copies alone exceed the limit is not even asked. */
+static void test_budget_per_precision(void)
+{
+    check_begin("cuda_plan_fallback_within_its_own_copies");
+    ds_conv_desc mid = conv3x3(32, 28, 64, 64);
+    ds_conv_list list = {0};
+    ds_conv_choice c;
+    char msg[1024] = "";
+    answers_all_good();
+    answers[DS_CONV_FWD][2].list[0] = algo(0, 0, 1, DS_MATH_TENSOR_OP, 0);   /* bf16: nothing usable */
+    answers[DS_CONV_FWD][1].list[0] = algo(5, 1, 1, DS_MATH_TENSOR_OP, 300);
+    answers[DS_CONV_FWD][0].list[0] = algo(6, 1, 1, DS_MATH_FMA, 150);
+    /* bf16 storage computed in bf16 copies nothing; in tf32 or fp32 every tensor is copied */
+    const ds_conv_budget b = {.limit = 1000, .copies = {800, 800, 0}};
+    CHECK(ds_conv_choose_op(&mid, DS_CONV_FWD, DS_PRECISION_BF16, 0, &b, fake_query, NULL, &list, &c, msg,
+                            sizeof msg) == 0 && c.precision == DS_PRECISION_FP32 && c.algo == 6,
+          "took algo %d in %s: tf32's 300 bytes do not fit beside its 800 of copies", c.algo,
+          ds_precision_name((ds_precision)c.precision));
+    const ds_conv_budget tight = {.limit = 1000, .copies = {1200, 1200, 0}};
+    memset(&list, 0, sizeof list);
+    memset(queries, 0, sizeof queries);
+    CHECK(ds_conv_choose_op(&mid, DS_CONV_FWD, DS_PRECISION_BF16, 0, &tight, fake_query, NULL, &list, &c, msg,
+                            sizeof msg) == -1 &&
+              queries[DS_CONV_FWD][1] == 0 && queries[DS_CONV_FWD][0] == 0,
+          "a precision whose copies exceed the limit was chosen or asked (tf32 %d, fp32 %d)", queries[DS_CONV_FWD][1],
+          queries[DS_CONV_FWD][0]);
+    CHECK(strstr(msg, "tf32: not asked, its copies take 1200 bytes of the 1000 planned"), "message: %s", msg);
     check_end();
 }
 
@@ -383,6 +523,9 @@ int main(void)
     test_model_batches();
     test_rules();
     test_choose();
+    test_next_after_failure();
+    test_tf32_no_conversion();
+    test_budget_per_precision();
     test_unplannable_layer();
     return check_exit();
 }

@@ -10,7 +10,9 @@
  * stream or a release before the copy shows up as another batch's bytes. Checked too: copies
  * that do not wait read only page-locked memory, nothing is unlocked while a copy of it is queued, everything
  * is unlocked at the end, and a refused lock sends batches through upload; and the point of
- * the second buffer: the next batch's copy does not wait for the current batch's normalize. */
+ * the second buffer: the next batch's copy does not wait for the current batch's normalize.
+ * alloc zeroes on the compute stream, as the CUDA backend does: the first copy into each
+ * buffer must come after that zeroing. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,11 +24,11 @@
 
 /* ---- the mock device ---- */
 
-enum { OP_COPY, OP_WRITE, OP_NORMALIZE, OP_WAIT, OP_MARK };
+enum { OP_COPY, OP_WRITE, OP_ZERO, OP_NORMALIZE, OP_WAIT, OP_MARK };
 
 typedef struct {
     int kind;
-    void *dst;               /* COPY, WRITE */
+    void *dst;               /* COPY, WRITE, ZERO */
     const void *src;         /* COPY: read when it runs */
     void *data;              /* WRITE: the bytes as upload was given them (the staging copy) */
     size_t bytes;
@@ -74,6 +76,7 @@ static void run_op(int s)
         memcpy(o->dst, o->data, o->bytes);
         free(o->data);
         break;
+    case OP_ZERO: memset(o->dst, 0, o->bytes); break;
     case OP_NORMALIZE: {
         int64_t b = dev.expect[dev.nseen++ % QUEUE];
         size_t px = (size_t)o->n * dev.H * dev.W * 3;
@@ -228,7 +231,16 @@ static void mock_resized_crop_u8(float *out, const uint8_t *in, int n, int H, in
     queue_normalize(in, n, y0, x0, bh, bw, flip, 1);
 }
 
-static void *mock_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
+/* As cuda.cu's alloc: fresh device memory holds anything until the zeroing queued on the
+ * compute stream runs (a copy on the input stream that ran before it would be zeroed). */
+static void *mock_alloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    memset(p, 0x5a, bytes);
+    op *o = push(0);
+    o->kind = OP_ZERO, o->dst = p, o->bytes = bytes;
+    return p;
+}
 
 static const ds_backend mock = {
     .name = "mock",
@@ -315,7 +327,7 @@ static void run_scenario(const scenario *sc, uint64_t seed, int batches)
     ds_feed_free(&f);
     CHECK(!dev.deadlock, "the mock streams waited on each other");
     CHECK(dev.nseen == batches, "%d of %d normalizes ran", dev.nseen, batches);
-    CHECK(dev.bad == 0, "%d normalizes saw another batch's bytes", dev.bad);
+    CHECK(dev.bad == 0, "%d normalizes saw bytes that are not their batch's", dev.bad);
     CHECK(dev.unlocked_copy == 0, "%d copies read memory that is not page-locked", dev.unlocked_copy);
     CHECK(dev.unlock_busy == 0, "%d buffers unlocked while a copy of them was queued", dev.unlock_busy);
     CHECK(dev.nlocked == 0, "%d buffers still locked after ds_feed_free", dev.nlocked);

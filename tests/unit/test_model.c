@@ -429,6 +429,113 @@ static void test_loss_late(void)
     check_end();
 }
 
+/* ---- step times over a backend whose marks are a ring (the CUDA backend's rule) ----
+ * Mark k of stream s is 2k + s and is held while it is among the last DS_MARKS of its
+ * stream (cuda.cu records it into event k % DS_MARKS, recorded again DS_MARKS marks later);
+ * mark_seconds is NAN for one no longer held. Clocks are held until recorded again. The CPU
+ * computes everything at once, so every point is passed as it is made; the device's "time"
+ * of a point is the number of marks and clocks made before it (no time is measured). */
+static int ring_marks[2];
+static double ring_time[2][DS_MARKS], ring_now;
+
+static int ring_mark(int stream)
+{
+    int s = stream == DS_STREAM_INPUT, k = ring_marks[s]++;
+    ring_time[s][k % DS_MARKS] = ring_now++;
+    return 2 * k + s;
+}
+
+static int ring_held(int mark)
+{
+    int s = mark & 1, k = mark >> 1;
+    return mark >= 0 && k < ring_marks[s] && k >= ring_marks[s] - DS_MARKS;
+}
+
+static double ring_mark_seconds(int from, int to)
+{
+    if ((from & 1) || (to & 1) || !ring_held(from) || !ring_held(to)) return NAN;
+    return ring_time[0][(to >> 1) % DS_MARKS] - ring_time[0][(from >> 1) % DS_MARKS];
+}
+
+struct ds_clock { double t; };
+static ds_clock *ring_clock_alloc(void)
+{
+    ds_clock *c = malloc(sizeof *c);
+    c->t = NAN;
+    return c;
+}
+static void ring_clock_free(ds_clock *c) { free(c); }
+static void ring_clock_record(ds_clock *c) { c->t = ring_now++; }
+static double ring_clock_seconds(const ds_clock *from, const ds_clock *to) { return to->t - from->t; }
+
+/* Training steps of 31 to 40 micro-batches in train.c's order: the step begun, per
+ * micro-batch the feed's mark after its input (feed.h: consumed), forward and backward (for
+ * the first and last micro-batch only: they make no marks, and each costs time here), SGD,
+ * the step ended, then the step before's seconds and loss read. 1 + accum + 1 marks a step,
+ * and the step before's start is read only after the next step is queued: beyond the ring
+ * from accum 31 on. Every step's seconds must be finite. */
+static void test_step_seconds_many_micro_batches(void)
+{
+    check_begin("step_seconds_with_31_to_40_micro_batches");
+    enum { N = 2, HW = 8, MAX_ACCUM = 40 };
+    ds_backend be = ds_backend_cpu;
+    be.mark = ring_mark, be.mark_seconds = ring_mark_seconds;
+    be.clock_alloc = ring_clock_alloc, be.clock_free = ring_clock_free;
+    be.clock_record = ring_clock_record, be.clock_seconds = ring_clock_seconds;
+    ds_model_config cfg = {.arch = "resnet20", .num_classes = 3, .max_batch = N, .height = HW, .width = HW,
+                           .training = 1};
+    ds_model *m = ds_model_create(&be, &cfg);
+    CHECK(m != NULL, "model");
+    ds_model_init(m, 3);
+    CHECK(ds_model_defer_loss(m, MAX_ACCUM) == 0, "defer");
+    ds_sgd sgd = {.lr = 0.01f, .momentum = 0.9f};
+    int32_t labels[N] = {0, 2};
+    int bad = 0, steps = 0, ring_nan = 0;
+    for (int accum = 31; accum <= MAX_ACCUM; accum++) {
+        int last = -1, last_start = -1;
+        for (int k = 0; k < 3; k++) {
+            int start = ring_mark(DS_STREAM_COMPUTE);   /* where a ring mark would have begun it */
+            CHECK(ds_model_begin_step(m) == 0, "accum %d step %d not begun", accum, k);
+            ds_model_zero_reduction(m);
+            for (int a = 0; a < accum; a++) {
+                ring_mark(DS_STREAM_COMPUTE);
+                if (a > 0 && a < accum - 1) continue;   /* forward and backward make no marks: two suffice */
+                ds_model_forward(m, N, 1);
+                ds_model_backward(m, labels, N, 1.0f / (N * accum), 0);
+            }
+            ds_model_step(m, &sgd, accum);
+            int end = ds_model_end_step(m);
+            if (last >= 0) {
+                ring_nan += isnan(ring_mark_seconds(last_start, last));
+                double sec = ds_model_step_seconds(m, last), loss = ds_model_step_loss(m, last);
+                steps++;
+                if (!isfinite(sec) || !(sec > 0) || !isfinite(loss)) {
+                    if (!bad) fprintf(stderr, "  accum %d step %d: %g seconds, loss %g\n", accum, k - 1, sec, loss);
+                    bad++;
+                }
+            }
+            last = end, last_start = start;
+        }
+        double sec = ds_model_step_seconds(m, last);
+        bad += !isfinite(sec) || !(sec > 0);
+        steps++;
+        ds_model_step_loss(m, last);
+    }
+    CHECK(bad == 0, "%d of %d steps have no finite seconds", bad, steps);
+    /* the mock's marks are the ring's: timed by marks, these steps would have none */
+    CHECK(ring_nan == 20, "%d of 20 steps timed by ring marks were NAN (the mock does not hold marks as the "
+                          "device does)", ring_nan);
+    /* a step opened by backward, not begun, has no seconds; nor does a mark that is no step's */
+    ds_model_forward(m, N, 1);
+    ds_model_backward(m, labels, N, 1.0f / N, 0);
+    CHECK(ds_model_begin_step(m) < 0, "a step begun while one is open");
+    int end = ds_model_end_step(m);
+    CHECK(isnan(ds_model_step_seconds(m, end)) && isfinite(ds_model_step_loss(m, end)), "an unbegun step was timed");
+    CHECK(isnan(ds_model_step_seconds(m, 12345)), "a mark that is no step's was timed");
+    ds_model_free(m);
+    check_end();
+}
+
 /* Every batch size from 1 to max_batch runs (the last batch of an evaluation is short): an
  * inference forward of n images gives bitwise the first n rows of the full batch's logits
  * (every inference op works per image), and a training step of n >= 2 images gives a finite
@@ -714,6 +821,7 @@ int main(void)
     test_bf16_plan();
     test_every_batch_size();
     test_loss_late();
+    test_step_seconds_many_micro_batches();
     test_backward_repeatable("resnet20", 4, 16);
     test_backward_repeatable("resnet18", 2, 64);
     static const int r20[][2] = {{48, 48}, {32, 32}, {64, 64}, {40, 24}}, r50[][2] = {{32, 32}};

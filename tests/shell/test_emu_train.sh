@@ -1,0 +1,113 @@
+#!/bin/bash
+# dstrain and dseval with --device cuda on the emulated CUDA device (tests/emu, make emu;
+# tests/run.sh runs this file only in its emulated passes, with bin-emu*/ first on PATH): the
+# CUDA backend's own code end to end, small enough for the sanitizer builds.
+#   - resnet20 fp32 (--deterministic) against the CPU: checkpoints within 1e-3 of each
+#     tensor's largest value after 3 steps (docs/DESIGN.md §7: the GPU sums in other orders);
+#   - the same run bitwise again, and under other schedules of the streams (DS_EMU_SCHED
+#     delay with two seeds, lazy): a result that depends on when a stream ran is a missing
+#     wait;
+#   - bf16 with --augment rrc at the small end of a crop ramp (boxes resized on the device,
+#     convolutions planned at 16x16 running at 12x12): runs, and is bitwise under another
+#     schedule;
+#   - --deterministic: stopped at step 3 and resumed to 6 equals 6 steps in one go, bitwise;
+#   - mpirun -np 2 --device cuda: the gradients summed over the emulated NCCL; the two ranks
+#     agree with one process at --accum 2 within the bound (NCCL's order is not fixed);
+#   - dseval --device cuda of a CPU checkpoint against dseval --device cpu.
+. "$(dirname "$0")/lib.sh"
+
+make_bar_images "$T/tree" 12 4 21 && make_bar_images "$T/evtree" 10 4 22 ||
+    { fail data "cannot make the synthetic sets"; finish; }
+split_pack "$T/tree" 0.25 "$T/split" "$T/train" "$T/val" && split_pack "$T/evtree" 0 "$T/evsplit" "$T/ev" ||
+    { fail pack "dsplit/dspack failed"; finish; }
+
+# 36 training images: steps of 8 (4 a epoch, the last one short of 4)
+BASE=(--train "$T/train" --arch resnet20 --crop 16 --batch 8 --lr 0.02 --lr-scaling none --warmup-epochs 0
+      --log-every 100 -q --threads 2 --loader-threads 1)
+STEP=("${BASE[@]}" --augment none --max-steps 3)
+
+dstrain "${STEP[@]}" --device cpu -o "$T/cpu" 2>"$T/cpu.err" || { fail cpu_train "$(tail -3 "$T/cpu.err")"; finish; }
+dstrain "${STEP[@]}" --device cuda --precision fp32 --deterministic -o "$T/g1" 2>"$T/g1.err" ||
+    { fail emu_train_fp32_runs "$(tail -5 "$T/g1.err")"; finish; }
+pass emu_train_fp32_runs
+
+# The largest relative difference between two checkpoints' float tensors (model, optimizer)
+# over each tensor's largest value; exit 1 past LIMIT.
+within() {  # A B LIMIT WHAT
+    "$PYTHON" - "$@" <<'PY'
+import sys
+import h5py, numpy as np
+a, b = (h5py.File(f, "r") for f in sys.argv[1:3])
+worst, where = 0.0, "-"
+for group in ("model", "optimizer"):
+    def visit(name, x):
+        global worst, where
+        if not isinstance(x, h5py.Dataset) or x.dtype.kind != "f":
+            return
+        u, v = x[()].astype(np.float64), b[group][name][()].astype(np.float64)
+        d = float(np.abs(u - v).max() / max(np.abs(u).max(), 1e-30))
+        if d > worst:
+            worst, where = d, group + "/" + name
+    a[group].visititems(visit)
+print("%s: max relative difference %.3g (%s)" % (sys.argv[4], worst, where))
+sys.exit(worst > float(sys.argv[3]))
+PY
+}
+bitwise() {  # A B: /model and /optimizer identical
+    h5diff -q "$1" "$2" /model /model && h5diff -q "$1" "$2" /optimizer /optimizer
+}
+ck=ckpt-00000003.h5
+check emu_fp32_matches_cpu within "$T/cpu/$ck" "$T/g1/$ck" 1e-3 "3 steps, emulated fp32 against the CPU"
+
+dstrain "${STEP[@]}" --device cuda --precision fp32 --deterministic -o "$T/g2" 2>"$T/g2.err"
+check emu_fp32_bitwise_run_to_run bitwise "$T/g1/$ck" "$T/g2/$ck"
+for sched in delay=400:7 delay=400:8 lazy=20:1; do
+    DS_EMU_SCHED=${sched%:*} DS_EMU_SEED=${sched#*:} \
+        dstrain "${STEP[@]}" --device cuda --precision fp32 --deterministic -o "$T/s-$sched" 2>"$T/s-$sched.err"
+    check "emu_fp32_bitwise_under_schedule_${sched//[=:]/_}" bitwise "$T/g1/$ck" "$T/s-$sched/$ck"
+done
+
+# ---- bf16, RandomResizedCrop at crop 12 (epoch 0 of a ramp to 16) ----
+RRC=("${BASE[@]}" --augment rrc --min-crop 12 --ramp-start 1 --ramp-end 2 --crop-step 4 --epochs 3 --max-steps 3
+     --device cuda --precision bf16 --deterministic)
+dstrain "${RRC[@]}" -o "$T/b1" 2>"$T/b1.err" && pass emu_bf16_rrc_ramp_runs ||
+    fail emu_bf16_rrc_ramp_runs "$(tail -5 "$T/b1.err")"
+DS_EMU_SCHED=delay=400 DS_EMU_SEED=3 dstrain "${RRC[@]}" -o "$T/b2" 2>"$T/b2.err"
+check emu_bf16_rrc_bitwise_under_another_schedule bitwise "$T/b1/$ck" "$T/b2/$ck"
+
+# ---- resume: 3 steps, stopped, then to 6 == 6 in one go ----
+RES=("${BASE[@]}" --augment flip --epochs 3 --device cuda --precision bf16 --deterministic)
+dstrain "${RES[@]}" --max-steps 6 -o "$T/once" 2>"$T/once.err"
+dstrain "${RES[@]}" --max-steps 3 -o "$T/twice" 2>"$T/twice.err" &&
+    dstrain "${RES[@]}" --max-steps 6 --resume "$T/twice" 2>"$T/twice2.err"
+check emu_resume_bitwise bitwise "$T/once/ckpt-00000006.h5" "$T/twice/ckpt-00000006.h5"
+
+# ---- two ranks over the emulated NCCL against one process at --accum 2 ----
+if command -v mpirun >/dev/null; then
+    MPI=(--train "$T/train" --arch resnet20 --crop 16 --batch 4 --lr 0.02 --lr-scaling none --warmup-epochs 0
+         --log-every 100 -q --threads 1 --loader-threads 1 --augment none --max-steps 3 --device cuda
+         --precision fp32 --deterministic)
+    timeout 600 mpirun --allow-run-as-root --oversubscribe -np 2 dstrain "${MPI[@]}" -o "$T/np2" 2>"$T/np2.err" &&
+        pass emu_np2_nccl_runs || fail emu_np2_nccl_runs "$(tail -5 "$T/np2.err")"
+    dstrain "${MPI[@]}" --accum 2 -o "$T/acc2" 2>"$T/acc2.err"
+    check emu_np2_matches_accum2 within "$T/acc2/$ck" "$T/np2/$ck" 1e-4 "np 2 over NCCL against --accum 2"
+else
+    echo "SKIP emu_np2_nccl: mpirun not found"
+fi
+
+# ---- dseval of the CPU's checkpoint on the emulated device ----
+dseval --device cpu --json --logits "$T/c.h5" "$T/cpu/$ck" "$T/ev" >"$T/c.json" 2>"$T/c.err"
+dseval --device cuda --precision fp32 --json --logits "$T/g.h5" "$T/cpu/$ck" "$T/ev" >"$T/g.json" 2>"$T/g.err" ||
+    fail emu_dseval_runs "$(tail -5 "$T/g.err")"
+"$PYTHON" - "$T/c.json" "$T/g.json" "$T/c.h5" "$T/g.h5" <<'PY' && pass emu_dseval_matches_cpu ||
+import json, sys
+import h5py, numpy as np
+c, g = (json.load(open(f)) for f in sys.argv[1:3])
+assert c["count"] == g["count"] == 40, (c, g)
+a, b = (h5py.File(f, "r")["logits"][()] for f in sys.argv[3:5])
+d = float(np.abs(a - b).max() / np.abs(a).max())
+print("dseval logits, emulated fp32 against the CPU: %.3g of the largest" % d)
+assert d <= 1e-3
+PY
+    fail emu_dseval_matches_cpu
+finish
