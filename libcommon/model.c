@@ -468,8 +468,9 @@ int ds_model_end_step(ds_model *m)
     if (!m->late.micro) return ds_err("model: losses are not read late (ds_model_defer_loss)");
     if (!m->late.filling && !late_step(m)) return -1;   /* a step without backward: ended empty */
     ds_late_step *s = &m->late.step[(m->late.steps - 1) % 2];
-    s->mark = m->be->mark(DS_STREAM_COMPUTE);
+    /* the clock before the mark: waiting for the mark then waits for the clock too */
     if (s->timed) m->be->clock_record(s->clock[1]);
+    s->mark = m->be->mark(DS_STREAM_COMPUTE);
     m->late.filling = 0;
     return s->mark;
 }

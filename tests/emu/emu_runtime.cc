@@ -751,6 +751,7 @@ struct grid_job {
     dim3 grid, block;
     unsigned blocks;
     std::atomic<unsigned> next{0}, finished{0};
+    int helpers = 0;   /* pool threads inside take_blocks (under the pool's lock) */
 };
 
 struct block_pool {
@@ -793,8 +794,12 @@ void pool_thread()
                 p.jobs.pop_front();
                 continue;
             }
+            j->helpers++;   /* the job's owner waits for this thread to let go of it */
         }
         take_blocks(j);
+        std::lock_guard<std::mutex> lock(p.m);
+        j->helpers--;
+        p.done_cv.notify_all();
     }
 }
 
@@ -816,7 +821,7 @@ void run_grid(const std::function<void()> &body, dim3 grid, dim3 block)
     }
     take_blocks(&j);
     std::unique_lock<std::mutex> lock(p.m);
-    p.done_cv.wait(lock, [&] { return j.finished.load() == j.blocks; });
+    p.done_cv.wait(lock, [&] { return j.finished.load() == j.blocks && j.helpers == 0; });
     for (auto it = p.jobs.begin(); it != p.jobs.end(); ++it)
         if (*it == &j) {
             p.jobs.erase(it);

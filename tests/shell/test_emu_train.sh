@@ -76,7 +76,7 @@ DS_EMU_SCHED=delay=400 DS_EMU_SEED=3 dstrain "${RRC[@]}" -o "$T/b2" 2>"$T/b2.err
 check emu_bf16_rrc_bitwise_under_another_schedule bitwise "$T/b1/$ck" "$T/b2/$ck"
 
 # ---- resume: 3 steps, stopped, then to 6 == 6 in one go ----
-RES=("${BASE[@]}" --augment flip --epochs 3 --device cuda --precision bf16 --deterministic)
+RES=("${BASE[@]}" --augment standard --pad 2 --epochs 3 --device cuda --precision bf16 --deterministic)
 dstrain "${RES[@]}" --max-steps 6 -o "$T/once" 2>"$T/once.err"
 dstrain "${RES[@]}" --max-steps 3 -o "$T/twice" 2>"$T/twice.err" &&
     dstrain "${RES[@]}" --max-steps 6 --resume "$T/twice" 2>"$T/twice2.err"
