@@ -1,331 +1,496 @@
 #!/bin/bash
-# bench/gpu.sh: the GPU check and benchmark, one run of at most 7 minutes on one GPU, from the
+# bench/gpu.sh: the GPU check and benchmark, one call of at most 9 minutes on one GPU, from the
 # GPU bundle (`make gpu-bundle` on a build machine: build/gpu-bundle/, tools, GPU tests and
 # every library but CUDA's and the C runtime), so the GPU machine needs no compiler, HDF5 or
 # Open MPI; its CUDA libraries are found by the bundle's env.sh (PyTorch's nvidia wheels of the
 # python3 on PATH first, then /usr/local/cuda/lib64, then the system). bench/GPU.md has the
-# command for a first call and what to read first in what comes back.
-#   bench/gpu.sh [--bundle DIR] [--out DIR] [--seconds N] [--only N,N...] [--dry-run]
-#   bench/gpu.sh --build [...]     build here instead (make, for this GPU only), for a
-#                                  machine with the build's libraries (HDF5, Open MPI, ...)
+# command for a first call, the stage budget and its basis, what to read first in what comes
+# back, and what to run next.
+#   bench/gpu.sh [--bundle DIR | --build | --tools DIR] [--out DIR] [--seconds N] [--only N,N...]
+#                [--dry-run] [--plan]
 #   --bundle DIR   the bundle (default build/gpu-bundle, or $DS_BUNDLE)
+#   --build        build here instead (make, for this GPU only), for a machine with the
+#                  build's libraries (HDF5, Open MPI, ...)
+#   --tools DIR    the programs as they are in DIR (dstrain dseval dsplit dspack synth
+#                  test_cuda_ops engine_bench; h5diff and mpirun there or on PATH), with the
+#                  machine's own libraries: no bundle, nothing built
 #   --out DIR      where gpu-results.md and gpu-logs.tar.gz go (default $OUT, else bench/)
-#   --seconds N    the deadline (default $GPU_BENCH_SECONDS, else 420)
-#   --only N,N...  run only these stages (numbers below)
+#   --seconds N    the deadline (default $GPU_BENCH_SECONDS, else 540)
+#   --only N,N...  run only these stages, in the order given (each once)
+#   --plan         print the plan (the stages in order, each one's budget, the time by which
+#                  it ends at the latest) and run nothing
 #   --dry-run      no GPU needed: every stage runs on the CPU at toy sizes (ResNet-20, 32 px,
 #                  2 steps), test_cuda.sh with DS_TEST_GPU_DEVICE=cpu, compute-sanitizer left
-#                  out; checks this script's plumbing (tests/shell/test_bundle.sh runs it),
-#                  says nothing about a GPU; its commands have only the deadline, not their
-#                  stages' limits. GPU_BENCH_HANG=N (dry runs only) replaces stage
-#                  N by a command that ignores SIGTERM, to show the stage is still ended.
-# Stages, in this order, under one deadline; each has its own time limit cut to what is left
-# and runs under `timeout -k` (SIGTERM, then SIGKILL to the stage's whole process group
-# GPU_BENCH_GRACE seconds later, default 10: dstrain takes SIGTERM as "finish the step,
-# checkpoint, stop", and one stuck in a kernel would not stop at all):
-#   1. the op tests: test_cuda_ops (every CUDA op against the CPU backend, fp32, tf32, bf16;
+#                  out; checks this script's plumbing (tests/shell/test_gpu_sh.sh and
+#                  test_bundle.sh run it), says nothing about a GPU; its commands have only
+#                  the deadline, not their stages' budgets. GPU_BENCH_HANG=N (dry runs only)
+#                  replaces stage N by a command that ignores SIGTERM, to show it is still ended.
+# Stages, in the default order. Each has a budget (BUDGET below; bench/GPU.md gives the basis)
+# that its commands' own limits share, and every command runs under `timeout -k` (SIGTERM,
+# then SIGKILL to its whole process group GPU_BENCH_GRACE seconds later, default 10: dstrain
+# takes SIGTERM as "finish the step, checkpoint, stop", and one stuck in a kernel would not
+# stop at all). At the default deadline the set-up and stages 1-7 get their whole budgets;
+# 8-10 take what time is left, and a command that would get under 5 s is not started.
+#   0. set-up, always: nvidia-smi, the CUDA libraries loaded and their versions (env.sh
+#      --report), the Python for PyTorch and what it loads
+#   1. op tests: test_cuda_ops (every CUDA op against the CPU backend, fp32, tf32, bf16;
 #      sizes below the planned ones). Outside --dry-run a SKIP here counts as a failure.
-#   2. planning canaries: engine_bench plans and runs one step of ResNet-50 bf16 at batch 256,
-#      of the same under --deterministic, and of ResNet-20 fp32, each with a short limit, so a
-#      convolution cuDNN cannot plan shows in seconds
-#   3. end to end: tests/shell/test_cuda.sh (dseval CPU vs GPU; training steps CPU vs GPU,
-#      also with RandomResizedCrop at the small end of a crop ramp; a resume bitwise equal
-#      under --deterministic; bf16 learns; a SKIP of its GPU checks is a failure), then
-#      ResNet-50 training from real shards through the loader (dstrain, one row with
-#      --augment rrc at the small end of a crop ramp) and dseval
-#   4. ResNet-50 images/s on synthetic data already on the device (engine_bench): training
-#      bf16 and tf32 at batch 256, bf16 at 128, inference bf16 at 256
-#   5. PyTorch on the same GPU (bench/gpu_torch.py, the venv's python3): the same rows,
-#      AMP bf16 and tf32, eager
+#   2. planning canaries: engine_bench ResNet-50 bf16 training at batch 256 planned by cuDNN's
+#      search (cudnnFind; no later process searches this plan again), 5 + 20 steps: also the
+#      first "ds synthetic" row; the same under --deterministic (planned by cuDNN's
+#      heuristics, no search), 2 + 10 steps; ResNet-20 fp32. A convolution cuDNN cannot plan
+#      shows in seconds; --verbose logs every convolution's algorithms.
+#   3. ds from shards: ResNet-50 bf16 b256 training through the loader (dstrain, 10 steps,
+#      --deterministic: heuristics, no second search), on data made here (synth, dsplit, dspack)
+#   4. PyTorch eager (bench/gpu_torch.py, the venv's python3; AMP bf16, channels_last):
+#      training bf16 b256
+#   5. inference bf16 b256: engine_bench, PyTorch eager, and dseval (--deterministic) of stage
+#      3's checkpoint on its shards
 #   6. NCCL: one rank under the bundle's `mpirun -np 1` against no launcher (same
 #      micro-batches, fp32, --deterministic); with NCCL >= 2.30, 3 ranks on the one GPU
 #      against --accum 3
-#   7. PyTorch with torch.compile, when time is left (slow to compile)
-#   8. test_cuda_ops under compute-sanitizer --tool memcheck, capped at 60 s; n/a when the
-#      toolkit has none or the container refuses it the device
+#   7. end to end against the CPU: tests/shell/test_cuda.sh (dseval CPU vs GPU; training
+#      steps CPU vs GPU, also with RandomResizedCrop at the small end of a crop ramp; a resume
+#      bitwise equal under --deterministic; bf16 learns; a SKIP of its GPU checks is a
+#      failure), its scratch folder inside the stage's, so its logs come back
+#   8. the other rows: training tf32 b256 and bf16 b128 (engine_bench, PyTorch eager, shards),
+#      and from shards with --augment rrc at the small end of a crop ramp
+#   9. test_cuda_ops under compute-sanitizer --tool memcheck; n/a when the toolkit has none or
+#      the container refuses it the device
+#  10. PyTorch with torch.compile (slow to compile)
 # After every stage (and when the script ends, however it ends) the table is written anew to
-# $OUT/gpu-results.md and stdout's copy, and every log is packed into $OUT/gpu-logs.tar.gz.
-# Data is made on the machine by the bundle's synth, dsplit and dspack.
-# To locate a first failure: CUDA_LAUNCH_BLOCKING=1 (a kernel's fault reported at its
-# launch), CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr (cuDNN 9's own error log).
-# UNRUN: this script has never run on a GPU (no GPU where it was written); only --dry-run has
-# been run (on the CPU, from the bundle, by tests/shell/test_bundle.sh). The first real run
-# tests it.
+# $OUT/gpu-results.md and stdout's copy, with a line saying what to run next, and everything
+# the stages wrote but data and checkpoints (every command's stdout and stderr, this script's
+# own log, nvidia-smi, the libraries' report, cuDNN's algorithm choices) is packed into
+# $OUT/gpu-logs.tar.gz, one folder per stage. Data is made on the machine by the bundle's
+# synth, dsplit and dspack.
+# cuDNN's own log of errors and warnings goes to each process's stderr (CUDNN_LOGLEVEL_DBG=2,
+# CUDNN_LOGDEST_DBG=stderr, unless set already; CUDNN_LOGLEVEL_DBG=0 turns it off). To locate a
+# kernel's fault: CUDA_LAUNCH_BLOCKING=1 (reported at its launch).
+# The programs and their environment are chosen in one place, tools_setup below (the bundle,
+# a build here, or a folder of tools); the sizes and the device in another (sizes_setup).
+# UNRUN: this script has never run on a GPU (no GPU where it was written); only --dry-run and
+# runs with stand-in tools (tests/shell/test_gpu_sh.sh) have run, on the CPU. The first real
+# run tests it.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-BUNDLE=${DS_BUNDLE:-$ROOT/build/gpu-bundle} BUILD_HERE=0 DRY=0 ONLY=1,2,3,4,5,6,7,8
-RESULTS_DIR=${OUT:-$ROOT/bench} DEADLINE=${GPU_BENCH_SECONDS:-420} GRACE=${GPU_BENCH_GRACE:-10}
-STAGE_NAMES=("" "op tests" "planning canaries" "end to end (test_cuda.sh, shards)" "ds synthetic" "torch eager" "NCCL"
-             "torch compile" "compute-sanitizer")
+usage() { sed -n '2,/^# Stages, in the default order/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+# The stages: names, folders (under the work folder) and budgets in seconds, set-up first.
+NAMES=("set-up" "op tests" "planning canaries" "ds from shards" "torch eager" "inference" "NCCL"
+       "end to end (test_cuda.sh)" "the other rows" "compute-sanitizer" "torch compile")
+SLUGS=(setup ops canaries shards torch infer nccl test_cuda rows sanitizer compile)
+BUDGET=(40 40 90 70 60 75 45 100 245 60 150)
+LAST=$((${#NAMES[@]} - 1))
+BUNDLE=${DS_BUNDLE:-$ROOT/build/gpu-bundle} TOOLS_FROM=bundle TOOLS='' DRY=0 PLAN_ONLY=0 ONLY=''
+RESULTS_DIR=${OUT:-$ROOT/bench} DEADLINE=${GPU_BENCH_SECONDS:-540} GRACE=${GPU_BENCH_GRACE:-10}
 while [ $# -gt 0 ]; do
     case $1 in
-    --bundle) [ $# -ge 2 ] || usage; BUNDLE=$2; shift ;;
-    --build) BUILD_HERE=1 ;;
+    --bundle) [ $# -ge 2 ] || usage; BUNDLE=$2 TOOLS_FROM=bundle; shift ;;
+    --build) TOOLS_FROM=build ;;
+    --tools) [ $# -ge 2 ] || usage; TOOLS=$2 TOOLS_FROM=tools; shift ;;
     --out) [ $# -ge 2 ] || usage; RESULTS_DIR=$2; shift ;;
     --seconds) [[ "${2:-}" =~ ^[0-9]+$ ]] || usage; DEADLINE=$2; shift ;;
     --dry-run) DRY=1 ;;
-    --only) [[ "${2:-}" =~ ^[1-8](,[1-8])*$ ]] || usage; ONLY=$2; shift ;;
+    --plan) PLAN_ONLY=1 ;;
+    --only) [[ "${2:-}" =~ ^[0-9]+(,[0-9]+)*$ ]] || usage; ONLY=$2; shift ;;
     -h | --help) usage ;;
     *) echo "gpu.sh: unknown argument '$1'" >&2; usage ;;
     esac
     shift
 done
 [[ "$GRACE" =~ ^[0-9]+$ ]] || { echo "gpu.sh: GPU_BENCH_GRACE must be a whole number of seconds" >&2; exit 2; }
+# The stages to run, in order: --only's, each a stage and each once.
+ORDER=()
+for n in ${ONLY:+${ONLY//,/ }}; do
+    n=$((10#$n))
+    if [ "$n" -lt 1 ] || [ "$n" -gt "$LAST" ] || [[ " ${ORDER[*]-} " == *" $n "* ]]; then
+        echo "gpu.sh: --only takes stages 1 to $LAST, each once ('$ONLY')" >&2; usage
+    fi
+    ORDER+=("$n")
+done
+[ -n "$ONLY" ] || mapfile -t ORDER < <(seq 1 "$LAST")
 HANG=${GPU_BENCH_HANG:-}
 [ -n "$HANG" ] && [ "$DRY" != 1 ] && { echo "gpu.sh: GPU_BENCH_HANG is for --dry-run only" >&2; exit 2; }
+# Every command ends GRACE s after the deadline's SIGTERM at the latest; 5 s more are kept
+# for the table and the logs.
+RESERVE=$((GRACE + 5))
+
+# The plan: each stage's budget and the time by which it ends at the latest.
+plan() {
+    local n t=${BUDGET[0]} cut=$((DEADLINE - RESERVE)) note
+    printf '%-6s %6s %8s  %s\n' stage budget "ends by" what
+    printf '%-6s %5ss %8s  %s\n' 0 "${BUDGET[0]}" "$t s" "${NAMES[0]}"
+    for n in "${ORDER[@]}"; do
+        t=$((t + BUDGET[n])) note=""
+        [ "$t" -gt "$cut" ] && note=" (past ${cut} s: with the time left)"
+        printf '%-6s %5ss %8s  %s%s\n' "$n" "${BUDGET[n]}" "$([ "$t" -gt "$cut" ] && echo "-" || echo "$t s")" "${NAMES[n]}" "$note"
+    done
+    echo "deadline $DEADLINE s: every command ends by $cut s, $GRACE s for a kill and 5 s for the table and the logs"
+}
+if [ "$PLAN_ONLY" = 1 ]; then plan; exit 0; fi
+# Where the programs come from, checked before anything is written.
+case $TOOLS_FROM in
+bundle) [ -f "$BUNDLE/env.sh" ] || { echo "gpu.sh: no bundle at $BUNDLE (make gpu-bundle on a build machine, or --build)" >&2; exit 1; } ;;
+tools) [ -x "$TOOLS/dstrain" ] || { echo "gpu.sh: no dstrain in $TOOLS" >&2; exit 1; } ;;
+esac
+
 mkdir -p "$RESULTS_DIR" || exit 1
 RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
 RESULTS=$RESULTS_DIR/gpu-results.md
 W=$(mktemp -d "${TMPDIR:-/tmp}/ds-gpu.XXXXXX")
 T0=$SECONDS
-declare -A R   # table cells: R[row|column] = value
-declare -A S   # stage status: S[n]
-rows=() checks=() tests_ok=1 canaries_ok=1
-for n in 1 2 3 4 5 6 7 8; do S[$n]="not selected"; done
+declare -A R       # table cells: R[row|column] = value
+declare -A S       # stage status: S[n]
+declare -A CUT     # commands of stage n cut (or not started) for want of time
+declare -A BAD     # failures in stage n
+rows=() checks=() tests_ok=1 canaries_ok=1 STAGE=0 STAGE_END=$((SECONDS + BUDGET[0]))
+for n in $(seq 1 "$LAST"); do S[$n]="not selected"; CUT[$n]=0; BAD[$n]=0; done
+for n in "${ORDER[@]}"; do S[$n]="not reached"; done
+CUT[0]=0 BAD[0]=0
+SW=$W/0-setup
+mkdir -p "$SW"
 
-want() { [[ ",$ONLY," == *",$1,"* ]]; }
-log() { printf '[%4ds] %s\n' $((SECONDS - T0)) "$*" >&2; }
+# This script's own messages: on stderr and in its log, which is packed with the rest.
+say() { printf '%s\n' "$*" >&2; printf '%s\n' "$*" >>"$W/gpu.sh.log"; }
+log() { say "$(printf '[%4ds] %s' $((SECONDS - T0)) "$*")"; }
 put() { R["$1|$2"]=$3; [[ " ${rows[*]-} " == *" $1 "* ]] || rows+=("$1"); }
-check_line() { checks+=("| $1 | $2 |"); log "$1: $2"; }
-# Seconds a stage may take: its own limit, cut to what is left before the deadline (10 s
-# are kept for the table). A dry run's commands have only the deadline: their limits are sized
-# for a GPU at full size, and a toy run that a loaded CPU slows must not end as a timeout
-# (the deadline stays the guard against a hang; GPU_BENCH_HANG's stage keeps its own limit).
+check_line() {
+    checks+=("| $1 | $2 |"); log "$1: $2"
+    [[ "$2" =~ ^(FAIL|fail) ]] && BAD[$STAGE]=$((BAD[$STAGE] + 1))
+    return 0
+}
+# A failed command's own words, from its logs: the first "error:" line of ds's, else the
+# first line naming an error or a FAIL, else the last line.
+why() {
+    local f line=""
+    for f in "$@"; do [ -s "$f" ] && [ -z "$line" ] && line=$(grep -h -m1 ': error: ' "$f"); done
+    for f in "$@"; do [ -s "$f" ] && [ -z "$line" ] && line=$(grep -h -m1 -E 'Error|error|FAIL' "$f"); done
+    for f in "$@"; do [ -s "$f" ] && [ -z "$line" ] && line=$(grep -v '^[[:space:]]*$' "$f" | tail -1); done
+    printf '%s' "${line:-no message}" | cut -c1-200 | tr '|' '/'
+}
+# Seconds a command may take: its own limit, cut to what is left of its stage's budget and of
+# the deadline. A dry run's commands have only the deadline: their limits are sized for a GPU
+# at full size, and a toy run that a loaded CPU slows must not end as a timeout (the deadline
+# stays the guard against a hang; GPU_BENCH_HANG's stage keeps its own limit).
 lim() {
-    local left=$((DEADLINE - 10 - (SECONDS - T0)))
-    if [ "$DRY" = 1 ] && [ "${OWN_LIMIT:-0}" != 1 ]; then echo "$left"; else echo $(($1 < left ? $1 : left)); fi
+    local left=$((DEADLINE - RESERVE - (SECONDS - T0))) stage=$((STAGE_END - SECONDS)) s=$1
+    if [ "$OWN_LIMITS" = 1 ] || [ "${OWN_LIMIT:-0}" = 1 ]; then
+        [ "$stage" -lt "$s" ] && s=$stage
+        [ "$left" -lt "$s" ] && s=$left
+    else
+        s=$left
+    fi
+    echo "$s"
 }
 # run LIMIT COMMAND...: the command under timeout, SIGKILL GRACE seconds after SIGTERM (to
-# its whole process group: dstrain under test_cuda.sh too); 124 (or 137 after SIGKILL)
-# without running it when less than 5 s are left (timeout 0 would mean no limit at all).
-run() { local s; s=$(lim "$1"); shift; [ "$s" -ge 5 ] || return 124; timeout -k "$GRACE" "$s" "$@"; }
-ips_of() { grep -o '"images_per_sec": *[0-9.]*' "$1" 2>/dev/null | tail -1 | grep -o '[0-9.]*$'; }
-# a cell from a rate (or "fail", or "n/a (time)" when the stage was cut by its limit)
+# its whole process group: dstrain under test_cuda.sh too); 124 without running it when less
+# than 5 s are left of the stage or the deadline (timeout 0 would mean no limit at all). A
+# command cut by its limit (124, or 137 after SIGKILL) counts against its stage.
+run() {
+    local s rc; s=$(lim "$1"); shift
+    if [ "$(lim 100000)" -lt 5 ]; then CUT[$STAGE]=$((CUT[$STAGE] + 1)); log "no time left for: ${*:1:3}"; return 124; fi
+    timeout -k "$GRACE" "$s" "$@"
+    rc=$?
+    timed_out "$rc" && CUT[$STAGE]=$((CUT[$STAGE] + 1))
+    return "$rc"
+}
 timed_out() { [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; }
-cell() { if [ -n "$1" ]; then echo "$1"; elif timed_out "$2"; then echo "n/a (time)"; else echo fail; fi; }
+# a cell from a rate (or "n/a (time)" when cut by its limit, or "fail (exit N)")
+cell() {
+    if [ -n "$1" ]; then echo "$1"
+    elif timed_out "$2"; then echo "n/a (time)"
+    else echo "fail (exit $2)"; fi
+}
+# cell_of ROW COLUMN VALUE RC LOGS...: the cell, and for a failure its own words in the checks
+cell_of() {
+    local row=$1 col=$2 v=$3 rc=$4; shift 4
+    put "$row" "$col" "$(cell "$v" "$rc")"
+    log "$row: $col ${R["$row|$col"]}"
+    [ -z "$v" ] && ! timed_out "$rc" && check_line "$row, $col" "FAIL (exit $rc): $(why "$@")"
+    return 0
+}
+ips_of() { grep -o '"images_per_sec": *[0-9.]*' "$1" 2>/dev/null | tail -1 | grep -o '[0-9.]*$'; }
 # counts of a test's PASS/FAIL/SKIP lines, for the checks table
 counts() { echo "$(grep -c '^PASS' "$1") passed, $(grep -c '^FAIL' "$1") failed, $(grep -c '^SKIP' "$1") skipped"; }
 
-# Toy sizes for --dry-run: the plumbing on a CPU in seconds.
-if [ "$DRY" = 1 ]; then
-    DEV=cpu ARCH=resnet20 SIZE=32 STEPS=2 WARM=1 B_BIG=8 B_SMALL=4 SYN_CLASSES=4 SYN_PER=8 PACK=40 RAMP_MIN=24
-else
-    DEV=cuda ARCH=resnet50 SIZE=224 STEPS=20 WARM=5 B_BIG=256 B_SMALL=128 SYN_CLASSES=100 SYN_PER=34 PACK=256 RAMP_MIN=160
-fi
-# The benchmark rows: "LABEL|MODE|PRECISION|BATCH". A dry run's second row is fp32: tf32 is
-# a tensor-core format, which the CPU refuses.
-TF32=$([ "$DRY" = 1 ] && echo fp32 || echo tf32)
-rows_of=("train bf16 b$B_BIG|train|bf16|$B_BIG" "train $TF32 b$B_BIG|train|$TF32|$B_BIG"
-         "train bf16 b$B_SMALL|train|bf16|$B_SMALL" "infer bf16 b$B_BIG|infer|bf16|$B_BIG")
-
-# ---- the programs: the bundle, or a build here ----
-if [ "$BUILD_HERE" = 1 ]; then
-    log "build"
-    cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
-    archs=()
-    [[ "$cc" =~ ^[0-9]+$ ]] && archs=("CUDA_ARCHS=-gencode arch=compute_$cc,code=sm_$cc")
-    if ! run 240 make -j"$(nproc)" ${archs[@]+"${archs[@]}"} all bench-build >"$W/build.log" 2>&1; then
-        tail -n 30 "$W/build.log" >&2
-        log "build failed: nothing else can run"
-        exit 1
+# ---- the sizes and the device ----
+sizes_setup() {
+    if [ "$DRY" = 1 ]; then
+        DEV=cpu OWN_LIMITS=0 TOY=1
+    else
+        DEV=cuda OWN_LIMITS=1 TOY=0
     fi
-    grep -q 'CUDA=1' "$W/build.log" || log "WARNING: built without CUDA"
-    mkdir -p "$W/bin"
-    for p in bin/* build/data/synth build/tests/test_cuda_ops build/bench/engine_bench; do ln -s "$ROOT/$p" "$W/bin/"; done
-    BINDIR=$W/bin
-    report="built here: $(grep -o 'CUDA=1 ([^)]*)' "$W/build.log")"
-else
-    [ -f "$BUNDLE/env.sh" ] || { echo "gpu.sh: no bundle at $BUNDLE (make gpu-bundle on a build machine, or --build)" >&2; exit 1; }
-    BUNDLE=$(cd "$BUNDLE" && pwd)
-    # The Python (torch) sees the machine's environment as it was, not the bundle's.
-    PY_ENV=(env "PATH=$PATH" "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}")
-    . "$BUNDLE/env.sh" || exit 1
-    BINDIR=$BUNDLE/bin
-    "$BUNDLE/env.sh" --report >"$W/report" 2>&1
-    report_rc=$?
-    sed 's/^/    /' "$W/report" >&2
-    report="bundle $BUNDLE; $([ $report_rc -eq 0 ] && echo "every library found" || echo "LIBRARIES MISSING")"
-fi
-PY_ENV=(${PY_ENV[@]+"${PY_ENV[@]}"})
-export PATH="$BINDIR:$PATH"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-[ "$DRY" = 1 ] || nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader >&2 ||
-    log "nvidia-smi failed"
+    if [ "$TOY" = 1 ]; then
+        ARCH=resnet20 SIZE=32 STEPS=2 WARM=1 DSTEPS=2 DWARM=1 B_BIG=8 B_SMALL=4 R20_B=8 MAX_STEPS=10
+        SYN_CLASSES=4 SYN_PER=8 SYN_PX=48 PACK=40 RAMP_MIN=24
+    else
+        ARCH=resnet50 SIZE=224 STEPS=20 WARM=5 DSTEPS=10 DWARM=2 B_BIG=256 B_SMALL=128 R20_B=128 MAX_STEPS=10
+        SYN_CLASSES=100 SYN_PER=34 SYN_PX=256 PACK=256 RAMP_MIN=160
+    fi
+    # tf32 is a tensor-core format, which the CPU refuses: fp32 in its place there
+    TF32=$([ "$DEV" = cpu ] && echo fp32 || echo tf32)
+    # test_cuda.sh's threads: on the CPU its "GPU" runs take every thread they are given, and
+    # a CPU shared with other work slows down many times over when its threads wait in turn
+    OMP=$([ "$DEV" = cpu ] && echo 1 || echo 8)
+}
 
-# The Python for PyTorch and h5py: $PYTHON, else the first python3 (on PATH, then the
-# system's) whose torch sees a GPU (in a dry run: that has torch and h5py).
-PY=${PYTHON:-}
-if [ -z "$PY" ]; then
-    probe='import sys, torch, h5py, numpy; sys.exit(not torch.cuda.is_available())'
-    [ "$DRY" = 1 ] && probe='import torch, h5py, numpy'
-    for p in python3 /usr/bin/python3; do
-        run 60 ${PY_ENV[@]+"${PY_ENV[@]}"} "$p" -c "$probe" 2>/dev/null && PY=$(command -v "$p") && break
-    done
-    PY=${PY:-python3}
-fi
-pyrun() { ${PY_ENV[@]+"${PY_ENV[@]}"} "$PY" "$@"; }
-log "Python: $PY $(pyrun -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)"
-check_line "libraries" "$report"
+# ---- the programs and their environment: the bundle, a build here, or a folder ----
+# Sets BINDIR (first on PATH), PY_ENV (the environment PyTorch's Python runs in: the machine's
+# as it was) and report (the libraries' line of the checks table); writes what it found to
+# the set-up folder.
+tools_setup() {
+    PY_ENV=()
+    # (A run on an emulated device would be one more case: its tools' folder and the
+    # emulator's environment, with sizes_setup's toy sizes and DEV=cuda.)
+    case $TOOLS_FROM in
+    build)
+        log "build"
+        local cc archs=() p
+        cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>>"$SW/build.err" | head -1 | tr -d ' .')
+        [[ "$cc" =~ ^[0-9]+$ ]] && archs=("CUDA_ARCHS=-gencode arch=compute_$cc,code=sm_$cc")
+        if ! OWN_LIMIT=1 STAGE_END=$((SECONDS + 240)) run 240 make -j"$(nproc)" ${archs[@]+"${archs[@]}"} all bench-build \
+            >"$SW/build.log" 2>&1; then
+            tail -n 30 "$SW/build.log" >&2
+            log "build failed: nothing else can run"
+            exit 1
+        fi
+        grep -q 'CUDA=1' "$SW/build.log" || log "WARNING: built without CUDA"
+        mkdir -p "$W/bin"
+        for p in bin/* build/data/synth build/tests/test_cuda_ops build/bench/engine_bench; do ln -s "$ROOT/$p" "$W/bin/"; done
+        BINDIR=$W/bin
+        ldd "$BINDIR/dstrain" >"$SW/libraries.txt" 2>&1
+        report="built here: $(grep -o 'CUDA=1 ([^)]*)' "$SW/build.log")"
+        ;;
+    tools)
+        BINDIR=$(cd "$TOOLS" && pwd)
+        ldd "$BINDIR/dstrain" >"$SW/libraries.txt" 2>&1
+        report="tools $BINDIR, the machine's libraries (libraries.txt)"
+        ;;
+    bundle)
+        BUNDLE=$(cd "$BUNDLE" && pwd)
+        # The Python (torch) sees the machine's environment as it was, not the bundle's.
+        PY_ENV=(env "PATH=$PATH" "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}")
+        . "$BUNDLE/env.sh" || exit 1
+        BINDIR=$BUNDLE/bin
+        run 15 "$BUNDLE/env.sh" --report >"$SW/env-report.txt" 2>&1
+        local rc=$? versions
+        sed 's/^/    /' "$SW/env-report.txt" >&2
+        # "  libcudnn   91900" and the like, from the report's versions
+        versions=$(sed -n '/^versions:/,$p' "$SW/env-report.txt" | awk 'NR > 1 && NF >= 2 {$1 = $1; print}' | paste -sd';' -)
+        report="bundle $BUNDLE; $([ $rc -eq 0 ] && echo "every library found" || echo "LIBRARIES MISSING")${versions:+; $versions}"
+        ;;
+    esac
+    export PATH="$BINDIR:$PATH"
+}
+
+# ---- 0. set-up: the GPU, the libraries, the Python ----
+stage_0() {
+    tools_setup
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    # cuDNN's log for ds's processes; PyTorch's keep theirs off unless asked for (its
+    # benchmark mode tries engines by the hundred, and would fill its stderr with their refusals)
+    if [ -z "${CUDNN_LOGLEVEL_DBG:-}" ]; then
+        export CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=${CUDNN_LOGDEST_DBG:-stderr}
+        PY_ENV=(env -u CUDNN_LOGLEVEL_DBG -u CUDNN_LOGDEST_DBG ${PY_ENV[@]+"${PY_ENV[@]:1}"})
+    fi
+    if [ "$DRY" = 0 ]; then
+        run 5 nvidia-smi >"$SW/nvidia-smi.txt" 2>&1
+        run 5 nvidia-smi -q >>"$SW/nvidia-smi.txt" 2>&1
+        gpu=$(run 5 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1 | head -1)
+        check_line "GPU" "${gpu:-nvidia-smi failed (nvidia-smi.txt)}"
+        [[ $gpu == *,*,*,* ]] && GPU_NAME=${gpu%%,*}   # name, driver, memory, compute capability
+    fi
+    check_line "libraries" "$report"
+    # The Python for PyTorch (and h5py and numpy, which test_cuda.sh and the NCCL stage's
+    # comparison need): $PYTHON, else the first python3 (on PATH, then the system's) whose
+    # torch sees a GPU (in a dry run: that has torch); what it loads, and whether it has h5py
+    local probe p i=0
+    probe='import sys
+import torch, numpy
+try:
+    import h5py
+    h5 = "h5py " + h5py.__version__
+except ImportError:
+    h5 = "NO h5py (test_cuda.sh and the NCCL comparison need it)"
+try:
+    nccl = ".".join(str(v) for v in torch.cuda.nccl.version())
+except Exception:
+    nccl = "n/a"
+gpu = torch.cuda.is_available()
+print("torch %s (CUDA %s, cuDNN %s, NCCL %s; GPU: %s); %s" % (torch.__version__, torch.version.cuda,
+      torch.backends.cudnn.version(), nccl, torch.cuda.get_device_name(0) if gpu else "none", h5))
+sys.exit(0 if gpu or sys.argv[1] == "1" else 1)'
+    PY=${PYTHON:-}
+    if [ -z "$PY" ]; then
+        for p in python3 /usr/bin/python3; do
+            i=$((i + 1))
+            if run 25 ${PY_ENV[@]+"${PY_ENV[@]}"} "$p" -c "$probe" "$DRY" >"$SW/python-$i.out" 2>"$SW/python-$i.err"; then
+                PY=$(command -v "$p") && break
+            fi
+        done
+        if [ -n "$PY" ]; then check_line "Python" "$PY: $(tail -1 "$SW/python-$i.out")"
+        else PY=python3; check_line "Python" "none whose torch sees a GPU: $(why "$SW/python-$i.err" "$SW/python-$i.out")"; fi
+    else
+        check_line "Python" "$PY (\$PYTHON)"
+    fi
+}
 
 torch_run() {  # ROW COLUMN LIMIT MODE BATCH PRECISION [--compile]
-    local v rc
+    local v rc f=$SW/torch-$4-$6-b$5${7:+-compile}
     run "$3" ${PY_ENV[@]+"${PY_ENV[@]}"} "$PY" bench/gpu_torch.py --device "$DEV" --size "$SIZE" \
-        $([ "$DRY" = 1 ] && echo --steps 2 --warmup 1) ${7:-} "$4" "$5" "$6" >"$W/torch.out" 2>"$W/torch.err"
+        $([ "$TOY" = 1 ] && echo --steps 2 --warmup 1) ${7:-} "$4" "$5" "$6" >"$f.out" 2>"$f.err"
     rc=$?
-    v=$(grep -o 'images_per_sec [0-9.]*' "$W/torch.out" | tail -1 | grep -o '[0-9.]*$')
-    [ -z "$v" ] && ! timed_out "$rc" && tail -n 3 "$W/torch.err" >&2
-    put "$1" "$2" "$(cell "$v" "$rc")"
-    log "$1 $2: ${R["$1|$2"]}"
+    v=$(grep -o 'images_per_sec [0-9.]*' "$f.out" | tail -1 | grep -o '[0-9.]*$')
+    cell_of "$1" "$2" "$v" "$rc" "$f.err" "$f.out"
+}
+
+# engine_bench ROW LIMIT PRECISION BATCH MODE WARM STEPS [ARGS...]: images/s on data already
+# on the device, in the ds synthetic column
+synthetic() {
+    local row=$1 limit=$2 prec=$3 b=$4 mode=$5 warm=$6 steps=$7 f rc; shift 7
+    f=$SW/engine-$mode-$prec-b$b
+    run "$limit" engine_bench --device "$DEV" --precision "$prec" --warmup "$warm" --verbose "$@" \
+        "$ARCH" "$SIZE" "$b" "$mode" "$steps" >"$f.out" 2>"$f.err"
+    rc=$?
+    cell_of "$row" "ds synthetic" "$(tail -1 "$f.out" | awk 'NF == 5 {print $5}')" "$rc" "$f.err"
 }
 
 # ---- 1. the op tests ----
 stage_1() {
-    run 90 test_cuda_ops >"$W/ops.log" 2>&1
+    run 40 test_cuda_ops >"$SW/ops.log" 2>&1
     ops_rc=$?
-    check_line "test_cuda_ops (every CUDA op vs the CPU backend; fp32, tf32, bf16)" "$(counts "$W/ops.log") (exit $ops_rc)"
-    grep '^FAIL' "$W/ops.log" | head -5 >&2
-    [ "$ops_rc" -eq 0 ] || tests_ok=0
+    check_line "test_cuda_ops (every CUDA op vs the CPU backend; fp32, tf32, bf16)" "$(counts "$SW/ops.log") (exit $ops_rc)"
+    grep '^FAIL' "$SW/ops.log" | head -5 >&2
+    [ "$ops_rc" -eq 0 ] || { tests_ok=0; BAD[$STAGE]=$((BAD[$STAGE] + 1)); }
     # On a GPU machine a SKIP means the GPU was not used: a failure of this run, not a pass.
-    if [ "$DRY" = 0 ] && grep -q '^SKIP' "$W/ops.log"; then
+    if [ "$DRY" = 0 ] && grep -q '^SKIP' "$SW/ops.log"; then
         tests_ok=0
-        check_line "test_cuda_ops skipped on a GPU machine" "FAIL: $(grep -m1 '^SKIP' "$W/ops.log")"
+        check_line "test_cuda_ops skipped on a GPU machine" "FAIL: $(grep -m1 '^SKIP' "$SW/ops.log")"
     fi
 }
 
 # ---- 2. planning canaries: a convolution cuDNN cannot plan shows in seconds ----
-canary() {  # LABEL LIMIT ENGINE_BENCH_ARGS...
-    local label=$1 limit=$2 t=$SECONDS rc; shift 2
-    run "$limit" engine_bench --device "$DEV" --warmup 0 "$@" >"$W/canary-${#checks[@]}.log" 2>&1
+canary() {  # LABEL LIMIT ROW(or "") ENGINE_BENCH_ARGS...
+    local label=$1 limit=$2 row=$3 t=$SECONDS rc f v; shift 3
+    CANARY=$((${CANARY:-0} + 1)) f=$SW/canary-$CANARY
+    run "$limit" engine_bench --device "$DEV" "$@" >"$f.out" 2>"$f.err"
     rc=$?
-    if [ $rc -eq 0 ]; then check_line "canary: $label" "pass (planned and one step in $((SECONDS - t)) s)"
-    elif timed_out $rc; then check_line "canary: $label" "n/a (time: over $limit s)"; canaries_ok=0
-    else
-        check_line "canary: $label" "FAIL (exit $rc): $(grep -m1 'error' "$W/canary-${#checks[@]}.log" | cut -c1-160)"
-        canaries_ok=0
+    v=$(tail -1 "$f.out" | awk 'NF == 5 {print $5}')
+    if [ $rc -eq 0 ]; then check_line "canary: $label" "pass (planned and run in $((SECONDS - t)) s)"
+    elif timed_out $rc; then check_line "canary: $label" "n/a (time: cut by its limit)"; canaries_ok=0
+    else check_line "canary: $label" "FAIL (exit $rc): $(why "$f.err" "$f.out")"; canaries_ok=0
     fi
+    if [ -n "$row" ]; then put "$row" "ds synthetic" "$(cell "$v" "$rc")"; log "$row: ds synthetic ${R["$row|ds synthetic"]}"; fi
+    return 0
 }
 stage_2() {
-    canary "$ARCH bf16 b$B_BIG train" 90 --precision bf16 --verbose "$ARCH" "$SIZE" "$B_BIG" train 1
+    canary "$ARCH bf16 b$B_BIG train, cuDNN's search" 55 "$ARCH train bf16 b$B_BIG" \
+        --precision bf16 --warmup "$WARM" --verbose "$ARCH" "$SIZE" "$B_BIG" train "$STEPS"
     # conv1 (3 input channels) is the layer whose NHWC bf16 kernels may be a slow fallback:
     # what cuDNN chose for it decides whether its input is worth padding to 4 channels
     local conv1
-    conv1=$(grep -h -m1 'CUDA conv [0-9]*x[0-9]*x[0-9]*x3 -> ' "$W"/canary-*.log 2>/dev/null | sed 's/^.*CUDA conv //' | cut -c1-300)
+    conv1=$(grep -h -m1 'CUDA conv [0-9]*x[0-9]*x[0-9]*x3 -> ' "$SW/canary-1.err" 2>/dev/null | sed 's/^.*CUDA conv //' | cut -c1-300)
     check_line "conv1's algorithms (bf16)" "${conv1:-n/a (not in the first canary log)}"
-    canary "$ARCH bf16 --deterministic b$B_BIG train" 90 --precision bf16 --deterministic "$ARCH" "$SIZE" "$B_BIG" train 1
-    local b=$([ "$DRY" = 1 ] && echo 8 || echo 128)
-    canary "resnet20 fp32 b$b train" 40 --precision fp32 resnet20 32 "$b" train 1
+    canary "$ARCH bf16 b$B_BIG train, --deterministic (heuristics)" 22 "$ARCH train bf16 b$B_BIG --deterministic" \
+        --precision bf16 --deterministic --warmup "$DWARM" --verbose "$ARCH" "$SIZE" "$B_BIG" train "$DSTEPS"
+    canary "resnet20 fp32 b$R20_B train" 13 "" --precision fp32 --warmup 0 resnet20 32 "$R20_B" train 1
 }
 
-# ---- 3. end to end: the GPU against the CPU through the tools, then ResNet-50 from shards ----
+# ---- 3. ds from shards ----
+# The benchmark's data set, made once (by whichever stage needs it first) into $W/data.
+shard_data() {
+    [ -f "$W/data/ok" ] && return 0
+    [ -d "$W/data" ] && return 1   # tried before, and failed
+    mkdir -p "$W/data"
+    local d=$W/data
+    run 12 synth -q --classes "$SYN_CLASSES" --per-class "$SYN_PER" --width "$SYN_PX" --height "$SYN_PX" "$d/tree" \
+            >"$SW/synth.out" 2>"$SW/synth.err" &&
+        run 3 dsplit -q --val 0.05 -o "$d/split" "$d/tree" >"$SW/dsplit.out" 2>"$SW/dsplit.err" &&
+        run 10 dspack -q -o "$d/packed" --size "$PACK" --threads 16 "$d/split/train.txt" >"$SW/dspack.out" 2>"$SW/dspack.err" &&
+        touch "$d/ok" && return 0
+    check_line "benchmark data set (synth, dsplit, dspack)" "FAIL: $(why "$SW"/synth.err "$SW"/dsplit.err "$SW"/dspack.err)"
+    return 1
+}
+# shard_row ROW LIMIT PRECISION BATCH [rrc]: dstrain from the shards, --deterministic
+# (planned by cuDNN's heuristics: the loader's path is what it measures, and the call's one
+# search is stage 2's); images/s from its last step row (wall clock)
+shard_row() {
+    local row=$1 limit=$2 prec=$3 b=$4 args=(--epochs 1) f rc
+    # RandomResizedCrop at the small end of a crop ramp: epoch 0 of 3 trains at the ramp's
+    # first crop, so the convolutions planned at SIZE run smaller
+    [ "${5:-}" = rrc ] && args=(--augment rrc --min-crop "$RAMP_MIN" --ramp-start 1 --ramp-end 2 --crop-step 8 --epochs 3)
+    f=$SW/train-$prec-b$b${5:+-$5}
+    if ! shard_data; then put "$row" "ds shards" "n/a (no data)"; return 0; fi
+    run "$limit" dstrain --train "$W/data/packed" --arch "$ARCH" --batch "$b" --max-steps "$MAX_STEPS" --crop "$SIZE" \
+        "${args[@]}" --log-every 5 --device "$DEV" --precision "$prec" --deterministic --comm-timeout 30 -v \
+        -o "$f" >"$f.out" 2>"$f.err"
+    rc=$?
+    cell_of "$row" "ds shards" "$(ips_of "$f/metrics.jsonl")" "$rc" "$f.err"
+}
 stage_3() {
-    # test_cuda.sh takes its tools from $DS_ROOT/$BIN and its Python from $PYTHON.
-    gpu_tests=(env DS_ROOT="$ROOT" BIN="$(realpath --relative-to="$ROOT" "$BINDIR")" PYTHON="$PY" OMP_NUM_THREADS=8)
-    [ "$DRY" = 1 ] && gpu_tests+=(DS_TEST_GPU_DEVICE=cpu)
-    run 180 "${gpu_tests[@]}" bash tests/shell/test_cuda.sh >"$W/cuda.log" 2>&1
-    cuda_rc=$?
-    for c in cannot_start_is_an_error_init dseval_fp32_matches_cpu dseval_tf32_bf16_close_to_cpu step_fp32_matches_cpu \
-        rrc_ramp_fp32_matches_cpu resume_bitwise bf16_learns; do
-        v=$(grep -E "^(PASS|FAIL|SKIP) cuda.?$c" "$W/cuda.log" | head -1 | cut -d' ' -f1)
-        [ -z "$v" ] && grep -q '^SKIP' "$W/cuda.log" && v="SKIP ($(grep -m1 '^SKIP' "$W/cuda.log" | sed 's/^[^:]*: //'))"
-        check_line "test_cuda.sh $c" "${v:-$(timed_out $cuda_rc && echo "n/a (time)" || echo "not reached (exit $cuda_rc)")}"
-    done
-    grep '^FAIL' "$W/cuda.log" | head -5 >&2
-    [ "$cuda_rc" -eq 0 ] || tests_ok=0
-    if [ "$DRY" = 0 ] && grep -q '^SKIP cuda ' "$W/cuda.log"; then
-        tests_ok=0
-        check_line "test_cuda.sh skipped on a GPU machine" "FAIL: $(grep -m1 '^SKIP cuda ' "$W/cuda.log")"
-    fi
-    run 120 synth -q --classes "$SYN_CLASSES" --per-class "$SYN_PER" "$W/tree" &&
-        run 30 dsplit -q --val 0.05 -o "$W/split" "$W/tree" &&
-        run 120 dspack -q -o "$W/packed" --size "$PACK" --threads 16 "$W/split/train.txt" ||
-        log "benchmark data set failed"
-    # the benchmark rows, then RandomResizedCrop at the small end of a crop ramp (epoch 0 of
-    # 3 trains at the ramp's first crop: the convolutions planned at SIZE run smaller)
-    local i=0
-    for spec in "${rows_of[@]:0:3}" "train bf16 b$B_BIG rrc, ramp from $RAMP_MIN|train|bf16|$B_BIG|rrc"; do
-        IFS='|' read -r row mode prec b extra <<<"$spec"
-        i=$((i + 1))
-        args=(--epochs 1)
-        [ "${extra:-}" = rrc ] && args=(--augment rrc --min-crop "$RAMP_MIN" --ramp-start 1 --ramp-end 2 --crop-step 8
-                                          --epochs 3)
-        run 60 dstrain --train "$W/packed" --arch "$ARCH" --batch "$b" --max-steps 10 --crop "$SIZE" "${args[@]}" \
-            --log-every 5 --device "$DEV" --precision "$prec" --comm-timeout 30 -q -o "$W/run-$i" >"$W/train-$i.log" 2>&1
-        rc=$?
-        [ "$rc" -ne 0 ] && ! timed_out "$rc" && tail -n 3 "$W/train-$i.log" >&2
-        put "$ARCH $row" "ds shards" "$(cell "$(ips_of "$W/run-$i/metrics.jsonl")" "$rc")"
-        log "$ARCH $row: ds shards ${R["$ARCH $row|ds shards"]}"
-    done
-    ckpt=$(ls "$W"/run-*/last.h5 2>/dev/null | head -1)
-    row="$ARCH ${rows_of[3]%%|*}"
-    if [ -n "$ckpt" ]; then
-        run 60 dseval --json --batch "$B_BIG" --device "$DEV" --precision bf16 "$ckpt" "$W/packed" >"$W/eval.out" 2>"$W/eval.err"
-        rc=$?
-        v=$(grep -o '"images_per_sec": *[0-9.]*' "$W/eval.out" | grep -o '[0-9.]*$')
-        [ -z "$v" ] && ! timed_out "$rc" && tail -n 3 "$W/eval.err" >&2
-        put "$row" "ds shards" "$(cell "$v" "$rc")"
-    else
-        put "$row" "ds shards" "n/a (no checkpoint)"
-    fi
+    shard_row "$ARCH train bf16 b$B_BIG --deterministic" 45 bf16 "$B_BIG"
 }
 
-# ---- 4. ds, synthetic data on the device ----
+# ---- 4. PyTorch eager on the same GPU ----
 stage_4() {
-    for spec in "${rows_of[@]}"; do
-        IFS='|' read -r row mode prec b <<<"$spec"
-        out=$(run 70 engine_bench --device "$DEV" --precision "$prec" --warmup "$WARM" "$ARCH" "$SIZE" "$b" "$mode" "$STEPS" 2>"$W/bench.err")
-        rc=$?
-        [ "$rc" -ne 0 ] && tail -n 3 "$W/bench.err" >&2
-        put "$ARCH $row" "ds synthetic" "$(cell "$(printf '%s\n' "$out" | tail -1 | awk 'NF == 5 {print $5}')" "$rc")"
-        log "$ARCH $row: ds synthetic ${R["$ARCH $row|ds synthetic"]}"
-    done
+    torch_run "$ARCH train bf16 b$B_BIG" "torch eager" 60 train "$B_BIG" bf16
 }
 
-# ---- 5. PyTorch eager on the same GPU ----
+# ---- 5. inference ----
 stage_5() {
-    for spec in "${rows_of[@]}"; do
-        IFS='|' read -r row mode prec b <<<"$spec"
-        torch_run "$ARCH $row" "torch eager" 60 "$mode" "$b" "$prec"
-    done
+    local row="$ARCH infer bf16 b$B_BIG" ckpt=$W/3-shards/train-bf16-b$B_BIG/last.h5 f=$SW/dseval rc
+    synthetic "$row" 20 bf16 "$B_BIG" infer "$WARM" "$STEPS"
+    torch_run "$row" "torch eager" 35 infer "$B_BIG" bf16
+    # dseval reads the shards through the loader: planned by heuristics, as stage 3's run
+    if [ -f "$ckpt" ]; then
+        run 20 dseval --json --batch "$B_BIG" --device "$DEV" --precision bf16 --deterministic -v "$ckpt" "$W/data/packed" \
+            >"$f.out" 2>"$f.err"
+        rc=$?
+        cell_of "$row --deterministic" "ds shards" "$(grep -o '"images_per_sec": *[0-9.]*' "$f.out" | grep -o '[0-9.]*$')" "$rc" "$f.err"
+    else
+        put "$row --deterministic" "ds shards" "n/a (no checkpoint: stage 3 makes it)"
+    fi
 }
 
 # ---- 6. NCCL ----
 stage_6() {
-    nccl=$(pyrun - "$(ldd "$BINDIR/dstrain" 2>/dev/null | awk '/libnccl/ {print $3; exit}')" <<'EOF' 2>/dev/null
+    local nccl_lib rc
+    nccl_lib=$(ldd "$BINDIR/dstrain" 2>/dev/null | awk '/libnccl/ {print $3; exit}')
+    run 5 ${PY_ENV[@]+"${PY_ENV[@]}"} "$PY" - "$nccl_lib" >"$SW/nccl-version.out" 2>"$SW/nccl-version.err" <<'EOF'
 import ctypes, sys
 v = ctypes.c_int()
 ctypes.CDLL(sys.argv[1] or "libnccl.so.2").ncclGetVersion(ctypes.byref(v))
 print(v.value)
 EOF
-    )
+    nccl=$(tail -1 "$SW/nccl-version.out")
     [[ "$nccl" =~ ^[0-9]+$ ]] || nccl=0
     log "NCCL version code $nccl"
-    log "data"
-    run 60 synth -q --classes 16 --per-class 40 "$W/tree64" &&
-        run 30 dsplit -q -o "$W/split64" "$W/tree64" &&
-        run 60 dspack -q -o "$W/packed64" --size 64 --threads 16 "$W/split64/train.txt" ||
-        log "small data set failed"
-    eq_args=(--train "$W/packed64" --arch resnet20 --crop 56 --epochs 1 --max-steps $([ "$DRY" = 1 ] && echo 2 || echo 10)
-             --lr 0.05 --device "$DEV" --precision fp32 --deterministic --log-every 0 --comm-timeout 60 -q)
+    run 5 synth -q --classes 16 --per-class 40 --width 64 --height 64 "$SW/tree64" >"$SW/synth.out" 2>"$SW/synth.err" &&
+        run 2 dsplit -q -o "$SW/split64" "$SW/tree64" >"$SW/dsplit.out" 2>"$SW/dsplit.err" &&
+        run 5 dspack -q -o "$SW/packed64" --size 64 --threads 16 "$SW/split64/train.txt" >"$SW/dspack.out" 2>"$SW/dspack.err" ||
+        log "small data set failed: $(why "$SW"/synth.err "$SW"/dsplit.err "$SW"/dspack.err)"
+    eq_args=(--train "$SW/packed64" --arch resnet20 --crop 56 --epochs 1 --max-steps "$MAX_STEPS"
+             --lr 0.05 --device "$DEV" --precision fp32 --deterministic --log-every 0 --comm-timeout 20 -q)
     if [ "$nccl" -ge 23000 ] && [ "$DRY" = 0 ]; then
         eq_what="3 NCCL ranks on one GPU x batch 8 vs 1 process x batch 8 x accum 3"
-        (export NCCL_MULTI_RANK_GPU_ENABLE=1
-         run 120 mpirun --oversubscribe --bind-to none -np 3 -x NCCL_MULTI_RANK_GPU_ENABLE -x LD_LIBRARY_PATH \
-             dstrain "${eq_args[@]}" --batch 8 -o "$W/eq_mpi" >"$W/eq_mpi.log" 2>&1)
+        run 15 env NCCL_MULTI_RANK_GPU_ENABLE=1 mpirun --oversubscribe --bind-to none -np 3 -x NCCL_MULTI_RANK_GPU_ENABLE \
+            -x LD_LIBRARY_PATH -x CUDNN_LOGLEVEL_DBG -x CUDNN_LOGDEST_DBG dstrain "${eq_args[@]}" --batch 8 -o "$SW/eq_mpi" \
+            >"$SW/eq_mpi.log" 2>&1
     else
         # Same micro-batches on both sides (BN normalises per micro-batch): the NCCL wiring of
         # one rank, not a sum across ranks.
         eq_what="1 NCCL rank (mpirun -np 1) vs no launcher, both batch 8 x accum 3"
         [ "$DRY" = 1 ] && eq_what="dry run, CPU (MPI, no NCCL): mpirun -np 1 vs no launcher, both batch 8 x accum 3"
-        run 120 mpirun --bind-to none -np 1 -x LD_LIBRARY_PATH dstrain "${eq_args[@]}" --batch 8 --accum 3 \
-            -o "$W/eq_mpi" >"$W/eq_mpi.log" 2>&1
+        run 15 mpirun --bind-to none -np 1 -x LD_LIBRARY_PATH -x CUDNN_LOGLEVEL_DBG -x CUDNN_LOGDEST_DBG \
+            dstrain "${eq_args[@]}" --batch 8 --accum 3 -o "$SW/eq_mpi" >"$SW/eq_mpi.log" 2>&1
     fi
     eq_rc=$?
-    run 90 dstrain "${eq_args[@]}" --batch 8 --accum 3 -o "$W/eq_accum" >"$W/eq_accum.log" 2>&1
-    eq_rc=$((eq_rc | $?))
+    run 15 dstrain "${eq_args[@]}" --batch 8 --accum 3 -o "$SW/eq_accum" >"$SW/eq_accum.log" 2>&1
+    rc=$?
     eq="fail"
-    if [ "$eq_rc" -eq 0 ]; then
-        eq=$(pyrun - "$W/eq_mpi/last.h5" "$W/eq_accum/last.h5" <<'EOF'
+    if [ "$eq_rc" -eq 0 ] && [ "$rc" -eq 0 ]; then
+        run 5 ${PY_ENV[@]+"${PY_ENV[@]}"} "$PY" - "$SW/eq_mpi/last.h5" "$SW/eq_accum/last.h5" >"$SW/compare.out" 2>"$SW/compare.err" <<'EOF'
 import sys, h5py, numpy as np
 a, b = h5py.File(sys.argv[1], "r")["model"], h5py.File(sys.argv[2], "r")["model"]
 worst = 0.0
@@ -335,40 +500,84 @@ for k in a:
 # 1e-3: fp32 on both sides, but a sum across ranks runs in another order than accumulation
 print(("pass" if worst <= 1e-3 else "FAIL") + " (max rel diff %.2e)" % worst)
 EOF
-    )
-        eq=${eq:-fail (comparison)}
-    elif timed_out "$eq_rc"; then
+        eq=$(tail -1 "$SW/compare.out")
+        eq=${eq:-fail (comparison): $(why "$SW/compare.err")}
+    elif timed_out "$eq_rc" || timed_out "$rc"; then
         eq="n/a (time)"
     else
-        tail -n 5 "$W/eq_mpi.log" "$W/eq_accum.log" >&2
+        eq="FAIL: $(why "$SW/eq_mpi.log" "$SW/eq_accum.log")"
     fi
     check_line "NCCL $nccl: $eq_what" "$eq"
 }
 
-# ---- 7. PyTorch with torch.compile (slow to compile: after the checks that matter more) ----
+# ---- 7. end to end: the GPU against the CPU through the tools ----
 stage_7() {
-    torch_run "$ARCH ${rows_of[0]%%|*}" "torch compile" 150 train "$B_BIG" bf16 --compile
+    # test_cuda.sh takes its tools from $DS_ROOT/$BIN and its Python from $PYTHON; its scratch
+    # folder goes in this stage's, so every .err it keeps is packed
+    local gpu_tests=(env DS_ROOT="$ROOT" BIN="$(realpath --relative-to="$ROOT" "$BINDIR")" PYTHON="$PY"
+                     OMP_NUM_THREADS="$OMP" DS_TEST_TMP="$SW") c v f
+    [ "$DEV" = cpu ] && gpu_tests+=(DS_TEST_GPU_DEVICE=cpu)
+    run 100 "${gpu_tests[@]}" bash tests/shell/test_cuda.sh >"$SW/cuda.log" 2>&1
+    cuda_rc=$?
+    for c in cannot_start_is_an_error_init dseval_fp32_matches_cpu dseval_tf32_bf16_close_to_cpu step_fp32_matches_cpu \
+        rrc_ramp_fp32_matches_cpu resume_bitwise bf16_learns; do
+        v=$(grep -E "^(PASS|FAIL|SKIP) cuda.?$c" "$SW/cuda.log" | head -1 | cut -d' ' -f1)
+        [ -z "$v" ] && grep -q '^SKIP' "$SW/cuda.log" && v="SKIP ($(grep -m1 '^SKIP' "$SW/cuda.log" | sed 's/^[^:]*: //'))"
+        check_line "test_cuda.sh $c" "${v:-$(timed_out $cuda_rc && echo "n/a (time)" || echo "not reached (exit $cuda_rc)")}"
+    done
+    grep '^FAIL' "$SW/cuda.log" | head -5 >&2
+    # after a failure, the first error line of each of its GPU runs' stderr (the stand-in
+    # runtimes' are errors by design)
+    if grep -q '^FAIL' "$SW/cuda.log"; then
+        for f in "$SW"/test_cuda.*/*.err; do
+            [[ $f = */stub-* ]] || ! grep -q ': error: ' "$f" || check_line "test_cuda.sh's ${f##*/}" "$(why "$f")"
+        done
+    fi
+    [ "$cuda_rc" -eq 0 ] || { tests_ok=0; BAD[$STAGE]=$((BAD[$STAGE] + 1)); }
+    if [ "$DRY" = 0 ] && grep -q '^SKIP cuda ' "$SW/cuda.log"; then
+        tests_ok=0
+        check_line "test_cuda.sh skipped on a GPU machine" "FAIL: $(grep -m1 '^SKIP cuda ' "$SW/cuda.log")"
+    fi
 }
 
-# ---- 8. the op tests under compute-sanitizer (last: where it works it is slow) ----
+# ---- 8. the other rows ----
 stage_8() {
+    local row
+    row="$ARCH train $TF32 b$B_BIG"
+    synthetic "$row" 45 "$TF32" "$B_BIG" train "$WARM" "$STEPS"
+    torch_run "$row" "torch eager" 45 train "$B_BIG" "$TF32"
+    row="$ARCH train bf16 b$B_SMALL"
+    synthetic "$row" 35 bf16 "$B_SMALL" train "$WARM" "$STEPS"
+    torch_run "$row" "torch eager" 35 train "$B_SMALL" bf16
+    shard_row "$ARCH train $TF32 b$B_BIG --deterministic" 30 "$TF32" "$B_BIG"
+    shard_row "$ARCH train bf16 b$B_SMALL --deterministic" 25 bf16 "$B_SMALL"
+    shard_row "$ARCH train bf16 b$B_BIG --deterministic, rrc, ramp from $RAMP_MIN" 30 bf16 "$B_BIG" rrc
+}
+
+# ---- 9. the op tests under compute-sanitizer (where it works it is slow) ----
+stage_9() {
+    local san what="test_cuda_ops under compute-sanitizer memcheck" rc v
     san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
-    what="test_cuda_ops under compute-sanitizer memcheck"
     if [ "$DRY" = 1 ]; then
         check_line "$what" "n/a (dry run)"
     elif [ -z "$san" ]; then
         check_line "$what" "n/a (no compute-sanitizer)"
     else
-        run 60 "$san" --tool memcheck --error-exitcode 99 test_cuda_ops >"$W/memcheck.log" 2>&1
+        run 60 "$san" --tool memcheck --error-exitcode 99 test_cuda_ops >"$SW/memcheck.log" 2>&1
         rc=$?
-        tail -n 4 "$W/memcheck.log" >&2
-        if grep -qiE 'device not supported|unable to (attach|initialize)|not supported on this' "$W/memcheck.log"; then
-            check_line "$what" "n/a (compute-sanitizer refused the device: $(grep -m1 -iE 'not supported|unable to' "$W/memcheck.log" | cut -c1-80))"
+        tail -n 4 "$SW/memcheck.log" >&2
+        if grep -qiE 'device not supported|unable to (attach|initialize)|not supported on this' "$SW/memcheck.log"; then
+            check_line "$what" "n/a (compute-sanitizer refused the device: $(grep -m1 -iE 'not supported|unable to' "$SW/memcheck.log" | cut -c1-80))"
         else
-            v="$(counts "$W/memcheck.log"), $(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "$W/memcheck.log" | tail -1)"
+            v="$(counts "$SW/memcheck.log"), $(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "$SW/memcheck.log" | tail -1)"
             check_line "$what" "$(timed_out $rc && echo "n/a (time): ")$v (exit $rc)"
         fi
     fi
+}
+
+# ---- 10. PyTorch with torch.compile (slow to compile: last) ----
+stage_10() {
+    torch_run "$ARCH train bf16 b$B_BIG" "torch compile" 150 train "$B_BIG" bf16 --compile
 }
 
 # ---- the table, after every stage and at the end however it comes ----
@@ -376,19 +585,51 @@ ratio() {  # ds synthetic over torch eager, when both are numbers
     local a=${R["$1|ds synthetic"]:-} b=${R["$1|torch eager"]:-}
     [[ "$a" =~ ^[0-9.]+$ && "$b" =~ ^[0-9.]+$ ]] && awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2fx", a / b}' || echo "n/a"
 }
+# What to run next: the stages that did not finish (cut by time, not reached, stopped) again,
+# and where the failures' words are.
+next_call() {
+    local n again=() failed=()
+    for n in "${ORDER[@]}"; do
+        case ${S[$n]} in
+        "done"*) [ "${CUT[$n]}" -gt 0 ] && again+=("$n") ;;
+        *) again+=("$n") ;;
+        esac
+        [ "${BAD[$n]}" -gt 0 ] && failed+=("$n ($n-${SLUGS[$n]}/)")
+    done
+    if [ ${#again[@]} -eq 0 ]; then echo "Every stage ran to its end."
+    else echo "Next call: \`bash bench/gpu.sh --bundle build/gpu-bundle --out \"\$OUT\" --only $(IFS=,; echo "${again[*]}")\` (the stages that did not finish; bench/GPU.md: what to run next)."
+    fi
+    [ ${#failed[@]} -eq 0 ] || echo "Failures in stage ${failed[*]}: their logs in gpu-logs.tar.gz under those folders."
+}
+# cuDNN's fallbacks, from ds's warnings in every log so far: algorithms that failed when run
+# (and were replaced by the next that fits) and ops computing below the run's precision.
+fallbacks() {
+    local logs run low first
+    logs=$(grep -rh --include='*.err' --include='*.log' -E 'warning: CUDA conv .*(failed when run|that op computes in)' \
+        "$W" 2>/dev/null | sort -u)
+    [ -n "$logs" ] || return 0
+    run=$(grep -c 'failed when run' <<<"$logs") low=$(grep -c 'that op computes in' <<<"$logs")
+    first=$(head -1 <<<"$logs" | cut -c1-200 | tr '|' '/')
+    echo "| cuDNN's fallbacks (ds's warnings) | $run algorithm(s) failed when run and were replaced, $low op(s) compute below the run's precision; first: $first |"
+}
 write_table() {
     local n r
     {
         echo "# GPU benchmark ($([ "$DRY" = 1 ] && echo "DRY RUN on the CPU, toy sizes: says nothing about a GPU" ||
-            nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), $(date -u +%F))"
+            echo "${GPU_NAME:-no GPU named by nvidia-smi}"), $(date -u +%F))"
         echo
-        echo "| stage | status |"
-        echo "|---|---|"
-        for n in 1 2 3 4 5 6 7 8; do echo "| $n. ${STAGE_NAMES[$n]} | ${S[$n]} |"; done
+        echo "| stage | budget | status |"
+        echo "|---|---|---|"
+        echo "| 0. ${NAMES[0]} | ${BUDGET[0]} s | ${S[0]:-running} |"
+        for n in "${ORDER[@]}"; do echo "| $n. ${NAMES[$n]} | ${BUDGET[$n]} s | ${S[$n]} |"; done
+        for n in $(seq 1 "$LAST"); do
+            [[ " ${ORDER[*]} " == *" $n "* ]] || echo "| $n. ${NAMES[$n]} | ${BUDGET[$n]} s | ${S[$n]} |"
+        done
         echo
         echo "| check | result |"
         echo "|---|---|"
         printf '%s\n' ${checks[@]+"${checks[@]}"}
+        fallbacks
         echo
         echo "| run (images/s) | ds synthetic | ds shards | torch eager | torch compile | ds / torch eager |"
         echo "|---|---|---|---|---|---|"
@@ -396,20 +637,31 @@ write_table() {
             echo "| $r | ${R["$r|ds synthetic"]:-} | ${R["$r|ds shards"]:-} | ${R["$r|torch eager"]:-} | ${R["$r|torch compile"]:-} | $(ratio "$r") |"
         done
         echo
-        echo "torch: bench/gpu_torch.py (ResNet-50$([ "$DRY" = 1 ] && echo " at $SIZE px, whatever the row says")), bf16 = AMP autocast, tf32 = fp32 with TF32 allowed; channels_last."
-        echo "Goal on one H200: ds training >= 1.3x PyTorch eager AMP. Its fp32 activations, cast to bf16 around every convolution, bound it near 4,400 images/s at batch 256 (bench/GPU.md)."
-        echo "Total time: $((SECONDS - T0)) s; logs: gpu-logs.tar.gz"
+        echo "ds synthetic: engine_bench, planned by cuDNN's search (cudnnFind), except on --deterministic rows (cuDNN's heuristics); ds shards: dstrain and dseval through the loader, --deterministic."
+        echo "torch: bench/gpu_torch.py (ResNet-50$([ "$TOY" = 1 ] && echo " at $SIZE px, whatever the row says")), bf16 = AMP autocast, tf32 = fp32 with TF32 allowed; channels_last, cudnn.benchmark."
+        echo "Goal on one H200: ds training >= 1.3x PyTorch eager AMP. ds's own kernels' traffic (bench/GPU.md, step census: 66 GB a step in bf16) bounds it near 18,700 images/s at batch 256 before cuDNN computes anything."
+        next_call
+        echo "Total time: $((SECONDS - T0)) s of $DEADLINE; logs: gpu-logs.tar.gz (gpu.sh.log first, then one folder per stage)"
     } >"$RESULTS.tmp" && mv "$RESULTS.tmp" "$RESULTS"
 }
-# Every log, error and output file and the runs' metrics, not the data: small enough to come back.
+# Every text file the stages wrote (logs, stdout, stderr, reports, metrics), not the data or
+# the checkpoints: small enough to come back. cuDNN's choices, gathered from every log first.
 pack_logs() {
-    (cd "$W" && find . -maxdepth 2 -type f \( -name '*.log' -o -name '*.err' -o -name '*.out' -o -name report \
-        -o -name metrics.jsonl \) -print0 | tar -czf "$RESULTS_DIR/gpu-logs.tar.gz.tmp" --null -T - 2>/dev/null) &&
+    local f
+    # a log past 4 MiB comes back as its first and last 512 KiB
+    while IFS= read -r -d '' f; do
+        { head -c 524288 "$f"; printf '\n[... %s bytes in all ...]\n' "$(stat -c %s "$f")"; tail -c 524288 "$f"; } >"$f.ends"
+    done < <(find "$W" -type f \( -name '*.log' -o -name '*.err' -o -name '*.out' \) -size +4M -print0 2>/dev/null)
+    grep -r --include='*.err' --include='*.log' 'CUDA conv ' "$W" 2>/dev/null | sed "s|^$W/||" >"$W/cudnn-algorithms.txt"
+    (cd "$W" && find . -type f \( -name '*.log' -o -name '*.err' -o -name '*.out' -o -name '*.txt' -o -name '*.json' \
+        -o -name '*.jsonl' -o -name '*.ends' \) -not -path './data/*' -not -path '*split*/*' -size -4M -print0 |
+        tar -czf "$RESULTS_DIR/gpu-logs.tar.gz.tmp" --null -T - 2>/dev/null) &&
         mv "$RESULTS_DIR/gpu-logs.tar.gz.tmp" "$RESULTS_DIR/gpu-logs.tar.gz"
 }
 finish_up() {
     local n
-    for n in 1 2 3 4 5 6 7 8; do [ "${S[$n]}" = running ] && S[$n]="cut off (the script was stopped)"; done
+    for n in "${ORDER[@]}"; do [ "${S[$n]}" = running ] && S[$n]="cut off (the script was stopped)"; done
+    [ "${S[0]:-running}" = running ] && S[0]="cut off (the script was stopped)"
     write_table
     pack_logs
     rm -rf "$W"
@@ -419,15 +671,26 @@ trap 'exit 143' TERM INT
 # GPU_BENCH_HANG (dry runs): a stage that ignores SIGTERM, so the table shows it ended anyway.
 hang() { OWN_LIMIT=1 run 5 bash -c 'trap "" TERM; while :; do sleep 1; done'; }
 
-for stage in 1 2 3 4 5 6 7 8; do
-    want "$stage" || continue
+sizes_setup
+say "$(plan)"
+log "stage 0 (${NAMES[0]}): budget ${BUDGET[0]} s"
+stage_0
+S[0]="done ($((SECONDS - T0)) s)"
+log "stage 0 done in $((SECONDS - T0)) s (budget ${BUDGET[0]} s)"
+for stage in "${ORDER[@]}"; do
+    STAGE=$stage SW=$W/$stage-${SLUGS[$stage]} STAGE_END=$((SECONDS + BUDGET[stage]))
+    mkdir -p "$SW"
     S[$stage]=running
     write_table
     t=$SECONDS
+    log "stage $stage (${NAMES[$stage]}): budget ${BUDGET[$stage]} s, $((DEADLINE - RESERVE - (SECONDS - T0))) s left"
     if [ "$HANG" = "$stage" ]; then hang; rc=$?; else "stage_$stage"; rc=0; fi
     if [ "$HANG" = "$stage" ]; then S[$stage]="ended by its limit (exit $rc after $((SECONDS - t)) s)"
     else S[$stage]="done ($((SECONDS - t)) s)"; fi
-    [ "$(lim 999)" -lt 5 ] && S[$stage]="${S[$stage]}; deadline reached"
+    [ "${CUT[$stage]}" -gt 0 ] && S[$stage]="${S[$stage]}; ${CUT[$stage]} command(s) cut for time"
+    [ "${BAD[$stage]}" -gt 0 ] && S[$stage]="${S[$stage]}; failures"
+    [ $((DEADLINE - RESERVE - (SECONDS - T0))) -lt 5 ] && S[$stage]="${S[$stage]}; deadline reached"
+    log "stage $stage done in $((SECONDS - t)) s (budget ${BUDGET[$stage]} s)"
     write_table
     pack_logs
 done

@@ -11,7 +11,7 @@
 #            input op, per thread count, warm and cold
 #   engine   whole-network images/s against PyTorch (the   bench/engine_bench.sh  ENGINE.md
 #            torch of $PYTHON, default /usr/bin/python3); ~10 minutes on 2 cores
-#   gpu      the GPU tests and images/s against PyTorch    bench/gpu.sh (needs a GPU; ~8 min)
+#   gpu      the GPU tests and images/s against PyTorch    bench/gpu.sh (needs a GPU; <= 9 min)
 #   checksum what checking shard checksums costs the       build/bench/checksum_bench (~20 s)
 #            loader (bench/checksum_bench.c)
 #   overlap  under mpirun, how long before backward's end  bench/overlap_bench.sh (~10 s)

@@ -1,7 +1,9 @@
 /* engine_ref: drives the engine for tests/ref/test_engine_resnet.py.
  *
- *   engine_ref [--precision fp32|bf16] CKPT INPUT.h5 OUT.h5 [OUT_CKPT.h5]
+ *   engine_ref [--device cpu|cuda] [--precision fp32|tf32|bf16] CKPT INPUT.h5 OUT.h5 [OUT_CKPT.h5]
  *
+ * (--device cuda: the same on the CUDA backend, --deterministic, so that the CPU's and the
+ * GPU's steps can be compared tensor by tensor; the default is the CPU.)
  * Loads CKPT (a ds checkpoint written by scripts/torchvision_to_ds.py), reads INPUT.h5
  *   /x float32 [n, H, W, 3] (normalised, NHWC), /labels int32 [n],
  *   root attributes lr, momentum, wd, smoothing (double), nesterov, steps (int)
@@ -105,13 +107,21 @@ static void write_relu_masks(hid_t f, const char *group, ds_model *m)
 int main(int argc, char **argv)
 {
     ds_log_init("engine_ref");
-    ds_backend_opts opts = {.precision = DS_PRECISION_FP32};
-    if (argc > 2 && !strcmp(argv[1], "--precision")) {
-        if (ds_precision_parse(argv[2], &opts.precision)) return 2;
+    ds_backend_opts opts = {.precision = DS_PRECISION_FP32, .deterministic = 1};
+    const char *device = "cpu";
+    for (;;) {
+        if (argc > 2 && !strcmp(argv[1], "--precision")) {
+            if (ds_precision_parse(argv[2], &opts.precision)) return 2;
+        } else if (argc > 2 && !strcmp(argv[1], "--device")) {
+            device = argv[2];
+        } else {
+            break;
+        }
         argc -= 2, argv += 2;
     }
     if (argc < 4 || argc > 5) {
-        fprintf(stderr, "usage: engine_ref [--precision fp32|bf16] CKPT INPUT.h5 OUT.h5 [OUT_CKPT.h5]\n");
+        fprintf(stderr, "usage: engine_ref [--device cpu|cuda] [--precision fp32|tf32|bf16] CKPT INPUT.h5 OUT.h5 "
+                        "[OUT_CKPT.h5]\n");
         return 2;
     }
     ds_ckpt_meta meta;
@@ -140,7 +150,7 @@ int main(int argc, char **argv)
     H5_OK(H5Dclose(dl));
     H5_OK(H5Fclose(in));
 
-    const ds_backend *be = ds_backend_select("cpu", &opts);
+    const ds_backend *be = ds_backend_select(device, &opts);
     if (!be) return 2;
     ds_model_config cfg = {.arch = meta.arch, .num_classes = C, .max_batch = n, .height = H,
                            .width = W, .training = 1};

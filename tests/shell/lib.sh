@@ -67,4 +67,41 @@ split_pack() {
         { [ -z "${5:-}" ] || dspack -q --size 16 -o "$5" "$3/val.txt" >/dev/null; }
 }
 
+# steps_close A B LIMIT WHAT: two checkpoints of the same training steps on the CPU and on a
+# GPU (docs/DESIGN.md §7: no bitwise promise between them). Each op agrees to ~1e-5, but a
+# ReLU whose input lies within that rounding of 0 can decide the other way on the two, and
+# that element's gradient then differs wholly and spreads through every later step: a
+# tensor's largest difference says little. So each group (/model, /optimizer: the momentum
+# buffers, the steps' gradients summed) is compared as a whole, |a - b| / |a| over all its
+# float elements, which one flipped ReLU moves by ~1e-3 and a fault in the steps' plumbing
+# (an input, a learning rate, a micro-batch) by far more; exit 1 past LIMIT. The largest
+# per-tensor difference is printed too.
+steps_close() {
+    "$PYTHON" - "$@" <<'PY'
+import sys
+import h5py, numpy as np
+a, b = (h5py.File(f, "r") for f in sys.argv[1:3])
+limit, bad = float(sys.argv[3]), False
+for group in ("model", "optimizer"):
+    num = den = worst = 0.0
+    where = "-"
+    def visit(name, x):
+        global num, den, worst, where
+        if not isinstance(x, h5py.Dataset) or x.dtype.kind != "f":
+            return
+        u, v = x[()].astype(np.float64), b[group][name][()].astype(np.float64)
+        num += float(((u - v) ** 2).sum())
+        den += float((u ** 2).sum())
+        d = float(np.abs(u - v).max() / max(np.abs(u).max(), 1e-30))
+        if d > worst:
+            worst, where = d, name
+    a[group].visititems(visit)
+    rel = (num / max(den, 1e-300)) ** 0.5
+    print("%s, /%s: relative difference %.3g as a whole (limit %g); largest in one tensor %.3g (%s)"
+          % (sys.argv[4], group, rel, limit, worst, where))
+    bad = bad or not rel <= limit
+sys.exit(bad)
+PY
+}
+
 finish() { exit $((_failures > 0)); }

@@ -235,6 +235,10 @@ static void test_convs(void)
     test_conv_case((conv_case){5, 7, 11, 9, 15, 15, 16, 24, 3, 1, 1, 0});
     test_conv_case((conv_case){5, 7, 11, 9, 15, 15, 16, 24, 3, 2, 1, 0});
     test_conv_case((conv_case){7, 7, 15, 15, 15, 15, 16, 24, 3, 1, 1, 0});
+    /* resnet20's convolutions planned for crop 16 and run at 12 (a crop ramp's start) */
+    test_conv_case((conv_case){16, 16, 12, 12, 16, 16, 16, 16, 3, 1, 1, 0});
+    test_conv_case((conv_case){16, 16, 6, 6, 8, 8, 32, 64, 3, 2, 1, 0});
+    test_conv_case((conv_case){16, 16, 3, 3, 4, 4, 64, 64, 3, 1, 1, 0});
     /* conv1 of an ImageNet ResNet at a small size: 3 channels, 7x7/2, no backward-data */
     test_conv_case((conv_case){4, 8, 32, 32, 40, 40, 3, 64, 7, 2, 3, 1});
     test_conv_case((conv_case){8, 8, 40, 40, 40, 40, 3, 64, 7, 2, 3, 1});
@@ -659,7 +663,9 @@ static void test_streams(void)
     uint8_t *back = G->host_alloc(bytes), *dev = G->alloc(bytes);
     CHECK(back && dev, "allocations");
     CHECK(G->host_register(src, bytes) == 0, "page-locking 32 MiB");
+    /* alloc zeroes dev on the compute stream: the copy on the input stream waits for it */
     int t0 = G->mark(DS_STREAM_COMPUTE);
+    G->stream_wait(DS_STREAM_INPUT, t0);
     G->upload_async(dev, src, bytes);
     int copied = G->mark(DS_STREAM_INPUT);
     G->stream_wait(DS_STREAM_COMPUTE, copied);

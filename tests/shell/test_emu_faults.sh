@@ -1,0 +1,80 @@
+#!/bin/bash
+# The CUDA backend's error paths on the emulated device (tests/emu; tests/run.sh runs this file
+# only in its emulated passes), each fault asked of the emulator by DS_EMU_FAULT and each
+# ending in ds's documented behaviour (docs/DESIGN.md §4), never a crash or a hang:
+#   - no GPU (no driver, no device): --device cuda is an error saying so, --device auto
+#     computes on the CPU;
+#   - a driver too old, CUDA failing to start: an error with CUDA's words, under auto too;
+#   - device memory that runs out: the model says which memory, no crash;
+#   - page-locked memory refused: warnings, then the same bits as with it;
+#   - an algorithm cuDNN lists but that fails when run: a warning naming it and the one run
+#     instead, and the step runs; every algorithm failing: an error naming the convolution;
+#   - no deterministic algorithm under --deterministic, every workspace larger than memory:
+#     an error at planning naming the convolution and op;
+#   - no bf16 algorithm: that op computes in tf32, with a warning, and training runs;
+#   - NCCL that cannot start, and a peer that stalls in a reduction: the job ends with
+#     NCCL's words or ds's --comm-timeout message.
+. "$(dirname "$0")/lib.sh"
+
+make_bar_images "$T/tree" 6 2 31 && split_pack "$T/tree" 0 "$T/split" "$T/train" ||
+    { fail data "cannot make the synthetic set"; finish; }
+RUN=(--train "$T/train" --arch resnet20 --crop 16 --batch 4 --lr 0.02 --lr-scaling none --warmup-epochs 0
+     --augment none --max-steps 2 --threads 1 --loader-threads 1 -q)
+dstrain "${RUN[@]}" --device cpu -o "$T/cpu" 2>"$T/cpu.err" || { fail cpu_train "$(tail -3 "$T/cpu.err")"; finish; }
+ck=$T/cpu/last.h5
+
+# expect NAME FAULT WANT_STATUS PATTERN CMD...: CMD under DS_EMU_FAULT=FAULT exits WANT_STATUS
+# and its stderr matches PATTERN (an extended regular expression).
+expect() {
+    local name=$1 fault=$2 want=$3 pattern=$4; shift 4
+    DS_EMU_FAULT=$fault timeout 300 "$@" >"$T/$name.out" 2>"$T/$name.err"
+    local rc=$?
+    if [ "$rc" = "$want" ] && grep -Eq -- "$pattern" "$T/$name.err"; then pass "$name"
+    else fail "$name" "exit $rc (want $want): $(grep -v '^ds-emu:   ' "$T/$name.err" | head -3)"; fi
+}
+
+expect no_device_cuda_is_an_error no_device 1 'error: --device cuda: no CUDA device is visible' \
+    dseval --device cuda "$ck" "$T/train"
+expect no_device_auto_runs_on_the_cpu no_device 0 '' dseval --device auto "$ck" "$T/train"
+expect driver_too_old_is_an_error driver_old 1 \
+    'CUDA could not start: CUDA driver version is insufficient.*the driver supports CUDA 11\.4' dseval "$ck" "$T/train"
+expect init_error_is_an_error init_error 1 'CUDA could not start: initialization error' \
+    dseval --device auto "$ck" "$T/train"
+expect out_of_device_memory oom=3 1 'out of cuda memory \(parameters' \
+    dstrain "${RUN[@]}" --device cuda -o "$T/oom"
+check out_of_device_memory_writes_nothing test ! -e "$T/oom/last.h5"
+
+# page-locked memory refused: uploads staged, the feed copies through the ring; same bits
+dstrain "${RUN[@]}" --device cuda --precision fp32 --deterministic -o "$T/pinned" 2>"$T/pinned.err"
+expect no_pinned_memory_warns no_pinned 0 'cannot page-lock' \
+    dstrain "${RUN[@]}" --device cuda --precision fp32 --deterministic -o "$T/unpinned"
+check no_pinned_memory_same_bits sh -c "h5diff -q '$T/pinned/last.h5' '$T/unpinned/last.h5' /model /model &&
+    h5diff -q '$T/pinned/last.h5' '$T/unpinned/last.h5' /optimizer /optimizer"
+
+# cuDNN: an algorithm that fails when run. Under --deterministic the heuristics' first
+# choice (algo 1 of forward for these shapes) is run, fails, and the next is taken.
+expect cudnn_failing_algorithm_falls_back cudnn_exec_fail=fwd:1 0 'forward algo 1 .*failed when run.*running algo' \
+    dstrain "${RUN[@]}" --device cuda --precision fp32 --deterministic -o "$T/fallback"
+check cudnn_fallback_trains test -f "$T/fallback/ckpt-00000002.h5"
+expect cudnn_every_algorithm_failing cudnn_exec_fail='bwd_filter:*:EXECUTION_FAILED' 1 \
+    'CUDA conv .*backward-filter algo [0-9]+ .*failed when run.*no other is left' \
+    dstrain "${RUN[@]}" --device cuda --precision fp32 --deterministic -o "$T/allfail"
+expect cudnn_no_deterministic_algorithm cudnn_no_deterministic 1 'CUDA conv .*--deterministic.*deterministic' \
+    dstrain "${RUN[@]}" --device cuda --precision fp32 --deterministic -o "$T/nodet"
+expect cudnn_workspace_larger_than_memory cudnn_ws_huge 1 'CUDA conv .*(workspace|bytes)' \
+    dstrain "${RUN[@]}" --device cuda --precision fp32 --deterministic -o "$T/huge"
+expect cudnn_no_bf16_computes_in_tf32 cudnn_no_bf16 0 'no usable bf16 .* algorithm.*computes in tf32' \
+    dstrain "${RUN[@]}" --device cuda --precision bf16 -o "$T/nobf16"
+check cudnn_no_bf16_trains test -f "$T/nobf16/ckpt-00000002.h5"
+
+# ---- NCCL ----
+if command -v mpirun >/dev/null; then
+    MPI=(timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2)
+    expect nccl_init_failure nccl_init_fail 1 'ncclCommInitRank .*(unhandled system error|system error)' \
+        "${MPI[@]}" dstrain "${RUN[@]}" --device cuda -o "$T/ncclinit"
+    expect nccl_stalled_peer_ends_the_job nccl_stall=1 1 'did not finish within 5 s' \
+        "${MPI[@]}" dstrain "${RUN[@]}" --device cuda --comm-timeout 5 -o "$T/stall"
+else
+    echo "SKIP emu nccl faults: mpirun not found"
+fi
+finish
