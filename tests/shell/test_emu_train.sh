@@ -11,6 +11,8 @@
 #   - bf16 with --augment rrc at the small end of a crop ramp (boxes resized on the device,
 #     convolutions planned at 16x16 running at 12x12): runs, and is bitwise under another
 #     schedule;
+#   - bf16 one step: at least as close to the CPU's bf16 step as that is to fp32's;
+#   - --accum 32 (more marks a step than the ring holds): step times stay finite;
 #   - --deterministic: stopped at step 3 and resumed to 6 equals 6 steps in one go, bitwise;
 #   - mpirun -np 2 --device cuda: the gradients summed over the emulated NCCL; the two ranks
 #     agree with one process at --accum 2 within that bound (NCCL's order is not fixed);
@@ -53,6 +55,39 @@ dstrain "${RRC[@]}" -o "$T/b1" 2>"$T/b1.err" && pass emu_bf16_rrc_ramp_runs ||
     fail emu_bf16_rrc_ramp_runs "$(tail -5 "$T/b1.err")"
 DS_EMU_SCHED=delay=400 DS_EMU_SEED=3 dstrain "${RRC[@]}" -o "$T/b2" 2>"$T/b2.err"
 check emu_bf16_rrc_bitwise_under_another_schedule bitwise "$T/b1/$ck" "$T/b2/$ck"
+
+# ---- bf16 against the CPU's bf16: one step (no augmentation). At this size a bf16 step's
+# gradients are ~30% from fp32's (BN's backward cancels digits), so a bound of their own
+# says little; the device's bf16 step must be at least as close to the CPU's bf16 step as
+# that is to fp32 (a wrong cast or rounding of a tensor is far from both) ----
+ONE=("${BASE[@]}" --augment none --max-steps 1)
+dstrain "${ONE[@]}" --device cpu --precision fp32 -o "$T/c32" 2>"$T/c32.err" &&
+    dstrain "${ONE[@]}" --device cpu --precision bf16 -o "$T/c16" 2>"$T/c16.err" &&
+    dstrain "${ONE[@]}" --device cuda --precision bf16 --deterministic -o "$T/g16" 2>"$T/g16.err"
+"$PYTHON" - "$T"/c32/ckpt-00000001.h5 "$T"/c16/ckpt-00000001.h5 "$T"/g16/ckpt-00000001.h5 <<'PY' &&
+import sys
+import h5py, numpy as np
+c32, c16, g16 = (h5py.File(f, "r")["optimizer"] for f in sys.argv[1:4])
+def dist(a, b):
+    num = sum(float(((a[k][()].astype(np.float64) - b[k][()].astype(np.float64)) ** 2).sum()) for k in a)
+    return (num / sum(float((a[k][()].astype(np.float64) ** 2).sum()) for k in a)) ** 0.5
+near, far = dist(c16, g16), dist(c16, c32)
+print("momentum after one step: device bf16 to CPU bf16 %.3g, CPU bf16 to CPU fp32 %.3g" % (near, far))
+sys.exit(not near <= far)
+PY
+    pass emu_bf16_step_near_the_cpus_bf16 || fail emu_bf16_step_near_the_cpus_bf16
+
+# ---- --accum 32: a step's 34 marks exceed the ring of DS_MARKS / 2 that step times once
+# relied on; its images/s stay a number (the model's own clocks) ----
+dstrain "${BASE[@]}" --augment none --batch 1 --accum 32 --epochs 2 --device cuda --precision fp32 -o "$T/acc32" \
+    2>"$T/acc32.err"
+"$PYTHON" - "$T/acc32/metrics.jsonl" <<'PY' && pass emu_accum32_step_times_finite || fail emu_accum32_step_times_finite
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print("images/s by epoch at --accum 32:", [r.get("images_per_sec") for r in rows])
+assert len(rows) == 2 and all(isinstance(r.get("images_per_sec"), (int, float)) and math.isfinite(r["images_per_sec"])
+                              and r["images_per_sec"] > 0 for r in rows)
+PY
 
 # ---- resume: 3 steps, stopped, then to 6 == 6 in one go ----
 RES=("${BASE[@]}" --augment standard --pad 2 --epochs 3 --device cuda --precision bf16 --deterministic)
