@@ -268,8 +268,9 @@ emu:
 	@$(MAKE) --no-print-directory -j$(NPROC) EMU=1 BUILD=$(EMU_DIR) BIN=$(EMU_BIN_DIR) emu-all
 emu-all: config
 	@test "$(CUDA)" = 1 || { echo "emu: needs the headers of the CUDA toolkit, cuDNN, cuBLAS and NCCL"; exit 1; }
-	@$(MAKE) --no-print-directory EMU=1 $(LIB) $(TOOLS) $(DATA_BINS) $(filter $(BUILD)/tests/test_cuda_%,$(TEST_BINS)) \
+	@$(MAKE) --no-print-directory EMU=1 $(LIB) $(TOOLS) $(DATA_BINS) $(BUILD)/tests/test_cuda_ops \
 	    $(DRV_BINS) $(EMU_TEST_BINS)
+	@$(MAKE) --no-print-directory EMU=1 $(BUILD)/bench/engine_bench   # bench/gpu.sh --emulated's
 
 check-emu: deps
 	@$(MAKE) --no-print-directory emu

@@ -7,7 +7,7 @@
 # command for a first call, the stage budget and its basis, what to read first in what comes
 # back, and what to run next.
 #   bench/gpu.sh [--bundle DIR | --build | --tools DIR] [--out DIR] [--seconds N] [--only N,N...]
-#                [--dry-run] [--plan]
+#                [--dry-run | --emulated] [--plan]
 #   --bundle DIR   the bundle (default build/gpu-bundle, or $DS_BUNDLE)
 #   --build        build here instead (make, for this GPU only), for a machine with the
 #                  build's libraries (HDF5, Open MPI, ...)
@@ -15,7 +15,7 @@
 #                  test_cuda_ops engine_bench; h5diff and mpirun there or on PATH), with the
 #                  machine's own libraries: no bundle, nothing built
 #   --out DIR      where gpu-results.md and gpu-logs.tar.gz go (default $OUT, else bench/)
-#   --seconds N    the deadline (default $GPU_BENCH_SECONDS, else 540)
+#   --seconds N    the deadline (default $GPU_BENCH_SECONDS, else 540; 1800 with --emulated)
 #   --only N,N...  run only these stages, in the order given (each once)
 #   --plan         print the plan (the stages in order, each one's budget, the time by which
 #                  it ends at the latest) and run nothing
@@ -25,6 +25,15 @@
 #                  test_bundle.sh run it), says nothing about a GPU; its commands have only
 #                  the deadline, not their stages' budgets. GPU_BENCH_HANG=N (dry runs only)
 #                  replaces stage N by a command that ignores SIGTERM, to show it is still ended.
+#   --emulated     the rehearsal: every stage's commands with --device cuda on the emulated CUDA
+#                  device (tests/emu; the tools of `make emu`, bin-emu/ and build-emu/, with
+#                  build-emu/bench/engine_bench; or those in --tools DIR) at the rehearsal's
+#                  sizes (sizes_setup: ResNet-50 at 32 px, batches of 4 and 2, a step or two;
+#                  GPU_BENCH_EMU_ARCH=resnet20 the smallest), deadline 1800 s unless --seconds,
+#                  commands with only the deadline as in a dry run; PyTorch's cells n/a (no
+#                  CUDA torch), NCCL over 2 ranks of the emulated NCCL, compute-sanitizer n/a.
+#                  Proves this script and ds's own code paths (bench/GPU.md: the rehearsal),
+#                  nothing of a GPU's libraries or speed.
 # Stages, in the default order. Each has a budget (BUDGET below; bench/GPU.md gives the basis)
 # that its commands' own limits share, and every command runs under `timeout -k` (SIGTERM,
 # then SIGKILL to its whole process group GPU_BENCH_GRACE seconds later, default 10: dstrain
@@ -69,8 +78,9 @@
 # kernel's fault: CUDA_LAUNCH_BLOCKING=1 (reported at its launch).
 # The programs and their environment are chosen in one place, tools_setup below (the bundle,
 # a build here, or a folder of tools); the sizes and the device in another (sizes_setup).
-# UNRUN: this script has never run on a GPU (no GPU where it was written); only --dry-run and
-# runs with stand-in tools (tests/shell/test_gpu_sh.sh) have run, on the CPU. The first real
+# UNRUN: this script has never run on a GPU (no GPU where it was written); only --dry-run,
+# runs with stand-in tools (tests/shell/test_gpu_sh.sh) and the rehearsal on the emulated
+# device (--emulated, tests/shell/test_emu_gpu_sh.sh) have run, on the CPU. The first real
 # run tests it.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -82,16 +92,17 @@ NAMES=("set-up" "op tests" "planning canaries" "ds from shards" "torch eager" "i
 SLUGS=(setup ops canaries shards torch infer nccl test_cuda rows sanitizer compile)
 BUDGET=(40 40 90 70 60 75 45 100 245 60 150)
 LAST=$((${#NAMES[@]} - 1))
-BUNDLE=${DS_BUNDLE:-$ROOT/build/gpu-bundle} TOOLS_FROM=bundle TOOLS='' DRY=0 PLAN_ONLY=0 ONLY=''
-RESULTS_DIR=${OUT:-$ROOT/bench} DEADLINE=${GPU_BENCH_SECONDS:-540} GRACE=${GPU_BENCH_GRACE:-10}
+BUNDLE=${DS_BUNDLE:-$ROOT/build/gpu-bundle} TOOLS_FROM=bundle TOOLS='' DRY=0 EMULATED=0 PLAN_ONLY=0 ONLY=''
+RESULTS_DIR=${OUT:-$ROOT/bench} DEADLINE=${GPU_BENCH_SECONDS:-} GRACE=${GPU_BENCH_GRACE:-10} TOOLS_SET=''
 while [ $# -gt 0 ]; do
     case $1 in
-    --bundle) [ $# -ge 2 ] || usage; BUNDLE=$2 TOOLS_FROM=bundle; shift ;;
-    --build) TOOLS_FROM=build ;;
-    --tools) [ $# -ge 2 ] || usage; TOOLS=$2 TOOLS_FROM=tools; shift ;;
+    --bundle) [ $# -ge 2 ] || usage; BUNDLE=$2 TOOLS_FROM=bundle TOOLS_SET=$1; shift ;;
+    --build) TOOLS_FROM=build TOOLS_SET=$1 ;;
+    --tools) [ $# -ge 2 ] || usage; TOOLS=$2 TOOLS_FROM=tools TOOLS_SET=$1; shift ;;
     --out) [ $# -ge 2 ] || usage; RESULTS_DIR=$2; shift ;;
     --seconds) [[ "${2:-}" =~ ^[0-9]+$ ]] || usage; DEADLINE=$2; shift ;;
     --dry-run) DRY=1 ;;
+    --emulated) EMULATED=1 ;;
     --plan) PLAN_ONLY=1 ;;
     --only) [[ "${2:-}" =~ ^[0-9]+(,[0-9]+)*$ ]] || usage; ONLY=$2; shift ;;
     -h | --help) usage ;;
@@ -99,6 +110,20 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
+# The mode: a GPU, a dry run on the CPU, or the rehearsal on the emulated device, whose tools
+# are make emu's unless --tools names others (the bundle and a build here link NVIDIA's).
+MODE=gpu
+[ "$DRY" = 1 ] && MODE=dry
+if [ "$EMULATED" = 1 ]; then
+    [ "$DRY" = 1 ] && { echo "gpu.sh: --dry-run and --emulated are two modes: one of them" >&2; exit 2; }
+    case $TOOLS_SET in
+    "") TOOLS_FROM=emulated ;;
+    --tools) ;;
+    *) echo "gpu.sh: --emulated takes make emu's tools (bin-emu/, build-emu/) or --tools DIR, not $TOOLS_SET" >&2; exit 2 ;;
+    esac
+    MODE=emulated
+fi
+DEADLINE=${DEADLINE:-$([ "$MODE" = emulated ] && echo 1800 || echo 540)}
 [[ "$GRACE" =~ ^[0-9]+$ ]] || { echo "gpu.sh: GPU_BENCH_GRACE must be a whole number of seconds" >&2; exit 2; }
 # The stages to run, in order: --only's, each a stage and each once.
 ORDER=()
@@ -112,6 +137,9 @@ done
 [ -n "$ONLY" ] || mapfile -t ORDER < <(seq 1 "$LAST")
 HANG=${GPU_BENCH_HANG:-}
 [ -n "$HANG" ] && [ "$DRY" != 1 ] && { echo "gpu.sh: GPU_BENCH_HANG is for --dry-run only" >&2; exit 2; }
+# The emulated device's tools (make emu), linked into the work folder's bin/ as --build's are.
+EMU_TOOLS=(bin-emu/dstrain bin-emu/dseval bin-emu/dspack bin-emu/dsplit build-emu/data/synth
+           build-emu/tests/test_cuda_ops build-emu/bench/engine_bench)
 # Every command ends GRACE s after the deadline's SIGTERM at the latest; 5 s more are kept
 # for the table and the logs.
 RESERVE=$((GRACE + 5))
@@ -133,6 +161,10 @@ if [ "$PLAN_ONLY" = 1 ]; then plan; exit 0; fi
 case $TOOLS_FROM in
 bundle) [ -f "$BUNDLE/env.sh" ] || { echo "gpu.sh: no bundle at $BUNDLE (make gpu-bundle on a build machine, or --build)" >&2; exit 1; } ;;
 tools) [ -x "$TOOLS/dstrain" ] || { echo "gpu.sh: no dstrain in $TOOLS" >&2; exit 1; } ;;
+emulated)
+    for p in "${EMU_TOOLS[@]}"; do
+        [ -x "$ROOT/$p" ] || { echo "gpu.sh: no $p (make emu builds the emulated device's tools, engine_bench among them)" >&2; exit 1; }
+    done ;;
 esac
 
 mkdir -p "$RESULTS_DIR" || exit 1
@@ -196,10 +228,12 @@ run() {
     return "$rc"
 }
 timed_out() { [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; }
-# a cell from a rate (or "n/a (time)" when cut by its limit, or "fail (exit N)")
+# a cell from a rate (or "n/a (time)" when cut by its limit, "fail (exit 0, ...)" when a command that
+# succeeded gave no rate, or "fail (exit N)")
 cell() {
     if [ -n "$1" ]; then echo "$1"
     elif timed_out "$2"; then echo "n/a (time)"
+    elif [ "$2" -eq 0 ]; then echo "fail (exit 0, no images/s in its output)"
     else echo "fail (exit $2)"; fi
 }
 # cell_of ROW COLUMN VALUE RC LOGS...: the cell, and for a failure its own words in the checks
@@ -215,13 +249,25 @@ ips_of() { grep -o '"images_per_sec": *[0-9.]*' "$1" 2>/dev/null | tail -1 | gre
 counts() { echo "$(grep -c '^PASS' "$1") passed, $(grep -c '^FAIL' "$1") failed, $(grep -c '^SKIP' "$1") skipped"; }
 
 # ---- the sizes and the device ----
+# A dry run and the rehearsal give their commands only the deadline (their limits are sized
+# for a GPU at full size); both run at toy sizes (TOY=1: the torch rows' note says so).
 sizes_setup() {
-    if [ "$DRY" = 1 ]; then
-        DEV=cpu OWN_LIMITS=0 TOY=1
-    else
-        DEV=cuda OWN_LIMITS=1 TOY=0
-    fi
-    if [ "$TOY" = 1 ]; then
+    case $MODE in
+    dry) DEV=cpu OWN_LIMITS=0 TOY=1 ;;
+    emulated) DEV=cuda OWN_LIMITS=0 TOY=1 ;;
+    *) DEV=cuda OWN_LIMITS=1 TOY=0 ;;
+    esac
+    # the NCCL stage's ResNet-20 and its data (64 px, cropped to NCCL_CROP); the shard rows'
+    # images/s from their last step row, every LOG_EVERY steps
+    NCCL_CROP=56 NCCL_PER=40 LOG_EVERY=5
+    if [ "$MODE" = emulated ]; then
+        # The emulated device's convolutions are reference loops on the CPU (a ResNet-50
+        # training step at 32 px and batch 4 takes seconds on two cores): the GPU call's model
+        # at 32 px, batches of 4 and 2 (batch norm at 1x1 needs 2 values a channel), one step
+        # after one of warm-up, 2 from the shards; GPU_BENCH_EMU_ARCH=resnet20 the smallest.
+        ARCH=${GPU_BENCH_EMU_ARCH:-resnet50} SIZE=32 STEPS=1 WARM=1 DSTEPS=1 DWARM=0 B_BIG=4 B_SMALL=2 R20_B=8 MAX_STEPS=2
+        SYN_CLASSES=4 SYN_PER=8 SYN_PX=48 PACK=40 RAMP_MIN=24 NCCL_CROP=24 NCCL_PER=8 LOG_EVERY=1
+    elif [ "$TOY" = 1 ]; then
         ARCH=resnet20 SIZE=32 STEPS=2 WARM=1 DSTEPS=2 DWARM=1 B_BIG=8 B_SMALL=4 R20_B=8 MAX_STEPS=10
         SYN_CLASSES=4 SYN_PER=8 SYN_PX=48 PACK=40 RAMP_MIN=24
     else
@@ -232,7 +278,8 @@ sizes_setup() {
     TF32=$([ "$DEV" = cpu ] && echo fp32 || echo tf32)
     # test_cuda.sh's threads: on the CPU its "GPU" runs take every thread they are given, and
     # a CPU shared with other work slows down many times over when its threads wait in turn
-    OMP=$([ "$DEV" = cpu ] && echo 1 || echo 8)
+    # (the emulated device's too)
+    OMP=$([ "$MODE" = gpu ] && echo 8 || echo 1)
 }
 
 # ---- the programs and their environment: the bundle, a build here, or a folder ----
@@ -241,9 +288,20 @@ sizes_setup() {
 # the set-up folder.
 tools_setup() {
     PY_ENV=()
-    # (A run on an emulated device would be one more case: its tools' folder and the
-    # emulator's environment, with sizes_setup's toy sizes and DEV=cuda.)
     case $TOOLS_FROM in
+    emulated)
+        local p
+        mkdir -p "$W/bin"
+        for p in "${EMU_TOOLS[@]}"; do ln -s "$ROOT/$p" "$W/bin/"; done
+        # engine_bench and test_cuda_ops link build-emu/libcommon.a as the tools do: one
+        # built before the library's last change would run other code than the tools
+        for p in "${EMU_TOOLS[@]}"; do
+            [ "$ROOT/$p" -ot "$ROOT/build-emu/libcommon.a" ] && check_line "emulated tools" "WARNING: $p is older than build-emu/libcommon.a (make emu)"
+        done
+        BINDIR=$W/bin
+        ldd "$BINDIR/dstrain" >"$SW/libraries.txt" 2>&1
+        report="emulated CUDA device (tests/emu: runtime, cuDNN, cuBLAS, NCCL on the CPU, linked into the tools): bin-emu/, build-emu/"
+        ;;
     build)
         log "build"
         local cc archs=() p
@@ -294,7 +352,7 @@ stage_0() {
         export CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=${CUDNN_LOGDEST_DBG:-stderr}
         PY_ENV=(env -u CUDNN_LOGLEVEL_DBG -u CUDNN_LOGDEST_DBG ${PY_ENV[@]+"${PY_ENV[@]:1}"})
     fi
-    if [ "$DRY" = 0 ]; then
+    if [ "$MODE" = gpu ]; then
         run 5 nvidia-smi >"$SW/nvidia-smi.txt" 2>&1
         run 5 nvidia-smi -q >>"$SW/nvidia-smi.txt" 2>&1
         gpu=$(run 5 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1 | head -1)
@@ -321,6 +379,10 @@ gpu = torch.cuda.is_available()
 print("torch %s (CUDA %s, cuDNN %s, NCCL %s; GPU: %s); %s" % (torch.__version__, torch.version.cuda,
       torch.backends.cudnn.version(), nccl, torch.cuda.get_device_name(0) if gpu else "none", h5))
 sys.exit(0 if gpu or sys.argv[1] == "1" else 1)'
+    # the rehearsal runs no torch (none runs on the emulated device): numpy and h5py for
+    # test_cuda.sh and the NCCL comparison are what it needs of a Python
+    [ "$MODE" = emulated ] && probe='import numpy, h5py
+print("numpy %s, h5py %s (no torch needed: the emulated device runs none)" % (numpy.__version__, h5py.__version__))'
     PY=${PYTHON:-}
     if [ -z "$PY" ]; then
         for p in python3 /usr/bin/python3; do
@@ -338,6 +400,12 @@ sys.exit(0 if gpu or sys.argv[1] == "1" else 1)'
 
 torch_run() {  # ROW COLUMN LIMIT MODE BATCH PRECISION [--compile]
     local v rc f=$SW/torch-$4-$6-b$5${7:+-compile}
+    if [ "$MODE" = emulated ]; then
+        echo "not run: bench/gpu_torch.py $4 $5 $6 ${7:-} needs a CUDA torch, and none runs on the emulated device" >"$f.log"
+        put "$1" "$2" "n/a (emulated: no CUDA torch)"
+        log "$1: $2 ${R["$1|$2"]}"
+        return 0
+    fi
     run "$3" ${PY_ENV[@]+"${PY_ENV[@]}"} "$PY" bench/gpu_torch.py --device "$DEV" --size "$SIZE" \
         $([ "$TOY" = 1 ] && echo --steps 2 --warmup 1) ${7:-} "$4" "$5" "$6" >"$f.out" 2>"$f.err"
     rc=$?
@@ -423,7 +491,7 @@ shard_row() {
     f=$SW/train-$prec-b$b${5:+-$5}
     if ! shard_data; then put "$row" "ds shards" "n/a (no data)"; return 0; fi
     run "$limit" dstrain --train "$W/data/packed" --arch "$ARCH" --batch "$b" --max-steps "$MAX_STEPS" --crop "$SIZE" \
-        "${args[@]}" --log-every 5 --device "$DEV" --precision "$prec" --deterministic --comm-timeout 30 -v \
+        "${args[@]}" --log-every "$LOG_EVERY" --device "$DEV" --precision "$prec" --deterministic --comm-timeout 30 -v \
         -o "$f" >"$f.out" 2>"$f.err"
     rc=$?
     cell_of "$row" "ds shards" "$(ips_of "$f/metrics.jsonl")" "$rc" "$f.err"
@@ -456,23 +524,32 @@ stage_5() {
 # ---- 6. NCCL ----
 stage_6() {
     local nccl_lib rc
-    nccl_lib=$(ldd "$BINDIR/dstrain" 2>/dev/null | awk '/libnccl/ {print $3; exit}')
-    run 5 ${PY_ENV[@]+"${PY_ENV[@]}"} "$PY" - "$nccl_lib" >"$SW/nccl-version.out" 2>"$SW/nccl-version.err" <<'EOF'
+    nccl=0
+    # the emulated NCCL is linked into the tools: no library to ask its version
+    if [ "$MODE" != emulated ]; then
+        nccl_lib=$(ldd "$BINDIR/dstrain" 2>/dev/null | awk '/libnccl/ {print $3; exit}')
+        run 5 ${PY_ENV[@]+"${PY_ENV[@]}"} "$PY" - "$nccl_lib" >"$SW/nccl-version.out" 2>"$SW/nccl-version.err" <<'EOF'
 import ctypes, sys
 v = ctypes.c_int()
 ctypes.CDLL(sys.argv[1] or "libnccl.so.2").ncclGetVersion(ctypes.byref(v))
 print(v.value)
 EOF
-    nccl=$(tail -1 "$SW/nccl-version.out")
-    [[ "$nccl" =~ ^[0-9]+$ ]] || nccl=0
-    log "NCCL version code $nccl"
-    run 5 synth -q --classes 16 --per-class 40 --width 64 --height 64 "$SW/tree64" >"$SW/synth.out" 2>"$SW/synth.err" &&
+        nccl=$(tail -1 "$SW/nccl-version.out")
+        [[ "$nccl" =~ ^[0-9]+$ ]] || nccl=0
+        log "NCCL version code $nccl"
+    fi
+    run 5 synth -q --classes 16 --per-class "$NCCL_PER" --width 64 --height 64 "$SW/tree64" >"$SW/synth.out" 2>"$SW/synth.err" &&
         run 2 dsplit -q -o "$SW/split64" "$SW/tree64" >"$SW/dsplit.out" 2>"$SW/dsplit.err" &&
         run 5 dspack -q -o "$SW/packed64" --size 64 --threads 16 "$SW/split64/train.txt" >"$SW/dspack.out" 2>"$SW/dspack.err" ||
         log "small data set failed: $(why "$SW"/synth.err "$SW"/dsplit.err "$SW"/dspack.err)"
-    eq_args=(--train "$SW/packed64" --arch resnet20 --crop 56 --epochs 1 --max-steps "$MAX_STEPS"
+    eq_args=(--train "$SW/packed64" --arch resnet20 --crop "$NCCL_CROP" --epochs 1 --max-steps "$MAX_STEPS"
              --lr 0.05 --device "$DEV" --precision fp32 --deterministic --log-every 0 --comm-timeout 20 -q)
-    if [ "$nccl" -ge 23000 ] && [ "$DRY" = 0 ]; then
+    if [ "$MODE" = emulated ]; then
+        # the emulated NCCL sums across the ranks of an mpirun (which share the emulated device)
+        eq_what="2 ranks over the emulated NCCL x batch 8 vs 1 process x batch 8 x accum 2"
+        run 15 mpirun --oversubscribe --bind-to none -np 2 -x LD_LIBRARY_PATH \
+            dstrain "${eq_args[@]}" --batch 8 -o "$SW/eq_mpi" >"$SW/eq_mpi.log" 2>&1
+    elif [ "$nccl" -ge 23000 ] && [ "$DRY" = 0 ]; then
         eq_what="3 NCCL ranks on one GPU x batch 8 vs 1 process x batch 8 x accum 3"
         run 15 env NCCL_MULTI_RANK_GPU_ENABLE=1 mpirun --oversubscribe --bind-to none -np 3 -x NCCL_MULTI_RANK_GPU_ENABLE \
             -x LD_LIBRARY_PATH -x CUDNN_LOGLEVEL_DBG -x CUDNN_LOGDEST_DBG dstrain "${eq_args[@]}" --batch 8 -o "$SW/eq_mpi" \
@@ -486,7 +563,8 @@ EOF
             dstrain "${eq_args[@]}" --batch 8 --accum 3 -o "$SW/eq_mpi" >"$SW/eq_mpi.log" 2>&1
     fi
     eq_rc=$?
-    run 15 dstrain "${eq_args[@]}" --batch 8 --accum 3 -o "$SW/eq_accum" >"$SW/eq_accum.log" 2>&1
+    run 15 dstrain "${eq_args[@]}" --batch 8 --accum "$([ "$MODE" = emulated ] && echo 2 || echo 3)" -o "$SW/eq_accum" \
+        >"$SW/eq_accum.log" 2>&1
     rc=$?
     eq="fail"
     if [ "$eq_rc" -eq 0 ] && [ "$rc" -eq 0 ]; then
@@ -507,7 +585,7 @@ EOF
     else
         eq="FAIL: $(why "$SW/eq_mpi.log" "$SW/eq_accum.log")"
     fi
-    check_line "NCCL $nccl: $eq_what" "$eq"
+    check_line "NCCL $([ "$MODE" = emulated ] && echo emulated || echo "$nccl"): $eq_what" "$eq"
 }
 
 # ---- 7. end to end: the GPU against the CPU through the tools ----
@@ -560,6 +638,9 @@ stage_9() {
     san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
     if [ "$DRY" = 1 ]; then
         check_line "$what" "n/a (dry run)"
+    elif [ "$MODE" = emulated ]; then
+        echo "not run: compute-sanitizer instruments a GPU's kernels; the emulated device's run on the CPU" >"$SW/memcheck.log"
+        check_line "$what" "n/a (emulated: compute-sanitizer needs a GPU)"
     elif [ -z "$san" ]; then
         check_line "$what" "n/a (no compute-sanitizer)"
     else
@@ -597,7 +678,8 @@ next_call() {
         [ "${BAD[$n]}" -gt 0 ] && failed+=("$n ($n-${SLUGS[$n]}/)")
     done
     if [ ${#again[@]} -eq 0 ]; then echo "Every stage ran to its end."
-    else echo "Next call: \`bash bench/gpu.sh --bundle build/gpu-bundle --out \"\$OUT\" --only $(IFS=,; echo "${again[*]}")\` (the stages that did not finish; bench/GPU.md: what to run next)."
+    else echo "Next call: \`bash bench/gpu.sh $(case $MODE in dry) echo --dry-run ;; emulated) echo --emulated ;;
+        *) echo --bundle build/gpu-bundle ;; esac) --out \"\$OUT\" --only $(IFS=,; echo "${again[*]}")\` (the stages that did not finish; bench/GPU.md: what to run next)."
     fi
     [ ${#failed[@]} -eq 0 ] || echo "Failures in stage ${failed[*]}: their logs in gpu-logs.tar.gz under those folders."
 }
@@ -615,8 +697,11 @@ fallbacks() {
 write_table() {
     local n r
     {
-        echo "# GPU benchmark ($([ "$DRY" = 1 ] && echo "DRY RUN on the CPU, toy sizes: says nothing about a GPU" ||
-            echo "${GPU_NAME:-no GPU named by nvidia-smi}"), $(date -u +%F))"
+        echo "# GPU benchmark ($(case $MODE in
+            dry) echo "DRY RUN on the CPU, toy sizes: says nothing about a GPU" ;;
+            emulated) echo "REHEARSAL on the emulated CUDA device at the rehearsal's sizes: proves the script and ds's code paths, says nothing of a GPU's speed" ;;
+            *) echo "${GPU_NAME:-no GPU named by nvidia-smi}" ;;
+            esac), $(date -u +%F))"
         echo
         echo "| stage | budget | status |"
         echo "|---|---|---|"
@@ -638,7 +723,12 @@ write_table() {
         done
         echo
         echo "ds synthetic: engine_bench, planned by cuDNN's search (cudnnFind), except on --deterministic rows (cuDNN's heuristics); ds shards: dstrain and dseval through the loader, --deterministic."
-        echo "torch: bench/gpu_torch.py (ResNet-50$([ "$TOY" = 1 ] && echo " at $SIZE px, whatever the row says")), bf16 = AMP autocast, tf32 = fp32 with TF32 allowed; channels_last, cudnn.benchmark."
+        if [ "$MODE" = emulated ]; then
+            echo "Sizes: the rehearsal's ($ARCH at $SIZE px, batches $B_BIG and $B_SMALL, $WARM + $STEPS steps, $MAX_STEPS from the shards; the GPU call's: resnet50 at 224 px, 256 and 128); images/s of the emulated device's reference loops on the CPU, not of a GPU."
+            echo "torch: not run (emulated: no CUDA torch; none runs on the emulated device)."
+        else
+            echo "torch: bench/gpu_torch.py (ResNet-50$([ "$TOY" = 1 ] && echo " at $SIZE px, whatever the row says")), bf16 = AMP autocast, tf32 = fp32 with TF32 allowed; channels_last, cudnn.benchmark."
+        fi
         echo "Goal on one H200: ds training >= 1.3x PyTorch eager AMP. ds's own kernels' traffic (bench/GPU.md, step census: 66 GB a step in bf16) bounds it near 18,700 images/s at batch 256 before cuDNN computes anything."
         next_call
         echo "Total time: $((SECONDS - T0)) s of $DEADLINE; logs: gpu-logs.tar.gz (gpu.sh.log first, then one folder per stage)"

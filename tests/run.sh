@@ -116,7 +116,8 @@ run_emu_pass() {  # LABEL
     local label=$1 t shells=(tests/shell/test_emu*.sh)
     [ "$label" = emu ] && shells+=(tests/shell/test_cuda*.sh)
     echo "== $label pass: $BIN/, $BUILD/"
-    for t in "$BUILD"/tests/test_cuda_* "$BUILD"/emu-tests/*; do
+    # (test_cuda_bodies and test_cuda_plan, plain C, run in the normal passes)
+    for t in "$BUILD"/tests/test_cuda_ops "$BUILD"/emu-tests/*; do
         [ -x "$t" ] && [ -f "$t" ] && run_one "$label:unit/$(basename "$t")" "$(emu_source "$t")" "$t"
     done
     for t in "${shells[@]}"; do

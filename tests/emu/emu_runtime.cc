@@ -602,11 +602,15 @@ struct block_runner {
 
 thread_local block_runner *runner = nullptr;
 
+void fiber_start(fiber *f, block_runner *br);
+
+/* A parked fiber, or a new one started at emu_fiber_main. */
 fiber *fiber_get(block_runner *br)
 {
     if (!br->free_fibers.empty()) {
         fiber *f = br->free_fibers.back();
         br->free_fibers.pop_back();
+        f->done = false;
         return f;
     }
     fiber *f = new fiber;
@@ -617,6 +621,7 @@ fiber *fiber_get(block_runner *br)
 #ifdef EMU_TSAN
     f->tsan = __tsan_create_fiber(0);
 #endif
+    fiber_start(f, br);
     return f;
 }
 
@@ -626,7 +631,7 @@ void switch_to(block_runner *br, void **save, fiber *f, bool leaving_for_good)
 {
 #ifdef EMU_ASAN
     void *fake = nullptr;
-    if (f) __sanitizer_start_switch_fiber(&fake, f->stack, STACK);
+    if (f) __sanitizer_start_switch_fiber(&fake, f->stack + 4096, STACK - 4096);
     else __sanitizer_start_switch_fiber(leaving_for_good ? nullptr : &fake, br->sched_bottom, br->sched_size);
 #endif
 #ifdef EMU_TSAN
@@ -647,17 +652,21 @@ void switch_to(block_runner *br, void **save, fiber *f, bool leaving_for_good)
 #endif
 }
 
+/* A fiber runs one kernel thread after another: once a thread's body returns, the fiber
+ * parks at the end of its loop and is resumed for the next thread of this or a later block,
+ * so its frames (and the sanitizers' view of its stack) never pile up. */
 extern "C" void emu_fiber_main(void *arg)
 {
     block_runner *br = (block_runner *)arg;
 #ifdef EMU_ASAN
     __sanitizer_finish_switch_fiber(nullptr, &br->sched_bottom, &br->sched_size);
 #endif
-    fiber *f = br->current;
-    (*br->body)();
-    f->done = true;
-    switch_to(br, &f->sp, nullptr, true);
-    __builtin_unreachable();
+    for (;;) {
+        fiber *f = br->current;
+        (*br->body)();
+        f->done = true;
+        switch_to(br, &f->sp, nullptr, false);
+    }
 }
 
 void fiber_start(fiber *f, block_runner *br)
@@ -724,7 +733,6 @@ void run_block(const std::function<void()> &body, dim3 grid, dim3 block, unsigne
     for (unsigned t = 0; t < n; t++) {
         fiber *f = fiber_get(br);
         f->tid = unflatten(t, block);
-        fiber_start(f, br);
         br->current = f;
         emu::k_thread = f->tid;
         switch_to(br, &br->sched_sp, f, false);
