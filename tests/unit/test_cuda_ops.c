@@ -2,7 +2,8 @@
  * deterministic cuDNN algorithms; then the convolutions again in tf32 and bf16 (the
  * algorithms cuDNN's Find picks, and the bf16 copies of float32 tensors in the workspace).
  * Backward-data runs both overwriting din and accumulating into it (cuDNN's beta = 1 where
- * din is stored in the type it computes in, the result cast and added where not).
+ * din is stored in the type it computes in, the result cast and added where not); the
+ * outputs that are overwritten hold garbage first, so a beta that adds shows.
  * Convolutions are planned at one size and also run at a smaller batch and input (short
  * batches, progressive resizing, validation at another crop), and a conv1-like layer whose
  * input needs no gradient is planned without backward-data. Then bf16 storage against the
@@ -12,7 +13,8 @@
  * residual and ReLU, pooling, add and to_bf16 on bf16 tensors. Where no GPU is visible (or
  * the build has no CUDA) the test prints one SKIP line (counted apart by tests/run.sh, not
  * as a pass); a GPU that is there but cannot start is a failure. Also the two streams, marks
- * and page-locked copies the feed and the loss read late rely on.
+ * and page-locked copies the feed and the loss read late rely on, and the feed itself (freed
+ * with a copy in flight too).
  *
  * Tolerance: |gpu - cpu| <= tol |cpu| + tol max|cpu|, tol = 1e-4 in fp32: both compute in
  * fp32 but sum in different orders; a sum of K products then differs by ~K * 2^-24 of its
@@ -42,6 +44,7 @@ int main(void)
 #else
 
 #include "backend/cuda.h"
+#include "feed.h"
 #include "log.h"
 #include "rng.h"
 
@@ -194,7 +197,9 @@ static void test_conv_case(conv_case t)
     if (!t.no_dx) C->conv_bwd_data(dacc, dout, wt, &d, 1, cw);
     C->conv_bwd_weight(dw, dout, in, &d, cw);
     float *g_in = to_dev(in, ni * 4), *g_w = to_dev(wt, nw * 4), *g_dout = to_dev(dout, no * 4);
-    float *g_out = G->alloc(no * 4), *g_din = G->alloc(ni * 4), *g_dw = to_dev(dw0, nw * 4),
+    /* garbage first: forward and the overwriting backward-data must not add to what is there */
+    float *junk_o = host_rand(no, -9, 9), *junk_i = host_rand(ni, -9, 9);
+    float *g_out = to_dev(junk_o, no * 4), *g_din = to_dev(junk_i, ni * 4), *g_dw = to_dev(dw0, nw * 4),
           *g_dacc = to_dev(din0, ni * 4);
     G->conv_fwd(g_out, g_in, g_w, &d, gw);
     /* the model's order: weight gradient, then data gradient (the bf16 dout is shared) */
@@ -210,6 +215,7 @@ static void test_conv_case(conv_case t)
     G->free(g_in), G->free(g_w), G->free(g_dout), G->free(g_out), G->free(g_din), G->free(g_dw), G->free(g_dacc);
     G->free(gw);
     free(in), free(wt), free(dout), free(dw0), free(din0), free(cw), free(out), free(din), free(dw), free(dacc);
+    free(junk_o), free(junk_i);
 }
 
 /* Planned and run at the same input size. */
@@ -510,7 +516,9 @@ static void test_conv_bf16(conv_case t, ds_dtype in_t)
     if (!t.no_dx) C->conv_bwd_data(dacc, dout, wt, &d, 1, cw);
     C->conv_bwd_weight(dw, dout, in, &d, cw);
     void *g_in = to_dev(in, ni * ei), *g_w = to_dev(wt, nw * 2), *g_dout = to_dev(dout, no * 2);
-    void *g_out = G->alloc(no * 2), *g_din = G->alloc(ni * ei), *g_dacc = to_dev(din0, ni * ei);
+    /* garbage first: forward and the overwriting backward-data must not add to what is there */
+    void *junk_o = host_rand_as(no, -9, 9, DS_BF16), *junk_i = host_rand_as(ni, -9, 9, in_t);
+    void *g_out = to_dev(junk_o, no * 2), *g_din = to_dev(junk_i, ni * ei), *g_dacc = to_dev(din0, ni * ei);
     float *g_dw = to_dev(dw0, nw * 4);
     G->conv_fwd(g_out, g_in, g_w, &d, gw);
     /* the model's order: weight gradient, then data gradient (a copy of dout may be shared) */
@@ -527,6 +535,7 @@ static void test_conv_bf16(conv_case t, ds_dtype in_t)
     G->free(g_in), G->free(g_w), G->free(g_dout), G->free(g_out), G->free(g_din), G->free(g_dw), G->free(g_dacc);
     G->free(gw);
     free(in), free(wt), free(dout), free(dw0), free(dw), free(din0), free(cw), free(out), free(din), free(dacc);
+    free(junk_o), free(junk_i);
 }
 
 /* A 3x3 and a strided 1x1 convolution on bf16 activations (the second at a short batch),
@@ -685,6 +694,45 @@ static void test_streams(void)
     check_end();
 }
 
+/* The feed (feed.h) on the device: three batches of page-locked pixels through its two
+ * buffers, each normalised as the CPU does, and the feed freed with the last batch's copy not
+ * yet waited for (as a run that stops between feeding a batch and releasing it): ds_feed_free
+ * must wait for that copy before it unlocks the batch's pixels. Under the emulated device's
+ * lazy schedule (test_emu_sched.sh) the copy is still queued when the feed is freed, so an
+ * unlock under it is a defect there every time. */
+static void test_feed(void)
+{
+    check_begin("cuda feed: batches through both buffers, freed with a copy in flight");
+    enum { B = 3, H = 10, W = 9, CROP = 8 };
+    size_t pixels = (size_t)B * H * W * 3, nout = (size_t)B * CROP * CROP * 3;
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    ds_batch b[2];
+    int32_t y0[B] = {0, 2, 1}, x0[B] = {1, 0, 1};
+    uint8_t flip[B] = {0, 1, 1};
+    for (int k = 0; k < 2; k++) {
+        b[k] = (ds_batch){.n = B, .height = H, .width = W, .y0 = y0, .x0 = x0, .flip = flip, .crop = CROP,
+                          .capacity = B};
+        if (posix_memalign((void **)&b[k].images, 4096, pixels)) ds_die("out of memory");
+    }
+    float *want = xmalloc(nout * 4), *g_out = G->alloc(nout * 4);
+    ds_feed f;
+    CHECK(ds_feed_init(&f, G, B, H, W) == 0, "feed init");
+    for (int t = 0; t < 3; t++) {
+        ds_batch *bt = &b[t % 2];
+        for (size_t i = 0; i < pixels; i++) bt->images[i] = (uint8_t)(i * 131 + t * 71 + i / 7);
+        C->normalize_u8(want, bt->images, B, H, W, CROP, CROP, y0, x0, flip, mean, std);
+        ds_feed_input(&f, g_out, bt, mean, std);
+        if (t == 2) break;   /* the last: neither waited for nor released */
+        cmp("feed batch", g_out, want, nout);
+        ds_feed_done(&f, bt);
+    }
+    ds_feed_free(&f);
+    cmp("feed batch normalised before the feed was freed", g_out, want, nout);
+    check_end();
+    G->free(g_out);
+    free(want), free(b[0].images), free(b[1].images);
+}
+
 int main(void)
 
 {
@@ -714,6 +762,7 @@ int main(void)
     test_resized_crop(5, 21, 26, 12, 9);
     test_resized_crop(4, 256, 256, 224, 224);   /* RandomResizedCrop at ImageNet sizes */
     test_streams();
+    test_feed();
     /* tf32 and bf16 convolutions, Find's choices (selecting again plans afresh) */
     tol = 1e-2;
     opts = (ds_backend_opts){.precision = DS_PRECISION_TF32};
