@@ -13,8 +13,9 @@
  * residual and ReLU, pooling, add and to_bf16 on bf16 tensors. Where no GPU is visible (or
  * the build has no CUDA) the test prints one SKIP line (counted apart by tests/run.sh, not
  * as a pass); a GPU that is there but cannot start is a failure. Also the two streams, marks
- * and page-locked copies the feed and the loss read late rely on, and the feed itself (freed
- * with a copy in flight too).
+ * and page-locked copies the feed and the loss read late rely on, the feed itself (freed
+ * with a copy in flight too), and the model's losses read a step late against those read at
+ * once.
  *
  * Tolerance: |gpu - cpu| <= tol |cpu| + tol max|cpu|, tol = 1e-4 in fp32: both compute in
  * fp32 but sum in different orders; a sum of K products then differs by ~K * 2^-24 of its
@@ -46,6 +47,7 @@ int main(void)
 #include "backend/cuda.h"
 #include "feed.h"
 #include "log.h"
+#include "model.h"
 #include "rng.h"
 
 #include <math.h>
@@ -733,6 +735,66 @@ static void test_feed(void)
     free(want), free(b[0].images), free(b[1].images);
 }
 
+/* The loss read late (model.h) on the device: each micro-batch's losses come back by a copy
+ * into page-locked memory queued behind its backward, read only once the step's mark has
+ * passed. The same training read at once (every backward waits for its loss) and read a step
+ * late gives bitwise the same losses (one device, deterministic fp32). The late model runs
+ * alone, nothing else waiting for the stream: under the lazy schedule (test_emu_sched.sh) its
+ * copies are still queued whenever a read does not wait for its mark. */
+/* steps x micro micro-batches of 3 8x8 images; loss[k]: step k's, read at once or (late) a
+ * step late */
+static void step_losses(ds_model *m, int late, double *loss, int steps, int micro)
+{
+    enum { N = 3, HW = 8 };
+    ds_sgd sgd = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f};
+    size_t count = (size_t)N * HW * HW * 3;
+    float *x = xmalloc(count * 4);
+    int mark = -1;
+    for (int k = 0; k < steps; k++) {
+        loss[k] = 0;
+        ds_model_zero_reduction(m);
+        for (int a = 0; a < micro; a++) {
+            int32_t labels[N] = {(k + a) % 5, (2 * k + 1) % 5, (3 * a + k) % 5};
+            for (size_t i = 0; i < count; i++) x[i] = (float)sin(0.37 * (double)i + k + 0.5 * a) * 1.5f;
+            G->upload(ds_model_input(m), x, count * 4);
+            ds_model_forward(m, N, 1);
+            loss[k] += ds_model_backward(m, labels, N, 1.0f / (N * micro), 0.1f);
+        }
+        ds_model_step(m, &sgd, micro);
+        if (!late) continue;
+        int next = ds_model_end_step(m);
+        if (k > 0) loss[k - 1] = ds_model_step_loss(m, mark);   /* a step late */
+        mark = next;
+    }
+    if (late) loss[steps - 1] = ds_model_step_loss(m, mark);
+    free(x);
+}
+
+static void test_loss_late(void)
+{
+    check_begin("cuda model: losses read a step late are those read at once");
+    enum { MICRO = 2, STEPS = 3 };
+    ds_model_config cfg = {.arch = "resnet20", .num_classes = 5, .max_batch = 3, .height = 8, .width = 8,
+                           .training = 1};
+    ds_model *now = ds_model_create(G, &cfg), *late = ds_model_create(G, &cfg);
+    CHECK(now && late, "resnet20 on the device");
+    if (!now || !late) {
+        check_end();
+        return;
+    }
+    ds_model_init(now, 7);
+    ds_model_init(late, 7);
+    CHECK(ds_model_defer_loss(late, MICRO) == 0, "refused to defer");
+    double want[STEPS], got[STEPS];
+    step_losses(now, 0, want, STEPS, MICRO);
+    step_losses(late, 1, got, STEPS, MICRO);
+    for (int k = 0; k < STEPS; k++)
+        CHECK(got[k] == want[k] && isfinite(want[k]), "step %d: late loss %.17g, at once %.17g", k, got[k], want[k]);
+    ds_model_free(now);
+    ds_model_free(late);
+    check_end();
+}
+
 int main(void)
 
 {
@@ -763,6 +825,7 @@ int main(void)
     test_resized_crop(4, 256, 256, 224, 224);   /* RandomResizedCrop at ImageNet sizes */
     test_streams();
     test_feed();
+    test_loss_late();
     /* tf32 and bf16 convolutions, Find's choices (selecting again plans afresh) */
     tol = 1e-2;
     opts = (ds_backend_opts){.precision = DS_PRECISION_TF32};
