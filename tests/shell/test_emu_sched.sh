@@ -5,8 +5,9 @@
 # delay with two seeds (each operation late at random). A wait missing from ds's own code
 # then reads, overwrites or unlocks memory at the worst moment: under lazy, the feed freed
 # with a batch's copy still queued unlocks the batch's pixels under that copy unless it waits
-# for it first, and a step's loss read before its mark is the copy's empty destination,
-# every time.
+# for it first, a step's loss read before its mark is the copy's empty destination, and an
+# upload that reuses the staging ring under a queued copy gives that copy other bytes, every
+# time.
 # No run may fall back to another cuDNN algorithm: without DS_EMU_FAULT every algorithm runs,
 # so a "failed when run" warning is ds handing cuDNN something it refuses (a workspace
 # smaller than asked for, a descriptor that does not match), which the fallback would

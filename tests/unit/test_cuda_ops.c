@@ -13,9 +13,9 @@
  * residual and ReLU, pooling, add and to_bf16 on bf16 tensors. Where no GPU is visible (or
  * the build has no CUDA) the test prints one SKIP line (counted apart by tests/run.sh, not
  * as a pass); a GPU that is there but cannot start is a failure. Also the two streams, marks
- * and page-locked copies the feed and the loss read late rely on, the feed itself (freed
- * with a copy in flight too), and the model's losses read a step late against those read at
- * once.
+ * and page-locked copies the feed and the loss read late rely on, upload's source reused at
+ * once (past the staging ring's size), the feed itself (freed with a copy in flight too),
+ * and the model's losses read a step late against those read at once.
  *
  * Tolerance: |gpu - cpu| <= tol |cpu| + tol max|cpu|, tol = 1e-4 in fp32: both compute in
  * fp32 but sum in different orders; a sum of K products then differs by ~K * 2^-24 of its
@@ -696,6 +696,37 @@ static void test_streams(void)
     check_end();
 }
 
+/* upload's contract (backend.h): src may be reused as soon as upload returns, the copy still
+ * queued. Three uploads of 30 MiB from one host buffer, refilled between them, with nothing
+ * waited for in between: they pass through the backend's page-locked staging ring (64 MiB),
+ * so the third lands where the first copy reads, and must wait for that copy first. Under
+ * the lazy schedule (test_emu_sched.sh) the first copy is still queued then, every time. */
+static void test_upload_reuse(void)
+{
+    check_begin("cuda upload: the source reused at once, past the staging ring's size");
+    enum { COPIES = 3 };
+    size_t bytes = (size_t)30 << 20;
+    uint8_t *src = xmalloc(bytes), *back = xmalloc(bytes);
+    void *dev[COPIES];
+    for (int t = 0; t < COPIES; t++) {
+        dev[t] = G->alloc(bytes);
+        CHECK(dev[t] != NULL, "allocation");
+    }
+    for (int t = 0; t < COPIES; t++) {
+        memset(src, 0x11 * (t + 1), bytes);
+        G->upload(dev[t], src, bytes);
+    }
+    for (int t = 0; t < COPIES; t++) {
+        G->download(back, dev[t], bytes);
+        size_t off = 0;
+        for (size_t i = 0; i < bytes; i++) off += back[i] != (uint8_t)(0x11 * (t + 1));
+        CHECK(off == 0, "upload %d: %zu of %zu bytes are not its source's", t, off, bytes);
+        G->free(dev[t]);
+    }
+    free(src), free(back);
+    check_end();
+}
+
 /* The feed (feed.h) on the device: three batches of page-locked pixels through its two
  * buffers, each normalised as the CPU does, and the feed freed with the last batch's copy not
  * yet waited for (as a run that stops between feeding a batch and releasing it): ds_feed_free
@@ -824,6 +855,7 @@ int main(void)
     test_resized_crop(5, 21, 26, 12, 9);
     test_resized_crop(4, 256, 256, 224, 224);   /* RandomResizedCrop at ImageNet sizes */
     test_streams();
+    test_upload_reuse();
     test_feed();
     test_loss_late();
     /* tf32 and bf16 convolutions, Find's choices (selecting again plans afresh) */
