@@ -3,7 +3,9 @@
  * algorithms cuDNN's Find picks, and the bf16 copies of float32 tensors in the workspace).
  * Backward-data runs both overwriting din and accumulating into it (cuDNN's beta = 1 where
  * din is stored in the type it computes in, the result cast and added where not); the
- * outputs that are overwritten hold garbage first, so a beta that adds shows.
+ * outputs that are overwritten hold garbage first, so a beta that adds shows; and once more
+ * with dout uploaded anew between backward-weight and backward-data, which must then not
+ * take backward-weight's copy of the old dout.
  * Convolutions are planned at one size and also run at a smaller batch and input (short
  * batches, progressive resizing, validation at another crop), and a conv1-like layer whose
  * input needs no gradient is planned without backward-data. Then bf16 storage against the
@@ -213,6 +215,18 @@ static void test_conv_case(conv_case t)
     if (!t.no_dx) cmp("conv_bwd_data", g_din, din, ni);
     if (!t.no_dx) cmp("conv_bwd_data (accumulating)", g_dacc, dacc, ni);
     cmp("conv_bwd_weight (accumulated)", g_dw, dw, nw);
+    /* dout uploaded anew between the two backward ops: backward-data takes the new one, not
+     * the copy of the old that backward-weight may have left in the workspace */
+    if (!t.no_dx) {
+        float *dout2 = host_rand(no, -1, 1), *din2 = xmalloc(ni * sizeof *din2);
+        C->conv_bwd_data(din2, dout2, wt, &d, 0, cw);
+        G->conv_fwd(g_out, g_in, g_w, &d, gw);   /* then backward-weight copies dout afresh */
+        G->conv_bwd_weight(g_dw, g_dout, g_in, &d, gw);
+        G->upload(g_dout, dout2, no * 4);
+        G->conv_bwd_data(g_din, g_dout, g_w, &d, 0, gw);
+        cmp("conv_bwd_data of a dout uploaded after backward-weight", g_din, din2, ni);
+        free(dout2), free(din2);
+    }
     check_end();
     G->free(g_in), G->free(g_w), G->free(g_dout), G->free(g_out), G->free(g_din), G->free(g_dw), G->free(g_dacc);
     G->free(gw);
@@ -533,6 +547,17 @@ static void test_conv_bf16(conv_case t, ds_dtype in_t)
     if (!t.no_dx) cmp_as("conv_bwd_data", g_din, din, ni, in_t, TOL_BF16);
     if (!t.no_dx) cmp_as("conv_bwd_data (accumulating)", g_dacc, dacc, ni, in_t, TOL_BF16);
     cmp_as("conv_bwd_weight (accumulated)", g_dw, dw, nw, DS_F32, TOL_BF16);
+    /* dout uploaded anew between the two backward ops (see test_conv_case) */
+    if (!t.no_dx) {
+        void *dout2 = host_rand_as(no, -1, 1, DS_BF16), *din2 = xmalloc(ni * ei);
+        C->conv_bwd_data(din2, dout2, wt, &d, 0, cw);
+        G->conv_fwd(g_out, g_in, g_w, &d, gw);   /* then backward-weight copies dout afresh */
+        G->conv_bwd_weight(g_dw, g_dout, g_in, &d, gw);
+        G->upload(g_dout, dout2, no * 2);
+        G->conv_bwd_data(g_din, g_dout, g_w, &d, 0, gw);
+        cmp_as("conv_bwd_data of a dout uploaded after backward-weight", g_din, din2, ni, in_t, TOL_BF16);
+        free(dout2), free(din2);
+    }
     check_end();
     G->free(g_in), G->free(g_w), G->free(g_dout), G->free(g_out), G->free(g_din), G->free(g_dw), G->free(g_dacc);
     G->free(gw);
