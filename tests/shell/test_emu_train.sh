@@ -33,6 +33,8 @@ dstrain "${STEP[@]}" --device cpu -o "$T/cpu" 2>"$T/cpu.err" || { fail cpu_train
 dstrain "${STEP[@]}" --device cuda --precision fp32 --deterministic -o "$T/g1" 2>"$T/g1.err" ||
     { fail emu_train_fp32_runs "$(tail -5 "$T/g1.err")"; finish; }
 pass emu_train_fp32_runs
+# without DS_EMU_FAULT every algorithm runs: a fallback is cuDNN refusing what ds handed it
+check emu_fp32_no_algorithm_fallback sh -c "! grep -m2 'failed when run' '$T/g1.err'"
 
 bitwise() {  # A B: /model and /optimizer identical
     h5diff -q "$1" "$2" /model /model && h5diff -q "$1" "$2" /optimizer /optimizer

@@ -2,7 +2,10 @@
  * deterministic cuDNN algorithms; then the convolutions again in tf32 and bf16 (the
  * algorithms cuDNN's Find picks, and the bf16 copies of float32 tensors in the workspace).
  * Backward-data runs both overwriting din and accumulating into it (cuDNN's beta = 1 where
- * din is stored in the type it computes in, the result cast and added where not).
+ * din is stored in the type it computes in, the result cast and added where not); the
+ * outputs that are overwritten hold garbage first, so a beta that adds shows; and once more
+ * with dout uploaded anew between backward-weight and backward-data, which must then not
+ * take backward-weight's copy of the old dout.
  * Convolutions are planned at one size and also run at a smaller batch and input (short
  * batches, progressive resizing, validation at another crop), and a conv1-like layer whose
  * input needs no gradient is planned without backward-data. Then bf16 storage against the
@@ -12,7 +15,9 @@
  * residual and ReLU, pooling, add and to_bf16 on bf16 tensors. Where no GPU is visible (or
  * the build has no CUDA) the test prints one SKIP line (counted apart by tests/run.sh, not
  * as a pass); a GPU that is there but cannot start is a failure. Also the two streams, marks
- * and page-locked copies the feed and the loss read late rely on.
+ * and page-locked copies the feed and the loss read late rely on, upload's source reused at
+ * once (past the staging ring's size), the feed itself (freed with a copy in flight too),
+ * and the model's losses read a step late against those read at once.
  *
  * Tolerance: |gpu - cpu| <= tol |cpu| + tol max|cpu|, tol = 1e-4 in fp32: both compute in
  * fp32 but sum in different orders; a sum of K products then differs by ~K * 2^-24 of its
@@ -42,7 +47,9 @@ int main(void)
 #else
 
 #include "backend/cuda.h"
+#include "feed.h"
 #include "log.h"
+#include "model.h"
 #include "rng.h"
 
 #include <math.h>
@@ -194,7 +201,9 @@ static void test_conv_case(conv_case t)
     if (!t.no_dx) C->conv_bwd_data(dacc, dout, wt, &d, 1, cw);
     C->conv_bwd_weight(dw, dout, in, &d, cw);
     float *g_in = to_dev(in, ni * 4), *g_w = to_dev(wt, nw * 4), *g_dout = to_dev(dout, no * 4);
-    float *g_out = G->alloc(no * 4), *g_din = G->alloc(ni * 4), *g_dw = to_dev(dw0, nw * 4),
+    /* garbage first: forward and the overwriting backward-data must not add to what is there */
+    float *junk_o = host_rand(no, -9, 9), *junk_i = host_rand(ni, -9, 9);
+    float *g_out = to_dev(junk_o, no * 4), *g_din = to_dev(junk_i, ni * 4), *g_dw = to_dev(dw0, nw * 4),
           *g_dacc = to_dev(din0, ni * 4);
     G->conv_fwd(g_out, g_in, g_w, &d, gw);
     /* the model's order: weight gradient, then data gradient (the bf16 dout is shared) */
@@ -206,10 +215,23 @@ static void test_conv_case(conv_case t)
     if (!t.no_dx) cmp("conv_bwd_data", g_din, din, ni);
     if (!t.no_dx) cmp("conv_bwd_data (accumulating)", g_dacc, dacc, ni);
     cmp("conv_bwd_weight (accumulated)", g_dw, dw, nw);
+    /* dout uploaded anew between the two backward ops: backward-data takes the new one, not
+     * the copy of the old that backward-weight may have left in the workspace */
+    if (!t.no_dx) {
+        float *dout2 = host_rand(no, -1, 1), *din2 = xmalloc(ni * sizeof *din2);
+        C->conv_bwd_data(din2, dout2, wt, &d, 0, cw);
+        G->conv_fwd(g_out, g_in, g_w, &d, gw);   /* then backward-weight copies dout afresh */
+        G->conv_bwd_weight(g_dw, g_dout, g_in, &d, gw);
+        G->upload(g_dout, dout2, no * 4);
+        G->conv_bwd_data(g_din, g_dout, g_w, &d, 0, gw);
+        cmp("conv_bwd_data of a dout uploaded after backward-weight", g_din, din2, ni);
+        free(dout2), free(din2);
+    }
     check_end();
     G->free(g_in), G->free(g_w), G->free(g_dout), G->free(g_out), G->free(g_din), G->free(g_dw), G->free(g_dacc);
     G->free(gw);
     free(in), free(wt), free(dout), free(dw0), free(din0), free(cw), free(out), free(din), free(dw), free(dacc);
+    free(junk_o), free(junk_i);
 }
 
 /* Planned and run at the same input size. */
@@ -510,7 +532,9 @@ static void test_conv_bf16(conv_case t, ds_dtype in_t)
     if (!t.no_dx) C->conv_bwd_data(dacc, dout, wt, &d, 1, cw);
     C->conv_bwd_weight(dw, dout, in, &d, cw);
     void *g_in = to_dev(in, ni * ei), *g_w = to_dev(wt, nw * 2), *g_dout = to_dev(dout, no * 2);
-    void *g_out = G->alloc(no * 2), *g_din = G->alloc(ni * ei), *g_dacc = to_dev(din0, ni * ei);
+    /* garbage first: forward and the overwriting backward-data must not add to what is there */
+    void *junk_o = host_rand_as(no, -9, 9, DS_BF16), *junk_i = host_rand_as(ni, -9, 9, in_t);
+    void *g_out = to_dev(junk_o, no * 2), *g_din = to_dev(junk_i, ni * ei), *g_dacc = to_dev(din0, ni * ei);
     float *g_dw = to_dev(dw0, nw * 4);
     G->conv_fwd(g_out, g_in, g_w, &d, gw);
     /* the model's order: weight gradient, then data gradient (a copy of dout may be shared) */
@@ -523,10 +547,22 @@ static void test_conv_bf16(conv_case t, ds_dtype in_t)
     if (!t.no_dx) cmp_as("conv_bwd_data", g_din, din, ni, in_t, TOL_BF16);
     if (!t.no_dx) cmp_as("conv_bwd_data (accumulating)", g_dacc, dacc, ni, in_t, TOL_BF16);
     cmp_as("conv_bwd_weight (accumulated)", g_dw, dw, nw, DS_F32, TOL_BF16);
+    /* dout uploaded anew between the two backward ops (see test_conv_case) */
+    if (!t.no_dx) {
+        void *dout2 = host_rand_as(no, -1, 1, DS_BF16), *din2 = xmalloc(ni * ei);
+        C->conv_bwd_data(din2, dout2, wt, &d, 0, cw);
+        G->conv_fwd(g_out, g_in, g_w, &d, gw);   /* then backward-weight copies dout afresh */
+        G->conv_bwd_weight(g_dw, g_dout, g_in, &d, gw);
+        G->upload(g_dout, dout2, no * 2);
+        G->conv_bwd_data(g_din, g_dout, g_w, &d, 0, gw);
+        cmp_as("conv_bwd_data of a dout uploaded after backward-weight", g_din, din2, ni, in_t, TOL_BF16);
+        free(dout2), free(din2);
+    }
     check_end();
     G->free(g_in), G->free(g_w), G->free(g_dout), G->free(g_out), G->free(g_din), G->free(g_dw), G->free(g_dacc);
     G->free(gw);
     free(in), free(wt), free(dout), free(dw0), free(dw), free(din0), free(cw), free(out), free(din), free(dacc);
+    free(junk_o), free(junk_i);
 }
 
 /* A 3x3 and a strided 1x1 convolution on bf16 activations (the second at a short batch),
@@ -685,6 +721,136 @@ static void test_streams(void)
     check_end();
 }
 
+/* upload's contract (backend.h): src may be reused as soon as upload returns, the copy still
+ * queued. Three uploads of 30 MiB from one host buffer, refilled between them, with nothing
+ * waited for in between: they pass through the backend's page-locked staging ring (64 MiB),
+ * so the third lands where the first copy reads, and must wait for that copy first. Under
+ * the lazy schedule (test_emu_sched.sh) the first copy is still queued then, every time. */
+static void test_upload_reuse(void)
+{
+    check_begin("cuda upload: the source reused at once, past the staging ring's size");
+    enum { COPIES = 3 };
+    size_t bytes = (size_t)30 << 20;
+    uint8_t *src = xmalloc(bytes), *back = xmalloc(bytes);
+    void *dev[COPIES];
+    for (int t = 0; t < COPIES; t++) {
+        dev[t] = G->alloc(bytes);
+        CHECK(dev[t] != NULL, "allocation");
+    }
+    for (int t = 0; t < COPIES; t++) {
+        memset(src, 0x11 * (t + 1), bytes);
+        G->upload(dev[t], src, bytes);
+    }
+    for (int t = 0; t < COPIES; t++) {
+        G->download(back, dev[t], bytes);
+        size_t off = 0;
+        for (size_t i = 0; i < bytes; i++) off += back[i] != (uint8_t)(0x11 * (t + 1));
+        CHECK(off == 0, "upload %d: %zu of %zu bytes are not its source's", t, off, bytes);
+        G->free(dev[t]);
+    }
+    free(src), free(back);
+    check_end();
+}
+
+/* The feed (feed.h) on the device: three batches of page-locked pixels through its two
+ * buffers, each normalised as the CPU does, and the feed freed with the last batch's copy not
+ * yet waited for (as a run that stops between feeding a batch and releasing it): ds_feed_free
+ * must wait for that copy before it unlocks the batch's pixels. Under the emulated device's
+ * lazy schedule (test_emu_sched.sh) the copy is still queued when the feed is freed, so an
+ * unlock under it is a defect there every time. */
+static void test_feed(void)
+{
+    check_begin("cuda feed: batches through both buffers, freed with a copy in flight");
+    enum { B = 3, H = 10, W = 9, CROP = 8 };
+    size_t pixels = (size_t)B * H * W * 3, nout = (size_t)B * CROP * CROP * 3;
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    ds_batch b[2];
+    int32_t y0[B] = {0, 2, 1}, x0[B] = {1, 0, 1};
+    uint8_t flip[B] = {0, 1, 1};
+    for (int k = 0; k < 2; k++) {
+        b[k] = (ds_batch){.n = B, .height = H, .width = W, .y0 = y0, .x0 = x0, .flip = flip, .crop = CROP,
+                          .capacity = B};
+        if (posix_memalign((void **)&b[k].images, 4096, pixels)) ds_die("out of memory");
+    }
+    float *want = xmalloc(nout * 4), *g_out = G->alloc(nout * 4);
+    ds_feed f;
+    CHECK(ds_feed_init(&f, G, B, H, W) == 0, "feed init");
+    for (int t = 0; t < 3; t++) {
+        ds_batch *bt = &b[t % 2];
+        for (size_t i = 0; i < pixels; i++) bt->images[i] = (uint8_t)(i * 131 + t * 71 + i / 7);
+        C->normalize_u8(want, bt->images, B, H, W, CROP, CROP, y0, x0, flip, mean, std);
+        ds_feed_input(&f, g_out, bt, mean, std);
+        if (t == 2) break;   /* the last: neither waited for nor released */
+        cmp("feed batch", g_out, want, nout);
+        ds_feed_done(&f, bt);
+    }
+    ds_feed_free(&f);
+    cmp("feed batch normalised before the feed was freed", g_out, want, nout);
+    check_end();
+    G->free(g_out);
+    free(want), free(b[0].images), free(b[1].images);
+}
+
+/* The loss read late (model.h) on the device: each micro-batch's losses come back by a copy
+ * into page-locked memory queued behind its backward, read only once the step's mark has
+ * passed. The same training read at once (every backward waits for its loss) and read a step
+ * late gives bitwise the same losses (one device, deterministic fp32). The late model runs
+ * alone, nothing else waiting for the stream: under the lazy schedule (test_emu_sched.sh) its
+ * copies are still queued whenever a read does not wait for its mark. */
+/* steps x micro micro-batches of 3 8x8 images; loss[k]: step k's, read at once or (late) a
+ * step late */
+static void step_losses(ds_model *m, int late, double *loss, int steps, int micro)
+{
+    enum { N = 3, HW = 8 };
+    ds_sgd sgd = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f};
+    size_t count = (size_t)N * HW * HW * 3;
+    float *x = xmalloc(count * 4);
+    int mark = -1;
+    for (int k = 0; k < steps; k++) {
+        loss[k] = 0;
+        ds_model_zero_reduction(m);
+        for (int a = 0; a < micro; a++) {
+            int32_t labels[N] = {(k + a) % 5, (2 * k + 1) % 5, (3 * a + k) % 5};
+            for (size_t i = 0; i < count; i++) x[i] = (float)sin(0.37 * (double)i + k + 0.5 * a) * 1.5f;
+            G->upload(ds_model_input(m), x, count * 4);
+            ds_model_forward(m, N, 1);
+            loss[k] += ds_model_backward(m, labels, N, 1.0f / (N * micro), 0.1f);
+        }
+        ds_model_step(m, &sgd, micro);
+        if (!late) continue;
+        int next = ds_model_end_step(m);
+        if (k > 0) loss[k - 1] = ds_model_step_loss(m, mark);   /* a step late */
+        mark = next;
+    }
+    if (late) loss[steps - 1] = ds_model_step_loss(m, mark);
+    free(x);
+}
+
+static void test_loss_late(void)
+{
+    check_begin("cuda model: losses read a step late are those read at once");
+    enum { MICRO = 2, STEPS = 3 };
+    ds_model_config cfg = {.arch = "resnet20", .num_classes = 5, .max_batch = 3, .height = 8, .width = 8,
+                           .training = 1};
+    ds_model *now = ds_model_create(G, &cfg), *late = ds_model_create(G, &cfg);
+    CHECK(now && late, "resnet20 on the device");
+    if (!now || !late) {
+        check_end();
+        return;
+    }
+    ds_model_init(now, 7);
+    ds_model_init(late, 7);
+    CHECK(ds_model_defer_loss(late, MICRO) == 0, "refused to defer");
+    double want[STEPS], got[STEPS];
+    step_losses(now, 0, want, STEPS, MICRO);
+    step_losses(late, 1, got, STEPS, MICRO);
+    for (int k = 0; k < STEPS; k++)
+        CHECK(got[k] == want[k] && isfinite(want[k]), "step %d: late loss %.17g, at once %.17g", k, got[k], want[k]);
+    ds_model_free(now);
+    ds_model_free(late);
+    check_end();
+}
+
 int main(void)
 
 {
@@ -714,6 +880,9 @@ int main(void)
     test_resized_crop(5, 21, 26, 12, 9);
     test_resized_crop(4, 256, 256, 224, 224);   /* RandomResizedCrop at ImageNet sizes */
     test_streams();
+    test_upload_reuse();
+    test_feed();
+    test_loss_late();
     /* tf32 and bf16 convolutions, Find's choices (selecting again plans afresh) */
     tol = 1e-2;
     opts = (ds_backend_opts){.precision = DS_PRECISION_TF32};
