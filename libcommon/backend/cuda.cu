@@ -1017,7 +1017,7 @@ static void ordered_reduce_start(float *buf, size_t n, int to_all)
 {
     const int w = ds_comm_world(), r = ds_comm_rank();
     const size_t cmax = (n + w - 1) / w, mlo = n * r / w, mn = n * (r + 1) / w - mlo;
-    float *stage = stage_reserve((size_t)w * cmax);
+    float *stage = g.stage;   /* reserved by cuda_reduce_start */
     for (int j = 0; j < w; j++) {
         size_t lo = n * j / w;
         g.x_send[j] = buf + lo, g.x_send_n[j] = n * (j + 1) / w - lo;
@@ -1040,6 +1040,8 @@ static void cuda_reduce_start(float *buf, size_t n, int to_all)
     /* NCCL's allreduce sums in its own order (ordered_reduce = 0): only whole sums */
     if (!to_all && !g.ordered) ds_die("CUDA: a reduction to rank 0 alone was asked of NCCL");
     if (!g.nccl || (g.ordered && ds_comm_world() == 1)) return;
+    /* before the event: growing waits for the reduction stream, not for this bucket's producer */
+    if (g.ordered) stage_reserve((size_t)ds_comm_world() * ((n + ds_comm_world() - 1) / ds_comm_world()));
     cudaCheck(cudaEventRecord(g.produced, g.stream));
     cudaCheck(cudaStreamWaitEvent(g.comm_stream, g.produced, 0));
     if (g.ordered) ordered_reduce_start(buf, n, to_all);
