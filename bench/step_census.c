@@ -27,6 +27,16 @@
  *     counted step is queued behind it: the device has work).
  * A first, uncounted step brings the model to its steady state (momentum buffers in use, the
  * bf16 weight copy made once per step, after SGD); the second is the one counted.
+ * The gradient reduction over W GPUs, counted apart (one process reduces nothing) from the
+ * model's own bucket plan, with cuda.cu's chunking (ordered_reduce_start): for each bucket
+ * and world of 2, 3, 4 and 8, what ncclAllReduce moves per rank (a ring's 2 (W - 1) / W of
+ * the bucket sent and as much received; NCCL's tree or NVLS algorithms move otherwise) and
+ * its launches (one collective a bucket), against the ordered reduction of --deterministic:
+ * the all-to-all and the all-gather (two NCCL groups), its summation kernel (one launch, W
+ * copies of a chunk read and the sum written, in device memory), the busiest rank's bytes;
+ * and with --accum A the A - 1 earlier micro-batches' all-to-all and gather to rank 0. Then
+ * the one-GPU cost of --deterministic at fp32/tf32: each weight gradient computed apart and
+ * added by ds_cuda_add (add_kernel: dw, the micro-batch's gradient, read, dw written).
  * The milliseconds are bytes / 4.8 TB/s (the H200's HBM3e): a floor on the time of these
  * kernels, and batch over the total is a ceiling on images/s that cuDNN's own time only
  * lowers. Exit status: 0, 1 when the model cannot be built or run, 2 on a usage error. */
@@ -563,6 +573,83 @@ static void report(const char *arch, int size, int batch, ds_precision p, const 
            (unsigned long long)(downloads + syncs + waits_own));
 }
 
+/* ---- the gradient reduction (cuda.cu's cuda_reduce_start), per step ---- */
+
+typedef struct { uint64_t groups, kernels, collectives, sent, received, hbm; } reduce_tally;
+
+/* One bucket of n floats reduced by rank r of w, the ordered way (ordered_reduce_start) */
+static void ordered_bucket(reduce_tally *t, uint64_t n, int w, int r, int to_all)
+{
+    uint64_t mlo = n * r / w, mn = n * (r + 1) / w - mlo;
+    for (int j = 0; j < w; j++) {   /* the all-to-all */
+        uint64_t len = n * (j + 1) / w - n * j / w;
+        if (j != r) t->sent += len * F32, t->received += mn * F32;
+    }
+    t->groups++;
+    t->kernels++, t->hbm += (uint64_t)(w + 1) * mn * F32;   /* ordered_sum_kernel */
+    for (int j = 0; j < w; j++) {   /* the all-gather, or the gather to rank 0 */
+        uint64_t len = n * (j + 1) / w - n * j / w;
+        if (j == r) continue;
+        if (to_all || j == 0) t->sent += mn * F32;
+        if (to_all || r == 0) t->received += len * F32;
+    }
+    t->groups++;
+}
+
+static void report_reduction(ds_model *m, ds_precision p)
+{
+    size_t lo, hi;
+    int nb = ds_model_bucket(m, 0, &lo, &hi);
+    uint64_t total = 0;
+    for (int i = 0; i < nb; i++) ds_model_bucket(m, i, &lo, &hi), total += hi - lo;
+    printf("\ngradient reduction over W GPUs, per step: %d buckets (--bucket-mb 25), %llu floats (%.1f MB); bytes\n"
+           "per rank each way, the busiest rank (NCCL's ring for ncclAllReduce; NVLink/IB traffic, not HBM)\n",
+           nb, (unsigned long long)total, total * 4 / 1e6);
+    printf("  %3s %-34s %8s %8s %14s %14s %14s\n", "W", "reduction", "NCCL ops", "kernels", "sent", "received",
+           "kernel HBM");
+    const int worlds[] = {2, 3, 4, 8};
+    for (size_t k = 0; k < sizeof worlds / sizeof *worlds; k++) {
+        int w = worlds[k];
+        uint64_t ring = 0;
+        for (int i = 0; i < nb; i++) {
+            ds_model_bucket(m, i, &lo, &hi);
+            ring += 2 * (uint64_t)(w - 1) * (hi - lo) * F32 / w;
+        }
+        printf("  %3d %-34s %8d %8d %14llu %14llu %14s\n", w, "ncclAllReduce (default)", nb, 0,
+               (unsigned long long)ring, (unsigned long long)ring, "(NCCL's)");
+        const int accums[] = {1, 2};
+        for (size_t a = 0; a < 2; a++) {
+            reduce_tally best = {0};
+            for (int r = 0; r < w; r++) {
+                reduce_tally t = {0};
+                for (int micro = 0; micro < accums[a]; micro++)
+                    for (int i = 0; i < nb; i++) {
+                        ds_model_bucket(m, i, &lo, &hi);
+                        ordered_bucket(&t, hi - lo, w, r, micro == accums[a] - 1);
+                    }
+                if (t.sent + t.received > best.sent + best.received) best = t;
+            }
+            char name[64];
+            snprintf(name, sizeof name, "ordered (--deterministic%s)", accums[a] > 1 ? ", --accum 2" : "");
+            printf("  %3d %-34s %8llu %8llu %14llu %14llu %14llu\n", w, name, (unsigned long long)best.groups,
+                   (unsigned long long)best.kernels, (unsigned long long)best.sent, (unsigned long long)best.received,
+                   (unsigned long long)best.hbm);
+        }
+    }
+    uint64_t dw = 0, n_dw = 0;
+    for (int i = 0; i < ds_model_tensor_count(m); i++) {
+        const ds_tensor_info *t = ds_model_tensor(m, i);
+        if (t->kind == DS_TENSOR_PARAM && (t->ndim == 4 || !strcmp(t->name, "fc.weight"))) dw += t->count, n_dw++;
+    }
+    printf("--deterministic on one GPU%s: %llu weight gradients added by add_kernel: %llu launches, %llu bytes\n",
+           p == DS_PRECISION_BF16 ? " (bf16: the convolutions' already are, by from_bf16_kernel; fc.weight's only)"
+                                  : "",
+           (unsigned long long)(p == DS_PRECISION_BF16 ? 1 : n_dw),
+           (unsigned long long)(p == DS_PRECISION_BF16 ? 1 : n_dw),
+           (unsigned long long)(p == DS_PRECISION_BF16 ? 3 * F32 * (uint64_t)ds_model_tensor(m, ds_model_tensor_find(m, "fc.weight"))->count
+                                                       : 3 * F32 * dw));
+}
+
 static int usage(void)
 {
     fprintf(stderr, "usage: step_census ARCH SIZE BATCH fp32|tf32|bf16   (e.g. step_census resnet50 224 256 bf16)\n");
@@ -589,6 +676,7 @@ int main(int argc, char **argv)
     reset_tally();
     if (rc == 0) rc = train_step(m, labels, batch, &last);
     if (rc == 0) report(arch, size, batch, run_precision, m);
+    if (rc == 0) report_reduction(m, run_precision);
     free(labels);
     free(bn_shapes);
     ds_model_free(m);

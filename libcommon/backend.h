@@ -248,15 +248,20 @@ typedef struct ds_backend {
      * and wait the buffers are not touched and no other comm call is made. */
     void (*reduce_start)(float *buf, size_t n, int to_all);
     void (*reduce_wait)(void);
-    /* 1: the sum is formed on rank 0 in rank order, ((b0 + b1) + b2) + ..., as one process
-     * accumulating micro-batches adds them (the CPU's, through comm): W ranks give bitwise
-     * what --accum W gives in one, and to_all = 0 is available. 0: the library's order
-     * (NCCL). */
+    /* 1: the sum is formed in rank order, ((b0 + b1) + b2) + ..., as one process
+     * accumulating micro-batches adds them (the CPU's, through comm, on rank 0; CUDA under
+     * --deterministic, each chunk on the rank that owns it): W ranks give bitwise what
+     * --accum W gives in one, and to_all = 0 is available. 0: the library's order (NCCL). */
     int ordered_reduce;
 
     /* The set of kernels computing (the CPU's "avx512", "avx2+fma", "plain": cpu_isa.h), for
      * start-up lines; NULL where the backend has no such choice. */
     const char *(*kernel_set)(void);
+    /* What sums the gradients over micro-batches and ranks, for the start-up line and the
+     * checkpoint's /reduction: "ordered" (ordered_reduce, and the micro-batches of one rank
+     * added in the same order), "nccl-allreduce" (NCCL's order), "accumulate" (one GPU: the
+     * libraries add each micro-batch in their own way). */
+    const char *(*reduction)(void);
 } ds_backend;
 
 /* The CPU backends: always there; host memory, deterministic for any thread count; fp32, and

@@ -486,6 +486,7 @@ static void cpu_conv_bwd_data_bf16(void *din, const void *dout, const void *w, c
 }
 
 static const char *cpu_kernel_set(void) { return ds_cpu_isa_name(ds_cpu_isa_get()); }
+static const char *cpu_reduction(void) { return "ordered"; }
 
 /* Every entry but the convolutions and the precision: the two CPU backends share them. */
 #define CPU_COMMON \
@@ -533,7 +534,8 @@ static const char *cpu_kernel_set(void) { return ds_cpu_isa_name(ds_cpu_isa_get(
     .reduce_start = ds_comm_reduce_start, \
     .reduce_wait = ds_comm_reduce_wait, \
     .ordered_reduce = 1, \
-    .kernel_set = cpu_kernel_set,
+    .kernel_set = cpu_kernel_set, \
+    .reduction = cpu_reduction,
 
 const ds_backend ds_backend_cpu = {
     .name = "cpu",

@@ -53,6 +53,16 @@ static struct {
     int nccl;                 /* joined the ranks' communicator: gradients are reduced */
     cudaStream_t comm_stream; /* NCCL's stream, beside the compute stream */
     cudaEvent_t produced;     /* recorded on the compute stream as a bucket is started */
+    /* --deterministic: the ordered reduction (cuda_reduce_start) in place of ncclAllReduce,
+     * its staging (the ranks' copies of this rank's chunk of a bucket) and its per-peer
+     * arguments; and the gradient of one micro-batch before it is added (grad_tmp) */
+    int ordered;
+    float *stage;
+    size_t stage_floats;
+    float **x_send, **x_recv;
+    size_t *x_send_n, *x_recv_n;
+    float *grad_tmp;
+    size_t grad_tmp_floats;
     cudaStream_t input_stream;  /* upload_async: the next batch crosses beside the compute */
     /* marks: the last DS_MARKS of each stream, an event each (timing ones, for mark_seconds) */
     cudaEvent_t mark_event[2][DS_MARKS];
@@ -839,6 +849,24 @@ static const void *dout_read(const conv_op_run *o, const void *dout, const ds_co
     return read_as(o, dout, o->l.out, n_out(d));
 }
 
+/* --deterministic: a micro-batch's weight gradient is computed into grad_tmp (beta = 0), then
+ * added to the gradient by ds_cuda_add, one rounding the same on every micro-batch, so that
+ * --accum A adds the micro-batches in order as W ranks' reduction does; cuDNN's and cuBLAS's
+ * beta = 1 would add it in their own way (a split-K algorithm may add partial sums into dw).
+ * Grown to the largest tensor asked for, which happens in the first step only (the queued
+ * work that reads the old buffer is waited for first). */
+static float *grad_tmp(size_t floats)
+{
+    if (floats > g.grad_tmp_floats) {
+        cudaCheck(cudaStreamSynchronize(g.stream));
+        if (g.grad_tmp) cudaCheck(cudaFree(g.grad_tmp));
+        g.grad_tmp = NULL;
+        cudaCheck(cudaMalloc((void **)&g.grad_tmp, floats * sizeof(float)));
+        g.grad_tmp_floats = floats;
+    }
+    return g.grad_tmp;
+}
+
 /* out [n,p,q,k] = conv(in [n,h,w,c], w [k,r,s,c]) */
 static void cuda_conv_fwd(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws)
 {
@@ -902,10 +930,19 @@ static void cuda_conv_bwd_weight(float *dw, const void *dout, const void *in, co
         conv_op_run o = op_run(&r, d, DS_CONV_BWD_FILTER, ws);
         const cudnnConvolutionBwdFilterAlgo_t algo = (cudnnConvolutionBwdFilterAlgo_t)o.c->algo;
         const void *dy = dout_read(&o, dout, d), *x = read_as(&o, in, o.l.in, n_in(d));
-        if (o.l.w == NO_COPY)   /* float32 arithmetic: beta = 1 accumulates, as the interface asks */
+        if (o.l.w == NO_COPY && !g.deterministic)   /* float32 arithmetic: beta = 1 accumulates */
             return cudnnConvolutionBackwardFilter(g.cudnn, &one, r.s->x[o.t], x, r.s->y[o.t], dy,
                                                   r.s->conv[DS_CONV_BWD_FILTER], algo, o.ws + o.l.cudnn,
                                                   r.s->cudnn_ws[DS_CONV_BWD_FILTER], &one, r.p->w[o.t], dw);
+        if (o.l.w == NO_COPY) {   /* --deterministic: this micro-batch's gradient, then added (grad_tmp) */
+            float *tmp = grad_tmp(n_w(d));
+            cudnnStatus_t st = cudnnConvolutionBackwardFilter(g.cudnn, &one, r.s->x[o.t], x, r.s->y[o.t], dy,
+                                                              r.s->conv[DS_CONV_BWD_FILTER], algo, o.ws + o.l.cudnn,
+                                                              r.s->cudnn_ws[DS_CONV_BWD_FILTER], &zero, r.p->w[o.t],
+                                                              tmp);
+            if (st == CUDNN_STATUS_SUCCESS) ds_cuda_add(dw, tmp, n_w(d), DS_F32);
+            return st;
+        }
         /* bf16: this micro-batch's gradient in bf16, added to the float32 gradient (autocast's rule) */
         cudnnStatus_t st = cudnnConvolutionBackwardFilter(g.cudnn, &one, r.s->x[o.t], x, r.s->y[o.t], dy,
                                                           r.s->conv[DS_CONV_BWD_FILTER], algo, o.ws + o.l.cudnn,
@@ -934,22 +971,81 @@ static void cuda_linear_bwd(float *din, float *dw, float *db, const float *dout,
     const float one = 1, zero = 0;
     /* din [n,i] = dout [n,o] w [o,i]:  din^T (i x n) = w^T (i x o) * dout^T (o x n) */
     if (din) cublasCheck(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, i, n, o, &one, w, i, dout, o, &zero, din, i));
-    /* dw [o,i] += dout^T [o,n] in [n,i]:  dw^T (i x o) += in^T (i x n) * dout (n x o) */
-    cublasCheck(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, i, o, n, &one, in, i, dout, o, &one, dw, i));
+    /* dw [o,i] += dout^T [o,n] in [n,i]:  dw^T (i x o) += in^T (i x n) * dout (n x o);
+     * --deterministic: into grad_tmp, then added (as the convolutions' weights) */
+    if (!g.deterministic) {
+        cublasCheck(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, i, o, n, &one, in, i, dout, o, &one, dw, i));
+    } else {
+        float *tmp = grad_tmp((size_t)i * o);
+        cublasCheck(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, i, o, n, &one, in, i, dout, o, &zero, tmp, i));
+        ds_cuda_add(dw, tmp, (size_t)i * o, DS_F32);
+    }
     if (db) ds_cuda_bias_bwd(db, dout, n, o);
 }
 
 /* ---- gradient reduction: NCCL on its own stream, each bucket behind the compute work that
- * produced it (an event), so backward goes on while the bucket travels ---- */
+ * produced it (an event), so backward goes on while the bucket travels ----
+ *
+ * By default a bucket is one ncclAllReduce, summed in NCCL's order (the ring, the channels,
+ * the algorithm and the size decide it). Under --deterministic (g.ordered) NCCL only moves
+ * data and ds adds, in the CPU's order, so the sum is the same bits for any number of GPUs
+ * and any NCCL: the bucket is cut into W chunks, chunk j = [n j / W, n (j + 1) / W); rank r
+ * owns chunk r. (1) All-to-all, one group of sends and receives: chunk j of every rank's
+ * buffer to rank j, into the staging; (2) rank r adds the W copies of its chunk in rank
+ * order, ((c0 + c1) + c2) + ... (ordered_sum_body), into its buffer; (3) the sums: to_all,
+ * an all-gather (a group: its chunk to every rank, theirs into its buffer); to rank 0 alone
+ * (one micro-batch of several in a step: backend.h), a gather to rank 0 (the others' sums
+ * stay in their staging, their buffers as they were). Per rank and bucket of B bytes, (1)
+ * sends and receives (W - 1) B / W and (3) as much: 2 (W - 1) B / W each way, a ring
+ * allreduce's bytes; one kernel and two NCCL groups where the default has one collective. */
+
+/* The staging holds W chunks of the largest bucket; grown (after the reduction stream has
+ * finished with the old one) only when a larger bucket comes, in the first step. */
+static float *stage_reserve(size_t floats)
+{
+    if (floats > g.stage_floats) {
+        ds_nccl_sync(g.comm_stream, ds_comm_timeout());
+        if (g.stage) cudaCheck(cudaFree(g.stage));
+        g.stage = NULL;
+        cudaCheck(cudaMalloc((void **)&g.stage, floats * sizeof(float)));
+        g.stage_floats = floats;
+    }
+    return g.stage;
+}
+
+static void ordered_reduce_start(float *buf, size_t n, int to_all)
+{
+    const int w = ds_comm_world(), r = ds_comm_rank();
+    const size_t cmax = (n + w - 1) / w, mlo = n * r / w, mn = n * (r + 1) / w - mlo;
+    float *stage = g.stage;   /* reserved by cuda_reduce_start */
+    for (int j = 0; j < w; j++) {
+        size_t lo = n * j / w;
+        g.x_send[j] = buf + lo, g.x_send_n[j] = n * (j + 1) / w - lo;
+        g.x_recv[j] = stage + (size_t)j * cmax, g.x_recv_n[j] = mn;
+    }
+    ds_nccl_exchange_f32(g.x_send, g.x_send_n, g.x_recv, g.x_recv_n, g.comm_stream);
+    float *sum = to_all || r == 0 ? buf + mlo : stage + (size_t)r * cmax;
+    ds_cuda_ordered_sum(sum, buf + mlo, stage, cmax, w, r, mn, g.comm_stream);
+    for (int j = 0; j < w; j++) {
+        size_t lo = n * j / w, len = n * (j + 1) / w - lo;
+        int give = to_all || j == 0, take = to_all || r == 0;
+        g.x_send[j] = give ? sum : NULL, g.x_send_n[j] = give ? mn : 0;
+        g.x_recv[j] = take ? buf + lo : NULL, g.x_recv_n[j] = take ? len : 0;
+    }
+    ds_nccl_exchange_f32(g.x_send, g.x_send_n, g.x_recv, g.x_recv_n, g.comm_stream);
+}
 
 static void cuda_reduce_start(float *buf, size_t n, int to_all)
 {
-    /* NCCL sums in its own order (ordered_reduce = 0): the model asks only for whole sums */
-    if (!to_all) ds_die("CUDA: a reduction to rank 0 alone was asked of NCCL");
-    if (!g.nccl) return;
+    /* NCCL's allreduce sums in its own order (ordered_reduce = 0): only whole sums */
+    if (!to_all && !g.ordered) ds_die("CUDA: a reduction to rank 0 alone was asked of NCCL");
+    if (!g.nccl || (g.ordered && ds_comm_world() == 1)) return;
+    /* before the event: growing waits for the reduction stream, not for this bucket's producer */
+    if (g.ordered) stage_reserve((size_t)ds_comm_world() * ((n + ds_comm_world() - 1) / ds_comm_world()));
     cudaCheck(cudaEventRecord(g.produced, g.stream));
     cudaCheck(cudaStreamWaitEvent(g.comm_stream, g.produced, 0));
-    ds_nccl_allreduce_sum_f32(buf, n, g.comm_stream);
+    if (g.ordered) ordered_reduce_start(buf, n, to_all);
+    else ds_nccl_allreduce_sum_f32(buf, n, g.comm_stream);
 }
 
 /* The host waits, polling NCCL, so a peer that died ends the job here instead of hanging
@@ -959,6 +1055,12 @@ static void cuda_reduce_start(float *buf, size_t n, int to_all)
 static void cuda_reduce_wait(void)
 {
     if (g.nccl) ds_nccl_sync(g.comm_stream, ds_comm_timeout());
+}
+
+/* What sums the gradients (backend.h) */
+static const char *cuda_reduction(void)
+{
+    return g.ordered ? "ordered" : g.nccl ? "nccl-allreduce" : "accumulate";
 }
 
 static ds_backend cuda_backend = {
@@ -1010,8 +1112,9 @@ static ds_backend cuda_backend = {
     .resized_crop_u8 = ds_cuda_resized_crop_u8,
     .reduce_start = cuda_reduce_start,
     .reduce_wait = cuda_reduce_wait,
-    .ordered_reduce = 0,
+    .ordered_reduce = 0,   /* 1 under --deterministic (ds_cuda_select) */
     .kernel_set = NULL,
+    .reduction = cuda_reduction,
 };
 
 extern "C" const ds_backend *ds_cuda_select(const ds_backend_opts *opts)
@@ -1034,6 +1137,17 @@ extern "C" const ds_backend *ds_cuda_select(const ds_backend_opts *opts)
         cudaCheck(cudaStreamCreateWithFlags(&g.comm_stream, cudaStreamNonBlocking));
         cudaCheck(cudaEventCreateWithFlags(&g.produced, cudaEventDisableTiming));
         g.nccl = 1;
+    }
+    /* --deterministic: the ordered reduction; the micro-batches of one rank add in order too */
+    g.ordered = g.deterministic;
+    cuda_backend.ordered_reduce = g.ordered;
+    if (g.nccl && !g.x_send) {
+        int w = ds_comm_world();
+        g.x_send = (float **)calloc((size_t)w, sizeof *g.x_send);
+        g.x_recv = (float **)calloc((size_t)w, sizeof *g.x_recv);
+        g.x_send_n = (size_t *)calloc((size_t)w, sizeof *g.x_send_n);
+        g.x_recv_n = (size_t *)calloc((size_t)w, sizeof *g.x_recv_n);
+        if (!g.x_send || !g.x_recv || !g.x_send_n || !g.x_recv_n) ds_die("out of memory");
     }
     return &cuda_backend;
 }

@@ -246,6 +246,19 @@ BODY void scale_body(float *x, float alpha, size_t i) { x[i] = fmul_rn(x[i], alp
 
 BODY void axpy_body(float *y, float alpha, const float *x, size_t i) { y[i] = fadd_rn(y[i], fmul_rn(alpha, x[i])); }
 
+/* ---- the deterministic gradient reduction (cuda.cu) ----
+ * Element i of this rank's chunk: the w ranks' copies added in rank order, ((c0 + c1) + c2)
+ * + ..., as comm adds the ranks' buffers on the CPU and one process adds its micro-batches.
+ * Rank `rank`'s own copy is own[i] (its buffer, which out may be), rank j's is
+ * stage[j * stride + i]. */
+BODY void ordered_sum_body(float *out, const float *own, const float *stage, size_t stride, int w, int rank,
+                           size_t i)
+{
+    float s = rank == 0 ? own[i] : stage[i];
+    for (int j = 1; j < w; j++) s = fadd_rn(s, j == rank ? own[i] : stage[(size_t)j * stride + i]);
+    out[i] = s;
+}
+
 /* ---- input batch: uint8 images to normalised float32 ---- */
 
 /* The mean and std of the three colours, passed by value: each is picked by a comparison

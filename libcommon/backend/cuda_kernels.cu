@@ -413,6 +413,21 @@ void ds_cuda_axpy(float *y, float alpha, const float *x, size_t n)
     launchCheck();
 }
 
+__global__ void ordered_sum_kernel(float *out, const float *own, const float *stage, size_t stride, int w, int rank,
+                                   size_t n)
+{
+    FOR_GRID(i, n) ordered_sum_body(out, own, stage, stride, w, rank, (size_t)i);
+}
+
+void ds_cuda_ordered_sum(float *out, const float *own, const float *stage, size_t stride, int w, int rank, size_t n,
+                         void *stream)
+{
+    if (!n) return;
+    DS_LAUNCH(ordered_sum_kernel, ds_cuda_blocks(n, THREADS), THREADS, 0, (cudaStream_t)stream, out, own, stage, stride,
+        w, rank, n);
+    launchCheck();
+}
+
 __global__ void add_bf16_kernel(bf16 *y, const bf16 *x, size_t n)
 {
     FOR_GRID(i, n) add_body(y, x, (size_t)i);

@@ -78,6 +78,10 @@ void ds_cuda_sgd_step(float *w, float *buf, const float *grad, size_t n, float l
                       float wd, int nesterov, int first);
 void ds_cuda_scale(float *x, float alpha, size_t n);
 void ds_cuda_axpy(float *y, float alpha, const float *x, size_t n);
+/* The deterministic reduction's sum (ordered_sum_body) of n elements, on `stream` (a
+ * cudaStream_t: the reduction's own, not the compute stream). */
+void ds_cuda_ordered_sum(float *out, const float *own, const float *stage, size_t stride, int w, int rank, size_t n,
+                         void *stream);
 void ds_cuda_normalize_u8(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,
                           const int32_t *y0, const int32_t *x0, const uint8_t *flip,
                           const float mean[3], const float std[3]);

@@ -56,6 +56,23 @@ void ds_nccl_allreduce_sum_f32(float *dbuf, size_t n, cudaStream_t stream)
     ncclCheck(ncclAllReduce(dbuf, dbuf, n, ncclFloat32, ncclSum, comm, stream));
 }
 
+void ds_nccl_exchange_f32(float *const *send, const size_t *send_n, float *const *recv, const size_t *recv_n,
+                          cudaStream_t stream)
+{
+    if (!comm) {
+        ds_err("NCCL send/receive before ds_nccl_init");
+        ds_comm_abort(1);
+    }
+    int w = ds_comm_world(), r = ds_comm_rank();
+    ncclCheck(ncclGroupStart());
+    for (int j = 0; j < w; j++) {
+        if (j == r) continue;
+        if (send[j] && send_n[j]) ncclCheck(ncclSend(send[j], send_n[j], ncclFloat32, j, comm, stream));
+        if (recv[j] && recv_n[j]) ncclCheck(ncclRecv(recv[j], recv_n[j], ncclFloat32, j, comm, stream));
+    }
+    ncclCheck(ncclGroupEnd());
+}
+
 void ds_nccl_sync(cudaStream_t stream, double timeout_s)
 {
     double t0 = ds_now();

@@ -23,6 +23,13 @@ int ds_nccl_init(void);
  * ready when the stream reaches it. Every rank must enqueue the same reductions in the same
  * order. NCCL's ring/tree sums give all ranks the same bits. */
 void ds_nccl_allreduce_sum_f32(float *dbuf, size_t n, cudaStream_t stream);
+/* Moves floats between the ranks in one NCCL group (ncclGroupStart, a send and a receive
+ * per peer, ncclGroupEnd) on `stream`: to each rank j != this one, send[j] (send_n[j]
+ * floats) and from it into recv[j] (recv_n[j] floats); a count of 0 (or a NULL pointer) is
+ * no operation toward that peer. Arrays of ds_comm_world() entries; this rank's own are
+ * ignored. Data moves bit for bit. Every rank must call it at the same place in its order. */
+void ds_nccl_exchange_f32(float *const *send, const size_t *send_n, float *const *recv, const size_t *recv_n,
+                          cudaStream_t stream);
 /* Waits for `stream`, polling NCCL for asynchronous errors (a peer that died or a broken
  * link) instead of blocking in cudaStreamSynchronize forever; such an error, or a wait past
  * timeout_s (<= 0: no limit; callers pass ds_comm_timeout()), aborts the job. */

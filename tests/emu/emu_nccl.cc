@@ -3,7 +3,8 @@
  * Every entry point has the signature of the installed nccl.h.
  *
  * Emulated: ncclGetUniqueId, ncclCommInitRank, ncclAllReduce (sum, prod, max, min, avg of
- * the 8-, 32- and 64-bit integers, float32 and float64), ncclGroupStart/ncclGroupEnd,
+ * the 8-, 32- and 64-bit integers, float32 and float64), ncclSend and ncclRecv (any type
+ * emulated; alone or in a group), ncclGroupStart/ncclGroupEnd,
  * ncclCommGetAsyncError, ncclGetErrorString (NCCL's own strings), ncclGetLastError,
  * ncclCommFinalize, ncclCommDestroy, ncclCommAbort, ncclCommCount, ncclCommUserRank,
  * ncclGetVersion. A collective is queued on the caller's stream (emu::enqueue) and runs on
@@ -51,13 +52,28 @@
  * DS_EMU_NCCL_INIT_TIMEOUT (seconds, default 60): how long ncclCommInitRank waits for all
  * ranks to arrive before it answers ncclSystemError naming the missing ones.
  *
+ * Point-to-point. ncclSend and ncclRecv inside ncclGroupStart/ncclGroupEnd are kept until
+ * the outermost ncclGroupEnd, which queues them as one operation on their stream (a send or
+ * receive outside a group is a group of its own), as NCCL runs a group's sends and receives
+ * together, so that a group in which every rank sends to and receives from every other
+ * cannot deadlock. The data moves bit for bit (a copy, no arithmetic). Each rank's slot is
+ * cut into one part per peer; a group moves a part's worth per peer per round, with a
+ * barrier after the copies in and another after the copies out. Send to and receive from
+ * oneself is a copy. Checked: each receive has the matching send on its peer (the same
+ * bytes), which is a defect otherwise (real NCCL would hang or corrupt); buffers in live
+ * device memory. Not emulated (ncclInvalidUsage, with a message): a group over several
+ * communicators or streams, more than one send (receive) to the same peer in one group, a
+ * collective and point-to-point in one group. The emulation's rendezvous is every rank of
+ * the communicator: each rank must issue a group at the same place in its order of
+ * operations, even one with no operation toward some peers (real NCCL involves only the
+ * peers named; ds's groups always involve every rank).
+ *
  * Not emulated: NCCL's transports, topology, algorithms and protocols, its speed, its
  * environment variables, ranks on more than one machine, non-blocking communicators and
- * ncclCommInitRankConfig, split and shrink, the other collectives and point-to-point,
- * fp16/bf16/fp8 reductions (ncclInvalidArgument), user-defined reduction operators, and
- * groups that defer their operations: ncclGroupStart/ncclGroupEnd only count their depth,
- * each collective being queued when it is called (correct for ds's one collective a group;
- * ncclCommInitRank inside a group blocks as outside one). */
+ * ncclCommInitRankConfig, split and shrink, the other collectives, fp16/bf16/fp8 reductions
+ * (ncclInvalidArgument), user-defined reduction operators, and deferring a collective in a
+ * group: ncclAllReduce is queued when it is called, inside a group or not (correct for ds's
+ * one collective a group; ncclCommInitRank inside a group blocks as outside one). */
 #include "emu.h"
 
 #include <nccl.h>
@@ -72,10 +88,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -122,9 +140,11 @@ struct alignas(64) shm_rank {
     char why[160];                       /* why it gave up, written before state PEER_FAILED */
 };
 
+/* After the ranks' records: the point-to-point matrix, p2p[i * nranks + j] = 1 + the bytes
+ * rank i sends rank j in its current group (0: no send). */
 size_t header_bytes(int nranks)
 {
-    size_t b = sizeof(shm_header) + (size_t)nranks * sizeof(shm_rank);
+    size_t b = sizeof(shm_header) + (size_t)nranks * sizeof(shm_rank) + (size_t)nranks * nranks * sizeof(uint64_t);
     return (b + 4095) / 4096 * 4096;
 }
 
@@ -139,6 +159,7 @@ struct comm_state {
     size_t map_bytes = 0;
     shm_header *hdr = nullptr;
     shm_rank *ranks = nullptr;
+    std::atomic<uint64_t> *p2p = nullptr;   /* nranks x nranks (header_bytes) */
     char *slots = nullptr;               /* nranks slots, then the sums */
 
     std::atomic<int> async{ncclSuccess};   /* first error of a collective; sticky */
@@ -502,17 +523,87 @@ failure stall(comm_state *c)
     return {ncclInvalidUsage, "the communicator was aborted"};
 }
 
-/* What the stream's worker runs for one collective. */
-void run(const std::shared_ptr<comm_state> &sp, const collective &a, bool stalls)
+/* ---- point-to-point ---- */
+
+/* One rank's group of sends and receives, by peer: 1 + the bytes (0: none). */
+struct p2p_group {
+    std::vector<const void *> send;
+    std::vector<void *> recv;
+    std::vector<uint64_t> send_bytes, recv_bytes;
+    uint64_t seq = 0;
+};
+
+/* The group's rendezvous (the header comment): the sizes published, checked against the
+ * peers', then the parts moved round by round through the slots. */
+failure p2p_run(comm_state *c, const p2p_group &gp)
+{
+    const int n = c->nranks, r = c->rank;
+    shm_rank &me = c->ranks[r];
+    me.seq.store(gp.seq, std::memory_order_relaxed);
+    me.count.store(0, std::memory_order_relaxed);
+    me.dtype.store(-1, std::memory_order_relaxed);   /* no collective: a point-to-point group */
+    me.op.store(-1, std::memory_order_relaxed);
+    for (int j = 0; j < n; j++) c->p2p[(size_t)r * n + j].store(gp.send_bytes[j], std::memory_order_relaxed);
+    failure f = barrier(c);
+    if (f.rc) return f;
+    for (int j = 0; j < n; j++) {
+        const shm_rank &p = c->ranks[j];
+        uint64_t seq = p.seq.load(std::memory_order_relaxed);
+        int dtype = p.dtype.load(std::memory_order_relaxed);
+        if (seq != gp.seq || dtype != -1)
+            emu::defect("ncclGroupEnd (send/receive): the ranks disagree: rank %d issues operation #%llu (%s), "
+                        "rank %d a point-to-point group as operation #%llu",
+                        j, (unsigned long long)seq, dtype == -1 ? "a point-to-point group" : "a collective", r,
+                        (unsigned long long)gp.seq);
+        uint64_t sent = c->p2p[(size_t)j * n + r].load(std::memory_order_relaxed);
+        if (sent != gp.recv_bytes[j])
+            emu::defect("ncclGroupEnd (send/receive, operation #%llu): rank %d %s%.0llu%s to rank %d, which "
+                        "%s%.0llu%s from it",
+                        (unsigned long long)gp.seq, j, sent ? "sends " : "sends nothing",
+                        (unsigned long long)(sent ? sent - 1 : 0), sent ? " bytes" : "", r,
+                        gp.recv_bytes[j] ? "receives " : "receives nothing",
+                        (unsigned long long)(gp.recv_bytes[j] ? gp.recv_bytes[j] - 1 : 0),
+                        gp.recv_bytes[j] ? " bytes" : "");
+    }
+    if (gp.send_bytes[r]) memmove(gp.recv[r], gp.send[r], gp.send_bytes[r] - 1);
+    const size_t part = SLOT_BYTES / (size_t)n / 64 * 64;
+    uint64_t most = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            uint64_t b = c->p2p[(size_t)i * n + j].load(std::memory_order_relaxed);
+            if (i != j && b) most = std::max(most, b - 1);
+        }
+    const size_t rounds = (most + part - 1) / part;
+    for (size_t k = 0; k < rounds; k++) {
+        const size_t off = k * part;
+        for (int j = 0; j < n; j++) {
+            uint64_t b = gp.send_bytes[j];
+            if (j != r && b && off < b - 1) memcpy(c->slot(r) + j * part, (const char *)gp.send[j] + off, std::min(part, b - 1 - off));
+        }
+        if ((f = barrier(c)).rc) return f;
+        for (int j = 0; j < n; j++) {
+            uint64_t b = gp.recv_bytes[j];
+            if (j != r && b && off < b - 1) memcpy((char *)gp.recv[j] + off, c->slot(j) + r * part, std::min(part, b - 1 - off));
+        }
+        if ((f = barrier(c)).rc) return f;
+    }
+    /* no rank writes its row of the matrix again before every rank has read it */
+    if (rounds == 0) f = barrier(c);
+    return f;
+}
+
+/* What the stream's worker runs for one operation (a collective, or a group). */
+void run_op(const std::shared_ptr<comm_state> &sp, uint64_t seq, const char *name, bool stalls,
+            const std::function<failure(comm_state *)> &body)
 {
     comm_state *c = sp.get();
     {
         std::unique_lock<std::mutex> lock(c->m);
-        c->cv.wait(lock, [&] { return c->next_run == a.seq || c->aborted.load(); });
+        c->cv.wait(lock, [&] { return c->next_run == seq || c->aborted.load(); });
         c->running = true;
     }
     if (!c->aborted.load() && c->async.load() == ncclSuccess) {
-        failure f = stalls ? stall(c) : allreduce(c, a);
+        failure f = stalls ? stall(c) : body(c);
         if (f.rc != ncclSuccess && !c->aborted.load()) {
             int expected = ncclSuccess;
             c->async.compare_exchange_strong(expected, f.rc);
@@ -520,15 +611,129 @@ void run(const std::shared_ptr<comm_state> &sp, const collective &a, bool stalls
             shm_rank &me = c->ranks[c->rank];
             snprintf(me.why, sizeof me.why, "%s", f.why.c_str());
             me.state.store(PEER_FAILED, std::memory_order_release);
-            set_last_error("ncclAllReduce (collective #%llu, rank %d of %d): %s", (unsigned long long)a.seq, c->rank,
+            set_last_error("%s (operation #%llu, rank %d of %d): %s", name, (unsigned long long)seq, c->rank,
                            c->nranks, f.why.c_str());
         }
     }
     std::lock_guard<std::mutex> lock(c->m);
-    c->next_run = std::max(c->next_run, a.seq + 1);
+    c->next_run = std::max(c->next_run, seq + 1);
     c->running = false;
     c->pending--;
     c->cv.notify_all();
+}
+
+void run(const std::shared_ptr<comm_state> &sp, const collective &a, bool stalls)
+{
+    run_op(sp, a.seq, "ncclAllReduce", stalls, [&a](comm_state *c) { return allreduce(c, a); });
+}
+
+/* A send or receive waiting for the outermost ncclGroupEnd. */
+struct p2p_op {
+    bool send;
+    void *buf;
+    size_t bytes;
+    int peer;
+    ncclComm *comm;
+    cudaStream_t stream;
+};
+thread_local std::vector<p2p_op> group_ops;
+
+/* The nccl_stall switch: whether this operation of rank `rank` is the one that stalls. */
+bool stalls_now(int rank)
+{
+    const char *st = emu::fault("nccl_stall");
+    return st && (*st ? atoi(st) : 0) == rank && !stall_used.exchange(true);
+}
+
+/* Queues the sends and receives kept since the outermost ncclGroupStart as one operation. */
+ncclResult_t group_flush()
+{
+    std::vector<p2p_op> ops;
+    ops.swap(group_ops);
+    if (ops.empty()) return ncclSuccess;
+    ncclComm *comm = ops[0].comm;
+    cudaStream_t stream = ops[0].stream;
+    comm_state *c = live(comm, "ncclGroupEnd");
+    const int n = c->nranks;
+    p2p_group gp;
+    gp.send.assign(n, nullptr);
+    gp.recv.assign(n, nullptr);
+    gp.send_bytes.assign(n, 0);
+    gp.recv_bytes.assign(n, 0);
+    for (const p2p_op &o : ops) {
+        if (o.comm != comm || o.stream != stream) {
+            set_last_error("ncclGroupEnd: a group over several communicators or streams is not emulated");
+            return ncclInvalidUsage;
+        }
+        uint64_t &b = o.send ? gp.send_bytes[o.peer] : gp.recv_bytes[o.peer];
+        if (b) {
+            set_last_error("ncclGroupEnd: more than one %s rank %d in one group is not emulated",
+                           o.send ? "send to" : "receive from", o.peer);
+            return ncclInvalidUsage;
+        }
+        b = o.bytes + 1;
+        if (o.send) gp.send[o.peer] = o.buf;
+        else gp.recv[o.peer] = o.buf;
+    }
+    if (gp.send_bytes[c->rank] != gp.recv_bytes[c->rank])
+        emu::defect("ncclGroupEnd: rank %d sends itself %llu bytes and receives %llu from itself", c->rank,
+                    (unsigned long long)(gp.send_bytes[c->rank] ? gp.send_bytes[c->rank] - 1 : 0),
+                    (unsigned long long)(gp.recv_bytes[c->rank] ? gp.recv_bytes[c->rank] - 1 : 0));
+    {
+        std::lock_guard<std::mutex> lock(c->m);
+        if (c->finalized) {
+            set_last_error("ncclGroupEnd: the communicator is finalized");
+            return ncclInvalidUsage;
+        }
+    }
+    ncclResult_t async = (ncclResult_t)c->async.load();
+    if (async != ncclSuccess) return async;
+    bool stalls = stalls_now(c->rank);
+    std::shared_ptr<comm_state> sp = comm->s;
+    {
+        std::lock_guard<std::mutex> lock(c->m);
+        gp.seq = c->issued++;
+        c->pending++;
+    }
+    emu::enqueue(stream, "ncclGroupEnd (send/receive)", [sp, gp, stalls] {
+        run_op(sp, gp.seq, "ncclGroupEnd (send/receive)", stalls, [&gp](comm_state *c) { return p2p_run(c, gp); });
+    });
+    return ncclSuccess;
+}
+
+/* ncclSend and ncclRecv: checked now, kept for the group's end (or queued at once alone). */
+ncclResult_t p2p_add(bool send, void *buf, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                     cudaStream_t stream)
+{
+    const char *fn = send ? "ncclSend" : "ncclRecv";
+    if (!comm) {
+        set_last_error("%s: comm is NULL", fn);
+        return ncclInvalidArgument;
+    }
+    comm_state *c = live(comm, fn);
+    size_t size = type_size(datatype);
+    if (!size) {
+        set_last_error("%s: datatype %s (%d) is not emulated", fn, type_name(datatype), (int)datatype);
+        return ncclInvalidArgument;
+    }
+    if (peer < 0 || peer >= c->nranks) {
+        set_last_error("%s: peer %d is not a rank of the communicator (%d ranks)", fn, peer, c->nranks);
+        return ncclInvalidArgument;
+    }
+    if (count > SIZE_MAX / size) {
+        set_last_error("%s: count %zu of %s overflows", fn, count, type_name(datatype));
+        return ncclInvalidArgument;
+    }
+    size_t bytes = count * size;
+    if (bytes) {
+        char what[160];
+        snprintf(what, sizeof what, "%s: %s (%zu %s, %zu bytes, %s rank %d)", fn, send ? "sendbuff" : "recvbuff",
+                 count, type_name(datatype), bytes, send ? "to" : "from", peer);
+        emu::check_range(buf, bytes, emu::MEM_DEVICE, what);
+        group_ops.push_back({send, buf, bytes, peer, comm, stream});
+    }
+    /* as NCCL: a count of 0 moves nothing and meets no peer */
+    return group_depth == 0 ? group_flush() : ncclSuccess;
 }
 
 /* Waits until every operation issued on c has finished. */
@@ -736,6 +941,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
     s->map_bytes = bytes;
     s->hdr = (shm_header *)map;
     s->ranks = (shm_rank *)(s->map + sizeof(shm_header));
+    s->p2p = (std::atomic<uint64_t> *)(s->map + sizeof(shm_header) + (size_t)nranks * sizeof(shm_rank));
     s->slots = s->map + header_bytes(nranks);
 
     if (s->hdr->init_failed.load()) {
@@ -813,9 +1019,11 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, n
         emu::defect("ncclAllReduce: sendbuff %p and recvbuff %p overlap without being the same (%zu bytes each)",
                     sendbuff, recvbuff, bytes);
 
-    bool stalls = false;
-    const char *st = emu::fault("nccl_stall");
-    if (st && (*st ? atoi(st) : 0) == c->rank) stalls = !stall_used.exchange(true);
+    if (!group_ops.empty()) {
+        set_last_error("ncclAllReduce: a collective in a group of sends and receives is not emulated");
+        return ncclInvalidUsage;
+    }
+    bool stalls = stalls_now(c->rank);
     collective a{sendbuff, recvbuff, count, datatype, op, 0};
     {
         std::lock_guard<std::mutex> lock(c->m);
@@ -839,8 +1047,19 @@ ncclResult_t ncclGroupEnd(void)
         set_last_error("ncclGroupEnd: not inside ncclGroupStart");
         return ncclInvalidUsage;
     }
-    group_depth--;
-    return ncclSuccess;
+    return --group_depth == 0 ? group_flush() : ncclSuccess;
+}
+
+ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream)
+{
+    return p2p_add(true, (void *)sendbuff, count, datatype, peer, comm, stream);
+}
+
+ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream)
+{
+    return p2p_add(false, recvbuff, count, datatype, peer, comm, stream);
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)

@@ -7,7 +7,9 @@
  * no device call: the runtime's threads would not survive the fork. Cases: sums of 1, 2 and
  * 3 ranks against a double reference (in place, out of place, in a group, int32); an order of
  * summation that varies from call to call and follows DS_EMU_SEED; a buffer larger than a
- * slot; nccl_stall with an abort; a peer that exits mid-collective; nccl_init_fail; a rank
+ * slot; sends and receives in a group (an all-to-all of chunks of unequal sizes, larger than
+ * a slot, oneself included, then the all-gather back: bit for bit; a lone send and receive;
+ * a group that is not emulated refused); nccl_stall with an abort; a peer that exits mid-collective; nccl_init_fail; a rank
  * that never arrives; and no shared-memory segment left behind. */
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -254,6 +256,77 @@ static void case_large(rank_env &e)
     leave(e);
 }
 
+/* Rank r's chunk j of a buffer of `count` elements cut W ways: [count j / W, count (j+1) / W). */
+static size_t chunk_lo(size_t count, int j, int w) { return count * (size_t)j / (size_t)w; }
+
+/* All-to-all of chunks (every rank sends chunk j of its input to rank j, itself included),
+ * in one group; then the all-gather of each rank's chunk back into every rank's buffer, as
+ * ds's ordered reduction moves them; the bits must arrive unchanged. Then a lone send and
+ * receive (a group of its own) between ranks 0 and 1, and the groups the emulation refuses. */
+static void case_p2p(rank_env &e)
+{
+    join(e);
+    const int w = e.n, r = e.rank;
+    const size_t count = 300007 * (size_t)w;   /* each chunk past a slot's part per peer */
+    float *in = upload_inputs(r, count), *stage, *all;
+    CK(cudaMalloc((void **)&stage, count * sizeof(float)));
+    CK(cudaMalloc((void **)&all, count * sizeof(float)));
+    const size_t mine = chunk_lo(count, r + 1, w) - chunk_lo(count, r, w);
+    NCK(ncclGroupStart());
+    for (int j = 0; j < w; j++) {
+        size_t lo = chunk_lo(count, j, w), len = chunk_lo(count, j + 1, w) - lo;
+        NCK(ncclSend(in + lo, len, ncclFloat32, j, e.comm, e.stream));
+        NCK(ncclRecv(stage + (size_t)j * mine, mine, ncclFloat32, j, e.comm, e.stream));
+    }
+    NCK(ncclGroupEnd());
+    sync_polling(e);
+    std::vector<float> got = download(stage, (size_t)w * mine);
+    const size_t lo_r = chunk_lo(count, r, w);
+    for (int j = 0; j < w; j++)
+        for (size_t i = 0; i < mine; i++)
+            if (got[(size_t)j * mine + i] != input(j, lo_r + i))
+                fail("all-to-all: element %zu of rank %d's chunk is %.9g, not %.9g", i, j, got[(size_t)j * mine + i],
+                     input(j, lo_r + i));
+    /* all-gather: each rank's own chunk of its input, in place at its offset everywhere */
+    CK(cudaMemcpy(all + lo_r, in + lo_r, mine * sizeof(float), cudaMemcpyDeviceToDevice));
+    NCK(ncclGroupStart());
+    NCK(ncclGroupStart());   /* nested: only the outermost end issues */
+    for (int j = 0; j < w; j++) {
+        if (j == r) continue;
+        size_t lo = chunk_lo(count, j, w), len = chunk_lo(count, j + 1, w) - lo;
+        NCK(ncclSend(all + lo_r, mine, ncclFloat32, j, e.comm, e.stream));
+        NCK(ncclRecv(all + lo, len, ncclFloat32, j, e.comm, e.stream));
+    }
+    NCK(ncclGroupEnd());
+    NCK(ncclGroupEnd());
+    sync_polling(e);
+    got = download(all, count);
+    for (size_t i = 0; i < count; i++) {
+        int owner = 0;
+        while (chunk_lo(count, owner + 1, w) <= i) owner++;
+        if (got[i] != input(owner, i)) fail("all-gather: element %zu is %.9g, not rank %d's %.9g", i, got[i], owner, input(owner, i));
+    }
+    e.b->hash[0][r] = fnv(got.data(), count * sizeof(float));
+    if (w == 2) {   /* alone, outside a group: each call is a group of its own */
+        if (r == 0) NCK(ncclSend(in, 1000, ncclFloat32, 1, e.comm, e.stream));
+        else NCK(ncclRecv(stage, 1000, ncclFloat32, 0, e.comm, e.stream));
+        sync_polling(e);
+        if (r == 1) {
+            got = download(stage, 1000);
+            for (size_t i = 0; i < 1000; i++)
+                if (got[i] != input(0, i)) fail("lone send: element %zu is %.9g, not %.9g", i, got[i], input(0, i));
+        }
+    }
+    /* not emulated, refused before anything is queued: two sends to one peer in a group */
+    NCK(ncclGroupStart());
+    NCK(ncclSend(in, 4, ncclFloat32, 0, e.comm, e.stream));
+    NCK(ncclSend(in, 4, ncclFloat32, 0, e.comm, e.stream));
+    if (ncclGroupEnd() != ncclInvalidUsage) fail("two sends to one peer in a group were not refused");
+    if (ncclSend(in, 1, ncclFloat32, w, e.comm, e.stream) != ncclInvalidArgument) fail("a peer out of range was not refused");
+    e.b->ncalls = 1;
+    leave(e);
+}
+
 /* Steps of the stall case, each rank's flag set when it has done the step. */
 enum { CHECKED_BUSY, ABORTED, SAW_ERROR };
 
@@ -469,6 +542,9 @@ int main(void)
     check_ranks("sum_2ranks", 2, plain, case_sum, b, true);
     check_ranks("sum_3ranks", 3, plain, case_sum, b, true);
     check_ranks("large_3ranks", 3, plain, case_large, b, true);
+    check_ranks("p2p_1rank", 1, plain, case_p2p, b, true);
+    check_ranks("p2p_2ranks", 2, plain, case_p2p, b, true);
+    check_ranks("p2p_3ranks", 3, plain, case_p2p, b, true);
 
     {
         /* the same seed gives the same sequence of results; the order varies within it */

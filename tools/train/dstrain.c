@@ -279,6 +279,7 @@ int main(int argc, char **argv)
     ds_ckpt_meta_set_string(&meta, "device", be->name);
     ds_ckpt_meta_set_string(&meta, "precision", ds_precision_name(be->precision));
     if (be->kernel_set) ds_ckpt_meta_set_string(&meta, "kernels", be->kernel_set());
+    if (be->reduction) ds_ckpt_meta_set_string(&meta, "reduction", be->reduction());
     free(config);
 
     ds_loader_config lc = {.batch = (int)batch, .world = world, .rank = rank, .accum = (int)accum, .crop = (int)crop,
@@ -303,8 +304,9 @@ int main(int argc, char **argv)
     };
     char kernels[64] = "";
     if (be->kernel_set) snprintf(kernels, sizeof kernels, ", %s kernels", be->kernel_set());
-    ds_info("%s on %s in %s (%d threads%s), %d rank%s; %zu training images of %dx%d, %d classes; lr %g", arch,
-            be->name, ds_precision_name(be->precision), nthreads, kernels, world, world > 1 ? "s" : "", tr.n, tr.height, tr.width, tr.num_classes, base_lr);
+    ds_info("%s on %s in %s (%d threads%s), %d rank%s, gradients summed %s; %zu training images of %dx%d, %d classes; "
+            "lr %g", arch, be->name, ds_precision_name(be->precision), nthreads, kernels, world, world > 1 ? "s" : "",
+            be->reduction ? be->reduction() : "?", tr.n, tr.height, tr.width, tr.num_classes, base_lr);
     if (ds_signals_install()) ds_die("cannot handle signals");
     int rc = ds_train(m, &plan);
     if (rc >= 0 && ds_test_hooks_get()->pause_before_exit) ds_test_pause("dstrain is done");

@@ -1,0 +1,84 @@
+#!/bin/bash
+# --deterministic training on several GPUs, on the emulated CUDA device (tests/emu, make emu;
+# tests/run.sh runs this file only in its emulated passes). Under --deterministic the CUDA
+# backend reduces the gradients with NCCL moving data only (an all-to-all, then an
+# all-gather or a gather to rank 0) and its own kernel adding the ranks' copies in rank
+# order, and adds one rank's micro-batches in the same order; the emulated NCCL's allreduce
+# sums in an order that varies per call, as real NCCL's may, so a sum left to it shows.
+#   - mpirun -np 3 equals one process at --accum 3, bitwise;
+#   - -np 2 --accum 3 equals --accum 6, bitwise (micro-batches reduced to rank 0 as they end);
+#   - a run stopped at step 2 on 3 ranks and resumed on 1 (--accum 3) equals the run never
+#     stopped, bitwise;
+#   - without --deterministic the NCCL allreduce runs, agrees within the GPU's bound, and is
+#     not those bits (so the cases above would see a sum left to NCCL);
+#   - the start-up line and the checkpoint's /reduction name the reduction that ran.
+# Small on purpose: resnet20 at crop 16, micro-batches of 2, one thread each.
+. "$(dirname "$0")/lib.sh"
+
+if ! command -v mpirun >/dev/null; then
+    echo "SKIP emu_deterministic: mpirun not found"
+    finish
+fi
+make_bar_images "$T/tree" 12 4 31 && split_pack "$T/tree" 0.25 "$T/split" "$T/train" ||
+    { fail data "cannot make the synthetic set"; finish; }
+
+# 36 training images; micro-batches of 2: global batch 6 (6 steps an epoch) or 12 (3)
+RUN=(--train "$T/train" --arch resnet20 --crop 16 --batch 2 --lr 0.05 --lr-scaling none --warmup-epochs 0
+     --augment standard --pad 2 --log-every 100 --threads 1 --loader-threads 1 --device cuda --precision fp32)
+DET=("${RUN[@]}" --deterministic)
+MPIRUN=(timeout 900 mpirun --allow-run-as-root --oversubscribe)
+
+bitwise() {  # A B: /model and /optimizer identical
+    h5diff -q "$1" "$2" /model /model && h5diff -q "$1" "$2" /optimizer /optimizer
+}
+reduction_is() {  # CKPT NAME: the checkpoint records NAME as its reduction
+    "$PYTHON" - "$@" <<'PY'
+import sys
+import h5py
+f = h5py.File(sys.argv[1], "r")
+got = f.attrs.get("reduction")
+got = got.decode() if isinstance(got, bytes) else got
+print("%s: reduction %s" % (sys.argv[1].split("/")[-2], got))
+sys.exit(got != sys.argv[2])
+PY
+}
+
+# ---- one process, 3 micro-batches a step: the reference, checkpoints at 2 and 4 ----
+dstrain "${DET[@]}" --accum 3 --max-steps 4 --ckpt-steps 2 -o "$T/acc3" 2>"$T/acc3.err" ||
+    { fail emu_det_accum3_runs "$(tail -5 "$T/acc3.err")"; finish; }
+pass emu_det_accum3_runs
+
+# ---- 3 ranks, one micro-batch each ----
+"${MPIRUN[@]}" -np 3 dstrain "${DET[@]}" --max-steps 2 -o "$T/np3" 2>"$T/np3.err" ||
+    { fail emu_det_np3_runs "$(tail -5 "$T/np3.err")"; finish; }
+pass emu_det_np3_runs
+check emu_det_np3_equals_accum3 bitwise "$T/acc3/ckpt-00000002.h5" "$T/np3/ckpt-00000002.h5"
+check emu_det_np3_startup_line_names_ordered grep -q "gradients summed ordered" "$T/np3.err"
+check emu_det_np3_checkpoint_names_ordered reduction_is "$T/np3/ckpt-00000002.h5" ordered
+
+# ---- stopped at step 2 on 3 ranks, resumed on 1 to step 4 ----
+dstrain "${DET[@]}" --accum 3 --max-steps 4 --resume "$T/np3" 2>"$T/resume1.err" ||
+    fail emu_det_resume_np3_on_1_runs "$(tail -5 "$T/resume1.err")"
+check emu_det_resume_np3_on_1_equals_uninterrupted bitwise "$T/acc3/ckpt-00000004.h5" "$T/np3/ckpt-00000004.h5"
+
+# ---- 2 ranks of 3 micro-batches against one process of 6 ----
+dstrain "${DET[@]}" --accum 6 --max-steps 2 -o "$T/acc6" 2>"$T/acc6.err" ||
+    fail emu_det_accum6_runs "$(tail -5 "$T/acc6.err")"
+"${MPIRUN[@]}" -np 2 dstrain "${DET[@]}" --accum 3 --max-steps 2 -o "$T/np2a3" 2>"$T/np2a3.err" ||
+    fail emu_det_np2_accum3_runs "$(tail -5 "$T/np2a3.err")"
+check emu_det_np2_accum3_equals_accum6 bitwise "$T/acc6/ckpt-00000002.h5" "$T/np2a3/ckpt-00000002.h5"
+
+# ---- without --deterministic: NCCL's allreduce, within the bound ----
+"${MPIRUN[@]}" -np 3 dstrain "${RUN[@]}" --max-steps 2 -o "$T/np3nd" 2>"$T/np3nd.err" ||
+    fail emu_nondet_np3_runs "$(tail -5 "$T/np3nd.err")"
+check emu_nondet_np3_startup_line_names_allreduce grep -q "gradients summed nccl-allreduce" "$T/np3nd.err"
+check emu_nondet_np3_checkpoint_names_allreduce reduction_is "$T/np3nd/ckpt-00000002.h5" nccl-allreduce
+# the emulated NCCL's order shows: what the bitwise cases above would see of a sum left to it
+if bitwise "$T/acc3/ckpt-00000002.h5" "$T/np3nd/ckpt-00000002.h5" 2>/dev/null; then
+    fail emu_nondet_np3_differs_from_ordered "ncclAllReduce's sums gave the ordered bits: the cases above prove nothing"
+else
+    pass emu_nondet_np3_differs_from_ordered
+fi
+check emu_nondet_np3_close_to_accum3 steps_close "$T/acc3/ckpt-00000002.h5" "$T/np3nd/ckpt-00000002.h5" 2e-2 \
+    "np 3 over ncclAllReduce against --deterministic --accum 3"
+finish
