@@ -4,7 +4,7 @@
 #   make test       install what is missing, then the quick tier of the suite (the normal build;
 #                   long tests left out and counted)
 #   make check      install what is missing, then every test: both builds, the long tests, the
-#                   sanitizer pass (CI runs this)
+#                   sanitizer pass, the CUDA tests on the emulated device (CI runs this)
 #   make test-san   the sanitizer pass alone (quick tier)
 #   make compare RUNS="a b"  runs side by side: a table and compare.png
 #   make bench      build the benchmarks (make bench-build) and run bench/run.sh (BENCH="ops ...")
@@ -238,12 +238,16 @@ test: deps
 	@BIN=$(BIN) BUILD=$(BUILD) tests/run.sh
 
 # Everything: the whole suite with its long tests on the normal build, then the unit and
-# pipeline tests again on the sanitizer build (ASan + UBSan + LeakSanitizer; tests/run.sh
-# --long --san); the last line counts both passes.
+# pipeline tests again on the sanitizer build (ASan + UBSan + LeakSanitizer), then the CUDA
+# tests on the emulated device, plain and under ASan and TSan (tests/run.sh --long --san
+# --emu); the last line counts every pass.
 check: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all
 	@$(MAKE) --no-print-directory -j$(NPROC) SAN=1 all
-	@BIN=$(BIN) BUILD=$(BUILD) tests/run.sh --long --san
+	@$(MAKE) --no-print-directory emu
+	@$(MAKE) --no-print-directory emu EMU_SAN=address
+	@$(MAKE) --no-print-directory emu EMU_SAN=thread
+	@BIN=$(BIN) BUILD=$(BUILD) tests/run.sh --long --san --emu
 
 # Every C source compiled, not linked (-O0: seconds), for the x86-64 levels the CPU kernels
 # come in: an intrinsic outside a function whose target attribute allows it fails on each
