@@ -13,7 +13,7 @@
  *   check and DESIGN §2's table (checked by test_checkpoint) all follow. A reader takes any
  *   integer or float width and fixed or variable-length strings; an attribute outside the
  *   table is an extra: kept and rewritten, read by no tool (dstrain adds lr_effective,
- *   device, precision).
+ *   device, precision, kernels).
  *
  * Files are written with object time tracking off to NAME.tmp, then fsynced and renamed:
  * the same state gives the same bytes, and a crash never leaves a half checkpoint.
@@ -33,8 +33,8 @@ typedef struct {
     double train_loss, val_top1, val_top5, images_per_s, seconds;
 } ds_metrics_row;
 
-/* An extra root attribute: one no tool reads (dstrain's lr_effective, device, precision),
- * kept for people and rewritten on resume. A field a tool reads is a member of ds_ckpt_meta. */
+/* An extra root attribute: one no tool reads (dstrain's lr_effective, device, precision,
+ * kernels), kept for people and rewritten on resume. A field a tool reads is a member of ds_ckpt_meta. */
 typedef enum { DS_ATTR_INT, DS_ATTR_FLOAT, DS_ATTR_STRING } ds_attr_type;
 typedef struct {
     char name[48];
