@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "image.h"
 #include "model.h"
 
 typedef struct {
@@ -56,7 +57,7 @@ typedef struct {
     int global_batch;      /* 0: not recorded */
     int data_height, data_width;  /* the training shards' stored size (dseval decodes a manifest
                                      at it); 0: not recorded, not written */
-    char data_fit[8];      /* the training shards' fit, "crop" or "squash"; "": not recorded */
+    ds_fit data_fit;       /* the training shards' fit; DS_FIT_UNSET: not recorded */
     double epoch_loss_sum; /* sum of the step losses of the running epoch so far */
     double epoch_seconds;  /* training seconds of the running epoch so far */
     int64_t crop_ramp[4];  /* --min-crop (0: no ramp), --ramp-start, --ramp-end, --crop-step;
