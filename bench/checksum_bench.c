@@ -51,7 +51,7 @@ static int make_set(const char *dir, size_t n, int size, int with_sums)
         char name[32];
         snprintf(name, sizeof name, "shard-%05d.h5", k);
         char *p = ds_path_join(dir, name);
-        ds_shard_meta m = {.height = size, .width = size, .fit = "crop", .shard_index = k, .shard_count = SHARDS,
+        ds_shard_meta m = {.height = size, .width = size, .fit = DS_FIT_CROP, .shard_index = k, .shard_count = SHARDS,
                            .classes = classes, .num_classes = 2};
         img[0] = (uint8_t)k;
         rc = ds_shard_write(p, &m, img, labels, paths, count);

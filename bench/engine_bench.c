@@ -41,6 +41,7 @@ int main(int argc, char **argv)
 {
     ds_log_init("engine_bench");
     const char *device = "cpu", *precision = NULL;
+    ds_device dev;
     int deterministic = 0, warmup = 1, a = 1;
     for (; a < argc && !strncmp(argv[a], "--", 2); a++) {
         if (!strcmp(argv[a], "--deterministic")) deterministic = 1;
@@ -59,7 +60,8 @@ int main(int argc, char **argv)
 
     ds_backend_opts bo = {.precision = DS_PRECISION_FP32, .deterministic = deterministic};
     if (precision && ds_precision_parse(precision, &bo.precision)) return usage();
-    const ds_backend *be = ds_backend_select(device, &bo);
+    if (ds_device_parse(device, &dev)) return usage();
+    const ds_backend *be = ds_backend_select(dev, &bo);
     if (!be) return 1;
     ds_model_config cfg = {.arch = arch, .num_classes = !strcmp(arch, "resnet20") ? 10 : 1000,
                            .max_batch = batch, .height = size, .width = size, .training = train};

@@ -338,7 +338,7 @@ int main(int argc, char **argv)
     cpu_clock = clk && !strcmp(clk, "cpu");
     if (argc > 2 && !strcmp(argv[1], "--precision")) {
         ds_backend_opts o = {0};
-        if (ds_precision_parse(argv[2], &o.precision) || !(be_run = ds_backend_select("cpu", &o))) return 2;
+        if (ds_precision_parse(argv[2], &o.precision) || !(be_run = ds_backend_select(DS_DEVICE_CPU, &o))) return 2;
         argc -= 2, argv += 2;
     }
     const char *which = argc > 1 ? argv[1] : "all";

@@ -16,6 +16,23 @@ const char *ds_precision_name(ds_precision p)
     return (unsigned)p < sizeof precision_names / sizeof *precision_names ? precision_names[p] : "?";
 }
 
+static const char *const device_names[] = {"auto", "cpu", "cuda"};
+
+const char *ds_device_name(ds_device d)
+{
+    return (unsigned)d < sizeof device_names / sizeof *device_names ? device_names[d] : "?";
+}
+
+int ds_device_parse(const char *name, ds_device *out)
+{
+    for (unsigned i = 0; i < sizeof device_names / sizeof *device_names; i++)
+        if (name && !strcmp(name, device_names[i])) {
+            *out = (ds_device)i;
+            return 0;
+        }
+    return ds_err("--device %s: unknown device (expected cpu, cuda or auto)", name ? name : "(none)");
+}
+
 size_t ds_dtype_size(ds_dtype t) { return t == DS_BF16 ? 2 : 4; }
 const char *ds_dtype_name(ds_dtype t) { return t == DS_BF16 ? "bf16" : "f32"; }
 
@@ -38,14 +55,13 @@ static const ds_backend *cpu_backend(ds_precision p)
     return NULL;
 }
 
-const ds_backend *ds_backend_select(const char *device, const ds_backend_opts *opts)
+const ds_backend *ds_backend_select(ds_device device, const ds_backend_opts *opts)
 {
     static const ds_backend_opts defaults = {.precision = DS_PRECISION_FP32};
     if (!opts) opts = &defaults;
-    if (!device) device = "auto";
-    if (!strcmp(device, "cpu")) return cpu_backend(opts->precision);
-    if (strcmp(device, "auto") && strcmp(device, "cuda")) {
-        ds_err("--device %s: unknown device (expected cpu, cuda or auto)", device);
+    if (device == DS_DEVICE_CPU) return cpu_backend(opts->precision);
+    if (device != DS_DEVICE_AUTO && device != DS_DEVICE_CUDA) {
+        ds_err("--device %d: unknown device (expected cpu, cuda or auto)", (int)device);
         return NULL;
     }
 #ifdef DS_HAVE_CUDA
@@ -56,10 +72,10 @@ const ds_backend *ds_backend_select(const char *device, const ds_backend_opts *o
         if (o.precision == DS_PRECISION_AUTO) o.precision = DS_PRECISION_BF16;
         return ds_cuda_select(&o);
     }
-    if (!strcmp(device, "auto")) return cpu_backend(opts->precision);
+    if (device == DS_DEVICE_AUTO) return cpu_backend(opts->precision);
     ds_err("--device cuda: no CUDA device is visible (try --device cpu)");
 #else
-    if (!strcmp(device, "auto")) return cpu_backend(opts->precision);
+    if (device == DS_DEVICE_AUTO) return cpu_backend(opts->precision);
     ds_err("--device cuda: this build has no CUDA support (rebuild with nvcc available, or use --device cpu)");
 #endif
     return NULL;

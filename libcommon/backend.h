@@ -65,6 +65,14 @@ const char *ds_precision_name(ds_precision p);
 /* Parses one of those names; returns 0, or -1 with a message naming the choices. */
 int ds_precision_parse(const char *name, ds_precision *out);
 
+/* Where to compute (--device). AUTO: cuda when a GPU is visible, else the CPU. */
+typedef enum { DS_DEVICE_AUTO, DS_DEVICE_CPU, DS_DEVICE_CUDA } ds_device;
+
+/* "auto", "cpu", "cuda": the enum's order is the names' order. */
+const char *ds_device_name(ds_device d);
+/* Parses one of those names; returns 0, or -1 with a message naming the choices. */
+int ds_device_parse(const char *name, ds_device *out);
+
 /* What a tool asks of the backend it selects. */
 typedef struct {
     ds_precision precision;  /* arithmetic of the convolutions (and a GPU's GEMMs): the CPU
@@ -278,8 +286,8 @@ extern const ds_backend ds_backend_cpu_bf16;
  * GPU: selecting cuda again reconfigures the same backend (tests compare precisions). On
  * the CPU, fp32 and bf16 are two backends and tf32 is an error (a tensor-core format: the
  * CPU has no such arithmetic, and a silent fp32 would be a lie in the run's record).
- * Returns NULL with a message when the device is unknown or unavailable, or cannot compute
- * in the precision asked. */
-const ds_backend *ds_backend_select(const char *device, const ds_backend_opts *opts);
+ * Returns NULL with a message when the device is unavailable, or cannot compute in the
+ * precision asked. */
+const ds_backend *ds_backend_select(ds_device device, const ds_backend_opts *opts);
 
 #endif

@@ -27,6 +27,7 @@ void ds_ckpt_meta_init(ds_ckpt_meta *meta)
     memcpy(meta->std, imagenet_std, sizeof meta->std);
     meta->world_size = 1;
     meta->bn_bias_decay = -1;
+    meta->data_fit = DS_FIT_UNSET;
 }
 
 void ds_ckpt_meta_free(ds_ckpt_meta *meta)
@@ -118,6 +119,7 @@ typedef enum {
     K_F32,       /* float32 / float */
     K_F64,       /* float64 / double */
     K_CHARS,     /* string / char[cap] */
+    K_FIT,       /* string "crop" or "squash" / ds_fit */
     K_STRPTR,    /* string / char * (owned; for people: any other type reads as none) */
 } attr_kind;
 
@@ -150,7 +152,6 @@ typedef struct {
     const char *options[4];    /* the dstrain option each value records, which --resume takes back */
 } ckpt_attr;
 
-static int fit_known(const char *fit) { return !strcmp(fit, "crop") || !strcmp(fit, "squash"); }
 static int arch_known(const char *arch) { return ds_arch_known(arch); }
 
 #define M(member) offsetof(ds_ckpt_meta, member)
@@ -189,8 +190,8 @@ static const ckpt_attr attrs[] = {
     {.name = "data_width", .kind = K_I64_INT, .count = 1, .offset = M(data_width), .rule = R_IF_SET, .min = 1,
      .max = 65535, .type = "int64", .meaning = "their width (with `data_height` or not at all)",
      .used_by = "dseval on a manifest"},
-    {.name = "data_fit", .kind = K_CHARS, .count = 1, .offset = M(data_fit), .cap = sizeof(((ds_ckpt_meta *)0)->data_fit),
-     .rule = R_IF_SET, .valid = fit_known, .valid_what = "'crop' or 'squash'", .type = "string",
+    {.name = "data_fit", .kind = K_FIT, .count = 1, .offset = M(data_fit), .rule = R_IF_SET, .unset = DS_FIT_UNSET,
+     .valid_what = "'crop' or 'squash'", .type = "string",
      .meaning = "their fit, `crop` or `squash` (default: `crop`)", .used_by = "dseval on a manifest"},
     {.name = "crop_ramp", .kind = K_I64, .count = 4, .offset = M(crop_ramp), .rule = R_IF_SET, .max = BIG,
      .set_index = 3, .after_extras = 1, .options = {"min-crop", "ramp-start", "ramp-end", "crop-step"},
@@ -230,6 +231,7 @@ static double value_at(const ds_ckpt_meta *meta, const ckpt_attr *a, int i)
     case K_U64: return (double)((const uint64_t *)v)[i];
     case K_F32: return ((const float *)v)[i];
     case K_F64: return ((const double *)v)[i];
+    case K_FIT: return *(const ds_fit *)v;
     default: return 0;
     }
 }
@@ -264,6 +266,7 @@ static int write_attrs(hid_t f, const ds_ckpt_meta *meta, int after_extras, cons
         *what = a->name;
         int rc;
         if (a->kind == K_CHARS) rc = ds_h5_attr_write_str(f, a->name, (const char *)field(meta, a));
+        else if (a->kind == K_FIT) rc = ds_h5_attr_write_str(f, a->name, ds_fit_name(*(const ds_fit *)field(meta, a)));
         else if (a->kind == K_STRPTR) {
             const char *s = *(char *const *)field(meta, a);
             rc = ds_h5_attr_write_str(f, a->name, s ? s : "{}");
@@ -292,6 +295,15 @@ static int read_attrs(hid_t f, const char *path, ds_ckpt_meta *meta)
         }
         if (a->kind == K_STRPTR) {
             *(char **)field(meta, a) = ds_h5_attr_read_str(f, a->name);
+            meta->found |= 1u << i;
+            continue;
+        }
+        if (a->kind == K_FIT) {
+            char *s = ds_h5_attr_read_str(f, a->name);
+            int fit = s ? ds_fit_parse(s) : -1;
+            free(s);
+            if (fit < 0) return ds_err("%s: %s attribute is not %s", path, a->name, a->valid_what);
+            *(ds_fit *)field(meta, a) = (ds_fit)fit;
             meta->found |= 1u << i;
             continue;
         }
@@ -501,8 +513,8 @@ int ds_ckpt_save(const char *path, ds_model *m, const ds_ckpt_meta *meta)
                       ds_model_config_of(m)->num_classes);
     if (meta->data_height < 0 || meta->data_width < 0 || (meta->data_height > 0) != (meta->data_width > 0))
         return ds_err("%s: data size %dx%d is not a size", path, meta->data_height, meta->data_width);
-    if (meta->data_fit[0] && !fit_known(meta->data_fit))
-        return ds_err("%s: data_fit '%s' is not 'crop' or 'squash'", path, meta->data_fit);
+    if (meta->data_fit != DS_FIT_UNSET && meta->data_fit != DS_FIT_CROP && meta->data_fit != DS_FIT_SQUASH)
+        return ds_err("%s: data_fit %d is not crop or squash", path, (int)meta->data_fit);
     char *tmp = ds_tmp_name(path);
 
     ds_h5_quiet q;

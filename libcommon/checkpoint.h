@@ -13,7 +13,7 @@
  *   check and DESIGN §2's table (checked by test_checkpoint) all follow. A reader takes any
  *   integer or float width and fixed or variable-length strings; an attribute outside the
  *   table is an extra: kept and rewritten, read by no tool (dstrain adds lr_effective,
- *   device, precision).
+ *   device, precision, kernels).
  *
  * Files are written with object time tracking off to NAME.tmp, then fsynced and renamed:
  * the same state gives the same bytes, and a crash never leaves a half checkpoint.
@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "image.h"
 #include "model.h"
 
 typedef struct {
@@ -33,8 +34,8 @@ typedef struct {
     double train_loss, val_top1, val_top5, images_per_s, seconds;
 } ds_metrics_row;
 
-/* An extra root attribute: one no tool reads (dstrain's lr_effective, device, precision),
- * kept for people and rewritten on resume. A field a tool reads is a member of ds_ckpt_meta. */
+/* An extra root attribute: one no tool reads (dstrain's lr_effective, device, precision,
+ * kernels), kept for people and rewritten on resume. A field a tool reads is a member of ds_ckpt_meta. */
 typedef enum { DS_ATTR_INT, DS_ATTR_FLOAT, DS_ATTR_STRING } ds_attr_type;
 typedef struct {
     char name[48];
@@ -56,7 +57,7 @@ typedef struct {
     int global_batch;      /* 0: not recorded */
     int data_height, data_width;  /* the training shards' stored size (dseval decodes a manifest
                                      at it); 0: not recorded, not written */
-    char data_fit[8];      /* the training shards' fit, "crop" or "squash"; "": not recorded */
+    ds_fit data_fit;       /* the training shards' fit; DS_FIT_UNSET: not recorded */
     double epoch_loss_sum; /* sum of the step losses of the running epoch so far */
     double epoch_seconds;  /* training seconds of the running epoch so far */
     int64_t crop_ramp[4];  /* --min-crop (0: no ramp), --ramp-start, --ramp-end, --crop-step;

@@ -7,5 +7,5 @@ const ds_backend *ds_compute_setup(const ds_compute_options *c, int data_paralle
     if (c->threads > 0) omp_set_num_threads((int)c->threads);
     ds_backend_opts bo = {.precision = (ds_precision)c->precision_index, .deterministic = c->deterministic,
                           .data_parallel = data_parallel};
-    return ds_backend_select(c->device, &bo);
+    return ds_backend_select((ds_device)c->device_index, &bo);
 }

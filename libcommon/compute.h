@@ -13,9 +13,12 @@
 
 /* --precision's choices, in the order of ds_precision: a choice's index is its enum value. */
 #define DS_PRECISION_CHOICES "fp32|tf32|bf16|auto"
+/* --device's choices, in the order of ds_device. */
+#define DS_DEVICE_CHOICES "auto|cpu|cuda"
 
 typedef struct {
-    const char *device;        /* auto|cpu|cuda, as ds_backend_select takes it */
+    const char *device;        /* the name given (recorded in configs) */
+    int device_index;          /* its ds_device (set by ds_cli_parse) */
     const char *precision;     /* the name given (recorded in configs) */
     int precision_index;       /* its ds_precision (set by ds_cli_parse) */
     int deterministic;
@@ -23,11 +26,12 @@ typedef struct {
     long long loader_threads;  /* 0: the tool's default */
 } ds_compute_options;
 
-#define DS_COMPUTE_DEFAULTS {.device = "auto", .precision = "auto", .precision_index = DS_PRECISION_AUTO}
+#define DS_COMPUTE_DEFAULTS {.device = "auto", .device_index = DS_DEVICE_AUTO, .precision = "auto", .precision_index = DS_PRECISION_AUTO}
 
 /* The five table entries; `c` is the tool's ds_compute_options (static storage). */
 #define DS_COMPUTE_OPTIONS(c, loader_threads_help)                                                                 \
-    DS_CHOICE("device", &(c).device, "auto|cpu|cuda", "where to compute (auto: cuda when a GPU is visible)"),       \
+    DS_CHOICE_INDEX("device", &(c).device, &(c).device_index, DS_DEVICE_CHOICES,                                   \
+                    "where to compute (auto: cuda when a GPU is visible)"),                                         \
     DS_CHOICE_INDEX("precision", &(c).precision, &(c).precision_index, DS_PRECISION_CHOICES,                       \
                     "arithmetic of the convolutions: bf16 (GPU: tensor cores; CPU: bf16 operands, fp32 sums; "    \
                     "BN, loss and training's master weights stay fp32), tf32 (GPU only), fp32 (GPU: without "      \

@@ -10,11 +10,11 @@
 int ds_eval_protocol(char *buf, size_t len, const ds_source *src, int crop)
 {
     int S = src->height;
-    if (src->height != src->width || (strcmp(src->fit, "crop") && strcmp(src->fit, "squash"))) {
+    if (src->height != src->width || (src->fit != DS_FIT_CROP && src->fit != DS_FIT_SQUASH)) {
         snprintf(buf, len, "stored %dx%d, centre crop %d", src->height, src->width, crop);
         return 0;
     }
-    if (!strcmp(src->fit, "squash")) {
+    if (src->fit == DS_FIT_SQUASH) {
         if (crop == S) snprintf(buf, len, "resize to %dx%d (squash)", S, S);
         else snprintf(buf, len, "resize to %dx%d (squash), centre crop %d", S, S, crop);
         return 0;

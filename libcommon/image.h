@@ -42,7 +42,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { DS_FIT_CROP = 0, DS_FIT_SQUASH = 1 } ds_fit;
+/* How an image is fitted to its stored size: one type wherever a fit is held (dspack's
+ * options, a shard, a source, a checkpoint's data_fit); the file formats spell it "crop" or
+ * "squash". DS_FIT_UNSET: a record that names none (a checkpoint without data_fit, dseval
+ * without --fit). DS_FIT_CHOICES lists the names in the enum's order, for DS_CHOICE_INDEX. */
+typedef enum { DS_FIT_UNSET = -1, DS_FIT_CROP = 0, DS_FIT_SQUASH = 1 } ds_fit;
+#define DS_FIT_CHOICES "crop|squash"
 
 /* Pillow's Image.MAX_IMAGE_PIXELS. */
 #define DS_DEFAULT_MAX_PIXELS 178956970ULL
@@ -92,7 +97,7 @@ int ds_image_decode_resized(ds_decoder *d, const uint8_t *data, size_t len, int 
 int ds_image_load_resized(ds_decoder *d, const char *path, int size, ds_fit fit, uint64_t max_pixels,
                           uint8_t *out, char *reason, size_t reason_len);
 
-/* "crop" / "squash" <-> ds_fit; -1 for an unknown name. */
+/* "crop" / "squash" <-> ds_fit; -1 (DS_FIT_UNSET) for an unknown name. */
 int ds_fit_parse(const char *name);
 const char *ds_fit_name(ds_fit fit);
 

@@ -16,11 +16,14 @@ void ds_json_init(ds_json *j, ds_json_style style)
     j->cap = 256;
     j->buf = ds_xmalloc(j->cap);
     j->buf[0] = 0;
+    j->levels = DS_JSON_DEPTH;
+    j->count = ds_xmalloc((size_t)j->levels * sizeof *j->count);
 }
 
 void ds_json_free(ds_json *j)
 {
     free(j->buf);
+    free(j->count);
     memset(j, 0, sizeof *j);
 }
 
@@ -108,8 +111,11 @@ void ds_json_begin(ds_json *j, const char *key)
 {
     member(j, key);
     puts_(j, "{");
-    if (j->depth < DS_JSON_DEPTH) j->count[j->depth] = 0;
-    j->depth++;
+    if (j->depth == j->levels) {   /* one more level than the counts hold */
+        j->levels *= 2;
+        j->count = ds_xrealloc(j->count, (size_t)j->levels * sizeof *j->count);
+    }
+    j->count[j->depth++] = 0;
 }
 
 void ds_json_end(ds_json *j)

@@ -24,14 +24,16 @@
 
 typedef enum { DS_JSON_SPACED, DS_JSON_COMPACT } ds_json_style;
 
+/* Levels the counts hold at first; they grow with deeper nesting. */
 #define DS_JSON_DEPTH 8
 
 typedef struct {
     char *buf;
     size_t len, cap;
     ds_json_style style;
-    int depth;
-    int count[DS_JSON_DEPTH];   /* members written so far at each open level */
+    int depth;                  /* objects open */
+    int levels;                 /* entries in count */
+    int *count;                 /* members written so far at each open level */
 } ds_json;
 
 void ds_json_init(ds_json *j, ds_json_style style);

@@ -111,7 +111,7 @@ static int shard_reusable(packer *pk, int k, size_t first, size_t count, size_t 
         return 0;
     }
     if (s.shard_index != k || s.shard_count != pk->shard_count || s.height != pk->o->size || s.width != pk->o->size ||
-        strcmp(s.fit, ds_fit_name(pk->o->fit)) || s.num_classes != pk->num_classes || s.n > count ||
+        s.fit != pk->o->fit || s.num_classes != pk->num_classes || s.n > count ||
         s.contiguous != (pk->o->compress == 0) || !s.checksums) /* no /checksums: packed before them */
         goto out;
     for (int c = 0; c < s.num_classes; c++)
@@ -255,7 +255,7 @@ static int pack_shard(packer *pk, int k, size_t first, size_t count, size_t *pac
 {
     size_t ib = image_bytes(pk);
     size_t done = pk->done;
-    ds_shard_meta meta = {.height = pk->o->size, .width = pk->o->size, .fit = ds_fit_name(pk->o->fit),
+    ds_shard_meta meta = {.height = pk->o->size, .width = pk->o->size, .fit = pk->o->fit,
                           .shard_index = k, .shard_count = pk->shard_count, .classes = pk->classes,
                           .num_classes = pk->num_classes, .compress = pk->o->compress, .config = pk->config};
     char *path = shard_path(pk, k);

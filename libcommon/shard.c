@@ -111,7 +111,7 @@ static int write_file(const char *tmp, const ds_shard_meta *meta, const uint8_t 
                       const int32_t *labels, char *const *paths, size_t n, uint64_t *offset, uint64_t *sums_offset)
 {
     if (meta->height <= 0 || meta->width <= 0 || meta->num_classes <= 0 || meta->compress < 0 ||
-        meta->compress > 9 || !meta->fit)
+        meta->compress > 9 || (meta->fit != DS_FIT_CROP && meta->fit != DS_FIT_SQUASH))
         return ds_err("%s: bad shard parameters", tmp);
     ds_h5_quiet q;
     const char *what = "create";
@@ -121,7 +121,7 @@ static int write_file(const char *tmp, const ds_shard_meta *meta, const uint8_t 
     what = "attributes";
     if (ds_h5_write_header(f, "shard") ||
         attr_int(f, "height", meta->height) || attr_int(f, "width", meta->width) ||
-        ds_h5_attr_write_str(f, "fit", meta->fit) || attr_int(f, "shard_index", meta->shard_index) ||
+        ds_h5_attr_write_str(f, "fit", ds_fit_name(meta->fit)) || attr_int(f, "shard_index", meta->shard_index) ||
         attr_int(f, "shard_count", meta->shard_count) || attr_int(f, "num_classes", meta->num_classes))
         goto out;
     if (meta->config && ds_h5_attr_write_str(f, "config", meta->config)) goto out;
@@ -442,7 +442,8 @@ int ds_shard_open_quiet(ds_shard *s, const char *path, char *why, size_t why_len
         bad = "height/width attributes missing or out of range";
         goto out;
     }
-    if (read_attr_str(f, "fit", s->fit, sizeof s->fit) || (strcmp(s->fit, "crop") && strcmp(s->fit, "squash"))) {
+    char fit[8];
+    if (read_attr_str(f, "fit", fit, sizeof fit) || (s->fit = (ds_fit)ds_fit_parse(fit)) == DS_FIT_UNSET) {
         bad = "fit attribute missing or not 'crop'/'squash'";
         goto out;
     }
@@ -633,7 +634,7 @@ int ds_shardset_open(ds_shardset *set, const char *dir)
         const char *bad = NULL;
         if (s->shard_index != i) bad = "shard_index does not match its file name";
         else if (s->shard_count != found) bad = "shard_count does not match the number of shard files";
-        else if (s->height != s0->height || s->width != s0->width || strcmp(s->fit, s0->fit))
+        else if (s->height != s0->height || s->width != s0->width || s->fit != s0->fit)
             bad = "image size or fit differs from shard-00000.h5";
         else if (s->num_classes != s0->num_classes) bad = "num_classes differs from shard-00000.h5";
         else

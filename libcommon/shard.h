@@ -17,11 +17,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "image.h"
+
 /* ---- writing (dspack) ---- */
 
 typedef struct {
     int height, width;
-    const char *fit;             /* "crop" or "squash" */
+    ds_fit fit;                  /* DS_FIT_CROP or DS_FIT_SQUASH */
     int shard_index, shard_count;
     char *const *classes;        /* [num_classes] */
     int num_classes;
@@ -73,7 +75,7 @@ typedef struct {
                                     ds_shard_read_images reopens it when called) */
     size_t n;                    /* images in this shard */
     int height, width;
-    char fit[8];
+    ds_fit fit;                  /* from the "fit" attribute: crop or squash */
     int shard_index, shard_count;
     int num_classes;
     char **classes;              /* [num_classes] */

@@ -125,7 +125,7 @@ int ds_source_open_shards(ds_source *s, const char *dir)
     s->n = im->set.total;
     s->height = first->height;
     s->width = first->width;
-    snprintf(s->fit, sizeof s->fit, "%s", first->fit);
+    s->fit = first->fit;
     s->num_classes = first->num_classes;
     s->classes = ds_xmalloc((size_t)s->num_classes * sizeof *s->classes);
     for (int c = 0; c < s->num_classes; c++) s->classes[c] = ds_xstrdup(first->classes[c]);
@@ -166,11 +166,10 @@ static const char *manifest_path(const ds_source *s, size_t i)
     return im->m.items[i].path;
 }
 
-int ds_source_open_manifest(ds_source *s, const char *manifest, const char *root, int size, const char *fit)
+int ds_source_open_manifest(ds_source *s, const char *manifest, const char *root, int size, ds_fit fit)
 {
     memset(s, 0, sizeof *s);
-    int f = ds_fit_parse(fit);
-    if (f < 0) return ds_err("%s: unknown fit '%s' (expected crop or squash)", manifest, fit);
+    if (fit != DS_FIT_CROP && fit != DS_FIT_SQUASH) return ds_err("%s: fit %d is not crop or squash", manifest, (int)fit);
     if (size <= 0) return ds_err("%s: image size %d is not positive", manifest, size);
     manifest_impl *im = ds_xcalloc(1, sizeof *im);
     if (ds_manifest_read(&im->m, manifest)) {
@@ -206,9 +205,9 @@ int ds_source_open_manifest(ds_source *s, const char *manifest, const char *root
     }
     im->root = ds_xstrdup(root ? root : im->m.root);
     im->size = size;
-    im->fit = (ds_fit)f;
+    im->fit = fit;
     s->height = s->width = size;
-    snprintf(s->fit, sizeof s->fit, "%s", ds_fit_name(im->fit));
+    s->fit = fit;
     s->name = manifest;
     s->decodes = 1;
     s->read = manifest_read;
@@ -217,7 +216,7 @@ int ds_source_open_manifest(ds_source *s, const char *manifest, const char *root
     return 0;
 }
 
-int ds_source_open(ds_source *s, const char *data, int size, const char *fit)
+int ds_source_open(ds_source *s, const char *data, int size, ds_fit fit)
 {
     struct stat st;
     if (stat(data, &st)) return ds_err("%s: %s", data, strerror(errno));

@@ -22,7 +22,7 @@ typedef struct ds_source ds_source;
 struct ds_source {
     size_t n;                    /* images */
     int height, width;           /* stored size */
-    char fit[8];                 /* "crop" or "squash" */
+    ds_fit fit;                  /* crop or squash */
     int num_classes;
     char **classes;              /* [num_classes], owned */
     int32_t *labels;             /* [n], owned */
@@ -41,10 +41,9 @@ struct ds_source {
 int ds_source_open_shards(ds_source *s, const char *dir);
 /* A manifest decoded on the fly at `size` with `fit`; classes come from the classes.txt
  * beside it. root NULL: the manifest header's root. */
-int ds_source_open_manifest(ds_source *s, const char *manifest, const char *root, int size,
-                            const char *fit);
+int ds_source_open_manifest(ds_source *s, const char *manifest, const char *root, int size, ds_fit fit);
 /* Opens DATA as dseval takes it: a directory is a shard set, a file a manifest. */
-int ds_source_open(ds_source *s, const char *data, int size, const char *fit);
+int ds_source_open(ds_source *s, const char *data, int size, ds_fit fit);
 /* Sets up per-worker state (decoders) for up to `workers` concurrent readers. */
 int ds_source_prepare(ds_source *s, int workers);
 void ds_source_close(ds_source *s);

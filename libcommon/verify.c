@@ -37,7 +37,7 @@ static const char *set_mismatch(const ds_shard *s, int k, int count, const ds_sh
     if (s->shard_index != k) return "shard_index does not match its file name";
     if (s->shard_count != count) return "shard_count does not match the number of shard files";
     if (!ref || ref == s) return NULL;
-    if (s->height != ref->height || s->width != ref->width || strcmp(s->fit, ref->fit))
+    if (s->height != ref->height || s->width != ref->width || s->fit != ref->fit)
         return "image size or fit differs from the set's first shard";
     if (s->num_classes != ref->num_classes) return "num_classes differs from the set's first shard";
     for (int c = 0; c < s->num_classes; c++)

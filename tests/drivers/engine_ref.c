@@ -108,12 +108,12 @@ int main(int argc, char **argv)
 {
     ds_log_init("engine_ref");
     ds_backend_opts opts = {.precision = DS_PRECISION_FP32, .deterministic = 1};
-    const char *device = "cpu";
+    ds_device device = DS_DEVICE_CPU;
     for (;;) {
         if (argc > 2 && !strcmp(argv[1], "--precision")) {
             if (ds_precision_parse(argv[2], &opts.precision)) return 2;
         } else if (argc > 2 && !strcmp(argv[1], "--device")) {
-            device = argv[2];
+            if (ds_device_parse(argv[2], &device)) return 2;
         } else {
             break;
         }

@@ -98,7 +98,7 @@ static void test_round_trip(void)
     ds_ckpt_meta_set_float(&meta, "best_top1", 0.5);
     meta.data_height = 20;
     meta.data_width = 24;
-    snprintf(meta.data_fit, sizeof meta.data_fit, "squash");
+    meta.data_fit = DS_FIT_SQUASH;
     meta.epoch_loss_sum = 12.25;
     meta.epoch_seconds = 3.5;
     CHECK(ds_ckpt_save(path_in("a.h5"), a, &meta) == 0, "save");
@@ -120,7 +120,7 @@ static void test_round_trip(void)
     CHECK(size && size->type == DS_ATTR_INT && size->i == 256, "extra int");
     CHECK(best && best->type == DS_ATTR_FLOAT && best->f == 0.5, "extra float");
     CHECK(fabs(got.mean[0] - 0.485f) < 1e-7 && fabs(got.std[2] - 0.225f) < 1e-7, "mean/std");
-    CHECK(got.data_height == 20 && got.data_width == 24 && !strcmp(got.data_fit, "squash"), "data size and fit");
+    CHECK(got.data_height == 20 && got.data_width == 24 && got.data_fit == DS_FIT_SQUASH, "data size and fit");
     CHECK(got.epoch_loss_sum == 12.25 && got.epoch_seconds == 3.5, "epoch sums");
     CHECK(!ds_ckpt_meta_get(&got, "data_height") && !ds_ckpt_meta_get(&got, "epoch_seconds"),
           "a typed field also read as an extra");

@@ -4,6 +4,7 @@
 #include "../check.h"
 #include "cli.h"
 #include "compute.h"
+#include "image.h"
 
 #include <signal.h>
 #include <string.h>
@@ -153,6 +154,27 @@ static void test_precision_choices(void)
     check_end();
 }
 
+/* A --device choice's index is its ds_device, and a --fit choice's its ds_fit. */
+static void test_device_and_fit_choices(void)
+{
+    check_begin("compute_device_and_fit_choices");
+    char devices[] = DS_DEVICE_CHOICES, fits[] = DS_FIT_CHOICES;
+    int i = 0;
+    for (char *save, *p = strtok_r(devices, "|", &save); p; p = strtok_r(NULL, "|", &save), i++) {
+        ds_device e;
+        CHECK(ds_device_parse(p, &e) == 0 && (int)e == i && !strcmp(ds_device_name(e), p),
+              "choice %d '%s' is not ds_device %d", i, p, i);
+    }
+    CHECK(i == DS_DEVICE_CUDA + 1, "%d devices, not %d", i, DS_DEVICE_CUDA + 1);
+    ds_compute_options d = DS_COMPUTE_DEFAULTS;
+    CHECK(!strcmp(ds_device_name((ds_device)d.device_index), d.device), "defaults disagree");
+    i = 0;
+    for (char *save, *p = strtok_r(fits, "|", &save); p; p = strtok_r(NULL, "|", &save), i++)
+        CHECK(ds_fit_parse(p) == i && !strcmp(ds_fit_name((ds_fit)i), p), "choice %d '%s' is not ds_fit %d", i, p, i);
+    CHECK(i == DS_FIT_SQUASH + 1, "%d fits, not %d", i, DS_FIT_SQUASH + 1);
+    check_end();
+}
+
 /* "LO,HI" ranges: decimals and fractions; anything else refused. */
 static void test_range(void)
 {
@@ -174,6 +196,7 @@ int main(void)
     test_json();
     test_errors();
     test_precision_choices();
+    test_device_and_fit_choices();
     test_range();
     return check_exit();
 }

@@ -865,7 +865,7 @@ int main(void)
         return 0;
     }
     ds_backend_opts opts = {.precision = DS_PRECISION_FP32, .deterministic = 1};
-    if (!(G = ds_backend_select("cuda", &opts))) return 1;
+    if (!(G = ds_backend_select(DS_DEVICE_CUDA, &opts))) return 1;
     test_convs();
     test_bn(300, 48, 1, 1);
     test_bn(1000, 70, 0, 0);
@@ -886,10 +886,10 @@ int main(void)
     /* tf32 and bf16 convolutions, Find's choices (selecting again plans afresh) */
     tol = 1e-2;
     opts = (ds_backend_opts){.precision = DS_PRECISION_TF32};
-    if (!(G = ds_backend_select("cuda", &opts))) return 1;
+    if (!(G = ds_backend_select(DS_DEVICE_CUDA, &opts))) return 1;
     test_convs();
     opts.precision = DS_PRECISION_BF16;
-    if (!(G = ds_backend_select("cuda", &opts))) return 1;
+    if (!(G = ds_backend_select(DS_DEVICE_CUDA, &opts))) return 1;
     test_convs();
     /* bf16 storage against the CPU's bf16 backend: bf16 arithmetic, then the convolutions
      * under tf32 and fp32 (bf16 tensors copied to float32 in the workspace, results back) */
@@ -900,10 +900,10 @@ int main(void)
     test_pool_bf16();
     test_elementwise_bf16();
     opts.precision = DS_PRECISION_TF32;
-    if (!(G = ds_backend_select("cuda", &opts))) return 1;
+    if (!(G = ds_backend_select(DS_DEVICE_CUDA, &opts))) return 1;
     test_convs_bf16();
     opts.precision = DS_PRECISION_FP32;
-    if (!(G = ds_backend_select("cuda", &opts))) return 1;
+    if (!(G = ds_backend_select(DS_DEVICE_CUDA, &opts))) return 1;
     test_convs_bf16();
     return check_exit();
 }

@@ -1,6 +1,6 @@
 /* json: the one writer of every JSON text (json.h): separators per style, nesting, string
- * escaping, numbers at the precision asked, non-finite numbers as null, and texts that
- * outgrow the first buffer. */
+ * escaping, numbers at the precision asked, non-finite numbers as null, texts that
+ * outgrow the first buffer, and nesting deeper than the first counts hold. */
 #include "../check.h"
 #include "json.h"
 
@@ -66,5 +66,39 @@ int main(void)
           "%.80s...", text);
     check_end();
     free(text);
+
+    /* deeper than DS_JSON_DEPTH levels: the writer keeps its own bookkeeping; a guard laid
+     * right after the writer catches a write past it */
+    struct {
+        ds_json j;
+        unsigned char guard[256];
+    } g;
+    memset(g.guard, 0xa5, sizeof g.guard);
+    ds_json_init(&g.j, DS_JSON_COMPACT);
+    ds_json_begin(&g.j, NULL);
+    char deep_want[1024] = "{";
+    enum { LEVELS = 3 * DS_JSON_DEPTH };
+    for (int i = 0; i < LEVELS; i++) {
+        ds_json_int(&g.j, "a", i);
+        ds_json_begin(&g.j, "o");
+        snprintf(deep_want + strlen(deep_want), sizeof deep_want - strlen(deep_want), "\"a\":%d,\"o\":{", i);
+    }
+    ds_json_int(&g.j, "b", 1);
+    strcat(deep_want, "\"b\":1");
+    for (int i = 0; i < LEVELS; i++) {
+        ds_json_end(&g.j);
+        ds_json_int(&g.j, "c", i);
+        strcat(deep_want, "},\"c\":");
+        snprintf(deep_want + strlen(deep_want), sizeof deep_want - strlen(deep_want), "%d", i);
+    }
+    ds_json_end(&g.j);
+    strcat(deep_want, "}");
+    int guard_ok = 1;
+    for (size_t i = 0; i < sizeof g.guard; i++) guard_ok &= g.guard[i] == 0xa5;
+    check_begin("json_nests_past_depth");
+    CHECK(guard_ok, "a write past the writer's struct (nesting %d levels)", LEVELS);
+    CHECK(!strcmp(ds_json_text(&g.j), deep_want), "got  %s\n  want %s", ds_json_text(&g.j), deep_want);
+    check_end();
+    ds_json_free(&g.j);
     return check_exit();
 }

@@ -1162,20 +1162,23 @@ static void test_select(void)
     check_begin("backend selection");
     ds_backend_opts bf16 = {.precision = DS_PRECISION_BF16}, tf32 = {.precision = DS_PRECISION_TF32},
                     fp32 = {.precision = DS_PRECISION_FP32}, any = {.precision = DS_PRECISION_AUTO};
-    const ds_backend *cpu = ds_backend_select("cpu", &bf16);
+    const ds_backend *cpu = ds_backend_select(DS_DEVICE_CPU, &bf16);
     CHECK(cpu == &ds_backend_cpu_bf16 && cpu->precision == DS_PRECISION_BF16, "cpu in bf16");
     CHECK(cpu->host_memory && cpu->deterministic, "the CPU backend says host memory and deterministic");
-    CHECK(ds_backend_select("cpu", &fp32) == &ds_backend_cpu && ds_backend_cpu.precision == DS_PRECISION_FP32,
+    CHECK(ds_backend_select(DS_DEVICE_CPU, &fp32) == &ds_backend_cpu && ds_backend_cpu.precision == DS_PRECISION_FP32,
           "cpu in fp32");
-    CHECK(ds_backend_select("cpu", NULL) == &ds_backend_cpu, "cpu with default options: fp32");
-    CHECK(ds_backend_select("cpu", &any) == &ds_backend_cpu, "cpu with precision auto: fp32");
+    CHECK(ds_backend_select(DS_DEVICE_CPU, NULL) == &ds_backend_cpu, "cpu with default options: fp32");
+    CHECK(ds_backend_select(DS_DEVICE_CPU, &any) == &ds_backend_cpu, "cpu with precision auto: fp32");
     fprintf(stderr, "  (an error message about tf32 on the CPU is expected here)\n");
-    CHECK(ds_backend_select("cpu", &tf32) == NULL, "tf32 on the CPU is refused, not computed in fp32");
-    CHECK(ds_backend_select("auto", NULL) != NULL, "auto always finds one");
+    CHECK(ds_backend_select(DS_DEVICE_CPU, &tf32) == NULL, "tf32 on the CPU is refused, not computed in fp32");
+    CHECK(ds_backend_select(DS_DEVICE_AUTO, NULL) != NULL, "auto always finds one");
     fprintf(stderr, "  (error messages about an unknown device and precision are expected here)\n");
-    CHECK(ds_backend_select("tpu", NULL) == NULL, "unknown device accepted");
+    ds_device dev = DS_DEVICE_AUTO;
+    CHECK(ds_device_parse("tpu", &dev) < 0, "unknown device accepted");
+    CHECK(!ds_device_parse("cuda", &dev) && dev == DS_DEVICE_CUDA && !strcmp(ds_device_name(DS_DEVICE_CPU), "cpu"),
+          "device names and the enum");
 #ifndef DS_HAVE_CUDA
-    CHECK(ds_backend_select("cuda", NULL) == NULL, "cuda in a build without CUDA");
+    CHECK(ds_backend_select(DS_DEVICE_CUDA, NULL) == NULL, "cuda in a build without CUDA");
 #endif
     ds_precision pr = DS_PRECISION_FP32;
     CHECK(ds_precision_parse("bf16", &pr) == 0 && pr == DS_PRECISION_BF16 && ds_precision_parse("tf32", &pr) == 0 &&

@@ -17,7 +17,7 @@ static char *classes[] = {"cat", "dog", "emu"};
 
 static ds_shard_meta meta_for(int index, int count, int compress)
 {
-    return (ds_shard_meta){.height = 4, .width = 5, .fit = "crop", .shard_index = index,
+    return (ds_shard_meta){.height = 4, .width = 5, .fit = DS_FIT_CROP, .shard_index = index,
                            .shard_count = count, .classes = classes, .num_classes = 3,
                            .compress = compress};
 }
@@ -53,7 +53,7 @@ static void test_roundtrip(int compress)
     CHECK(access(tmp, F_OK) != 0, "tmp file left behind");
     ds_shard s;
     CHECK(ds_shard_open(&s, p) == 0, "open");
-    CHECK(s.n == 3 && s.height == 4 && s.width == 5 && !strcmp(s.fit, "crop"), "header n=%zu", s.n);
+    CHECK(s.n == 3 && s.height == 4 && s.width == 5 && s.fit == DS_FIT_CROP, "header n=%zu", s.n);
     CHECK(s.shard_index == 1 && s.shard_count == 2 && s.num_classes == 3, "indices");
     CHECK(s.contiguous == !compress, "contiguous %d", s.contiguous);
     for (int i = 0; i < 3; i++) {

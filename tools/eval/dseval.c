@@ -23,6 +23,7 @@
 #include <string.h>
 
 static const char *per_class, *logits_file, *fit;
+static int fit_index;   /* a ds_fit; DS_FIT_UNSET without --fit */
 static long long batch = 64, size = 0, crop = 0;
 static int json;
 static ds_compute_options compute = DS_COMPUTE_DEFAULTS;
@@ -39,7 +40,7 @@ static ds_option options[] = {
            65535),
     DS_NUM("size", DS_OPT_INT, &size, "N", "manifest decoding size (0: the checkpoint's data size, else input size x "
            "8/7)", 0, 65535),
-    DS_CHOICE("fit", &fit, "crop|squash", "manifest decoding fit (none: the checkpoint's, else crop)"),
+    DS_CHOICE_INDEX("fit", &fit, &fit_index, DS_FIT_CHOICES, "manifest decoding fit (none: the checkpoint's, else crop)"),
     {0},
 };
 
@@ -74,7 +75,7 @@ int main(int argc, char **argv)
         ds_die("cannot evaluate %s", ckpt);
     int input = crop ? (int)crop : meta.input_size;
     int dsize = size ? (int)size : meta.data_height ? meta.data_height : (input * 8 + 6) / 7;
-    const char *dfit = fit ? fit : meta.data_fit[0] ? meta.data_fit : "crop";
+    ds_fit dfit = fit_index != DS_FIT_UNSET ? (ds_fit)fit_index : meta.data_fit != DS_FIT_UNSET ? meta.data_fit : DS_FIT_CROP;
 
     ds_source src;
     if (ds_source_open(&src, data, dsize, dfit)) ds_die("cannot evaluate on %s", data);

@@ -52,6 +52,7 @@ static int verify_dir(const char *dir, int nthreads, int as_json)
 }
 
 static const char *out, *root, *fit = "crop";
+static int fit_index;   /* a ds_fit */
 static long long size = 256, shard_size = 1024, compress = 0, threads = 0, seed = 42, max_reject = 100,
                  max_pixels = (long long)DS_DEFAULT_MAX_PIXELS;
 static int no_shuffle, resume, json, verify;
@@ -61,7 +62,7 @@ static ds_option options[] = {
      .help = "output directory for shard-NNNNN.h5 and rejected.txt; required"},
     DS_OPT("root", DS_OPT_STRING, &root, "DIR", "image root; none: the root= of the manifest header"),
     DS_NUM("size", DS_OPT_INT, &size, "N", "output images are N x N", 1, 4096),
-    DS_CHOICE("fit", &fit, "crop|squash", "crop: shorter side to N then centre crop; squash: resize to N x N"),
+    DS_CHOICE_INDEX("fit", &fit, &fit_index, DS_FIT_CHOICES, "crop: shorter side to N then centre crop; squash: resize to N x N"),
     DS_NUM("shard-size", DS_OPT_INT, &shard_size, "N", "manifest entries per shard", 1, 1 << 24),
     DS_NUM("compress", DS_OPT_INT, &compress, "LEVEL", "0: contiguous /images; 1-9: chunked per image + deflate", 0, 9),
     DS_NUM("threads", DS_OPT_INT, &threads, "N", "decoding threads (0: OMP_NUM_THREADS or all cores)", 0, 1024),
@@ -127,7 +128,7 @@ int main(int argc, char **argv)
     }
 
     ds_pack_options o = {
-        .root = root, .out = out, .size = (int)size, .fit = (ds_fit)ds_fit_parse(fit),
+        .root = root, .out = out, .size = (int)size, .fit = (ds_fit)fit_index,
         .shard_size = (size_t)shard_size, .compress = (int)compress, .threads = (int)threads,
         .seed = (uint64_t)seed, .shuffle = !no_shuffle, .max_pixels = (uint64_t)max_pixels, .resume = resume,
         .progress = ds_cli_progress_mode(),

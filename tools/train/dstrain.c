@@ -217,6 +217,8 @@ int main(int argc, char **argv)
         }
     }
 
+    /* Again after --resume: it may have taken --min-crop from the checkpoint beside a --crop
+     * given now (the check above saw the command line only, a usage error). */
     if (min_crop > crop) ds_die("--min-crop %lld is larger than --crop %lld", min_crop, crop);
 
     if (!resume && ds_rundir_has_checkpoints(out_dir))
@@ -271,7 +273,7 @@ int main(int argc, char **argv)
     meta.global_batch = G;
     meta.data_height = tr.height;
     meta.data_width = tr.width;
-    snprintf(meta.data_fit, sizeof meta.data_fit, "%s", tr.fit);
+    meta.data_fit = tr.fit;
     for (const ds_option *o = options; o->name; o++)   /* the settings a checkpoint records */
         if (o->type == DS_OPT_FLAG || o->type == DS_OPT_INT)
             ds_ckpt_meta_record(&meta, o->name, o->type == DS_OPT_FLAG ? *(int *)o->value : *(long long *)o->value);
