@@ -1,4 +1,5 @@
 #!/bin/bash
+# EMU-TSAN: skip: three more runs of test_cuda_ops, which the ThreadSanitizer pass runs itself
 # The CUDA backend's op tests (test_cuda_ops) on the emulated device (tests/emu; tests/run.sh
 # runs this file only in its emulated passes, which run test_cuda_ops eagerly) under the
 # device's other schedules: lazy (work held back until something waits for its stream) and
