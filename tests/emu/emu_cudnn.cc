@@ -113,6 +113,10 @@
  *                     running one with less workspace is BAD_PARAM.
  *   cudnn_no_bf16     every algorithm answers NOT_SUPPORTED for BFLOAT16 tensors (lists,
  *                     GetWorkspaceSize, execution).
+ *   cudnn_fp16_conversion
+ *                     a tensor-core algorithm asked for TENSOR_OP math on FLOAT tensors
+ *                     answers (and computes with) TENSOR_OP_MATH_ALLOW_CONVERSION: float
+ *                     inputs rounded to fp16, which a tf32 run must not take.
  *
  * Not emulated: real cuDNN's support matrix (which algorithm takes which layout, type and
  * shape on which GPU) and workspace sizes, its numerics beyond the rounding of inputs
@@ -484,7 +488,7 @@ cudnnStatus_t read_problem(const char *fn, int op, cudnnTensorDescriptor_t xd, c
 struct faults {
     /* exec_fail[op][algo]: the status running it answers (SUCCESS: none) */
     cudnnStatus_t exec_fail[OPS][8] = {};
-    bool no_deterministic = false, no_bf16 = false;
+    bool no_deterministic = false, no_bf16 = false, fp16_conversion = false;
     bool ws_huge[OPS][8] = {};
 };
 
@@ -534,6 +538,7 @@ const faults &fault_switches()
         const char *v;
         r.no_deterministic = emu::fault("cudnn_no_deterministic") != nullptr;
         r.no_bf16 = emu::fault("cudnn_no_bf16") != nullptr;
+        r.fp16_conversion = emu::fault("cudnn_fp16_conversion") != nullptr;
         if ((v = emu::fault("cudnn_exec_fail"))) {
             std::string value = v;
             for (const std::string &item : split(value, '+')) {
@@ -733,6 +738,9 @@ answer ask(const problem &p, int algo, cudnnMathType_t math)
         }
         r.math = math;
         r.compute = C_BF16;
+    } else if (a.tensor && math == CUDNN_TENSOR_OP_MATH && f.fp16_conversion) {
+        r.math = CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;   /* as the fault says cuDNN chose */
+        r.compute = C_FP16;
     } else if (a.tensor && math != CUDNN_FMA_MATH) {
         r.compute = math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ? C_FP16 : C_TF32;
     }

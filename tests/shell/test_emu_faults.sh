@@ -12,6 +12,7 @@
 #   - no deterministic algorithm under --deterministic, every workspace larger than memory:
 #     an error at planning naming the convolution and op;
 #   - no bf16 algorithm: that op computes in tf32, with a warning, and training runs;
+#   - tensor-op algorithms that would convert float inputs to fp16: a tf32 run takes none;
 #   - NCCL that cannot start, and a peer that stalls in a reduction: the job ends with
 #     NCCL's words or ds's --comm-timeout message.
 . "$(dirname "$0")/lib.sh"
@@ -66,6 +67,15 @@ expect cudnn_workspace_larger_than_memory cudnn_ws_huge 1 'CUDA conv .*(workspac
 expect cudnn_no_bf16_computes_in_tf32 cudnn_no_bf16 0 'no usable bf16 .* algorithm.*computes in tf32' \
     dstrain "${RUN[@]}" --device cuda --precision bf16 -o "$T/nobf16"
 check cudnn_no_bf16_trains test -f "$T/nobf16/ckpt-00000002.h5"
+
+# cuDNN answering tf32's tensor-op request with fp16 conversion: a tf32 run takes none of
+# those algorithms (fp16's range is not float's); without the fault it takes tensor-op math
+dstrain "${RUN[@]}" --device cuda --precision tf32 --deterministic -v -o "$T/tf32" 2>"$T/tf32.err"
+check tf32_takes_tensor_op_math grep -q 'planned: .*tensor-op' "$T/tf32.err"
+DS_EMU_FAULT=cudnn_fp16_conversion dstrain "${RUN[@]}" --device cuda --precision tf32 --deterministic -v \
+    -o "$T/conv16" 2>"$T/conv16.err"
+check tf32_refuses_fp16_conversion sh -c "test -f '$T/conv16/ckpt-00000002.h5' && grep -q 'planned:' '$T/conv16.err' &&
+    ! grep 'planned: .*conversion' '$T/conv16.err'"
 
 # ---- NCCL ----
 if command -v mpirun >/dev/null; then
