@@ -1,4 +1,5 @@
 #!/bin/bash
+# EMU-TSAN: skip: its CPU reference runs alone take over 15 minutes under ThreadSanitizer; test_cuda_ops and test_emu_faults.sh race the device paths there
 # dstrain and dseval with --device cuda on the emulated CUDA device (tests/emu, make emu;
 # tests/run.sh runs this file only in its emulated passes, with bin-emu*/ first on PATH): the
 # CUDA backend's own code end to end, small enough for the sanitizer builds.
