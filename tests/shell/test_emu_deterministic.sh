@@ -1,5 +1,5 @@
 #!/bin/bash
-# EMU-TSAN: skip: its eleven runs of up to three ranks take many minutes under ThreadSanitizer; test_emu_train.sh takes the NCCL path there
+# EMU-TSAN: skip: its eleven runs of up to three ranks take many minutes under ThreadSanitizer; test_emu_faults.sh takes the NCCL path there
 # --deterministic training on several GPUs, on the emulated CUDA device (tests/emu, make emu;
 # tests/run.sh runs this file only in its emulated passes). Under --deterministic the CUDA
 # backend reduces the gradients with NCCL moving data only (an all-to-all, then an
