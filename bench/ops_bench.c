@@ -1,6 +1,6 @@
 /* ops_bench: times the CPU backend's convolutions (and batch norm) on the shapes of
- * resnet20 at 32x32 batch 128 and resnet50 at 224x224 batch 16, and prints GFLOP/s next to
- * the machine's measured FMA peak.
+ * resnet20 at 32x32 batch 128 and resnet50 at 224x224 batch 16 (the network rows of the op
+ * table, tests/unit/ops_cases.h), and prints GFLOP/s next to the machine's measured FMA peak.
  *
  *   ops_bench [--precision fp32|bf16] [resnet20|resnet50|all] [repeats]
  *   ops_bench step ARCH BATCH SIZE [steps]    whole training steps of the engine (model.c):
@@ -21,6 +21,7 @@
 #include "log.h"
 #include "model.h"
 #include "rng.h"
+#include "../tests/unit/ops_cases.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -31,48 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-typedef struct {
-    const char *name;
-    int n, h, w, c, k, r, stride, pad, count;
-} shape;
-
-static const shape resnet20[] = {
-    {"stem 3x3 3->16", 128, 32, 32, 3, 16, 3, 1, 1, 1},
-    {"s1 3x3 16->16", 128, 32, 32, 16, 16, 3, 1, 1, 6},
-    {"s2 3x3/2 16->32", 128, 32, 32, 16, 32, 3, 2, 1, 1},
-    {"s2 proj 1x1/2 16->32", 128, 32, 32, 16, 32, 1, 2, 0, 1},
-    {"s2 3x3 32->32", 128, 16, 16, 32, 32, 3, 1, 1, 5},
-    {"s3 3x3/2 32->64", 128, 16, 16, 32, 64, 3, 2, 1, 1},
-    {"s3 proj 1x1/2 32->64", 128, 16, 16, 32, 64, 1, 2, 0, 1},
-    {"s3 3x3 64->64", 128, 8, 8, 64, 64, 3, 1, 1, 5},
-};
-
-static const shape resnet50[] = {
-    {"stem 7x7/2 3->64", 16, 224, 224, 3, 64, 7, 2, 3, 1},
-    {"l1 1x1 64->64", 16, 56, 56, 64, 64, 1, 1, 0, 1},
-    {"l1 3x3 64->64", 16, 56, 56, 64, 64, 3, 1, 1, 3},
-    {"l1 1x1 64->256", 16, 56, 56, 64, 256, 1, 1, 0, 4},
-    {"l1 1x1 256->64", 16, 56, 56, 256, 64, 1, 1, 0, 2},
-    {"l2 1x1 256->128", 16, 56, 56, 256, 128, 1, 1, 0, 1},
-    {"l2 3x3/2 128->128", 16, 56, 56, 128, 128, 3, 2, 1, 1},
-    {"l2 proj 1x1/2 256->512", 16, 56, 56, 256, 512, 1, 2, 0, 1},
-    {"l2 1x1 128->512", 16, 28, 28, 128, 512, 1, 1, 0, 4},
-    {"l2 1x1 512->128", 16, 28, 28, 512, 128, 1, 1, 0, 3},
-    {"l2 3x3 128->128", 16, 28, 28, 128, 128, 3, 1, 1, 3},
-    {"l3 1x1 512->256", 16, 28, 28, 512, 256, 1, 1, 0, 1},
-    {"l3 3x3/2 256->256", 16, 28, 28, 256, 256, 3, 2, 1, 1},
-    {"l3 proj 1x1/2 512->1024", 16, 28, 28, 512, 1024, 1, 2, 0, 1},
-    {"l3 1x1 256->1024", 16, 14, 14, 256, 1024, 1, 1, 0, 6},
-    {"l3 1x1 1024->256", 16, 14, 14, 1024, 256, 1, 1, 0, 5},
-    {"l3 3x3 256->256", 16, 14, 14, 256, 256, 3, 1, 1, 5},
-    {"l4 1x1 1024->512", 16, 14, 14, 1024, 512, 1, 1, 0, 1},
-    {"l4 3x3/2 512->512", 16, 14, 14, 512, 512, 3, 2, 1, 1},
-    {"l4 proj 1x1/2 1024->2048", 16, 14, 14, 1024, 2048, 1, 2, 0, 1},
-    {"l4 1x1 512->2048", 16, 7, 7, 512, 2048, 1, 1, 0, 3},
-    {"l4 1x1 2048->512", 16, 7, 7, 2048, 512, 1, 1, 0, 2},
-    {"l4 3x3 512->512", 16, 7, 7, 512, 512, 3, 1, 1, 2},
-};
 
 /* With DS_BENCH_CLOCK=cpu, times are CPU seconds of the process divided by the thread
  * count: on a machine shared with other jobs that is closer to what the ops would take
@@ -189,7 +148,8 @@ static void *rand_as(size_t n, ds_dtype t, ds_rng *r)
 /* The CPU backend of --precision. */
 static const ds_backend *be_run = &ds_backend_cpu;
 
-static void bench_net(const char *net, const shape *sh, int count, int reps, double peak)
+/* The op table's rows of one network (ops_cases.h: OPS_RESNET20, OPS_RESNET50). */
+static void bench_net(const char *net, unsigned which, int reps, double peak)
 {
     const ds_backend *be = be_run;
     ds_rng r;
@@ -197,15 +157,16 @@ static void bench_net(const char *net, const shape *sh, int count, int reps, dou
     printf("\n%s (%d threads)\n%-26s %5s | %8s %6s | %8s %6s | %8s %6s\n", net, omp_get_max_threads(),
            "conv", "count", "fwd ms", "GF/s", "bwdD ms", "GF/s", "bwdW ms", "GF/s");
     double tot[3] = {0, 0, 0}, flops_all = 0, bn_total = 0;
-    for (int i = 0; i < count; i++) {
-        const shape *s = &sh[i];
+    int batch = 0;
+    for (size_t i = 0; i < OPS_COUNT(ops_convs); i++) {
+        const ops_conv *s = &ops_convs[i];
+        if (!(s->use & which)) continue;
+        batch = s->n;
         /* The model's storage (docs/DESIGN.md §4): under bf16, bf16 activations and weights but
          * the stem's float32 input. */
         const ds_dtype at = be->precision == DS_PRECISION_BF16 ? DS_BF16 : DS_F32;
-        ds_conv_desc d = {.n = s->n, .h = s->h, .w = s->w, .c = s->c, .k = s->k, .r = s->r, .s = s->r,
-                          .stride = s->stride, .pad = s->pad, .in_t = s->c == 3 ? DS_F32 : at, .out_t = at, .w_t = at};
-        d.p = (d.h + 2 * d.pad - d.r) / d.stride + 1;
-        d.q = (d.w + 2 * d.pad - d.s) / d.stride + 1;
+        ds_conv_desc d = ops_conv_desc(s, 0);
+        d.in_t = s->c == 3 ? DS_F32 : at, d.out_t = d.w_t = at;
         size_t ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.k,
                nw = (size_t)d.k * d.r * d.s * d.c, sa = ds_dtype_size(at);
         void *in = rand_as(ni, d.in_t, &r), *w = rand_as(nw, at, &r), *g = rand_as(no, at, &r);
@@ -243,7 +204,7 @@ static void bench_net(const char *net, const shape *sh, int count, int reps, dou
     printf("convolutions: %.1f ms per training step, %.1f GFLOP/s = %.0f%% of the %.0f GFLOP/s peak\n",
            all * 1e3, flops_all / all / 1e9, 100 * flops_all / all / 1e9 / peak, peak);
     printf("batch norm + relu (fwd + bwd, after every conv): %.1f ms per step\n", bn_total * 1e3);
-    printf("=> conv + bn bound: %.0f images/s (batch %d)\n", sh[0].n / (all + bn_total), sh[0].n);
+    printf("=> conv + bn bound: %.0f images/s (batch %d)\n", batch / (all + bn_total), batch);
 }
 
 /* Whole training steps: what the ops add up to inside the engine. */
@@ -357,8 +318,8 @@ int main(int argc, char **argv)
     printf("peak fp32 FMA: %.0f GFLOP/s on %d threads (cpu kernels: %s; convolutions in %s)\n", peak,
            omp_get_max_threads(), ds_cpu_isa_name(ds_cpu_isa_get()), ds_precision_name(be_run->precision));
     if (!strcmp(which, "resnet20") || !strcmp(which, "all"))
-        bench_net("resnet20 32x32 batch 128", resnet20, sizeof resnet20 / sizeof *resnet20, reps, peak);
+        bench_net("resnet20 32x32 batch 128", OPS_RESNET20, reps, peak);
     if (!strcmp(which, "resnet50") || !strcmp(which, "all"))
-        bench_net("resnet50 224x224 batch 16", resnet50, sizeof resnet50 / sizeof *resnet50, reps, peak);
+        bench_net("resnet50 224x224 batch 16", OPS_RESNET50, reps, peak);
     return 0;
 }

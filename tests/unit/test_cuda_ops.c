@@ -1,4 +1,5 @@
-/* Every op of the CUDA backend against the CPU backend (the reference), fp32 with
+/* Every op of the CUDA backend against the CPU backend (the reference), over the device rows
+ * of the op table (ops_cases.h, which test_ops and ops_bench walk too): fp32 with
  * deterministic cuDNN algorithms; then the convolutions again in tf32 and bf16 (the
  * algorithms cuDNN's Find picks, and the bf16 copies of float32 tensors in the workspace).
  * Backward-data runs both overwriting din and accumulating into it (cuDNN's beta = 1 where
@@ -17,7 +18,9 @@
  * as a pass); a GPU that is there but cannot start is a failure. Also the two streams, marks
  * and page-locked copies the feed and the loss read late rely on, upload's source reused at
  * once (past the staging ring's size), the feed itself (freed with a copy in flight too),
- * and the model's losses read a step late against those read at once.
+ * and the model's losses read a step late against those read at once. Every device buffer
+ * the test allocates carries a canary tail, checked at the end of each case and at its free:
+ * a write past an output fails the case on a GPU too, where no sanitizer sees device memory.
  *
  * Tolerance: |gpu - cpu| <= tol |cpu| + tol max|cpu|, tol = 1e-4 in fp32: both compute in
  * fp32 but sum in different orders; a sum of K products then differs by ~K * 2^-24 of its
@@ -50,6 +53,7 @@ int main(void)
 #include "feed.h"
 #include "log.h"
 #include "model.h"
+#include "ops_cases.h"
 #include "rng.h"
 
 #include <math.h>
@@ -118,10 +122,64 @@ static float *widen(const void *x, size_t n, ds_dtype t)
     return y;
 }
 
+/* Every device buffer the test allocates has a canary tail: CANARY bytes of a pattern after
+ * its end, checked when it is freed and at the end of each case, so an op that writes past
+ * its output fails its case on a GPU too (where no sanitizer sees device memory). */
+#define CANARY 256
+static struct { uint8_t *p; size_t bytes; } live[512];
+static uint8_t canary[CANARY];
+
+static void *dev_alloc(size_t bytes)
+{
+    uint8_t *d = G->alloc(bytes + CANARY);
+    if (!d) ds_die("GPU allocation of %zu bytes failed", bytes);
+    if (!canary[0])
+        for (int i = 0; i < CANARY; i++) canary[i] = (uint8_t)(0xa5 ^ i * 29);
+    G->upload(d + bytes, canary, CANARY);
+    size_t i = 0;
+    while (i < sizeof live / sizeof *live && live[i].p) i++;
+    if (i == sizeof live / sizeof *live) ds_die("test_cuda_ops: more than %zu live buffers", i);
+    live[i].p = d, live[i].bytes = bytes;
+    return d;
+}
+
+/* 1 when the canary after live buffer i is whole; if not, reports it under the current case
+ * and puts it back (so that one write past an end is reported once) */
+static int canary_whole(size_t i)
+{
+    uint8_t got[CANARY];
+    G->download(got, live[i].p + live[i].bytes, CANARY);
+    if (!memcmp(got, canary, CANARY)) return 1;
+    CHECK(0, "a device buffer of %zu bytes was written past its end", live[i].bytes);
+    G->upload(live[i].p + live[i].bytes, canary, CANARY);
+    return 0;
+}
+
+static void dev_free(void *p)
+{
+    for (size_t i = 0; p && i < sizeof live / sizeof *live; i++)
+        if (live[i].p == p) {
+            if (!canary_whole(i)) {
+                printf("FAIL %s (a canary, found at its buffer's free)\n", check_case_name);
+                check_total_failures++;
+            }
+            live[i].p = NULL;
+            break;
+        }
+    G->free(p);
+}
+
+/* check_end, once every live buffer's canary is checked */
+static void case_end(void)
+{
+    for (size_t i = 0; i < sizeof live / sizeof *live; i++)
+        if (live[i].p) canary_whole(i);
+    check_end();
+}
+
 static void *to_dev(const void *h, size_t bytes)
 {
-    void *d = G->alloc(bytes);
-    if (!d) ds_die("GPU allocation of %zu bytes failed", bytes);
+    void *d = dev_alloc(bytes);
     G->upload(d, h, bytes);
     return d;
 }
@@ -162,43 +220,36 @@ static float *dup(const float *x, size_t n)
     return y;
 }
 
-/* Planned (conv_workspace) for `planned` x ph x pw, run at n x h x w, each no larger: the
- * model plans for max_batch at its largest input and runs shorter batches (an evaluation's
- * last one) and smaller inputs too. no_dx: the input needs no gradient (conv1), so
- * backward-data is neither planned nor run. */
-typedef struct { int n, planned, h, w, ph, pw, c, k, r, stride, pad, no_dx; } conv_case;
-
-static void test_conv_case(conv_case t)
+/* A row of the op table (ops_cases.h), planned (conv_workspace) at its planned size and run at
+ * its own: the model plans for max_batch at its largest input and runs shorter batches (an
+ * evaluation's last one) and smaller inputs too. OPS_NO_DX: the input needs no gradient
+ * (conv1), so backward-data is neither planned nor run. */
+static void test_conv_case(const ops_conv *t)
 {
-    int n = t.n, h = t.h, w = t.w, c = t.c, k = t.k, r = t.r, stride = t.stride, pad = t.pad;
-    ds_conv_desc d = {.n = t.planned, .h = t.ph, .w = t.pw, .c = c, .k = k, .r = r, .s = r, .stride = stride,
-                      .pad = pad, .no_dx = t.no_dx};
-    d.p = (t.ph + 2 * pad - r) / stride + 1;
-    d.q = (t.pw + 2 * pad - r) / stride + 1;
-    char name[160];
+    ds_conv_desc d = ops_conv_desc(t, 1), run = ops_conv_desc(t, 0);
+    const int n = run.n, h = run.h, w = run.w, c = t->c, k = t->k;
+    char name[192];
     snprintf(name, sizeof name, "cuda %s conv %dx%dx%dx%d k%d %dx%d/%d pad %d (planned for %dx%dx%d)%s",
-             ds_precision_name(G->precision), n, h, w, c, k, r, r, stride, pad, t.planned, t.ph, t.pw,
-             t.no_dx ? " without backward-data" : "");
+             ds_precision_name(G->precision), n, h, w, c, k, t->r, t->s, t->stride, t->pad, d.n, d.h, d.w,
+             d.no_dx ? " without backward-data" : "");
     check_begin(name);
     size_t cws = C->conv_workspace(&d), gws = G->conv_workspace(&d);
     CHECK(gws != SIZE_MAX, "the GPU could not plan it");
     if (gws == SIZE_MAX) {
-        check_end();
+        case_end();
         return;
     }
-    d.n = n, d.h = h, d.w = w;
-    d.p = (h + 2 * pad - r) / stride + 1;
-    d.q = (w + 2 * pad - r) / stride + 1;
-    size_t ni = (size_t)n * h * w * c, nw = (size_t)k * r * r * c, no = (size_t)n * d.p * d.q * k;
+    d = run;
+    size_t ni = (size_t)n * h * w * c, nw = (size_t)k * t->r * t->s * c, no = (size_t)n * d.p * d.q * k;
     float *in = host_rand(ni, -1, 1), *wt = host_rand(nw, -0.5f, 0.5f), *dout = host_rand(no, -1, 1);
     float *dw0 = host_rand(nw, -0.1f, 0.1f);   /* bwd_weight must add to what is there */
     float *din0 = host_rand(ni, -1, 1);         /* another consumer's part, which bwd_data adds to */
-    void *cw = xmalloc(cws), *gw = G->alloc(gws ? gws : 1);
+    void *cw = xmalloc(cws), *gw = dev_alloc(gws ? gws : 1);
     float *out = xmalloc(no * sizeof *out), *din = xmalloc(ni * sizeof *din), *dw = dup(dw0, nw),
           *dacc = dup(din0, ni);
     C->conv_fwd(out, in, wt, &d, cw);
-    if (!t.no_dx) C->conv_bwd_data(din, dout, wt, &d, 0, cw);
-    if (!t.no_dx) C->conv_bwd_data(dacc, dout, wt, &d, 1, cw);
+    if (!d.no_dx) C->conv_bwd_data(din, dout, wt, &d, 0, cw);
+    if (!d.no_dx) C->conv_bwd_data(dacc, dout, wt, &d, 1, cw);
     C->conv_bwd_weight(dw, dout, in, &d, cw);
     float *g_in = to_dev(in, ni * 4), *g_w = to_dev(wt, nw * 4), *g_dout = to_dev(dout, no * 4);
     /* garbage first: forward and the overwriting backward-data must not add to what is there */
@@ -208,16 +259,16 @@ static void test_conv_case(conv_case t)
     G->conv_fwd(g_out, g_in, g_w, &d, gw);
     /* the model's order: weight gradient, then data gradient (the bf16 dout is shared) */
     G->conv_bwd_weight(g_dw, g_dout, g_in, &d, gw);
-    if (!t.no_dx) G->conv_bwd_data(g_din, g_dout, g_w, &d, 0, gw);
+    if (!d.no_dx) G->conv_bwd_data(g_din, g_dout, g_w, &d, 0, gw);
     /* accumulating: beta = 1 in cuDNN, or (bf16 arithmetic) the bf16 result added */
-    if (!t.no_dx) G->conv_bwd_data(g_dacc, g_dout, g_w, &d, 1, gw);
+    if (!d.no_dx) G->conv_bwd_data(g_dacc, g_dout, g_w, &d, 1, gw);
     cmp("conv_fwd", g_out, out, no);
-    if (!t.no_dx) cmp("conv_bwd_data", g_din, din, ni);
-    if (!t.no_dx) cmp("conv_bwd_data (accumulating)", g_dacc, dacc, ni);
+    if (!d.no_dx) cmp("conv_bwd_data", g_din, din, ni);
+    if (!d.no_dx) cmp("conv_bwd_data (accumulating)", g_dacc, dacc, ni);
     cmp("conv_bwd_weight (accumulated)", g_dw, dw, nw);
     /* dout uploaded anew between the two backward ops: backward-data takes the new one, not
      * the copy of the old that backward-weight may have left in the workspace */
-    if (!t.no_dx) {
+    if (!d.no_dx) {
         float *dout2 = host_rand(no, -1, 1), *din2 = xmalloc(ni * sizeof *din2);
         C->conv_bwd_data(din2, dout2, wt, &d, 0, cw);
         G->conv_fwd(g_out, g_in, g_w, &d, gw);   /* then backward-weight copies dout afresh */
@@ -227,53 +278,31 @@ static void test_conv_case(conv_case t)
         cmp("conv_bwd_data of a dout uploaded after backward-weight", g_din, din2, ni);
         free(dout2), free(din2);
     }
-    check_end();
-    G->free(g_in), G->free(g_w), G->free(g_dout), G->free(g_out), G->free(g_din), G->free(g_dw), G->free(g_dacc);
-    G->free(gw);
+    case_end();
+    dev_free(g_in), dev_free(g_w), dev_free(g_dout), dev_free(g_out), dev_free(g_din), dev_free(g_dw), dev_free(g_dacc);
+    dev_free(gw);
     free(in), free(wt), free(dout), free(dw0), free(din0), free(cw), free(out), free(din), free(dw), free(dacc);
     free(junk_o), free(junk_i);
 }
 
-/* Planned and run at the same input size. */
-static void test_conv(int n, int planned, int h, int w, int c, int k, int r, int stride, int pad)
-{
-    test_conv_case((conv_case){n, planned, h, w, h, w, c, k, r, stride, pad, 0});
-}
-
-/* The convolutions of one precision: short batches, smaller inputs, a conv1 without
- * backward-data, each size twice (its slot set up, then reused). */
+/* The convolutions of one precision: the op table's device rows (short batches, smaller
+ * inputs than planned, conv1 without backward-data, sizes whose slot is set up and reused). */
 static void test_convs(void)
 {
-    test_conv(2, 2, 9, 7, 16, 24, 3, 1, 1);
-    test_conv(3, 3, 8, 8, 32, 16, 1, 2, 0);
-    test_conv(2, 2, 15, 15, 3, 8, 7, 2, 3);
-    test_conv(1, 1, 6, 5, 64, 64, 3, 2, 1);
-    test_conv(40, 64, 8, 8, 16, 16, 3, 1, 1);
-    test_conv(1, 64, 8, 8, 16, 16, 3, 1, 1);
-    test_conv(40, 64, 8, 8, 16, 16, 3, 1, 1);
-    test_conv(64, 64, 8, 8, 16, 16, 3, 1, 1);
-    test_conv(5, 7, 15, 15, 3, 8, 7, 2, 3);
-    /* planned at 7 x 15 x 15, run at 5 x 11 x 9 and at the planned size */
-    test_conv_case((conv_case){5, 7, 11, 9, 15, 15, 16, 24, 3, 1, 1, 0});
-    test_conv_case((conv_case){5, 7, 11, 9, 15, 15, 16, 24, 3, 2, 1, 0});
-    test_conv_case((conv_case){7, 7, 15, 15, 15, 15, 16, 24, 3, 1, 1, 0});
-    /* resnet20's convolutions planned for crop 16 and run at 12 (a crop ramp's start) */
-    test_conv_case((conv_case){16, 16, 12, 12, 16, 16, 16, 16, 3, 1, 1, 0});
-    test_conv_case((conv_case){16, 16, 6, 6, 8, 8, 32, 64, 3, 2, 1, 0});
-    test_conv_case((conv_case){16, 16, 3, 3, 4, 4, 64, 64, 3, 1, 1, 0});
-    /* conv1 of an ImageNet ResNet at a small size: 3 channels, 7x7/2, no backward-data */
-    test_conv_case((conv_case){4, 8, 32, 32, 40, 40, 3, 64, 7, 2, 3, 1});
-    test_conv_case((conv_case){8, 8, 40, 40, 40, 40, 3, 64, 7, 2, 3, 1});
+    for (size_t i = 0; i < OPS_COUNT(ops_convs); i++)
+        if (ops_convs[i].use & OPS_GPU) test_conv_case(&ops_convs[i]);
 }
 
-static void test_bn(int m, int c, int relu, int residual)
+static void test_bn(const ops_bn *t)
 {
+    const int m = t->m, c = t->c, relu = t->relu, residual = t->residual;
+    const float lo = (float)(t->offset - 2 * t->spread), hi = (float)(t->offset + 2 * t->spread);
     char name[96];
     snprintf(name, sizeof name, "cuda batch norm m=%d c=%d%s%s", m, c, relu ? " relu" : "", residual ? " +residual" : "");
     check_begin(name);
     size_t mc = (size_t)m * c;
     /* a mean far from zero checks the shifted variance sums */
-    float *in = host_rand(mc, 2, 5), *res = host_rand(mc, -1, 1), *gam = host_rand(c, 0.5f, 1.5f),
+    float *in = host_rand(mc, lo, hi), *res = host_rand(mc, -1, 1), *gam = host_rand(c, 0.5f, 1.5f),
           *bet = host_rand(c, -0.5f, 0.5f), *dout = host_rand(mc, -1, 1), *rm = host_rand(c, 2, 5),
           *rv = host_rand(c, 0.5f, 2), *dg0 = host_rand(c, -1, 1), *db0 = host_rand(c, -1, 1);
     float *out = xmalloc(mc * 4), *mean = xmalloc(c * 4), *var = xmalloc(c * 4), *is = xmalloc(c * 4);
@@ -287,9 +316,9 @@ static void test_bn(int m, int c, int relu, int residual)
     float *g_in = to_dev(in, mc * 4), *g_res = to_dev(res, mc * 4), *g_gam = to_dev(gam, c * 4),
           *g_bet = to_dev(bet, c * 4), *g_dy = to_dev(dout, mc * 4), *g_rm = to_dev(rm, c * 4),
           *g_rv = to_dev(rv, c * 4), *g_dg = to_dev(dg0, c * 4), *g_db = to_dev(db0, c * 4);
-    float *g_out = G->alloc(mc * 4), *g_mean = G->alloc(c * 4), *g_var = G->alloc(c * 4),
-          *g_is = G->alloc(c * 4), *g_inf = G->alloc(mc * 4), *g_din = G->alloc(mc * 4),
-          *g_dres = G->alloc(mc * 4);
+    float *g_out = dev_alloc(mc * 4), *g_mean = dev_alloc(c * 4), *g_var = dev_alloc(c * 4),
+          *g_is = dev_alloc(c * 4), *g_inf = dev_alloc(mc * 4), *g_din = dev_alloc(mc * 4),
+          *g_dres = dev_alloc(mc * 4);
     const float *gr = residual ? g_res : NULL;
     G->bn_fwd_train(g_out, g_mean, g_var, g_is, g_in, g_gam, g_bet, gr, relu, m, c, 1e-5f, DS_F32);
     G->bn_fwd_infer(g_inf, g_in, g_gam, g_bet, g_rm, g_rv, gr, relu, m, c, 1e-5f, DS_F32);
@@ -304,50 +333,55 @@ static void test_bn(int m, int c, int relu, int residual)
     if (residual) cmp("bn_bwd dresidual", g_dres, dres, mc);
     cmp("bn_bwd dgamma (accumulated)", g_dg, dg, c);
     cmp("bn_bwd dbeta (accumulated)", g_db, db, c);
-    check_end();
+    case_end();
     float *gs[] = {g_in, g_res, g_gam, g_bet, g_dy, g_rm, g_rv, g_dg, g_db, g_out, g_mean, g_var, g_is, g_inf, g_din, g_dres};
-    for (size_t i = 0; i < sizeof gs / sizeof *gs; i++) G->free(gs[i]);
+    for (size_t i = 0; i < sizeof gs / sizeof *gs; i++) dev_free(gs[i]);
     float *hs[] = {in, res, gam, bet, dout, rm, rv, dg0, db0, out, mean, var, is, inf, din, dres, dy, dg, db};
     for (size_t i = 0; i < sizeof hs / sizeof *hs; i++) free(hs[i]);
 }
 
-static void test_pool(void)
+static void test_pool(const ops_pool *t)
 {
-    check_begin("cuda max pool 3x3/2 pad 1 and global average pool");
-    ds_pool_desc d = {3, 13, 11, 8, 3, 2, 1, 7, 6, DS_F32};
+    char name[128];
+    snprintf(name, sizeof name, "cuda max pool %dx%dx%dx%d %dx%d/%d pad %d and global average pool", t->n, t->h, t->w,
+             t->c, t->k, t->k, t->stride, t->pad);
+    check_begin(name);
+    ds_pool_desc d = ops_pool_desc(t, DS_F32);
     size_t ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.c;
     float *in = host_rand(ni, -1, 1), *dout = host_rand(no, -1, 1);
     for (size_t i = 0; i < ni; i += 5) in[i] = 0.25f;   /* ties: the first maximum must win */
     float *out = xmalloc(no * 4), *din = xmalloc(ni * 4);
     C->maxpool_fwd(out, in, &d);
     C->maxpool_bwd(din, dout, in, out, &d);
-    float *g_in = to_dev(in, ni * 4), *g_dout = to_dev(dout, no * 4), *g_out = G->alloc(no * 4),
+    float *g_in = to_dev(in, ni * 4), *g_dout = to_dev(dout, no * 4), *g_out = dev_alloc(no * 4),
           *g_din = to_dev(in, ni * 4);   /* garbage first: maxpool_bwd must overwrite */
     G->maxpool_fwd(g_out, g_in, &d);
     G->maxpool_bwd(g_din, g_dout, g_in, g_out, &d);
     cmp("maxpool_fwd", g_out, out, no);
     cmp("maxpool_bwd", g_din, din, ni);
 
-    int n = 4, hw = 49, c = 40;
+    int n = d.n, hw = d.h * d.w, c = d.c;
     float *x = host_rand((size_t)n * hw * c, -1, 1), *dy = host_rand((size_t)n * c, -1, 1);
     float *y = xmalloc((size_t)n * c * 4), *dx = xmalloc((size_t)n * hw * c * 4);
     C->avgpool_fwd(y, x, n, hw, c, DS_F32);
     C->avgpool_bwd(dx, dy, n, hw, c, DS_F32);
     float *g_x = to_dev(x, (size_t)n * hw * c * 4), *g_dy = to_dev(dy, (size_t)n * c * 4),
-          *g_y = G->alloc((size_t)n * c * 4), *g_dx = G->alloc((size_t)n * hw * c * 4);
+          *g_y = dev_alloc((size_t)n * c * 4), *g_dx = dev_alloc((size_t)n * hw * c * 4);
     G->avgpool_fwd(g_y, g_x, n, hw, c, DS_F32);
     G->avgpool_bwd(g_dx, g_dy, n, hw, c, DS_F32);
     cmp("avgpool_fwd", g_y, y, (size_t)n * c);
     cmp("avgpool_bwd", g_dx, dx, (size_t)n * hw * c);
-    check_end();
-    G->free(g_in), G->free(g_dout), G->free(g_out), G->free(g_din), G->free(g_x), G->free(g_dy), G->free(g_y), G->free(g_dx);
+    case_end();
+    dev_free(g_in), dev_free(g_dout), dev_free(g_out), dev_free(g_din), dev_free(g_x), dev_free(g_dy), dev_free(g_y), dev_free(g_dx);
     free(in), free(dout), free(out), free(din), free(x), free(dy), free(y), free(dx);
 }
 
-static void test_linear(int with_din)
+static void test_linear(const ops_linear *t, int with_din)
 {
-    check_begin(with_din ? "cuda linear with bias" : "cuda linear without din");
-    int n = 5, i = 70, o = 33;
+    char title[96];
+    snprintf(title, sizeof title, "cuda linear n%d %d -> %d with bias%s", t->n, t->i, t->o, with_din ? "" : ", no din");
+    check_begin(title);
+    int n = t->n, i = t->i, o = t->o;
     float *x = host_rand((size_t)n * i, -1, 1), *w = host_rand((size_t)o * i, -0.3f, 0.3f),
           *b = host_rand(o, -1, 1), *dy = host_rand((size_t)n * o, -1, 1),
           *dw0 = host_rand((size_t)o * i, -1, 1), *db0 = host_rand(o, -1, 1);
@@ -356,36 +390,39 @@ static void test_linear(int with_din)
     C->linear_bwd(with_din ? dx : NULL, dw, db, dy, x, w, n, i, o);
     float *g_x = to_dev(x, (size_t)n * i * 4), *g_w = to_dev(w, (size_t)o * i * 4), *g_b = to_dev(b, o * 4),
           *g_dy = to_dev(dy, (size_t)n * o * 4), *g_dw = to_dev(dw0, (size_t)o * i * 4), *g_db = to_dev(db0, o * 4),
-          *g_y = G->alloc((size_t)n * o * 4), *g_dx = G->alloc((size_t)n * i * 4);
+          *g_y = dev_alloc((size_t)n * o * 4), *g_dx = dev_alloc((size_t)n * i * 4);
     G->linear_fwd(g_y, g_x, g_w, g_b, n, i, o);
     G->linear_bwd(with_din ? g_dx : NULL, g_dw, g_db, g_dy, g_x, g_w, n, i, o);
     cmp("linear_fwd", g_y, y, (size_t)n * o);
     if (with_din) cmp("linear_bwd din", g_dx, dx, (size_t)n * i);
     cmp("linear_bwd dw (accumulated)", g_dw, dw, (size_t)o * i);
     cmp("linear_bwd db (accumulated)", g_db, db, o);
-    check_end();
-    G->free(g_x), G->free(g_w), G->free(g_b), G->free(g_dy), G->free(g_dw), G->free(g_db), G->free(g_y), G->free(g_dx);
+    case_end();
+    dev_free(g_x), dev_free(g_w), dev_free(g_b), dev_free(g_dy), dev_free(g_dw), dev_free(g_db), dev_free(g_y), dev_free(g_dx);
     free(x), free(w), free(b), free(dy), free(dw0), free(db0), free(y), free(dx), free(dw), free(db);
 }
 
-static void test_loss(float smoothing)
+static void test_loss(const ops_xent *t)
 {
-    char name[64];
-    snprintf(name, sizeof name, "cuda softmax cross-entropy, smoothing %.1f", smoothing);
+    char name[96];
+    const float smoothing = t->smoothing;
+    snprintf(name, sizeof name, "cuda softmax cross-entropy n%d c%d, smoothing %.1f", t->n, t->c, smoothing);
     check_begin(name);
-    int n = 6, c = 1000;
+    int n = t->n, c = t->c;
     float *z = host_rand((size_t)n * c, -8, 8);
-    int32_t lab[6] = {0, 999, 17, -1, 500, 3};   /* -1: a padding sample, no loss or gradient */
+    int32_t *lab = xmalloc(n * sizeof *lab);   /* the first and last class; -1: a padding sample */
+    for (int i = 0; i < n; i++)
+        lab[i] = i == 0 ? 0 : i == 1 ? c - 1 : ops_xent_padding(t, i) ? -1 : (int32_t)((i * 7919u + 17) % (unsigned)c);
     float *loss = xmalloc(n * 4), *dz = xmalloc((size_t)n * c * 4);
     C->softmax_xent(loss, dz, z, lab, n, c, smoothing, 1.0f / 24);
-    float *g_z = to_dev(z, (size_t)n * c * 4), *g_loss = G->alloc(n * 4), *g_dz = G->alloc((size_t)n * c * 4);
-    int32_t *g_lab = to_dev(lab, sizeof lab);
+    float *g_z = to_dev(z, (size_t)n * c * 4), *g_loss = dev_alloc(n * 4), *g_dz = dev_alloc((size_t)n * c * 4);
+    int32_t *g_lab = to_dev(lab, n * sizeof *lab);
     G->softmax_xent(g_loss, g_dz, g_z, g_lab, n, c, smoothing, 1.0f / 24);
     cmp("loss", g_loss, loss, n);
     cmp("dlogits", g_dz, dz, (size_t)n * c);
-    check_end();
-    G->free(g_z), G->free(g_loss), G->free(g_dz), G->free(g_lab);
-    free(z), free(loss), free(dz);
+    case_end();
+    dev_free(g_z), dev_free(g_loss), dev_free(g_dz), dev_free(g_lab);
+    free(z), free(loss), free(dz), free(lab);
 }
 
 static void test_sgd_elementwise(void)
@@ -394,12 +431,13 @@ static void test_sgd_elementwise(void)
     size_t n = 100003;
     float *w = host_rand(n, -1, 1), *buf = host_rand(n, -1, 1), *grad = host_rand(n, -1, 1), *x = host_rand(n, -1, 1);
     float *g_w = to_dev(w, n * 4), *g_buf = to_dev(buf, n * 4), *g_grad = to_dev(grad, n * 4), *g_x = to_dev(x, n * 4);
-    /* every rule: first step, nesterov with weight decay, plain momentum, no momentum */
-    const struct { float lr, mom, wd; int nest, first; } steps[] = {
-        {0.1f, 0.9f, 1e-4f, 0, 1}, {0.1f, 0.9f, 5e-4f, 1, 0}, {0.05f, 0.9f, 0, 0, 0}, {0.01f, 0, 1e-4f, 0, 0}};
-    for (size_t s = 0; s < sizeof steps / sizeof *steps; s++) {
-        C->sgd_step(w, buf, grad, n, steps[s].lr, steps[s].mom, steps[s].wd, steps[s].nest, steps[s].first);
-        G->sgd_step(g_w, g_buf, g_grad, n, steps[s].lr, steps[s].mom, steps[s].wd, steps[s].nest, steps[s].first);
+    /* the op table's rules in turn on one tensor: first step, nesterov with weight decay,
+     * plain momentum, no momentum */
+    for (size_t s = 0; s < OPS_COUNT(ops_sgds); s++) {
+        const ops_sgd *t = &ops_sgds[s];
+        if (!(t->use & OPS_GPU)) continue;
+        C->sgd_step(w, buf, grad, n, t->lr, t->momentum, t->wd, t->nesterov, t->first);
+        G->sgd_step(g_w, g_buf, g_grad, n, t->lr, t->momentum, t->wd, t->nesterov, t->first);
     }
     cmp("sgd weights", g_w, w, n);
     cmp("sgd momentum", g_buf, buf, n);
@@ -413,46 +451,51 @@ static void test_sgd_elementwise(void)
     G->add(g_x, g_grad, n, DS_F32);
     cmp("add", g_x, x, n);
     /* memory ops: zero, copy, and alloc hands out zeroed memory */
-    float *g_z = G->alloc(n * 4);
+    float *g_z = dev_alloc(n * 4);
     cmp("alloc is zeroed", g_z, memset(x, 0, n * 4), n);
     G->copy(g_z, g_grad, n * 4);
     cmp("copy", g_z, grad, n);
     G->zero(g_z, n * 4);
     cmp("zero", g_z, x, n);
-    check_end();
-    G->free(g_w), G->free(g_buf), G->free(g_grad), G->free(g_x), G->free(g_z);
+    case_end();
+    dev_free(g_w), dev_free(g_buf), dev_free(g_grad), dev_free(g_x), dev_free(g_z);
     free(w), free(buf), free(grad), free(x);
 }
 
-static void test_normalize(void)
+static void test_normalize(const ops_input *t)
 {
-    check_begin("cuda normalize_u8 with crop and flip");
-    int n = 4, H = 20, W = 17, ch = 12, cw = 9;
+    char title[96];
+    snprintf(title, sizeof title, "cuda normalize_u8 %dx%d to %dx%d with crop and flip", t->H, t->W, t->ch, t->cw);
+    check_begin(title);
+    int n = t->n, H = t->H, W = t->W, ch = t->ch, cw = t->cw;
     size_t nin = (size_t)n * H * W * 3, nout = (size_t)n * ch * cw * 3;
     uint8_t *in = xmalloc(nin);
     for (size_t i = 0; i < nin; i++) in[i] = (uint8_t)(i * 131 + i / 7);
-    int32_t y0[4] = {0, 8, 3, 5}, x0[4] = {0, 8, 2, 1};
-    uint8_t flip[4] = {0, 1, 1, 0};
+    int32_t y0[5], x0[5];   /* crops at the corners and between */
+    uint8_t flip[5];
+    for (int i = 0; i < n; i++)
+        y0[i] = i * 5 % (H - ch + 1), x0[i] = (i * 7 + (i == 1) * (W - cw)) % (W - cw + 1), flip[i] = i % 3 != 0;
     const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
     float *out = xmalloc(nout * 4);
     C->normalize_u8(out, in, n, H, W, ch, cw, y0, x0, flip, mean, std);
     uint8_t *g_in = to_dev(in, nin), *g_flip = to_dev(flip, sizeof flip);
     int32_t *g_y0 = to_dev(y0, sizeof y0), *g_x0 = to_dev(x0, sizeof x0);
-    float *g_out = G->alloc(nout * 4);
+    float *g_out = dev_alloc(nout * 4);
     G->normalize_u8(g_out, g_in, n, H, W, ch, cw, g_y0, g_x0, g_flip, mean, std);
     cmp("normalize_u8", g_out, out, nout);
     C->normalize_u8(out, in, n, H, W, ch, cw, y0, x0, NULL, mean, std);
     G->normalize_u8(g_out, g_in, n, H, W, ch, cw, g_y0, g_x0, NULL, mean, std);
     cmp("normalize_u8 without flips", g_out, out, nout);
-    check_end();
-    G->free(g_in), G->free(g_flip), G->free(g_y0), G->free(g_x0), G->free(g_out);
+    case_end();
+    dev_free(g_in), dev_free(g_flip), dev_free(g_y0), dev_free(g_x0), dev_free(g_out);
     free(in), free(out);
 }
 
 /* n (at most 5) images of H x W to ch x cw crops: boxes that scale down and up, the whole
  * image, thin boxes (placed within the image whatever its size). */
-static void test_resized_crop(int n, int H, int W, int ch, int cw)
+static void test_resized_crop(const ops_input *t)
 {
+    const int n = t->n, H = t->H, W = t->W, ch = t->ch, cw = t->cw;
     char title[128];
     snprintf(title, sizeof title, "cuda resized_crop_u8 %dx%d to %dx%d against the CPU; a crop-sized box is normalize_u8",
              H, W, ch, cw);
@@ -469,7 +512,7 @@ static void test_resized_crop(int n, int H, int W, int ch, int cw)
     uint8_t *g_in = to_dev(in, nin), *g_flip = to_dev(flip, sizeof flip);
     int32_t *g_y0 = to_dev(y0, sizeof y0), *g_x0 = to_dev(x0, sizeof x0);
     int32_t *g_bh = to_dev(bh, sizeof bh), *g_bw = to_dev(bw, sizeof bw);
-    float *g_out = G->alloc(nout * 4), *g_same = G->alloc(nout * 4);
+    float *g_out = dev_alloc(nout * 4), *g_same = dev_alloc(nout * 4);
     G->resized_crop_u8(g_out, g_in, n, H, W, ch, cw, g_y0, g_x0, g_bh, g_bw, g_flip, mean, std);
     cmp("resized_crop_u8", g_out, out, nout);
     /* the same float operations, each rounded explicitly: bitwise the CPU's (reported, not required) */
@@ -485,9 +528,9 @@ static void test_resized_crop(int n, int H, int W, int ch, int cw)
     G->normalize_u8(g_same, g_in, n, H, W, ch, cw, g_y0, g_x0, g_flip, mean, std);
     G->download(got, g_out, nout * 4), G->download(same, g_same, nout * 4);
     CHECK(memcmp(got, same, nout * 4) == 0, "a %dx%d box is not bitwise normalize_u8's crop", ch, cw);
-    check_end();
-    G->free(g_in), G->free(g_flip), G->free(g_y0), G->free(g_x0), G->free(g_bh), G->free(g_bw);
-    G->free(g_out), G->free(g_same);
+    case_end();
+    dev_free(g_in), dev_free(g_flip), dev_free(g_y0), dev_free(g_x0), dev_free(g_bh), dev_free(g_bw);
+    dev_free(g_out), dev_free(g_same);
     free(in), free(out), free(got), free(same);
 }
 
@@ -495,41 +538,38 @@ static void test_resized_crop(int n, int H, int W, int ch, int cw)
 
 /* A convolution with bf16 output and weights and its input stored in in_t (bf16, or float32
  * as conv1's), planned and run as in test_conv_case; dw float32, accumulated. */
-static void test_conv_bf16(conv_case t, ds_dtype in_t)
+static void test_conv_bf16(const ops_conv *t)
 {
-    int n = t.n, h = t.h, w = t.w, c = t.c, k = t.k, r = t.r, stride = t.stride, pad = t.pad;
-    ds_conv_desc d = {.n = t.planned, .h = t.ph, .w = t.pw, .c = c, .k = k, .r = r, .s = r, .stride = stride,
-                      .pad = pad, .no_dx = t.no_dx, .in_t = in_t, .out_t = DS_BF16, .w_t = DS_BF16};
-    d.p = (t.ph + 2 * pad - r) / stride + 1;
-    d.q = (t.pw + 2 * pad - r) / stride + 1;
-    char name[192];
+    const ds_dtype in_t = t->use & OPS_F32_IN ? DS_F32 : DS_BF16;
+    ds_conv_desc d = ops_conv_desc(t, 1), run = ops_conv_desc(t, 0);
+    d.in_t = run.in_t = in_t, d.out_t = run.out_t = DS_BF16, d.w_t = run.w_t = DS_BF16;
+    const int n = run.n, h = run.h, w = run.w, c = t->c, k = t->k;
+    char name[224];
     snprintf(name, sizeof name,
              "cuda %s conv, in %s out bf16 w bf16, %dx%dx%dx%d k%d %dx%d/%d pad %d (planned for %dx%dx%d)%s "
              "against the CPU's bf16",
-             ds_precision_name(G->precision), ds_dtype_name(in_t), n, h, w, c, k, r, r, stride, pad, t.planned, t.ph,
-             t.pw, t.no_dx ? " without backward-data" : "");
+             ds_precision_name(G->precision), ds_dtype_name(in_t), n, h, w, c, k, t->r, t->s, t->stride, t->pad, d.n,
+             d.h, d.w, d.no_dx ? " without backward-data" : "");
     check_begin(name);
     size_t cws = C->conv_workspace(&d), gws = G->conv_workspace(&d);
     CHECK(cws != SIZE_MAX && gws != SIZE_MAX, "could not plan it (CPU %zu, GPU %zu bytes)", cws, gws);
     if (cws == SIZE_MAX || gws == SIZE_MAX) {
-        check_end();
+        case_end();
         return;
     }
-    d.n = n, d.h = h, d.w = w;
-    d.p = (h + 2 * pad - r) / stride + 1;
-    d.q = (w + 2 * pad - r) / stride + 1;
-    size_t ni = (size_t)n * h * w * c, nw = (size_t)k * r * r * c, no = (size_t)n * d.p * d.q * k;
+    d = run;
+    size_t ni = (size_t)n * h * w * c, nw = (size_t)k * t->r * t->s * c, no = (size_t)n * d.p * d.q * k;
     size_t ei = ds_dtype_size(in_t);
     void *in = host_rand_as(ni, -1, 1, in_t), *wt = host_rand_as(nw, -0.5f, 0.5f, DS_BF16);
     void *dout = host_rand_as(no, -1, 1, DS_BF16);
     float *dw0 = host_rand(nw, -0.1f, 0.1f), *dw = dup(dw0, nw);
     void *din0 = host_rand_as(ni, -1, 1, in_t);   /* another consumer's part, which bwd_data adds to */
-    void *cw = xmalloc(cws), *gw = G->alloc(gws ? gws : 1), *out = xmalloc(no * 2), *din = xmalloc(ni * ei),
+    void *cw = xmalloc(cws), *gw = dev_alloc(gws ? gws : 1), *out = xmalloc(no * 2), *din = xmalloc(ni * ei),
          *dacc = xmalloc(ni * ei);
     memcpy(dacc, din0, ni * ei);
     C->conv_fwd(out, in, wt, &d, cw);
-    if (!t.no_dx) C->conv_bwd_data(din, dout, wt, &d, 0, cw);
-    if (!t.no_dx) C->conv_bwd_data(dacc, dout, wt, &d, 1, cw);
+    if (!d.no_dx) C->conv_bwd_data(din, dout, wt, &d, 0, cw);
+    if (!d.no_dx) C->conv_bwd_data(dacc, dout, wt, &d, 1, cw);
     C->conv_bwd_weight(dw, dout, in, &d, cw);
     void *g_in = to_dev(in, ni * ei), *g_w = to_dev(wt, nw * 2), *g_dout = to_dev(dout, no * 2);
     /* garbage first: forward and the overwriting backward-data must not add to what is there */
@@ -539,16 +579,16 @@ static void test_conv_bf16(conv_case t, ds_dtype in_t)
     G->conv_fwd(g_out, g_in, g_w, &d, gw);
     /* the model's order: weight gradient, then data gradient (a copy of dout may be shared) */
     G->conv_bwd_weight(g_dw, g_dout, g_in, &d, gw);
-    if (!t.no_dx) G->conv_bwd_data(g_din, g_dout, g_w, &d, 0, gw);
+    if (!d.no_dx) G->conv_bwd_data(g_din, g_dout, g_w, &d, 0, gw);
     /* accumulating: beta = 1 in cuDNN under bf16 arithmetic; under tf32 and fp32 the float32
      * result rounded to bf16 in the workspace, then added */
-    if (!t.no_dx) G->conv_bwd_data(g_dacc, g_dout, g_w, &d, 1, gw);
+    if (!d.no_dx) G->conv_bwd_data(g_dacc, g_dout, g_w, &d, 1, gw);
     cmp_as("conv_fwd", g_out, out, no, DS_BF16, TOL_BF16);
-    if (!t.no_dx) cmp_as("conv_bwd_data", g_din, din, ni, in_t, TOL_BF16);
-    if (!t.no_dx) cmp_as("conv_bwd_data (accumulating)", g_dacc, dacc, ni, in_t, TOL_BF16);
+    if (!d.no_dx) cmp_as("conv_bwd_data", g_din, din, ni, in_t, TOL_BF16);
+    if (!d.no_dx) cmp_as("conv_bwd_data (accumulating)", g_dacc, dacc, ni, in_t, TOL_BF16);
     cmp_as("conv_bwd_weight (accumulated)", g_dw, dw, nw, DS_F32, TOL_BF16);
     /* dout uploaded anew between the two backward ops (see test_conv_case) */
-    if (!t.no_dx) {
+    if (!d.no_dx) {
         void *dout2 = host_rand_as(no, -1, 1, DS_BF16), *din2 = xmalloc(ni * ei);
         C->conv_bwd_data(din2, dout2, wt, &d, 0, cw);
         G->conv_fwd(g_out, g_in, g_w, &d, gw);   /* then backward-weight copies dout afresh */
@@ -558,33 +598,34 @@ static void test_conv_bf16(conv_case t, ds_dtype in_t)
         cmp_as("conv_bwd_data of a dout uploaded after backward-weight", g_din, din2, ni, in_t, TOL_BF16);
         free(dout2), free(din2);
     }
-    check_end();
-    G->free(g_in), G->free(g_w), G->free(g_dout), G->free(g_out), G->free(g_din), G->free(g_dw), G->free(g_dacc);
-    G->free(gw);
+    case_end();
+    dev_free(g_in), dev_free(g_w), dev_free(g_dout), dev_free(g_out), dev_free(g_din), dev_free(g_dw), dev_free(g_dacc);
+    dev_free(gw);
     free(in), free(wt), free(dout), free(dw0), free(dw), free(din0), free(cw), free(out), free(din), free(dacc);
     free(junk_o), free(junk_i);
 }
 
-/* A 3x3 and a strided 1x1 convolution on bf16 activations (the second at a short batch),
- * and conv1 (float32 input, no backward-data), at the selected precision. */
+/* The op table's bf16-storage device rows (a 3x3, a strided 1x1 at a short batch, conv1 with
+ * its float32 input and no backward-data), at the selected precision. */
 static void test_convs_bf16(void)
 {
-    test_conv_bf16((conv_case){2, 2, 9, 7, 9, 7, 16, 24, 3, 1, 1, 0}, DS_BF16);
-    test_conv_bf16((conv_case){3, 4, 8, 8, 8, 8, 32, 16, 1, 2, 0, 0}, DS_BF16);
-    test_conv_bf16((conv_case){4, 8, 32, 32, 40, 40, 3, 64, 7, 2, 3, 1}, DS_F32);
+    for (size_t i = 0; i < OPS_COUNT(ops_convs); i++)
+        if (ops_convs[i].use & OPS_GPU_BF16_IO) test_conv_bf16(&ops_convs[i]);
 }
 
 /* Batch norm (training forward, inference forward, backward) with in, residual, out and
  * their gradients in bf16. */
-static void test_bn_bf16(int m, int c, int relu, int residual)
+static void test_bn_bf16(const ops_bn *t)
 {
+    const int m = t->m, c = t->c, relu = t->relu, residual = t->residual;
+    const float lo = (float)(t->offset - 2 * t->spread), hi = (float)(t->offset + 2 * t->spread);
     char name[128];
     snprintf(name, sizeof name, "cuda batch norm, bf16 storage, m=%d c=%d%s%s against the CPU's bf16", m, c,
              relu ? " relu" : "", residual ? " +residual" : "");
     check_begin(name);
     size_t mc = (size_t)m * c;
     /* a mean far from zero checks the shifted variance sums */
-    bf16 *in = host_rand_as(mc, 2, 5, DS_BF16), *res = host_rand_as(mc, -1, 1, DS_BF16),
+    bf16 *in = host_rand_as(mc, lo, hi, DS_BF16), *res = host_rand_as(mc, -1, 1, DS_BF16),
          *dout = host_rand_as(mc, -1, 1, DS_BF16);
     float *gam = host_rand(c, 0.5f, 1.5f), *bet = host_rand(c, -0.5f, 0.5f), *rm = host_rand(c, 2, 5),
           *rv = host_rand(c, 0.5f, 2), *dg0 = host_rand(c, -1, 1), *db0 = host_rand(c, -1, 1);
@@ -600,9 +641,9 @@ static void test_bn_bf16(int m, int c, int relu, int residual)
     void *g_in = to_dev(in, mc * 2), *g_res = to_dev(res, mc * 2), *g_dy = to_dev(dout, mc * 2);
     float *g_gam = to_dev(gam, c * 4), *g_bet = to_dev(bet, c * 4), *g_rm = to_dev(rm, c * 4),
           *g_rv = to_dev(rv, c * 4), *g_dg = to_dev(dg0, c * 4), *g_db = to_dev(db0, c * 4);
-    void *g_out = G->alloc(mc * 2), *g_inf = G->alloc(mc * 2), *g_din = G->alloc(mc * 2),
-         *g_dres = G->alloc(mc * 2);
-    float *g_mean = G->alloc(c * 4), *g_var = G->alloc(c * 4), *g_is = G->alloc(c * 4);
+    void *g_out = dev_alloc(mc * 2), *g_inf = dev_alloc(mc * 2), *g_din = dev_alloc(mc * 2),
+         *g_dres = dev_alloc(mc * 2);
+    float *g_mean = dev_alloc(c * 4), *g_var = dev_alloc(c * 4), *g_is = dev_alloc(c * 4);
     const void *gr = residual ? g_res : NULL;
     G->bn_fwd_train(g_out, g_mean, g_var, g_is, g_in, g_gam, g_bet, gr, relu, m, c, 1e-5f, DS_BF16);
     G->bn_fwd_infer(g_inf, g_in, g_gam, g_bet, g_rm, g_rv, gr, relu, m, c, 1e-5f, DS_BF16);
@@ -618,47 +659,51 @@ static void test_bn_bf16(int m, int c, int relu, int residual)
     if (residual) cmp_as("bn_bwd dresidual", g_dres, dres, mc, DS_BF16, TOL_BF16);
     cmp_as("bn_bwd dgamma (accumulated)", g_dg, dg, c, DS_F32, TOL_F32);
     cmp_as("bn_bwd dbeta (accumulated)", g_db, db, c, DS_F32, TOL_F32);
-    check_end();
+    case_end();
     void *gs[] = {g_in, g_res, g_dy, g_gam, g_bet, g_rm, g_rv, g_dg, g_db, g_out, g_inf, g_din, g_dres,
                   g_mean, g_var, g_is};
-    for (size_t i = 0; i < sizeof gs / sizeof *gs; i++) G->free(gs[i]);
+    for (size_t i = 0; i < sizeof gs / sizeof *gs; i++) dev_free(gs[i]);
     void *hs[] = {in, res, dout, gam, bet, rm, rv, dg0, db0, out, inf, din, dres, dy, mean, var, is, dg, db};
     for (size_t i = 0; i < sizeof hs / sizeof *hs; i++) free(hs[i]);
 }
 
 /* Max pool on bf16 activations; the global average pool from bf16 activations to float32
  * features, and back. */
-static void test_pool_bf16(void)
+static void test_pool_bf16(const ops_pool *t)
 {
-    check_begin("cuda max pool 3x3/2 pad 1 and global average pool, bf16 storage, against the CPU's bf16");
-    ds_pool_desc d = {3, 13, 11, 8, 3, 2, 1, 7, 6, DS_BF16};
+    char name[160];
+    snprintf(name, sizeof name,
+             "cuda max pool %dx%dx%dx%d %dx%d/%d pad %d and global average pool, bf16 storage, against the CPU's bf16",
+             t->n, t->h, t->w, t->c, t->k, t->k, t->stride, t->pad);
+    check_begin(name);
+    ds_pool_desc d = ops_pool_desc(t, DS_BF16);
     size_t ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.c;
     bf16 *in = host_rand_as(ni, -1, 1, DS_BF16), *dout = host_rand_as(no, -1, 1, DS_BF16);
     for (size_t i = 0; i < ni; i += 5) in[i] = bf16_round(0.25f);   /* ties: the first maximum must win */
     bf16 *out = xmalloc(no * 2), *din = xmalloc(ni * 2);
     C->maxpool_fwd(out, in, &d);
     C->maxpool_bwd(din, dout, in, out, &d);
-    void *g_in = to_dev(in, ni * 2), *g_dout = to_dev(dout, no * 2), *g_out = G->alloc(no * 2),
+    void *g_in = to_dev(in, ni * 2), *g_dout = to_dev(dout, no * 2), *g_out = dev_alloc(no * 2),
          *g_din = to_dev(in, ni * 2);   /* garbage first: maxpool_bwd must overwrite */
     G->maxpool_fwd(g_out, g_in, &d);
     G->maxpool_bwd(g_din, g_dout, g_in, g_out, &d);
     cmp_as("maxpool_fwd", g_out, out, no, DS_BF16, TOL_BF16);
     cmp_as("maxpool_bwd", g_din, din, ni, DS_BF16, TOL_BF16);
 
-    int n = 4, hw = 49, c = 40;
+    int n = d.n, hw = d.h * d.w, c = d.c;
     bf16 *x = host_rand_as((size_t)n * hw * c, -1, 1, DS_BF16), *dx = xmalloc((size_t)n * hw * c * 2);
     float *dy = host_rand((size_t)n * c, -1, 1), *y = xmalloc((size_t)n * c * 4);
     C->avgpool_fwd(y, x, n, hw, c, DS_BF16);
     C->avgpool_bwd(dx, dy, n, hw, c, DS_BF16);
-    void *g_x = to_dev(x, (size_t)n * hw * c * 2), *g_dx = G->alloc((size_t)n * hw * c * 2);
-    float *g_dy = to_dev(dy, (size_t)n * c * 4), *g_y = G->alloc((size_t)n * c * 4);
+    void *g_x = to_dev(x, (size_t)n * hw * c * 2), *g_dx = dev_alloc((size_t)n * hw * c * 2);
+    float *g_dy = to_dev(dy, (size_t)n * c * 4), *g_y = dev_alloc((size_t)n * c * 4);
     G->avgpool_fwd(g_y, g_x, n, hw, c, DS_BF16);
     G->avgpool_bwd(g_dx, g_dy, n, hw, c, DS_BF16);
     cmp_as("avgpool_fwd (float32 features)", g_y, y, (size_t)n * c, DS_F32, TOL_F32);
     cmp_as("avgpool_bwd", g_dx, dx, (size_t)n * hw * c, DS_BF16, TOL_BF16);
-    check_end();
-    G->free(g_in), G->free(g_dout), G->free(g_out), G->free(g_din), G->free(g_x), G->free(g_dy), G->free(g_y);
-    G->free(g_dx);
+    case_end();
+    dev_free(g_in), dev_free(g_dout), dev_free(g_out), dev_free(g_din), dev_free(g_x), dev_free(g_dy), dev_free(g_y);
+    dev_free(g_dx);
     free(in), free(dout), free(out), free(din), free(x), free(dy), free(y), free(dx);
 }
 
@@ -669,7 +714,7 @@ static void test_elementwise_bf16(void)
     size_t n = 100003;
     bf16 *y = host_rand_as(n, -1, 1, DS_BF16), *x = host_rand_as(n, -1, 1, DS_BF16), *h = xmalloc(n * 2);
     float *f = host_rand(n, -3, 3);
-    void *g_y = to_dev(y, n * 2), *g_x = to_dev(x, n * 2), *g_h = G->alloc(n * 2);
+    void *g_y = to_dev(y, n * 2), *g_x = to_dev(x, n * 2), *g_h = dev_alloc(n * 2);
     float *g_f = to_dev(f, n * 4);
     C->add(y, x, n, DS_BF16);
     G->add(g_y, g_x, n, DS_BF16);
@@ -678,8 +723,8 @@ static void test_elementwise_bf16(void)
     C->to_bf16(h, f, n);
     G->to_bf16(g_h, g_f, n);
     CHECK(same_bits(g_h, h, n, DS_BF16), "to_bf16: not bitwise the CPU's");
-    check_end();
-    G->free(g_y), G->free(g_x), G->free(g_h), G->free(g_f);
+    case_end();
+    dev_free(g_y), dev_free(g_x), dev_free(g_h), dev_free(g_f);
     free(y), free(x), free(h), free(f);
 }
 
@@ -696,7 +741,7 @@ static void test_streams(void)
     uint8_t *src = NULL;
     if (posix_memalign((void **)&src, 4096, bytes)) ds_die("out of memory");
     for (size_t i = 0; i < bytes; i++) src[i] = (uint8_t)(i * 2654435761u >> 13);
-    uint8_t *back = G->host_alloc(bytes), *dev = G->alloc(bytes);
+    uint8_t *back = G->host_alloc(bytes), *dev = dev_alloc(bytes);
     CHECK(back && dev, "allocations");
     CHECK(G->host_register(src, bytes) == 0, "page-locking 32 MiB");
     /* alloc zeroes dev on the compute stream: the copy on the input stream waits for it */
@@ -716,9 +761,9 @@ static void test_streams(void)
     G->sync();
     G->host_unregister(src);
     G->host_free(back);
-    G->free(dev);
+    dev_free(dev);
     free(src);
-    check_end();
+    case_end();
 }
 
 /* upload's contract (backend.h): src may be reused as soon as upload returns, the copy still
@@ -734,7 +779,7 @@ static void test_upload_reuse(void)
     uint8_t *src = xmalloc(bytes), *back = xmalloc(bytes);
     void *dev[COPIES];
     for (int t = 0; t < COPIES; t++) {
-        dev[t] = G->alloc(bytes);
+        dev[t] = dev_alloc(bytes);
         CHECK(dev[t] != NULL, "allocation");
     }
     for (int t = 0; t < COPIES; t++) {
@@ -746,10 +791,10 @@ static void test_upload_reuse(void)
         size_t off = 0;
         for (size_t i = 0; i < bytes; i++) off += back[i] != (uint8_t)(0x11 * (t + 1));
         CHECK(off == 0, "upload %d: %zu of %zu bytes are not its source's", t, off, bytes);
-        G->free(dev[t]);
+        dev_free(dev[t]);
     }
     free(src), free(back);
-    check_end();
+    case_end();
 }
 
 /* The feed (feed.h) on the device: three batches of page-locked pixels through its two
@@ -772,7 +817,7 @@ static void test_feed(void)
                           .capacity = B};
         if (posix_memalign((void **)&b[k].images, 4096, pixels)) ds_die("out of memory");
     }
-    float *want = xmalloc(nout * 4), *g_out = G->alloc(nout * 4);
+    float *want = xmalloc(nout * 4), *g_out = dev_alloc(nout * 4);
     ds_feed f;
     CHECK(ds_feed_init(&f, G, B, H, W) == 0, "feed init");
     for (int t = 0; t < 3; t++) {
@@ -786,8 +831,8 @@ static void test_feed(void)
     }
     ds_feed_free(&f);
     cmp("feed batch normalised before the feed was freed", g_out, want, nout);
-    check_end();
-    G->free(g_out);
+    case_end();
+    dev_free(g_out);
     free(want), free(b[0].images), free(b[1].images);
 }
 
@@ -835,7 +880,7 @@ static void test_loss_late(void)
     ds_model *now = ds_model_create(G, &cfg), *late = ds_model_create(G, &cfg);
     CHECK(now && late, "resnet20 on the device");
     if (!now || !late) {
-        check_end();
+        case_end();
         return;
     }
     ds_model_init(now, 7);
@@ -848,7 +893,7 @@ static void test_loss_late(void)
         CHECK(got[k] == want[k] && isfinite(want[k]), "step %d: late loss %.17g, at once %.17g", k, got[k], want[k]);
     ds_model_free(now);
     ds_model_free(late);
-    check_end();
+    case_end();
 }
 
 int main(void)
@@ -867,18 +912,17 @@ int main(void)
     ds_backend_opts opts = {.precision = DS_PRECISION_FP32, .deterministic = 1};
     if (!(G = ds_backend_select(DS_DEVICE_CUDA, &opts))) return 1;
     test_convs();
-    test_bn(300, 48, 1, 1);
-    test_bn(1000, 70, 0, 0);
-    test_bn(97, 8, 1, 0);
-    test_pool();
-    test_linear(1);
-    test_linear(0);
-    test_loss(0);
-    test_loss(0.1f);
+    for (size_t i = 0; i < OPS_COUNT(ops_bns); i++)
+        if (ops_bns[i].use & OPS_GPU) test_bn(&ops_bns[i]);
+    for (size_t i = 0; i < OPS_COUNT(ops_pools); i++)
+        if (ops_pools[i].use & OPS_GPU) test_pool(&ops_pools[i]);
+    for (size_t i = 0; i < OPS_COUNT(ops_linears); i++)
+        if (ops_linears[i].use & OPS_GPU) test_linear(&ops_linears[i], 1), test_linear(&ops_linears[i], 0);
+    for (size_t i = 0; i < OPS_COUNT(ops_xents); i++)
+        if (ops_xents[i].use & OPS_GPU) test_loss(&ops_xents[i]);
     test_sgd_elementwise();
-    test_normalize();
-    test_resized_crop(5, 21, 26, 12, 9);
-    test_resized_crop(4, 256, 256, 224, 224);   /* RandomResizedCrop at ImageNet sizes */
+    for (size_t i = 0; i < OPS_COUNT(ops_inputs); i++)
+        if (ops_inputs[i].use & OPS_GPU) test_normalize(&ops_inputs[i]), test_resized_crop(&ops_inputs[i]);
     test_streams();
     test_upload_reuse();
     test_feed();
@@ -895,9 +939,10 @@ int main(void)
      * under tf32 and fp32 (bf16 tensors copied to float32 in the workspace, results back) */
     C = &ds_backend_cpu_bf16;
     test_convs_bf16();
-    test_bn_bf16(300, 48, 1, 1);
-    test_bn_bf16(97, 8, 1, 0);
-    test_pool_bf16();
+    for (size_t i = 0; i < OPS_COUNT(ops_bns); i++)
+        if (ops_bns[i].use & OPS_GPU_BF16_IO) test_bn_bf16(&ops_bns[i]);
+    for (size_t i = 0; i < OPS_COUNT(ops_pools); i++)
+        if (ops_pools[i].use & OPS_GPU_BF16_IO) test_pool_bf16(&ops_pools[i]);
     test_elementwise_bf16();
     opts.precision = DS_PRECISION_TF32;
     if (!(G = ds_backend_select(DS_DEVICE_CUDA, &opts))) return 1;

@@ -10,6 +10,7 @@
 #include "backend/cpu_bf16.h"
 #include "rng.h"
 #include "backend/cpu_sgemm.h"
+#include "ops_cases.h"
 
 #include <math.h>
 #include <omp.h>
@@ -99,14 +100,6 @@ static void ref_conv_bwd(double *din, double *dw, const double *dout, const doub
                             }
                         }
                 }
-}
-
-static ds_conv_desc conv_desc(int n, int h, int w, int c, int k, int r, int s, int stride, int pad)
-{
-    ds_conv_desc d = {n, h, w, c, k, r, s, stride, pad, 0, 0, 0, DS_F32, DS_F32, DS_F32};
-    d.p = (h + 2 * pad - r) / stride + 1;
-    d.q = (w + 2 * pad - s) / stride + 1;
-    return d;
 }
 
 typedef struct {
@@ -635,7 +628,9 @@ static double avgpool_loss(void *p)
 
 static void test_avgpool(int n, int hw, int c)
 {
-    check_begin("global average pool");
+    char name[96];
+    snprintf(name, sizeof name, "global average pool n%d hw%d c%d", n, hw, c);
+    check_begin(name);
     size_t ni = (size_t)n * hw * c, no = (size_t)n * c;
     float *in = randn(ni, 1), *g = randn(no, 1), *out = malloc(no * 4), *din = malloc(ni * 4);
     be->avgpool_fwd(out, in, n, hw, c, DS_F32);
@@ -742,37 +737,40 @@ static double xent_loss(void *p)
     return l;
 }
 
-static void test_xent(float smoothing)
+static void test_xent(const ops_xent *t)
 {
-    char name[64];
-    snprintf(name, sizeof name, "softmax cross-entropy, smoothing %g", smoothing);
+    char name[96];
+    snprintf(name, sizeof name, "softmax cross-entropy n%d c%d, smoothing %g", t->n, t->c, t->smoothing);
     check_begin(name);
-    const int n = 7, c = 11;
+    const int n = t->n, c = t->c;
     const float scale = 1.0f / 32;
-    float *z = randn((size_t)n * c, 3), loss[7], dz[7 * 11];
-    int32_t y[7] = {0, 10, 3, 5, -1, 7, 2};  // -1: a padding sample
-    z[c * 5 + 1] += 80;                      // a large logit must not overflow
-    be->softmax_xent(loss, dz, z, y, n, c, smoothing, scale);
-    xent_ctx x = {n, c, dup_d(z, (size_t)n * c), smoothing, y};
-    double want[7 * 11], got[7 * 11];
+    float *z = randn((size_t)n * c, 3), *loss = malloc(n * sizeof *loss), *dz = malloc((size_t)n * c * sizeof *dz);
+    int32_t *y = malloc(n * sizeof *y);
+    for (int i = 0; i < n; i++)  /* the first and last class, padding samples (-1), the rest at random */
+        y[i] = i == 0 ? 0 : i == 1 ? c - 1 : ops_xent_padding(t, i) ? -1 : (int32_t)ds_rng_below(&rng, c);
+    z[(size_t)c * (n - 2) + 1] += 80;  // a large logit must not overflow
+    be->softmax_xent(loss, dz, z, y, n, c, t->smoothing, scale);
+    xent_ctx x = {n, c, dup_d(z, (size_t)n * c), t->smoothing, y};
+    double *want = malloc((size_t)n * c * sizeof *want), *got = malloc((size_t)n * c * sizeof *got);
     for (int i = 0; i < n; i++) want[i] = xent_loss_each(&x, i), got[i] = loss[i];
     check_close_d("loss", got, want, n, 1e-6, 1e-5);
     fd_grad(want, x.z, (size_t)n * c, xent_loss, &x);
     for (int i = 0; i < n * c; i++) want[i] *= scale, got[i] = dz[i];
     check_close_d("d logits", got, want, (size_t)n * c, 1e-7, 1e-4);
-    free(z), free(x.z);
+    free(z), free(x.z), free(loss), free(dz), free(y), free(want), free(got);
     check_end();
 }
 
 /* ---------------------------------------------------------------- optimizer */
 
-static void test_sgd(float momentum, float wd, int nesterov)
+static void test_sgd(const ops_sgd *t)
 {
     char name[96];
-    snprintf(name, sizeof name, "sgd momentum %g wd %g%s, 3 steps", momentum, wd, nesterov ? " nesterov" : "");
+    const float lr = t->lr, momentum = t->momentum, wd = t->wd;
+    const int nesterov = t->nesterov;
+    snprintf(name, sizeof name, "sgd lr %g momentum %g wd %g%s, 3 steps", lr, momentum, wd, nesterov ? " nesterov" : "");
     check_begin(name);
     const size_t n = 1000;
-    const float lr = 0.1f;
     float *w = randn(n, 1), *buf = randn(n, 1);  // buf garbage: the first step must ignore it
     double *wd_ = dup_d(w, n), *bd = calloc(n, sizeof *bd), *got = malloc(n * 8);
     for (int step = 0; step < 3; step++) {
@@ -1062,20 +1060,14 @@ static float *run_ops(int threads, size_t *len)
     omp_set_num_threads(threads);
     ds_rng_init(&rng, 7, DS_RNG_DATA, 99);
     results res = {0};
-    const ds_conv_desc cs[] = {
-        conv_desc(12, 16, 16, 64, 16, 3, 3, 1, 1), conv_desc(6, 12, 12, 16, 32, 3, 3, 2, 1),
-        conv_desc(6, 12, 12, 256, 24, 1, 1, 1, 0),  conv_desc(3, 15, 13, 3, 8, 7, 7, 2, 3),
-        conv_desc(5, 11, 11, 16, 16, 3, 3, 1, 1),   conv_desc(8, 12, 12, 64, 32, 3, 3, 1, 1),
-        conv_desc(4, 9, 9, 32, 64, 3, 3, 2, 1),     conv_desc(3, 9, 9, 24, 48, 1, 1, 2, 0),
-        conv_desc(1, 7, 7, 8, 8, 5, 5, 1, 2),       conv_desc(2, 6, 6, 160, 20, 3, 3, 1, 1),
-        conv_desc(2, 7, 7, 144, 24, 3, 3, 2, 1),    conv_desc(2, 5, 5, 300, 260, 1, 1, 1, 0),
-        conv_desc(2, 5, 5, 40, 1200, 1, 1, 2, 0),   conv_desc(1, 14, 14, 128, 24, 3, 3, 1, 1),
-        conv_desc(2, 24, 24, 288, 8, 3, 3, 1, 1),   conv_desc(2, 7, 7, 600, 40, 3, 3, 1, 1),
-    };
+    ds_conv_desc cs[OPS_COUNT(ops_convs)];
+    size_t ncs = 0;
+    for (size_t k = 0; k < OPS_COUNT(ops_convs); k++)
+        if (ops_convs[k].use & OPS_BITS) cs[ncs++] = ops_conv_desc(&ops_convs[k], 0);
     // Both CPU backends' convolutions: fp32, and bf16 (whose kernel sets promise the same bits).
     const ds_backend *const convs[2] = {&ds_backend_cpu, &ds_backend_cpu_bf16};
     for (int b = 0; b < 2; b++)
-        for (size_t k = 0; k < sizeof cs / sizeof *cs; k++) {
+        for (size_t k = 0; k < ncs; k++) {
             const ds_backend *cb = convs[b];
             const ds_conv_desc *d = &cs[k];
             size_t ni = (size_t)d->n * d->h * d->w * d->c, no = (size_t)d->n * d->p * d->q * d->k,
@@ -1089,43 +1081,85 @@ static float *run_ops(int threads, size_t *len)
             cb->conv_bwd_weight(dw, g, in, d, ws);
             cb->free(ws), free(in), free(w), free(g);
         }
-    const int m = 6 * 12 * 12, c = 64;
-    float *x = randn((size_t)m * c, 2), *gm = randn(c, 1), *bt = randn(c, 1), *g = randn((size_t)m * c, 1),
-          *rs = randn((size_t)m * c, 1);
-    float *out = take(&res, (size_t)m * c), *st = take(&res, 5 * c);
-    be->bn_fwd_train(out, st, st + c, st + 2 * c, x, gm, bt, rs, 1, m, c, 1e-5f, DS_F32);
-    be->bn_bwd(take(&res, (size_t)m * c), take(&res, (size_t)m * c), st + 3 * c, st + 4 * c, g, out, x, gm, st,
-               st + 2 * c, 1, m, c, DS_F32);
-    be->bn_fwd_infer(take(&res, (size_t)m * c), x, gm, bt, st, st + c, rs, 1, m, c, 1e-5f, DS_F32);
-    ds_pool_desc pd = {6, 12, 12, c, 3, 2, 1, 6, 6, DS_F32};
-    float *po = take(&res, 6 * 6 * 6 * c);
-    be->maxpool_fwd(po, x, &pd);
-    be->maxpool_bwd(take(&res, (size_t)m * c), g, x, po, &pd);
-    be->avgpool_fwd(take(&res, 6 * c), x, 6, 144, c, DS_F32);
-    be->avgpool_bwd(take(&res, (size_t)m * c), g, 6, 144, c, DS_F32);
-    float *li = randn(40 * 300, 1), *lw = randn(600 * 300, 1), *lb = randn(600, 1), *lg = randn(40 * 600, 1);
-    be->linear_fwd(take(&res, 40 * 600), li, lw, lb, 40, 300, 600);
-    float *ldw = take(&res, 600 * 300), *ldb = take(&res, 600);
-    be->linear_bwd(take(&res, 40 * 300), ldw, ldb, lg, li, lw, 40, 300, 600);
-    int32_t labels[40];
-    for (int i = 0; i < 40; i++) labels[i] = i % 7 == 3 ? -1 : (int32_t)ds_rng_below(&rng, 600);
-    be->softmax_xent(take(&res, 40), take(&res, 40 * 600), lg, labels, 40, 600, 0.1f, 1.0f / 40);
-    float *sw = take(&res, 600 * 300), *sb = take(&res, 600 * 300);
-    memcpy(sw, lw, 600 * 300 * sizeof *sw);
-    be->sgd_step(sw, sb, li, 600 * 300 < 40 * 300 ? 600 * 300 : 40 * 300, 0.1f, 0.9f, 5e-4f, 1, 1);
-    be->sgd_step(sw, sb, lw, 600 * 300, 0.1f, 0.9f, 5e-4f, 1, 0);
-    be->scale(sw, 0.37f, 600 * 300);
-    be->axpy(sw, -1.3f, lw, 600 * 300);
-    uint8_t *px = malloc(4 * 20 * 18 * 3), flip[4] = {0, 1, 1, 0};
-    int32_t y0[4] = {0, 3, 2, 1}, x0[4] = {1, 0, 2, 2};
-    for (int i = 0; i < 4 * 20 * 18 * 3; i++) px[i] = (uint8_t)ds_rng_below(&rng, 256);
+    for (size_t k = 0; k < OPS_COUNT(ops_bns); k++) {   /* batch norm; pooling on its input */
+        const ops_bn *t = &ops_bns[k];
+        if (!(t->use & OPS_BITS)) continue;
+        const int m = t->m, c = t->c;
+        float *x = randn((size_t)m * c, t->spread), *gm = randn(c, 1), *bt = randn(c, 1),
+              *g = randn((size_t)m * c, 1), *rs = t->residual ? randn((size_t)m * c, 1) : NULL;
+        float *out = take(&res, (size_t)m * c), *st = take(&res, 5 * c);
+        be->bn_fwd_train(out, st, st + c, st + 2 * c, x, gm, bt, rs, t->relu, m, c, 1e-5f, DS_F32);
+        be->bn_bwd(take(&res, (size_t)m * c), rs ? take(&res, (size_t)m * c) : NULL, st + 3 * c, st + 4 * c, g, out, x,
+                   gm, st, st + 2 * c, t->relu, m, c, DS_F32);
+        be->bn_fwd_infer(take(&res, (size_t)m * c), x, gm, bt, st, st + c, rs, t->relu, m, c, 1e-5f, DS_F32);
+        for (size_t j = 0; j < OPS_COUNT(ops_pools); j++) {
+            const ops_pool *pt = &ops_pools[j];
+            if (!(pt->use & OPS_BITS) || (size_t)pt->n * pt->h * pt->w * pt->c != (size_t)m * c) continue;
+            ds_pool_desc pd = ops_pool_desc(pt, DS_F32);
+            float *po = take(&res, (size_t)pd.n * pd.p * pd.q * pd.c);
+            be->maxpool_fwd(po, x, &pd);
+            be->maxpool_bwd(take(&res, (size_t)m * c), g, x, po, &pd);
+            be->avgpool_fwd(take(&res, (size_t)pd.n * pd.c), x, pd.n, pd.h * pd.w, pd.c, DS_F32);
+            be->avgpool_bwd(take(&res, (size_t)m * c), g, pd.n, pd.h * pd.w, pd.c, DS_F32);
+        }
+        free(x), free(gm), free(bt), free(g), free(rs);
+    }
+    for (size_t k = 0; k < OPS_COUNT(ops_linears); k++) {   /* linear, the loss on its shape, SGD on its weights */
+        const ops_linear *t = &ops_linears[k];
+        if (!(t->use & OPS_BITS)) continue;
+        const int n = t->n, i = t->i, o = t->o;
+        const size_t nw = (size_t)o * i;
+        float *li = randn((size_t)n * i, 1), *lw = randn(nw, 1), *lb = randn(o, 1), *lg = randn((size_t)n * o, 1);
+        be->linear_fwd(take(&res, (size_t)n * o), li, lw, lb, n, i, o);
+        float *ldw = take(&res, nw), *ldb = take(&res, o);
+        be->linear_bwd(take(&res, (size_t)n * i), ldw, ldb, lg, li, lw, n, i, o);
+        for (size_t j = 0; j < OPS_COUNT(ops_xents); j++) {
+            const ops_xent *xt = &ops_xents[j];
+            if (!(xt->use & OPS_BITS) || xt->n != n || xt->c != o) continue;
+            int32_t *labels = malloc(n * sizeof *labels);
+            for (int r = 0; r < n; r++)
+                labels[r] = ops_xent_padding(xt, r) ? -1 : (int32_t)ds_rng_below(&rng, o);
+            be->softmax_xent(take(&res, n), take(&res, (size_t)n * o), lg, labels, n, o, xt->smoothing, 1.0f / n);
+            free(labels);
+        }
+        float *sw = take(&res, nw), *sb = take(&res, nw);
+        memcpy(sw, lw, nw * sizeof *sw);
+        size_t first = 1;
+        for (size_t j = 0; j < OPS_COUNT(ops_sgds); j++) {
+            const ops_sgd *st = &ops_sgds[j];
+            if (!(st->use & OPS_BITS)) continue;
+            /* the first step on the first n x i weights only (li their gradient), then all */
+            size_t len = first ? (nw < (size_t)n * i ? nw : (size_t)n * i) : nw;
+            be->sgd_step(sw, sb, first ? li : lw, len, st->lr, st->momentum, st->wd, st->nesterov, st->first);
+            first = 0;
+        }
+        be->scale(sw, 0.37f, nw);
+        be->axpy(sw, -1.3f, lw, nw);
+        free(li), free(lw), free(lb), free(lg);
+    }
     const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
-    be->normalize_u8(take(&res, 4 * 16 * 16 * 3), px, 4, 20, 18, 16, 16, y0, x0, flip, mean, sd);
-    int32_t bh[4] = {17, 5, 18, 9}, bw[4] = {16, 18, 3, 12};
-    be->resized_crop_u8(take(&res, 4 * 16 * 16 * 3), px, 4, 20, 18, 16, 16, y0, x0, bh, bw, flip, mean, sd);
-    free(x), free(gm), free(bt), free(g), free(rs), free(li), free(lw), free(lb), free(lg), free(px);
-    run_ops_bf16_storage(&res, cs, sizeof cs / sizeof *cs);
-    run_ops_accumulate(&res, cs, sizeof cs / sizeof *cs);
+    for (size_t k = 0; k < OPS_COUNT(ops_inputs); k++) {   /* the input ops: crops and resized boxes */
+        const ops_input *t = &ops_inputs[k];
+        if (!(t->use & OPS_BITS)) continue;
+        const int n = t->n, H = t->H, W = t->W, ch = t->ch, cw = t->cw;
+        uint8_t *px = malloc((size_t)n * H * W * 3), *flip = malloc(n);
+        int32_t *y0 = malloc(4 * n * sizeof *y0), *x0 = y0 + n, *bh = y0 + 2 * n, *bw = y0 + 3 * n;
+        for (size_t i = 0; i < (size_t)n * H * W * 3; i++) px[i] = (uint8_t)ds_rng_below(&rng, 256);
+        for (int i = 0; i < n; i++) {
+            flip[i] = (uint8_t)(i % 3 != 0);
+            y0[i] = (int32_t)ds_rng_below(&rng, (uint64_t)(H - ch + 1));
+            x0[i] = (int32_t)ds_rng_below(&rng, (uint64_t)(W - cw + 1));
+        }
+        be->normalize_u8(take(&res, (size_t)n * ch * cw * 3), px, n, H, W, ch, cw, y0, x0, flip, mean, sd);
+        for (int i = 0; i < n; i++) {  /* boxes smaller and larger than the crop, thin ones */
+            bh[i] = 1 + (int32_t)ds_rng_below(&rng, (uint64_t)(H - y0[i]));
+            bw[i] = 1 + (int32_t)ds_rng_below(&rng, (uint64_t)(W - x0[i]));
+        }
+        be->resized_crop_u8(take(&res, (size_t)n * ch * cw * 3), px, n, H, W, ch, cw, y0, x0, bh, bw, flip, mean, sd);
+        free(px), free(flip), free(y0);
+    }
+    run_ops_bf16_storage(&res, cs, ncs);
+    run_ops_accumulate(&res, cs, ncs);
     *len = res.len;
     return res.v;
 }
@@ -1197,6 +1231,50 @@ static void test_select(void)
     check_end();
 }
 
+/* ds_backend's members against ops_members (ops_cases.h): a member with no row there (the rows
+ * must cover the struct, member by member, in its order), an op whose family has no case, an
+ * op family that one of the two backend tests does not walk, or a member not there on the CPU
+ * backend fails. */
+static void test_every_member_has_a_row(void)
+{
+    check_begin("every_backend_op_has_a_case");
+    const unsigned cpu_walks = OPS_FD | OPS_REF | OPS_BF16 | OPS_BF16_IO | OPS_ACC | OPS_BITS,
+                   gpu_walks = OPS_GPU | OPS_GPU_BF16_IO;
+    size_t end = 0;
+    const char *last = "the start";
+    for (size_t i = 0; i < OPS_COUNT(ops_members); i++) {
+        const ops_member *m = &ops_members[i];
+        CHECK(m->offset >= end && m->offset - end < sizeof(void *), "ds_backend has a member between %s and %s with no row",
+              last, m->member);
+        end = m->offset + m->size, last = m->member;
+        void *fn = NULL;
+        memcpy(&fn, (const char *)&ds_backend_cpu + m->offset, m->size < sizeof fn ? m->size : sizeof fn);
+        if (m->family == OPS_FAMILY_NONE) continue;
+        CHECK(m->size == sizeof fn && fn != NULL, "%s: the CPU backend has none", m->member);
+        if (m->family == OPS_FAMILY_HOST) {
+            CHECK(m->tested_by && *m->tested_by, "%s: no test named", m->member);
+            continue;
+        }
+        CHECK(ops_family_rows(m->family) > 0, "%s: its family has no case", m->member);
+    }
+    CHECK(sizeof(ds_backend) - end < sizeof(void *), "ds_backend has members after %s with no row", last);
+    /* each family of op rows is walked by test_ops and by test_cuda_ops */
+    struct { const char *family; unsigned use; } walks[] = {{"conv", 0}, {"bn", 0}, {"pool", 0}, {"linear", 0},
+                                                           {"xent", 0}, {"sgd", 0}, {"input", 0}};
+    for (size_t i = 0; i < OPS_COUNT(ops_convs); i++) walks[0].use |= ops_convs[i].use;
+    for (size_t i = 0; i < OPS_COUNT(ops_bns); i++) walks[1].use |= ops_bns[i].use;
+    for (size_t i = 0; i < OPS_COUNT(ops_pools); i++) walks[2].use |= ops_pools[i].use;
+    for (size_t i = 0; i < OPS_COUNT(ops_linears); i++) walks[3].use |= ops_linears[i].use;
+    for (size_t i = 0; i < OPS_COUNT(ops_xents); i++) walks[4].use |= ops_xents[i].use;
+    for (size_t i = 0; i < OPS_COUNT(ops_sgds); i++) walks[5].use |= ops_sgds[i].use;
+    for (size_t i = 0; i < OPS_COUNT(ops_inputs); i++) walks[6].use |= ops_inputs[i].use;
+    for (size_t i = 0; i < OPS_COUNT(walks); i++) {
+        CHECK(walks[i].use & cpu_walks, "no %s row for test_ops", walks[i].family);
+        CHECK(walks[i].use & gpu_walks, "no %s row for test_cuda_ops", walks[i].family);
+    }
+    check_end();
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--bits")) return write_bits(argv[2]);
@@ -1206,101 +1284,42 @@ int main(int argc, char **argv)
     }
     ds_rng_init(&rng, 42, DS_RNG_DATA, 4);
 
-    // Finite differences on small shapes, every kernel/stride/pad kind ResNets use.
-    test_conv(conv_desc(2, 5, 5, 3, 4, 3, 3, 1, 1), 1);
-    test_conv(conv_desc(2, 6, 7, 3, 4, 3, 3, 2, 1), 1);
-    test_conv(conv_desc(2, 5, 5, 3, 4, 1, 1, 2, 0), 1);
-    test_conv(conv_desc(2, 4, 4, 5, 3, 1, 1, 1, 0), 1);
-    test_conv(conv_desc(1, 9, 8, 2, 3, 7, 7, 2, 3), 1);
-    test_conv(conv_desc(2, 6, 5, 2, 3, 3, 1, 1, 0), 1);
-    // Larger shapes against the loops: odd sizes, several batch sizes, several chunks.
-    test_conv(conv_desc(3, 15, 13, 3, 8, 7, 7, 2, 3), 0);
-    test_conv(conv_desc(5, 11, 11, 16, 16, 3, 3, 1, 1), 0);
-    test_conv(conv_desc(8, 12, 12, 64, 32, 3, 3, 1, 1), 0);
-    test_conv(conv_desc(12, 16, 16, 64, 16, 3, 3, 1, 1), 0);  // more chunks than weight groups
-    test_conv(conv_desc(4, 9, 9, 32, 64, 3, 3, 2, 1), 0);
-    test_conv(conv_desc(4, 16, 16, 256, 16, 1, 1, 1, 0), 0);
-    test_conv(conv_desc(3, 9, 9, 24, 48, 1, 1, 2, 0), 0);
-    test_conv(conv_desc(1, 7, 7, 8, 8, 5, 5, 1, 2), 0);
-    test_conv(conv_desc(2, 8, 8, 4, 4, 3, 3, 1, 0), 0);
-    // Wide windows and many channels: im2col, blocked reductions, transposed weight tiles.
-    test_conv(conv_desc(2, 6, 6, 160, 20, 3, 3, 1, 1), 0);
-    test_conv(conv_desc(2, 7, 7, 144, 24, 3, 3, 2, 1), 0);
-    test_conv(conv_desc(2, 5, 5, 300, 260, 1, 1, 1, 0), 0);
-    test_conv(conv_desc(2, 5, 5, 40, 1200, 1, 1, 2, 0), 0);
-    test_conv(conv_desc(1, 14, 14, 128, 24, 3, 3, 1, 1), 0);  // wide window, one row at a time
-    test_conv(conv_desc(2, 24, 24, 288, 8, 3, 3, 1, 1), 0);   // im2col: more chunks than groups
-    // bf16: implicit (rows of 14 or more), gathered (1x1, small outputs), the stem's odd
-    // channel count padded, stride-1 backward-data as a forward, strided scatters, long
-    // reductions (blocked), several chunks and groups.
-    test_conv_bf16(conv_desc(2, 16, 16, 16, 32, 3, 3, 1, 1));
-    test_conv_bf16(conv_desc(2, 30, 30, 3, 16, 7, 7, 2, 3));
-    test_conv_bf16(conv_desc(2, 15, 15, 5, 6, 3, 3, 1, 1));
-    test_conv_bf16(conv_desc(3, 28, 28, 8, 16, 3, 3, 2, 1));
-    test_conv_bf16(conv_desc(4, 9, 9, 32, 64, 3, 3, 2, 1));
-    test_conv_bf16(conv_desc(4, 16, 16, 256, 16, 1, 1, 1, 0));
-    test_conv_bf16(conv_desc(3, 9, 9, 24, 48, 1, 1, 2, 0));
-    test_conv_bf16(conv_desc(3, 9, 7, 24, 100, 1, 1, 1, 0));  // 1x1 expansion: the input transposed
-    test_conv_bf16(conv_desc(2, 5, 5, 300, 260, 1, 1, 1, 0));
-    test_conv_bf16(conv_desc(2, 7, 7, 600, 40, 3, 3, 1, 1));
-    test_conv_bf16(conv_desc(12, 16, 16, 64, 16, 3, 3, 1, 1));
-    test_conv_bf16(conv_desc(1, 7, 7, 8, 8, 5, 5, 1, 2));
-    test_conv_bf16(conv_desc(2, 6, 5, 3, 7, 3, 1, 1, 0));
-    // bf16 activations: the same paths, the stem's float32 input, a bf16 result's tiles.
-    test_conv_bf16_storage(conv_desc(2, 16, 16, 16, 32, 3, 3, 1, 1), DS_BF16);
-    test_conv_bf16_storage(conv_desc(2, 30, 30, 3, 16, 7, 7, 2, 3), DS_F32);
-    test_conv_bf16_storage(conv_desc(2, 15, 15, 5, 6, 3, 3, 1, 1), DS_BF16);
-    test_conv_bf16_storage(conv_desc(3, 28, 28, 8, 16, 3, 3, 2, 1), DS_BF16);
-    test_conv_bf16_storage(conv_desc(4, 9, 9, 32, 64, 3, 3, 2, 1), DS_BF16);
-    test_conv_bf16_storage(conv_desc(4, 16, 16, 256, 16, 1, 1, 1, 0), DS_BF16);
-    test_conv_bf16_storage(conv_desc(3, 9, 9, 24, 48, 1, 1, 2, 0), DS_BF16);
-    test_conv_bf16_storage(conv_desc(3, 9, 7, 24, 100, 1, 1, 1, 0), DS_BF16);
-    test_conv_bf16_storage(conv_desc(2, 5, 5, 300, 260, 1, 1, 1, 0), DS_BF16);
-    test_conv_bf16_storage(conv_desc(2, 7, 7, 600, 40, 3, 3, 1, 1), DS_BF16);
-    test_conv_bf16_storage(conv_desc(2, 20, 20, 64, 300, 1, 1, 1, 0), DS_BF16);  // bf16 output in column blocks
-    test_conv_bf16_storage(conv_desc(1, 7, 300, 8, 8, 3, 3, 1, 1), DS_BF16);     // rows wider than the tile
-    test_conv_bf16_storage(conv_desc(2, 6, 5, 3, 7, 3, 1, 1, 0), DS_BF16);
-    // Backward-data accumulating into din: pointwise; stride 1 as a flipped forward (implicit,
-    // im2col for a long reduction, and bf16's gathered rows under 14 wide); strided (1x1 and
-    // 3x3 scattered); on both backends, the bf16 one on float32 and on bf16 storage.
-    const ds_conv_desc acc_shapes[] = {
-        conv_desc(2, 6, 6, 32, 24, 1, 1, 1, 0),   conv_desc(2, 16, 16, 16, 32, 3, 3, 1, 1),
-        conv_desc(2, 6, 6, 16, 300, 3, 3, 1, 1),  conv_desc(2, 9, 8, 16, 24, 3, 3, 1, 1),
-        conv_desc(3, 9, 9, 24, 48, 1, 1, 2, 0),   conv_desc(2, 9, 9, 16, 32, 3, 3, 2, 1),
-    };
-    for (size_t i = 0; i < sizeof acc_shapes / sizeof *acc_shapes; i++) {
-        test_conv_accumulate(&ds_backend_cpu, acc_shapes[i], DS_F32);
-        test_conv_accumulate(&ds_backend_cpu_bf16, acc_shapes[i], DS_F32);
-        test_conv_accumulate(&ds_backend_cpu_bf16, acc_shapes[i], DS_BF16);
+    // The op table (ops_cases.h): each walk takes the rows marked for it.
+    for (size_t i = 0; i < OPS_COUNT(ops_convs); i++) {
+        const ops_conv *t = &ops_convs[i];
+        ds_conv_desc d = ops_conv_desc(t, 0);
+        if (t->use & (OPS_FD | OPS_REF)) test_conv(d, !!(t->use & OPS_FD));
+        if (t->use & OPS_BF16) test_conv_bf16(d);
+        if (t->use & OPS_BF16_IO) test_conv_bf16_storage(d, t->use & OPS_F32_IN ? DS_F32 : DS_BF16);
+        if (t->use & OPS_ACC) {
+            test_conv_accumulate(&ds_backend_cpu, d, DS_F32);
+            test_conv_accumulate(&ds_backend_cpu_bf16, d, DS_F32);
+            test_conv_accumulate(&ds_backend_cpu_bf16, d, DS_BF16);
+        }
     }
-    test_ops_bf16_storage(2 * 12 * 10, 70);
-    test_ops_bf16_storage(2 * 12 * 3, 300);
-
-    test_bn(24, 5, 0, 0, 0, 1);
-    test_bn(24, 5, 1, 1, 0, 1);
-    test_bn(30, 4, 0, 1, 0, 1);
-    test_bn(17, 3, 1, 0, 0, 1);
-    test_bn(4096, 70, 1, 1, 0, 1);
-    test_bn(6, 300, 1, 1, 0, 1);  // more channels than one reduction pass takes
-    test_bn(2000, 8, 0, 0, 10, 0.1);  // mean/std up to 800: naive fp32 E[x^2]-E[x]^2 fails
-
-    test_maxpool(2, 9, 9, 3, 3, 2, 1);
-    test_maxpool(1, 8, 7, 4, 2, 2, 0);
-    test_maxpool(2, 5, 5, 2, 3, 1, 1);
-    test_avgpool(3, 10, 7);
-    test_linear(5, 9, 7);
-    test_linear(3, 140, 260);
-    test_xent(0);
-    test_xent(0.1f);
-    test_sgd(0.9f, 0, 0);
-    test_sgd(0.9f, 1e-4f, 1);
-    test_sgd(0.9f, 5e-4f, 0);
-    test_sgd(0, 1e-4f, 0);
+    for (size_t i = 0; i < OPS_COUNT(ops_bns); i++) {
+        const ops_bn *t = &ops_bns[i];
+        if (t->use & OPS_REF) test_bn(t->m, t->c, t->residual, t->relu, t->offset, t->spread);
+        if (t->use & OPS_BF16_IO) test_ops_bf16_storage(t->m, t->c);
+    }
+    for (size_t i = 0; i < OPS_COUNT(ops_pools); i++) {
+        const ops_pool *t = &ops_pools[i];
+        if (!(t->use & OPS_REF)) continue;
+        test_maxpool(t->n, t->h, t->w, t->c, t->k, t->stride, t->pad);
+        test_avgpool(t->n, t->h * t->w, t->c);
+    }
+    for (size_t i = 0; i < OPS_COUNT(ops_linears); i++)
+        if (ops_linears[i].use & OPS_REF) test_linear(ops_linears[i].n, ops_linears[i].i, ops_linears[i].o);
+    for (size_t i = 0; i < OPS_COUNT(ops_xents); i++)
+        if (ops_xents[i].use & OPS_REF) test_xent(&ops_xents[i]);
+    for (size_t i = 0; i < OPS_COUNT(ops_sgds); i++)
+        if (ops_sgds[i].use & OPS_REF) test_sgd(&ops_sgds[i]);
     test_elementwise();
     test_normalize();
     test_resized_crop();
     test_resized_crop_wide();
     test_thread_independence();
     test_select();
+    test_every_member_has_a_row();
     return check_exit();
 }
