@@ -358,10 +358,10 @@ static const ops_member ops_members[] = {
     OPS_MEMBER(to_bf16, OPS_FAMILY_ELEMENTWISE, NULL),
     OPS_MEMBER(normalize_u8, OPS_FAMILY_INPUT, NULL),
     OPS_MEMBER(resized_crop_u8, OPS_FAMILY_INPUT, NULL),
-    OPS_MEMBER(reduce_start, OPS_FAMILY_HOST, "test_comm_mpi.sh, test_dstrain_mpi.sh; test_emu_train np 2"),
-    OPS_MEMBER(reduce_wait, OPS_FAMILY_HOST, "test_comm_mpi.sh, test_dstrain_mpi.sh; test_emu_train np 2"),
+    OPS_MEMBER(reduce_start, OPS_FAMILY_HOST, "test_model's gradient buckets; test_dstrain_mpi.sh; test_emu_train's np 2"),
+    OPS_MEMBER(reduce_wait, OPS_FAMILY_HOST, "test_model's gradient buckets; test_dstrain_mpi.sh; test_emu_train's np 2"),
     OPS_MEMBER(ordered_reduce, OPS_FAMILY_NONE, NULL),
-    OPS_MEMBER(kernel_set, OPS_FAMILY_HOST, "test_cpu_kernels.sh (the start-up line)"),
+    OPS_MEMBER(kernel_set, OPS_FAMILY_HOST, "test_cpu_kernels.sh (the start-up line and the checkpoint's /kernels)"),
     OPS_MEMBER(reduction, OPS_FAMILY_HOST, "test_emu_deterministic.sh (the start-up line and checkpoint)"),
 };
 
