@@ -111,8 +111,10 @@
  *                     would have to allocate it, answers those entries with
  *                     CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED (memory 1 TiB);
  *                     running one with less workspace is BAD_PARAM.
- *   cudnn_no_bf16     every algorithm answers NOT_SUPPORTED for BFLOAT16 tensors (lists,
- *                     GetWorkspaceSize, execution).
+ *   cudnn_no_bf16[=N] every algorithm answers NOT_SUPPORTED for BFLOAT16 tensors (lists,
+ *                     GetWorkspaceSize, execution); with N, only for batches smaller than N
+ *                     (a support matrix that changes with the shape: a plan made at the full
+ *                     batch loses bf16 at a short one).
  *   cudnn_fp16_conversion
  *                     a tensor-core algorithm asked for TENSOR_OP math on FLOAT tensors
  *                     answers (and computes with) TENSOR_OP_MATH_ALLOW_CONVERSION: float
@@ -128,6 +130,7 @@
 #include <cudnn.h>
 
 #include <algorithm>
+#include <climits>
 #include <cinttypes>
 #include <cmath>
 #include <cstdarg>
@@ -488,7 +491,8 @@ cudnnStatus_t read_problem(const char *fn, int op, cudnnTensorDescriptor_t xd, c
 struct faults {
     /* exec_fail[op][algo]: the status running it answers (SUCCESS: none) */
     cudnnStatus_t exec_fail[OPS][8] = {};
-    bool no_deterministic = false, no_bf16 = false, fp16_conversion = false;
+    bool no_deterministic = false, fp16_conversion = false;
+    int no_bf16_below = 0;   /* BFLOAT16 refused for batches below this (INT_MAX: all) */
     bool ws_huge[OPS][8] = {};
 };
 
@@ -537,7 +541,12 @@ const faults &fault_switches()
         faults r;
         const char *v;
         r.no_deterministic = emu::fault("cudnn_no_deterministic") != nullptr;
-        r.no_bf16 = emu::fault("cudnn_no_bf16") != nullptr;
+        if ((v = emu::fault("cudnn_no_bf16"))) {
+            char *end;
+            long n = *v ? strtol(v, &end, 10) : 0;
+            if (*v && (*end || n < 1 || n > 1 << 30)) bad_fault("cudnn_no_bf16", v, "not empty or a batch size");
+            r.no_bf16_below = *v ? (int)n : INT_MAX;
+        }
         r.fp16_conversion = emu::fault("cudnn_fp16_conversion") != nullptr;
         if ((v = emu::fault("cudnn_exec_fail"))) {
             std::string value = v;
@@ -727,8 +736,9 @@ answer ask(const problem &p, int algo, cudnnMathType_t math)
         r.status = CUDNN_STATUS_NOT_SUPPORTED, r.why = "a tensor whose strides make elements overlap";
     } else if (!(r.why = shape_refusal(p, a)).empty()) {
         r.status = CUDNN_STATUS_NOT_SUPPORTED;
-    } else if (t == CUDNN_DATA_BFLOAT16 && f.no_bf16) {
-        snprintf(buf, sizeof buf, "%s: BFLOAT16 refused (fault cudnn_no_bf16)", a.name);
+    } else if (t == CUDNN_DATA_BFLOAT16 && p.x.d[0] < f.no_bf16_below) {
+        snprintf(buf, sizeof buf, "%s: BFLOAT16 refused at batch %lld (fault cudnn_no_bf16)", a.name,
+                 (long long)p.x.d[0]);
         r.status = CUDNN_STATUS_NOT_SUPPORTED, r.why = buf;
     } else if (t == CUDNN_DATA_BFLOAT16) {
         if (!a.tensor || (math != CUDNN_TENSOR_OP_MATH && math != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)) {
