@@ -54,6 +54,9 @@ void check_range(const void *p, size_t bytes, int kinds, const char *what);
 /* A line on stderr, "ds-emu: <message>", when DS_EMU_VERBOSE is set. */
 void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A defect when a failed launch's error is still unread at `at` (emu_runtime.cc). */
+void unread_launch_check(const char *at);
+
 /* Queues op on stream s (NULL: the legacy default stream); it runs on s's worker after all
  * work queued on s before it, and after the device's guards are checked it is done. `name`
  * is what the messages call it ("cudnnConvolutionForward", "kernel bn_apply_kernel").

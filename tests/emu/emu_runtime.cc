@@ -39,7 +39,13 @@
  *                   supporting CUDA 11.4;
  *   init_error      cudaGetDeviceCount answers cudaErrorInitializationError;
  *   oom=N           the N-th cudaMalloc (1-based) and every one after it fail;
- *   no_pinned       cudaHostAlloc and cudaHostRegister are refused.
+ *   no_pinned       cudaHostAlloc and cudaHostRegister are refused;
+ *   launch_fail=K   every launch of a kernel whose name contains K fails as a kernel that
+ *                   asks for more registers than a block has does on the device
+ *                   (cudaErrorLaunchOutOfResources, nothing queued).
+ * A launch that fails leaves its error to be read: a launch or a synchronisation with that
+ * error still unread (no cudaGetLastError after the launch, so the
+ * failure would surface later under another call's name) is a defect.
  *
  * Not emulated: the driver API, unified memory, graphs, cooperative launches, more than one
  * device, the legacy default stream's per-thread variant, the static shared memory limit
@@ -116,6 +122,7 @@ const config &cfg()
 }
 
 thread_local cudaError_t last_error = cudaSuccess;
+thread_local std::string unread_launch;   /* the kernel whose launch error is not yet read */
 
 cudaError_t ret(cudaError_t e)
 {
@@ -841,9 +848,21 @@ void run_grid(const std::function<void()> &body, dim3 grid, dim3 block)
 
 namespace emu {
 
+/* A defect when a failed launch's error was never read (see the top). */
+void unread_launch_check(const char *at)
+{
+    if (!unread_launch.empty())
+        defect("the launch of %s failed and its error was not read (cudaGetLastError) before %s", unread_launch.c_str(),
+               at);
+}
+
 void launch(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t s, std::function<void()> body,
             std::vector<const void *> ptrs)
 {
+    {
+        std::string at = std::string("the launch of ") + name;
+        unread_launch_check(at.c_str());
+    }
     /* sm_90: 1024 threads a block, block (1024, 1024, 64), grid (2^31 - 1, 65535, 65535),
      * 48 KiB of dynamic shared memory without an opt-in attribute */
     unsigned long threads = (unsigned long)block.x * block.y * block.z;
@@ -852,10 +871,19 @@ void launch(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t 
         note("launch of %s refused: grid (%u, %u, %u), block (%u, %u, %u)", name, grid.x, grid.y, grid.z, block.x,
              block.y, block.z);
         ret(cudaErrorInvalidConfiguration);
+        unread_launch = name;
         return;
     }
     if (shmem > 48 * 1024) {
         ret(cudaErrorInvalidValue);
+        unread_launch = name;
+        return;
+    }
+    const char *fail = emu::fault("launch_fail");
+    if (fail && *fail && strstr(name, fail)) {
+        note("launch of %s failed: too many resources requested (fault launch_fail)", name);
+        ret(cudaErrorLaunchOutOfResources);
+        unread_launch = name;
         return;
     }
     for (size_t i = 0; i < ptrs.size(); i++) {
@@ -886,6 +914,7 @@ cudaError_t cudaGetLastError(void)
 {
     cudaError_t e = last_error;
     last_error = cudaSuccess;
+    unread_launch.clear();
     return e;
 }
 
@@ -897,6 +926,7 @@ cudaError_t cudaPeekAtLastError(void) { return last_error; }
     X(cudaErrorMemoryAllocation, "out of memory")                                         \
     X(cudaErrorInitializationError, "initialization error")                               \
     X(cudaErrorInvalidConfiguration, "invalid configuration argument")                    \
+    X(cudaErrorLaunchOutOfResources, "too many resources requested for launch")           \
     X(cudaErrorInvalidDevice, "invalid device ordinal")                                   \
     X(cudaErrorInvalidResourceHandle, "invalid resource handle")                          \
     X(cudaErrorNotReady, "device not ready")                                              \
@@ -967,6 +997,7 @@ cudaError_t cudaGetDevice(int *d)
 
 cudaError_t cudaDeviceSynchronize(void)
 {
+    emu::unread_launch_check("cudaDeviceSynchronize");
     emu::sync_all();
     return cudaSuccess;
 }
@@ -1253,6 +1284,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
+    emu::unread_launch_check("cudaStreamSynchronize");
     CUstream_st *st = of(s);
     drain(st);
     std::string broken = guards_broken();

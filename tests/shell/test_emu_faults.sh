@@ -6,6 +6,7 @@
 #     computes on the CPU;
 #   - a driver too old, CUDA failing to start: an error with CUDA's words, under auto too;
 #   - device memory that runs out: the model says which memory, no crash;
+#   - a kernel launch that fails: an error at that launch, with CUDA's words;
 #   - page-locked memory refused: warnings, then the same bits as with it;
 #   - an algorithm cuDNN lists but that fails when run: a warning naming it and the one run
 #     instead, and the step runs; every algorithm failing: an error naming the convolution;
@@ -45,6 +46,13 @@ expect init_error_is_an_error init_error 1 'CUDA could not start: initialization
 expect out_of_device_memory oom=3 1 'out of cuda memory \(parameters' \
     dstrain "${RUN[@]}" --device cuda -o "$T/oom"
 check out_of_device_memory_writes_nothing test ! -e "$T/oom/last.h5"
+
+# a kernel whose launch fails (as one asking for more registers than a block has): ds stops at
+# that launch's check, naming the line and CUDA's words (a check left out is an emulator defect)
+expect launch_failure_is_an_error launch_fail=bn_apply 1 \
+    'cuda_kernels\.cu:[0-9]+: cudaGetLastError\(\): too many resources requested for launch' \
+    dstrain "${RUN[@]}" --device cuda -o "$T/launch"
+check launch_failure_writes_nothing test ! -e "$T/launch/last.h5"
 
 # page-locked memory refused: uploads staged, the feed copies through the ring; same bits
 dstrain "${RUN[@]}" --device cuda --precision fp32 --deterministic -o "$T/pinned" 2>"$T/pinned.err"
