@@ -102,9 +102,9 @@ static double measure_peak(void)
 #pragma omp parallel reduction(+ : total)
     {
 #if defined(__x86_64__) || defined(__i386__)
-        if (isa >= DS_CPU_AVX512)
+        if (ds_cpu_isa_has(isa, DS_CPU_F_AVX512F))
             total += peak_avx512(20000000);
-        else if (isa == DS_CPU_AVX2)
+        else if (ds_cpu_isa_has(isa, DS_CPU_F_AVX2))
             total += peak_avx2(20000000);
         else
 #endif

@@ -12,10 +12,23 @@
 #include <unistd.h>
 #endif
 
-/* The names DS_CPU_KERNELS takes, by level. */
-static const char *const env_names[DS_CPU_LEVELS] = {"plain", "avx2", "avx512", "avx512bf16", "amx"};
-static const char *const long_names[DS_CPU_LEVELS] = {"plain", "avx2+fma", "avx512", "avx512+bf16",
-                                                      "avx512+bf16+amx"};
+/* One row per level, in order of preference: the default is the last exact row the CPU
+ * supports. A level's kernels are its row in backend/cpu_kernels.c. */
+static const struct {
+    const char *env;    /* its name in DS_CPU_KERNELS */
+    const char *name;   /* as start-up lines and a checkpoint's /kernels say it */
+    unsigned features;  /* DS_CPU_F_*: what its code uses */
+    int exact;          /* its results are the exact rules' bits */
+} sets[DS_CPU_LEVELS] = {
+    [DS_CPU_PLAIN] = {"plain", "plain", 0, 1},
+    [DS_CPU_AVX2] = {"avx2", "avx2+fma", DS_CPU_F_AVX2, 1},
+    [DS_CPU_AVX512] = {"avx512", "avx512", DS_CPU_F_AVX2 | DS_CPU_F_AVX512F, 1},
+    [DS_CPU_AVX512BF16] = {"avx512bf16", "avx512+bf16", DS_CPU_F_AVX2 | DS_CPU_F_AVX512F | DS_CPU_F_AVX512BF16, 1},
+    [DS_CPU_AMX] = {"amx", "avx512+bf16+amx",
+                    DS_CPU_F_AVX2 | DS_CPU_F_AVX512F | DS_CPU_F_AVX512BF16 | DS_CPU_F_AMX_BF16, 0},
+};
+
+static int valid(ds_cpu_isa isa) { return isa >= 0 && isa < DS_CPU_LEVELS; }
 
 #if defined(__linux__) && defined(__x86_64__)
 /* The tile data state is off for a Linux process until it asks for it (ARCH_REQ_XCOMP_PERM
@@ -36,23 +49,21 @@ static int amx_usable(void)
 }
 #endif
 
-int ds_cpu_isa_supported(ds_cpu_isa isa)
+/* Whether this CPU and its OS give one feature. libgcc's cpuid probe also checks XGETBV: a
+ * feature counts only when the OS saves its registers. */
+static int cpu_has(ds_cpu_feature f)
 {
-    switch (isa) {
-    case DS_CPU_PLAIN:
-        return 1;
+    switch (f) {
 #if defined(__x86_64__) || defined(__i386__)
-    // libgcc's cpuid probe also checks XGETBV: a level counts only when the OS saves its
-    // registers.
-    case DS_CPU_AVX2:
+    case DS_CPU_F_AVX2:
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case DS_CPU_AVX512:
-        return __builtin_cpu_supports("avx512f") && ds_cpu_isa_supported(DS_CPU_AVX2);
-    case DS_CPU_AVX512BF16:
-        return __builtin_cpu_supports("avx512bf16") && ds_cpu_isa_supported(DS_CPU_AVX512);
+    case DS_CPU_F_AVX512F:
+        return __builtin_cpu_supports("avx512f");
+    case DS_CPU_F_AVX512BF16:
+        return __builtin_cpu_supports("avx512bf16");
 #if defined(__linux__) && defined(__x86_64__)
-    case DS_CPU_AMX:
-        return ds_cpu_isa_supported(DS_CPU_AVX512BF16) && amx_usable();
+    case DS_CPU_F_AMX_BF16:
+        return amx_usable();
 #endif
 #endif
     default:
@@ -60,25 +71,39 @@ int ds_cpu_isa_supported(ds_cpu_isa isa)
     }
 }
 
-int ds_cpu_isa_exact(ds_cpu_isa isa) { return isa != DS_CPU_AMX; }
-
-const char *ds_cpu_isa_name(ds_cpu_isa isa)
+int ds_cpu_isa_supported(ds_cpu_isa isa)
 {
-    return isa >= 0 && isa < DS_CPU_LEVELS ? long_names[isa] : "unknown";
+    if (!valid(isa)) return 0;
+    // Lowest bit first, so that the tiles are asked for (amx_usable) only on a CPU that has
+    // every other feature of the level.
+    for (unsigned f = 1; f < DS_CPU_F_END; f <<= 1)
+        if ((sets[isa].features & f) && !cpu_has((ds_cpu_feature)f)) return 0;
+    return 1;
 }
+
+int ds_cpu_isa_exact(ds_cpu_isa isa) { return valid(isa) && sets[isa].exact; }
+
+int ds_cpu_isa_has(ds_cpu_isa isa, unsigned features)
+{
+    return valid(isa) && (sets[isa].features & features) == features;
+}
+
+const char *ds_cpu_isa_name(ds_cpu_isa isa) { return valid(isa) ? sets[isa].name : "unknown"; }
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static ds_cpu_isa chosen = DS_CPU_PLAIN;
 static char problem[256];  /* why DS_CPU_KERNELS cannot be used; empty when it can */
 
-/* What this CPU supports, as "plain, avx2": for the error message. */
-static void supported_list(char *buf, size_t cap)
+/* The DS_CPU_KERNELS names, as "plain, avx2" (only_supported: those this CPU runs) or as
+ * "plain, avx2 or avx512" (every level): for the error messages. */
+static void name_list(char *buf, size_t cap, int only_supported)
 {
     buf[0] = 0;
     for (int l = 0; l < DS_CPU_LEVELS; l++)
-        if (ds_cpu_isa_supported((ds_cpu_isa)l)) {
+        if (!only_supported || ds_cpu_isa_supported((ds_cpu_isa)l)) {
             size_t len = strlen(buf);
-            snprintf(buf + len, cap - len, "%s%s", len ? ", " : "", env_names[l]);
+            const char *sep = !len ? "" : only_supported || l < DS_CPU_LEVELS - 1 ? ", " : " or ";
+            snprintf(buf + len, cap - len, "%s%s", sep, sets[l].env);
         }
 }
 
@@ -91,19 +116,20 @@ static void decide(void)
         }
     const char *want = getenv("DS_CPU_KERNELS");
     if (!want || !*want) return;
-    char have[64];
-    supported_list(have, sizeof have);
+    char have[64], every[64];
+    name_list(have, sizeof have, 1);
     for (int l = 0; l < DS_CPU_LEVELS; l++) {
-        if (strcmp(want, env_names[l])) continue;
+        if (strcmp(want, sets[l].env)) continue;
         if (ds_cpu_isa_supported((ds_cpu_isa)l))
             chosen = (ds_cpu_isa)l;
         else
             snprintf(problem, sizeof problem, "DS_CPU_KERNELS=%s: this CPU cannot run the %s kernels (it can run: %s)",
-                     want, long_names[l], have);
+                     want, sets[l].name, have);
         return;
     }
-    snprintf(problem, sizeof problem, "DS_CPU_KERNELS=%.40s: unknown kernel set (plain, avx2, avx512, avx512bf16 or amx; this CPU can run: %s)",
-             want, have);
+    name_list(every, sizeof every, 0);
+    snprintf(problem, sizeof problem, "DS_CPU_KERNELS=%.40s: unknown kernel set (%s; this CPU can run: %s)", want,
+             every, have);
 }
 
 int ds_cpu_isa_init(void)

@@ -12,8 +12,18 @@
  * state the rules), so the level changes speed, never numbers. amx is the one that does not:
  * its bf16 products are AMX's own sums, within a bound of the exact rule's (cpu_bf16.h), so it
  * is used only when asked for (docs/DESIGN.md §7); its fp32 is avx512bf16's. A function compiled for an instruction set carries
- * its name (avx2_tile_nv2, loops_avx512_sgd, pass_vertical_avx2): the suite checks that no
- * other function of the tools uses an AVX instruction (tests/shell/test_cpu_kernels.sh). */
+ * its name (avx2_tile_nv2, ds_cpu_loops_avx512_sgd, pass_vertical_avx2): the suite checks that no
+ * other function of the tools uses an AVX instruction (tests/shell/test_cpu_kernels.sh).
+ *
+ * Each level is one row of two tables indexed by ds_cpu_isa, never an order to compare:
+ *   - what the level is (cpu_isa.c): its names, the CPU features its code uses, whether it is
+ *     exact. Code outside the backend asks for a feature (ds_cpu_isa_has), as resize.c does
+ *     for its AVX2 passes;
+ *   - what it runs (backend/cpu_kernels.c): its GEMM, bf16 and row-loop kernels.
+ * The second lives in the backend because it names the backend's functions, and this module
+ * is of the base layer (docs/DESIGN.md §1): cli and resize use it, and a program that
+ * decodes images must not pull in the training kernels. A new level is an enum entry and a
+ * row in each table. */
 #ifndef DS_CPU_ISA_H
 #define DS_CPU_ISA_H
 
@@ -27,6 +37,16 @@ typedef enum {
                        only: the avx512bf16 kernels, and TDPBF16PS in the bf16 products */
     DS_CPU_LEVELS
 } ds_cpu_isa;
+
+/* What a level's code needs from the CPU and its OS, one bit each. A level has a set of them
+ * (its row in cpu_isa.c), and the CPU supports the level when it has all of them. */
+typedef enum {
+    DS_CPU_F_AVX2 = 1 << 0,        /* AVX2 and FMA */
+    DS_CPU_F_AVX512F = 1 << 1,     /* AVX-512 Foundation */
+    DS_CPU_F_AVX512BF16 = 1 << 2,  /* VDPBF16PS, VCVTNEPS2BF16 */
+    DS_CPU_F_AMX_BF16 = 1 << 3,    /* AMX tiles with TDPBF16PS, and Linux's grant of their state */
+    DS_CPU_F_END = 1 << 4
+} ds_cpu_feature;
 
 /* Decides the level (first call only) and returns 0, or -1 with an error naming what is
  * wrong with DS_CPU_KERNELS (an unknown name, or a level this CPU lacks). Tools call it at
@@ -44,6 +64,11 @@ int ds_cpu_isa_supported(ds_cpu_isa isa);
 
 /* Whether the level's results are the exact rules' bits (every level but amx). */
 int ds_cpu_isa_exact(ds_cpu_isa isa);
+
+/* Whether the level's code uses every feature of the mask (DS_CPU_F_*): so a module with
+ * kernels of its own for one feature (resize.c's AVX2 passes) runs them on every level that
+ * has it. */
+int ds_cpu_isa_has(ds_cpu_isa isa, unsigned features);
 
 /* "plain", "avx2+fma", "avx512", "avx512+bf16", "avx512+bf16+amx": the words start-up lines use. */
 const char *ds_cpu_isa_name(ds_cpu_isa isa);

@@ -316,7 +316,7 @@ int ds_resize_bilinear_isa(ds_cpu_isa isa, ds_decoder *d, uint8_t *out, int out_
                            int in_w, int in_h, const ds_fit_geometry *g, char *reason, size_t cap)
 {
 #if RESIZE_AVX2
-    const int vector = isa >= DS_CPU_AVX2;
+    const int vector = ds_cpu_isa_has(isa, DS_CPU_F_AVX2);
 #else
     const int vector = 0;
 #endif

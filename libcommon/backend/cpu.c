@@ -12,6 +12,7 @@
 #include "comm.h"
 #include "cpu_bf16.h"
 #include "cpu_conv.h"
+#include "cpu_kernels.h"
 #include "cpu_loops.h"
 #include "cpu_sgemm.h"
 #include "log.h"
@@ -83,7 +84,7 @@ static void cpu_host_unregister(void *p) { (void)p; }
 #define BN_CBLOCK 256
 
 /* The row loops of this CPU's instruction set (cpu_loops.h). */
-static const ds_cpu_loops *loops(void) { return ds_cpu_loops_for(ds_cpu_isa_get()); }
+static const ds_cpu_loops *loops(void) { return ds_cpu_kernels_for(ds_cpu_isa_get())->loops; }
 
 /* Rows per task of the elementwise batch-norm loops: about 16 KiB of each operand. */
 static long bn_rows_per_task(int c) { return c >= 4096 ? 1 : 4096 / c; }

@@ -2,6 +2,8 @@
  * vector kernels live in cpu_bf16_x86.c. */
 #include "cpu_bf16.h"
 
+#include "cpu_kernels.h"
+
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -9,43 +11,27 @@
 /* NaN: quiet; zero and denormals: a zero of the sign; else to nearest even (ds_bf16_from). */
 ds_bf16 ds_bf16_round(float x) { return ds_bf16_from(x); }
 
-static void round_plain(ds_bf16 *dst, const float *src, size_t n)
+void ds_bf16_round_n_plain(ds_bf16 *dst, const float *src, size_t n)
 {
     for (size_t i = 0; i < n; i++) dst[i] = ds_bf16_round(src[i]);
 }
 
 void ds_bf16_round_n(ds_bf16 *dst, const float *src, size_t n)
 {
-#if defined(__x86_64__) || defined(__i386__)
-    const ds_cpu_isa isa = ds_cpu_isa_get();
-    if (isa >= DS_CPU_AVX512BF16) {  /* amx: the same rounding */
-        ds_bf16_round_n_avx512bf16(dst, src, n);
-        return;
-    }
-    if (isa == DS_CPU_AVX512) {
-        ds_bf16_round_n_avx512(dst, src, n);
-        return;
-    }
-    if (isa == DS_CPU_AVX2) {
-        ds_bf16_round_n_avx2(dst, src, n);
-        return;
-    }
-#endif
-    round_plain(dst, src, n);
+    ds_cpu_kernels_for(ds_cpu_isa_get())->bf16_round_n(dst, src, n);
 }
 
-void ds_bf16_interleave(ds_bf16 *dst, const ds_bf16 *a, const ds_bf16 *b, size_t n)
+void ds_bf16_interleave_plain(ds_bf16 *dst, const ds_bf16 *a, const ds_bf16 *b, size_t n)
 {
-#if defined(__x86_64__) || defined(__i386__)
-    if (ds_cpu_isa_get() >= DS_CPU_AVX2) {
-        ds_bf16_interleave_avx2(dst, a, b, n);
-        return;
-    }
-#endif
     for (size_t i = 0; i < n; i++) {
         dst[2 * i] = a ? a[i] : 0;
         dst[2 * i + 1] = b ? b[i] : 0;
     }
+}
+
+void ds_bf16_interleave(ds_bf16 *dst, const ds_bf16 *a, const ds_bf16 *b, size_t n)
+{
+    ds_cpu_kernels_for(ds_cpu_isa_get())->bf16_interleave(dst, a, b, n);
 }
 
 void ds_bf16_pack_pairs(ds_bf16 *dst, long ldb, const float *src, long sp, long sj, long k, int n)
@@ -66,8 +52,8 @@ static inline float ftz(float x) { return fabsf(x) < FLT_MIN ? copysignf(0.0f, x
 
 /* The plain kernel: the rule of cpu_bf16.h one fmaf at a time, each row's columns in blocks
  * of 64 partial sums. The reference the vector kernels are tested against bit for bit. */
-static void bgemm_plain(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
-                        const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
+void ds_bgemm_plain(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a, const ds_bf16 *B,
+                    long ldb, long seg_b, float *C, long ldc, int accumulate)
 {
     for (long i = 0; i < m; i++)
         for (int j0 = 0; j0 < n; j0 += 64) {
@@ -86,18 +72,6 @@ static void bgemm_plain(long m, int n, long nseg, long kseg, const ds_bf16 *A, l
         }
 }
 
-static ds_bgemm_kernel *const kernel_of[DS_CPU_LEVELS] = {
-    [DS_CPU_PLAIN] = bgemm_plain,
-#if defined(__x86_64__) || defined(__i386__)
-    [DS_CPU_AVX2] = ds_bgemm_avx2,
-    [DS_CPU_AVX512] = ds_bgemm_avx512,
-    [DS_CPU_AVX512BF16] = ds_bgemm_avx512bf16,
-#endif
-#if defined(__x86_64__) && defined(__linux__)
-    [DS_CPU_AMX] = ds_bgemm_amx,
-#endif
-};
-
 void ds_bgemm_seg_with(ds_bgemm_kernel *kernel, long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai,
                        long seg_a, const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
 {
@@ -115,7 +89,7 @@ void ds_bgemm_seg_with(ds_bgemm_kernel *kernel, long m, int n, long nseg, long k
 void ds_bgemm_seg_isa(ds_cpu_isa isa, long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
                       const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
 {
-    ds_bgemm_seg_with(kernel_of[isa], m, n, nseg, kseg, A, sai, seg_a, B, ldb, seg_b, C, ldc, accumulate);
+    ds_bgemm_seg_with(ds_cpu_kernels_for(isa)->bgemm, m, n, nseg, kseg, A, sai, seg_a, B, ldb, seg_b, C, ldc, accumulate);
 }
 
 void ds_bgemm_seg(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a, const ds_bf16 *B,

@@ -77,18 +77,21 @@ void ds_bgemm_seg(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sa
 void ds_bgemm_seg_isa(ds_cpu_isa isa, long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
                       const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate);
 
-/* The per-level kernels (no blocking of their own): internal to cpu_bf16*.c, and the driver
- * over any of them (the tests run it over their model of the AMX tiles). */
+/* The per-level kernels (no blocking of their own), which backend/cpu_kernels.c puts in its
+ * rows, and the driver over any of them (the tests run it over their model of the AMX tiles). */
 typedef void ds_bgemm_kernel(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
                              const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate);
 void ds_bgemm_seg_with(ds_bgemm_kernel *kernel, long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai,
                        long seg_a, const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate);
+ds_bgemm_kernel ds_bgemm_plain;  /* the rule one fmaf at a time: the reference of the others */
 #if defined(__x86_64__) || defined(__i386__)
 ds_bgemm_kernel ds_bgemm_avx2, ds_bgemm_avx512, ds_bgemm_avx512bf16;
 #endif
 #if defined(__x86_64__) && defined(__linux__)
 ds_bgemm_kernel ds_bgemm_amx;
 #endif
+void ds_bf16_round_n_plain(ds_bf16 *dst, const float *src, size_t n);
+void ds_bf16_interleave_plain(ds_bf16 *dst, const ds_bf16 *a, const ds_bf16 *b, size_t n);
 #if defined(__x86_64__) || defined(__i386__)
 void ds_bf16_round_n_avx512(ds_bf16 *dst, const float *src, size_t n);
 void ds_bf16_round_n_avx512bf16(ds_bf16 *dst, const float *src, size_t n);

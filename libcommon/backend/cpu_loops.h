@@ -1,5 +1,6 @@
 /* cpu_loops: the row loops of the CPU backend's batch norm and SGD step, compiled once per
- * instruction set from one source (cpu_loops.inc) and chosen by cpu_isa's level.
+ * instruction set from one source (cpu_loops.inc); a level's row in cpu_kernels.c says which
+ * it runs.
  *
  * They never fuse a multiply and an add unless they say so with fmaf (the build forbids
  * contraction), and a wider vector only changes which elements are computed together, so
@@ -56,7 +57,10 @@ typedef struct {
                 int nesterov, int first);
 } ds_cpu_loops;
 
-/* The loops of a level (one the CPU supports). */
-const ds_cpu_loops *ds_cpu_loops_for(ds_cpu_isa isa);
+/* The loops of each instruction set (cpu_loops.c), for backend/cpu_kernels.c's rows. */
+extern const ds_cpu_loops ds_cpu_loops_plain;
+#if defined(__x86_64__) || defined(__i386__)
+extern const ds_cpu_loops ds_cpu_loops_avx2, ds_cpu_loops_avx512;
+#endif
 
 #endif

@@ -3,15 +3,15 @@
 #include "cpu_sgemm.h"
 
 #include "cpu_isa.h"
-#include "cpu_sgemm_kernels.h"
+#include "cpu_kernels.h"
 
 #include <math.h>
 
 /* The plain kernel: the same sums as the vector ones, one fmaf at a time, each row's
  * columns in blocks of 64 partial sums. It is what CPUs without AVX2 run, and the
  * reference the vector kernels are tested against bit for bit. */
-static void sgemm_plain(long m, int n, long nseg, long kseg, const float *A, long sai, long sap, long seg_a,
-                        const float *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
+void ds_sgemm_plain(long m, int n, long nseg, long kseg, const float *A, long sai, long sap, long seg_a, const float *B,
+                    long ldb, long seg_b, float *C, long ldc, int accumulate)
 {
     for (long i = 0; i < m; i++)
         for (int j0 = 0; j0 < n; j0 += 64) {
@@ -26,16 +26,6 @@ static void sgemm_plain(long m, int n, long nseg, long kseg, const float *A, lon
         }
 }
 
-static ds_sgemm_kernel *const kernel_of[DS_CPU_LEVELS] = {
-    [DS_CPU_PLAIN] = sgemm_plain,
-#if defined(__x86_64__) || defined(__i386__)
-    [DS_CPU_AVX2] = ds_sgemm_avx2,
-    [DS_CPU_AVX512] = ds_sgemm_avx512,
-    [DS_CPU_AVX512BF16] = ds_sgemm_avx512,  /* fp32 products have no bf16 instruction */
-    [DS_CPU_AMX] = ds_sgemm_avx512,         /* nor a tile instruction */
-#endif
-};
-
 /* Past this reduction length a single segment is cut into blocks of KC, each summed from 0
  * and added to C in order, so that a block's (KC, 64) panel of B stays in L2. The rule is
  * the driver's, the same for every level: it changes the rounding, so no kernel may choose
@@ -46,7 +36,7 @@ static ds_sgemm_kernel *const kernel_of[DS_CPU_LEVELS] = {
 void ds_sgemm_seg_isa(ds_cpu_isa isa, long m, int n, long nseg, long kseg, const float *A, long sai, long sap,
                       long seg_a, const float *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
 {
-    ds_sgemm_kernel *kernel = kernel_of[isa];
+    ds_sgemm_kernel *kernel = ds_cpu_kernels_for(isa)->sgemm;
     if (nseg == 1 && kseg > KC_MAX) {
         // 64 columns at a time, so that their (m, 64) block of C stays in L2 across blocks
         for (int n0 = 0; n0 < n; n0 += 64)

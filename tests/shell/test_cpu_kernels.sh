@@ -54,7 +54,7 @@ fi
 
 # Portable binaries: no instruction of the tools is VEX or EVEX encoded (AVX, AVX2, FMA,
 # AVX-512 and AMX all are) outside the functions compiled for an instruction set, which say so in
-# their names (avx2_tile_nv2, loops_avx512_bn_sums, pass_vertical_avx2, ds_bgemm_amx, ...) and which only
+# their names (avx2_tile_nv2, ds_cpu_loops_avx512_bn_sums, pass_vertical_avx2, ds_bgemm_amx, ...) and which only
 # the run-time choice of cpu_isa calls; so the tools start and run on any x86-64 CPU.
 if ! command -v objdump >/dev/null || [ "$(uname -m)" != x86_64 ]; then
     echo "SKIP binaries_baseline_x86_64: needs objdump on x86-64"

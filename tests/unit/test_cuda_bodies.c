@@ -23,6 +23,7 @@
 #include "../check.h"
 #include "backend.h"
 #include "backend/cpu_bf16.h"
+#include "backend/cpu_kernels.h"
 #include "backend/cpu_loops.h"
 #include "backend/cuda_bodies.h"
 #include "cpu_isa.h"
@@ -303,7 +304,7 @@ static void test_bn_fwd(int m, int c, ds_dtype t, int relu, int residual, int da
         /* The apply, given the kernels' statistics: the CPU's loop on them, bitwise. */
         float *ka = malloc(c * sizeof *ka);
         for (int j = 0; j < c; j++) ka[j] = (float)((double)gamma[j] * (1.0 / sqrt((double)var_g[j] + eps)));
-        const ds_cpu_loops *L = ds_cpu_loops_for(ds_cpu_isa_get());
+        const ds_cpu_loops *L = ds_cpu_kernels_for(ds_cpu_isa_get())->loops;
         void *want = nans(n, es(t)), *got = nans(n, es(t));
         FOR_GRID(i, n) BY_T(t, bn_apply_body, got, in, mean_g, ka, beta, res, relu, c, i);
         if (t == DS_BF16) L->bn_apply_bf16(want, in, mean_g, ka, beta, res, relu, 0, m, c);
@@ -384,7 +385,7 @@ static void test_bn_bwd(int m, int c, ds_dtype t, int relu, int dres, int exact)
         check_bound("dbeta", db_g, db_c, bb, c);
         free(bg), free(bb);
         /* dx, given the kernels' coefficients: the CPU's loop on them, bitwise. */
-        const ds_cpu_loops *L = ds_cpu_loops_for(ds_cpu_isa_get());
+        const ds_cpu_loops *L = ds_cpu_kernels_for(ds_cpu_isa_get())->loops;
         void *want = nans(n, es(t));
         if (t == DS_BF16) L->bn_dx_bf16(want, NULL, dout_g, in, mean, ka, kb, kc, 0, m, c);
         else L->bn_dx(want, NULL, dout_g, in, mean, ka, kb, kc, 0, m, c);
