@@ -21,8 +21,8 @@ typedef struct {
     const ds_train_plan *p;
     ds_model *m;
     const ds_backend *be;
-    ds_loader *tl, *vl;
-    ds_feed tf, vf;
+    ds_loader *train_loader, *val_loader;
+    ds_feed train_feed, val_feed;
     ds_metrics_log log;
     int64_t S;               /* steps per epoch */
     int64_t total;           /* steps of the whole run */
@@ -135,11 +135,11 @@ static int validate(run *r, ds_topk *t, int crop)
 {
     const ds_train_plan *p = r->p;
     ds_eval_options o = {.progress = 0};
-    if (ds_loader_set_crop(r->vl, crop)) return -1;
+    if (ds_loader_set_crop(r->val_loader, crop)) return -1;
     memcpy(o.mean, p->meta->mean, sizeof o.mean);
     memcpy(o.std, p->meta->std, sizeof o.std);
     double secs;
-    int rc = ds_evaluate(r->m, r->vl, &r->vf, &o, t, &secs);
+    int rc = ds_evaluate(r->m, r->val_loader, &r->val_feed, &o, t, &secs);
     if (ds_comm_any(rc != 0)) return -1;
     ds_topk_reduce(t);
     return 0;
@@ -165,7 +165,7 @@ static long rss_kb(void)
 /* The share of the wall time since (t0, wait0) that training spent blocked on the loader. */
 static double data_wait(const run *r, double t0, double wait0)
 {
-    double dt = ds_now() - t0, w = ds_loader_wait_seconds(r->tl) - wait0;
+    double dt = ds_now() - t0, w = ds_loader_wait_seconds(r->train_loader) - wait0;
     double f = dt > 0 ? w / dt : 0;
     return f < 0 ? 0 : f > 1 ? 1 : f;
 }
@@ -275,7 +275,7 @@ static void log_progress(run *r, window *w, int64_t e, int64_t g, double lr, dou
     w->loss = 0;
     w->steps = 0;
     w->t0 = now;
-    w->wait0 = ds_loader_wait_seconds(r->tl);
+    w->wait0 = ds_loader_wait_seconds(r->train_loader);
 }
 
 /* A step whose work is queued and whose loss is not read yet: the device runs it while the
@@ -301,7 +301,7 @@ static int finish_step(run *r, window *w, open_step *s)
     ds_comm_allreduce_sum_f64(&loss, 1);
     double step_loss = loss / (double)r->G;
     if (!isfinite(step_loss)) {
-        ds_loader_stop(r->tl);
+        ds_loader_stop(r->train_loader);
         return ds_err("step %lld (epoch %lld): the loss is %g; stopping. %s%s", (long long)s->g, (long long)(s->e + 1),
                       step_loss,
                       r->last_path[0] ? "The last good checkpoint is kept: " : "No checkpoint was written yet",
@@ -327,7 +327,7 @@ static int after_step(run *r, window *w, open_step *s)
     if (ckpt_due && (finish_step(r, w, s) || save(r, g, 0))) return -1;
     pause_if_asked(r, g);
     if (!ds_comm_any(ds_signals_pending() || (p->max_steps > 0 && g >= p->max_steps))) return 0;
-    ds_loader_stop(r->tl);
+    ds_loader_stop(r->train_loader);
     if (finish_step(r, w, s)) return -1;
     return !ckpt_due && save(r, g, 0) ? -1 : 1;
 }
@@ -343,24 +343,25 @@ static int setup(run *r, ds_model *m, const ds_train_plan *p)
     for (int i = 0; i < p->meta->nmetrics; i++)
         if (p->meta->metrics[i].val_top1 > r->best_top1) r->best_top1 = p->meta->metrics[i].val_top1;
     const ds_loader_config *tc = &p->loader;
-    if (!(r->tl = ds_loader_new(p->train, tc))) return -1;
+    if (!(r->train_loader = ds_loader_new(p->train, tc))) return -1;
     ds_loader_config vc = *tc;
     vc.train = 0;
     vc.accum = 1;
     vc.augment = 0;
     vc.pad = 0;
     vc.crop = p->val_crop;
-    if (p->val && !(r->vl = ds_loader_new(p->val, &vc))) return -1;
+    if (p->val && !(r->val_loader = ds_loader_new(p->val, &vc))) return -1;
     if (p->val) ds_eval_protocol(r->protocol, sizeof r->protocol, p->val, p->val_crop);
-    r->S = ds_loader_steps_per_epoch(r->tl);
+    r->S = ds_loader_steps_per_epoch(r->train_loader);
     r->G = (int64_t)tc->batch * tc->world * tc->accum;
     r->total = r->S * p->epochs;
     if (p->schedule.total != r->total)
         return ds_err("internal error: the schedule spans %lld steps, the run %lld", (long long)p->schedule.total,
                       (long long)r->total);
     int pad = tc->augment == DS_AUGMENT_CROP ? tc->pad : 0;
-    if (ds_feed_init(&r->tf, r->be, tc->batch, p->train->height + 2 * pad, p->train->width + 2 * pad)) return -1;
-    if (p->val && ds_feed_init(&r->vf, r->be, tc->batch, p->val->height, p->val->width)) return -1;
+    if (ds_feed_init(&r->train_feed, r->be, tc->batch, p->train->height + 2 * pad, p->train->width + 2 * pad))
+        return -1;
+    if (p->val && ds_feed_init(&r->val_feed, r->be, tc->batch, p->val->height, p->val->width)) return -1;
     if (ds_model_defer_loss(m, tc->accum)) return -1;
     r->epoch_loss_sum = p->start_step % r->S ? p->meta->epoch_loss_sum : 0;
     r->epoch_seconds = p->start_step % r->S ? p->meta->epoch_seconds : 0;
@@ -373,10 +374,10 @@ static int setup(run *r, ds_model *m, const ds_train_plan *p)
 
 static void teardown(run *r)
 {
-    ds_feed_free(&r->tf);   /* before the loaders: it unlocks their buffers */
-    ds_feed_free(&r->vf);
-    ds_loader_free(r->tl);
-    ds_loader_free(r->vl);
+    ds_feed_free(&r->train_feed);   /* before the loaders: it unlocks their buffers */
+    ds_feed_free(&r->val_feed);
+    ds_loader_free(r->train_loader);
+    ds_loader_free(r->val_loader);
     ds_metrics_log_close(&r->log);
 }
 
@@ -393,15 +394,15 @@ static int train_loop(run *r)
     ds_info("training: %lld epochs of %lld steps, global batch %lld (batch %d x world %d x accum %d), from step %lld",
             (long long)p->epochs, (long long)r->S, (long long)r->G, lc->batch, lc->world, lc->accum, (long long)g);
     double lr = 0;
-    window w = {.t_run = ds_now(), .g_run = g, .t0 = ds_now(), .wait0 = ds_loader_wait_seconds(r->tl)};
+    window w = {.t_run = ds_now(), .g_run = g, .t0 = ds_now(), .wait0 = ds_loader_wait_seconds(r->train_loader)};
     open_step last = {0};
     for (int64_t e = g / r->S; e < p->epochs; e++) {
         /* progressive resizing: the crop is a function of e alone (resume and ranks agree) */
         r->crop = ds_crop_for_epoch(&p->ramp, e);
-        if (ds_loader_set_crop(r->tl, r->crop)) return -1;   /* the batches carry it to the model */
-        if (ds_loader_start(r->tl, e, g % r->S)) return -1;
+        if (ds_loader_set_crop(r->train_loader, r->crop)) return -1;   /* the batches carry it to the model */
+        if (ds_loader_start(r->train_loader, e, g % r->S)) return -1;
         r->epoch_t0 = ds_now();
-        r->epoch_wait0 = ds_loader_wait_seconds(r->tl);
+        r->epoch_wait0 = ds_loader_wait_seconds(r->train_loader);
         ds_batch *b;
         int rc;
         /* Several micro-batches per rank under an ordered reduction: each is summed into rank
@@ -410,11 +411,11 @@ static int train_loop(run *r)
          * other ranks start each one from zero. */
         int each_micro = lc->world > 1 && lc->accum > 1 && r->be->ordered_reduce;
         ds_comm_reduce_record rec0;
-        while ((rc = ds_loader_next(r->tl, &b)) == 1) {
+        while ((rc = ds_loader_next(r->train_loader, &b)) == 1) {
             if (b->micro == 0) {
                 ds_comm_set_where("step %lld", (long long)g + 1);
                 if (ds_model_begin_step(m)) {
-                    ds_loader_release(r->tl, b);
+                    ds_loader_release(r->train_loader, b);
                     return -1;
                 }
                 ds_model_zero_reduction(m);
@@ -423,8 +424,8 @@ static int train_loop(run *r)
                 ds_model_reduce_wait(m);
                 if (lc->rank != 0) ds_model_zero_reduction(m);
             }
-            if (ds_feed_batch(&r->tf, m, b, p->meta->mean, p->meta->std)) {
-                ds_feed_release(&r->tf, r->tl, b);
+            if (ds_feed_batch(&r->train_feed, m, b, p->meta->mean, p->meta->std)) {
+                ds_feed_release(&r->train_feed, r->train_loader, b);
                 return -1;
             }
             ds_model_forward(m, b->n, 1);
@@ -434,11 +435,11 @@ static int train_loop(run *r)
                     ds_model_backward_reduce(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing, DS_REDUCE_TO_ROOT);
                 else
                     ds_model_backward(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing);
-                ds_feed_release(&r->tf, r->tl, b);
+                ds_feed_release(&r->train_feed, r->train_loader, b);
                 continue;
             }
             ds_model_backward_reduce(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing, DS_REDUCE_TO_ALL);
-            ds_feed_release(&r->tf, r->tl, b);
+            ds_feed_release(&r->train_feed, r->train_loader, b);
             reduce_step(r, g, rec0.queued);
             lr = ds_schedule_lr(&p->schedule, g);
             ds_sgd sgd = p->sgd;
