@@ -1,21 +1,13 @@
 #!/bin/bash
-# bench/step_census: one training step of the real model over a spy backend, counting what the
-# CUDA backend's own kernels would launch and move. Built here (benchmarks are not part of
-# `make`), run on ResNet-20 at 32 px, batch 8, in bf16 and fp32, and its counts checked
+# step_census (tests/drivers): one training step of the real model over a spy backend, counting
+# what the CUDA backend's own kernels would launch and move. Run on ResNet-20 at 32 px, batch 8, in bf16 and fp32, and its counts checked
 # against what must hold: the categories add up to the totals; bf16 moves fewer bytes than
 # fp32 and launches the same kernels but for the casts; batch norm's and the casts' bytes
 # and launches, and the elementwise launches, equal a count by hand from ResNet-20's layer
 # shapes (no kernel adds a gradient: the convolutions accumulate in cuDNN, batch norm's dx
 # kernel writes the residual's gradient).
 . "$(dirname "$0")/lib.sh"
-san=0
-[ "${BUILD:-build}" = build-san ] && san=1
-census="$BUILD_DIR/bench/step_census"
-# (a make of its own: under `make test` the parent's MAKEFLAGS name a jobserver this process lacks)
-if ! env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -C "$DS_ROOT" --no-print-directory SAN=$san \
-    "${BUILD:-build}/bench/step_census" >"$T/make.log" 2>&1; then
-    fail step_census_builds "$(tail -5 "$T/make.log")"; finish
-fi
+census="$BUILD_DIR/drivers/step_census"
 
 N=8
 for p in bf16 fp32; do
