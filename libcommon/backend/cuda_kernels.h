@@ -23,7 +23,7 @@
 void ds_cuda_kernels_init(void *scratch);
 
 /* Launch geometry, shared with the host test that replays the kernels' grids and with
- * bench/step_census. DS_CUDA_THREADS: the threads of a one-dimensional block.
+ * tests/drivers/step_census. DS_CUDA_THREADS: the threads of a one-dimensional block.
  * Batch norm's per-channel sums are split over chunks of consecutive rows, which come in
  * groups of DS_CUDA_BN_ROWS (one block of DS_CUDA_BN_CH channels by DS_CUDA_BN_ROWS chunks).
  * A final kernel's block takes DS_CUDA_BN_CH channels with DS_CUDA_BN_FINAL_ROWS threads
@@ -33,7 +33,7 @@ void ds_cuda_kernels_init(void *scratch);
  * tree's log2(ROWS) levels. The chunk count for m rows of c channels: a chunk of at least
  * one float run (`flush` rows, the CPU's DS_BN_FLUSH) where m allows, at most 256 groups,
  * and the partials [2][chunks][c] doubles with the coefficients [3][c] floats within the
- * scratch; 0 when c channels do not fit at all. Plain C, so that bench/step_census counts
+ * scratch; 0 when c channels do not fit at all. Plain C, so that tests/drivers/step_census counts
  * with the kernels' own rule. */
 #define DS_CUDA_THREADS 256
 #define DS_CUDA_BN_CH 32
