@@ -7,6 +7,7 @@
 #include "backend/cuda.h"
 #endif
 
+#include <stdio.h>
 #include <string.h>
 
 static const char *const precision_names[] = {"fp32", "tf32", "bf16", "auto"};
@@ -79,4 +80,12 @@ const ds_backend *ds_backend_select(ds_device device, const ds_backend_opts *opt
     ds_err("--device cuda: this build has no CUDA support (rebuild with nvcc available, or use --device cpu)");
 #endif
     return NULL;
+}
+
+const char *ds_backend_describe(const ds_backend *be, int threads, char *buf, size_t len)
+{
+    char kernels[64] = "";
+    if (be->kernel_set) snprintf(kernels, sizeof kernels, ", %s kernels", be->kernel_set());
+    snprintf(buf, len, "%s in %s (%d threads%s)", be->name, ds_precision_name(be->precision), threads, kernels);
+    return buf;
 }

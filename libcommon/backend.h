@@ -290,4 +290,8 @@ extern const ds_backend ds_backend_cpu_bf16;
  * precision asked. */
 const ds_backend *ds_backend_select(ds_device device, const ds_backend_opts *opts);
 
+/* What computes, as the tools' start-up lines say it: "cpu in fp32 (2 threads, avx512
+ * kernels)", "cuda in bf16 (16 threads)". Returns buf. */
+const char *ds_backend_describe(const ds_backend *be, int threads, char *buf, size_t len);
+
 #endif

@@ -103,10 +103,9 @@ int main(int argc, char **argv)
     ds_feed feed;
     if (ds_feed_init(&feed, be, (int)batch, src.height, src.width)) ds_die("cannot evaluate");
     size_t count = ds_loader_eval_count(L);
-    char kernels[64] = "";
-    if (be->kernel_set) snprintf(kernels, sizeof kernels, ", %s kernels", be->kernel_set());
-    ds_info("%s (%s, %d classes) on %s: %zu images, %s in %s (%d threads%s)", ckpt, meta.arch, meta.num_classes,
-            data, src.n, be->name, ds_precision_name(be->precision), omp_get_max_threads(), kernels);
+    char computes[128];
+    ds_info("%s (%s, %d classes) on %s: %zu images, %s", ckpt, meta.arch, meta.num_classes, data, src.n,
+            ds_backend_describe(be, omp_get_max_threads(), computes, sizeof computes));
     ds_eval_options eo = {.progress = ds_cli_progress_mode()};
     char protocol[96];
     int standard = ds_eval_protocol(protocol, sizeof protocol, &src, input);

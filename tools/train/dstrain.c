@@ -304,10 +304,9 @@ int main(int argc, char **argv)
         .max_steps = max_steps, .keep = (int)keep, .start_step = start_step, .meta = &meta,
         .pause_after_step = ds_test_hooks_get()->pause_after_step,
     };
-    char kernels[64] = "";
-    if (be->kernel_set) snprintf(kernels, sizeof kernels, ", %s kernels", be->kernel_set());
-    ds_info("%s on %s in %s (%d threads%s), %d rank%s, gradients summed %s; %zu training images of %dx%d, %d classes; "
-            "lr %g", arch, be->name, ds_precision_name(be->precision), nthreads, kernels, world, world > 1 ? "s" : "",
+    char computes[128];
+    ds_info("%s on %s, %d rank%s, gradients summed %s; %zu training images of %dx%d, %d classes; lr %g", arch,
+            ds_backend_describe(be, nthreads, computes, sizeof computes), world, world > 1 ? "s" : "",
             be->reduction ? be->reduction() : "?", tr.n, tr.height, tr.width, tr.num_classes, base_lr);
     if (ds_signals_install()) ds_die("cannot handle signals");
     int rc = ds_train(m, &plan);
