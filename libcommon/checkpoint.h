@@ -8,8 +8,8 @@
  *   /classes            vlen UTF-8 string [num_classes], class names in label order
  *   /metrics            compound [epochs]: epoch, train_loss, val_top1, val_top5,
  *                       images_per_s, seconds (one row per finished epoch)
- *   root attributes: one table in checkpoint.c (name, file and memory type, range, when it
- *   may be missing, which uses need it), which the writer, the reader, the requirement
+ *   root attributes: one table in checkpoint_attrs.c (name, file and memory type, range, when
+ *   it may be missing, which uses need it), which the writer, the reader, the requirement
  *   check and DESIGN §2's table (checked by test_checkpoint) all follow. A reader takes any
  *   integer or float width and fixed or variable-length strings; an attribute outside the
  *   table is an extra: kept and rewritten, read by no tool (dstrain adds lr_effective,

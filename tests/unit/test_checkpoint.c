@@ -318,7 +318,7 @@ static void test_refusals(void)
     check_end();
 }
 
-/* DESIGN §2's attribute table is the code's: the rows checkpoint.c prints from its table
+/* DESIGN §2's attribute table is the code's: the rows checkpoint_attrs.c prints from its table
  * are the document's rows, in order (the "anything else" row aside). */
 static void test_design_table(void)
 {
@@ -338,7 +338,7 @@ static void test_design_table(void)
     FILE *f = open_memstream(&mine, &mlen);
     ds_ckpt_attributes_doc(f);
     fclose(f);
-    CHECK(doc && !strcmp(doc, mine), "DESIGN §2 differs from checkpoint.c's table; the code's rows:\n%s", mine);
+    CHECK(doc && !strcmp(doc, mine), "DESIGN §2 differs from checkpoint_attrs.c's table; the code's rows:\n%s", mine);
     free(doc);
     free(mine);
     free(text);

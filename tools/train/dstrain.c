@@ -141,7 +141,7 @@ static int check_resume(const char *path, ds_ckpt_meta *rm, const ds_source *tr,
     if (rm->seed != (uint64_t)seed)
         return ds_err("%s: saved with --seed %llu, not %lld: an exact resume needs the same seed", path,
                       (unsigned long long)rm->seed, seed);
-    /* The training options a checkpoint records (checkpoint.c's table says which) are taken
+    /* The training options a checkpoint records (checkpoint_attrs.c's table says which) are taken
      * from it when not given again; given again, they must agree. */
     for (ds_option *o = options; o->name; o++) {
         long long saved;
