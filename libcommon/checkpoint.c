@@ -27,6 +27,7 @@ void ds_ckpt_meta_init(ds_ckpt_meta *meta)
     memcpy(meta->mean, imagenet_mean, sizeof meta->mean);
     memcpy(meta->std, imagenet_std, sizeof meta->std);
     meta->world_size = 1;
+    meta->lr_effective = -1;
     meta->bn_bias_decay = -1;
     meta->data_fit = DS_FIT_UNSET;
 }
@@ -57,6 +58,21 @@ void ds_ckpt_meta_set_classes(ds_ckpt_meta *meta, char *const *classes, int n)
     meta->classes = ds_xcalloc((size_t)(n > 0 ? n : 1), sizeof *meta->classes);
     for (int i = 0; i < n; i++) meta->classes[i] = ds_xstrdup(classes[i]);
     meta->num_classes = n;
+}
+
+/* *to = a copy of v (NULL: none) */
+static void set_text(char **to, const char *v)
+{
+    free(*to);
+    *to = v ? ds_xstrdup(v) : NULL;
+}
+
+void ds_ckpt_meta_set_backend(ds_ckpt_meta *meta, const ds_backend *be)
+{
+    set_text(&meta->device, be->name);
+    set_text(&meta->precision, ds_precision_name(be->precision));
+    set_text(&meta->kernels, be->kernel_set ? be->kernel_set() : NULL);
+    set_text(&meta->reduction, be->reduction ? be->reduction() : NULL);
 }
 
 void ds_ckpt_meta_add_metrics(ds_ckpt_meta *meta, const ds_metrics_row *row)

@@ -22,7 +22,8 @@ typedef enum {
     K_F64,       /* float64 / double */
     K_CHARS,     /* string / char[cap] */
     K_FIT,       /* string "crop" or "squash" / ds_fit */
-    K_STRPTR,    /* string / char * (owned; for people: any other type reads as none) */
+    K_STRPTR,    /* string / char * (owned, NULL: unset; for people: any other type reads as
+                    none) */
 } attr_kind;
 
 typedef enum {
@@ -95,6 +96,17 @@ static const ckpt_attr attrs[] = {
     {.name = "data_fit", .kind = K_FIT, .count = 1, .offset = M(data_fit), .rule = R_IF_SET, .unset = DS_FIT_UNSET,
      .valid_what = "'crop' or 'squash'", .type = "string",
      .meaning = "their fit, `crop` or `squash` (default: `crop`)", .used_by = "dseval on a manifest"},
+    {.name = "lr_effective", .kind = K_F64, .count = 1, .offset = M(lr_effective), .rule = R_IF_SET, .max = 1e300,
+     .unset = -1, .type = "float64", .meaning = "the peak learning rate the run used (`--lr` after `--lr-scaling`)",
+     .used_by = "people"},
+    {.name = "device", .kind = K_STRPTR, .count = 1, .offset = M(device), .rule = R_IF_SET, .type = "string",
+     .meaning = "the backend that trained, `cpu` or `cuda`", .used_by = "people"},
+    {.name = "precision", .kind = K_STRPTR, .count = 1, .offset = M(precision), .rule = R_IF_SET, .type = "string",
+     .meaning = "what it computed in, `fp32`, `tf32` or `bf16`", .used_by = "people"},
+    {.name = "kernels", .kind = K_STRPTR, .count = 1, .offset = M(kernels), .rule = R_IF_SET, .type = "string",
+     .meaning = "its CPU kernel set, `plain` ... `avx512+bf16+amx` (none on a GPU)", .used_by = "people"},
+    {.name = "reduction", .kind = K_STRPTR, .count = 1, .offset = M(reduction), .rule = R_IF_SET, .type = "string",
+     .meaning = "how it summed the gradients, `ordered`, `nccl-allreduce` or `accumulate`", .used_by = "people"},
     {.name = "crop_ramp", .kind = K_I64, .count = 4, .offset = M(crop_ramp), .rule = R_IF_SET, .max = BIG,
      .set_index = 3, .after_extras = 1, .options = {"min-crop", "ramp-start", "ramp-end", "crop-step"},
      .type = "int64 [4]",
@@ -113,6 +125,7 @@ static const ckpt_attr attrs[] = {
 };
 #undef M
 #define NATTRS (int)(sizeof attrs / sizeof attrs[0])
+_Static_assert(sizeof attrs / sizeof attrs[0] <= 8 * sizeof(unsigned), "ds_ckpt_meta.found has a bit per attribute");
 
 int ds_ckpt_attr_known(const char *name)
 {
@@ -142,6 +155,7 @@ static int is_set(const ds_ckpt_meta *meta, const ckpt_attr *a)
 {
     if (a->rule != R_IF_SET) return 1;
     if (a->kind == K_CHARS) return ((const char *)field(meta, a))[0] != 0;
+    if (a->kind == K_STRPTR) return *(char *const *)field(meta, a) != NULL;
     double v = value_at(meta, a, a->set_index);
     return a->unset < 0 ? v > a->unset : v != a->unset;
 }
@@ -321,6 +335,7 @@ void ds_ckpt_attributes_doc(FILE *out)
                      a->rule == R_ZERO ? " (non-zero)" : "");
         fprintf(out, "| `%s` | %s | %s | %s |\n", a->name, a->type, a->meaning, needed);
     }
+    fprintf(out, "| anything else | | an extra: kept and rewritten, read by no tool | people |\n");
 }
 
 int ds_ckpt_meta_require(const ds_ckpt_meta *meta, const char *path, ds_ckpt_use use)

@@ -274,14 +274,11 @@ int main(int argc, char **argv)
     meta.data_height = tr.height;
     meta.data_width = tr.width;
     meta.data_fit = tr.fit;
+    meta.lr_effective = base_lr;
+    ds_ckpt_meta_set_backend(&meta, be);
     for (const ds_option *o = options; o->name; o++)   /* the settings a checkpoint records */
         if (o->type == DS_OPT_FLAG || o->type == DS_OPT_INT)
             ds_ckpt_meta_record(&meta, o->name, o->type == DS_OPT_FLAG ? *(int *)o->value : *(long long *)o->value);
-    ds_ckpt_meta_set_float(&meta, "lr_effective", base_lr);
-    ds_ckpt_meta_set_string(&meta, "device", be->name);
-    ds_ckpt_meta_set_string(&meta, "precision", ds_precision_name(be->precision));
-    if (be->kernel_set) ds_ckpt_meta_set_string(&meta, "kernels", be->kernel_set());
-    if (be->reduction) ds_ckpt_meta_set_string(&meta, "reduction", be->reduction());
     free(config);
 
     ds_loader_config lc = {.batch = (int)batch, .world = world, .rank = rank, .accum = (int)accum, .crop = (int)crop,
