@@ -499,7 +499,7 @@ static ds_backend spy = {
  * step before's loss read once this one is queued (*last: that step's mark, -1 for none). */
 static int train_step(ds_model *m, const int32_t *labels, int batch, int *last)
 {
-    ds_sgd sgd = {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = 0};
+    ds_sgd sgd = {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = 0, .bn_bias_decay = 1};
     ds_model_zero_reduction(m);
     if (!ds_model_forward(m, batch, 1)) return -1;
     if (isnan(ds_model_backward(m, labels, batch, 1.0f / (float)batch, 0.1f))) return -1;

@@ -33,7 +33,7 @@ static void train_step(ds_model *m)
     for (size_t i = 0; i < count; i++) x[i] = (float)((i * 7919) % 101) / 50.0f - 1.0f;
     ds_backend_cpu.upload(ds_model_input(m), x, sizeof x);
     int32_t labels[2] = {1, 3};
-    ds_sgd sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = 0};
+    ds_sgd sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = 0, .bn_bias_decay = 1};
     ds_model_zero_reduction(m);
     ds_model_forward(m, 2, 1);
     ds_model_backward(m, labels, 2, 0.5f, 0);

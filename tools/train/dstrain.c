@@ -296,7 +296,7 @@ int main(int argc, char **argv)
         .val_crop = (int)val_crop,
         .standard_crop = standard_crop,
         .sgd = {.momentum = (float)momentum, .weight_decay = (float)wd, .nesterov = nesterov,
-                .no_bn_bias_decay = !bn_bias_decay},
+                .bn_bias_decay = bn_bias_decay},
         .smoothing = (float)label_smoothing, .log_every = (int)log_every, .ckpt_steps = ckpt_steps,
         .max_steps = max_steps, .keep = (int)keep, .start_step = start_step, .meta = &meta,
         .pause_after_step = ds_test_hooks_get()->pause_after_step,
