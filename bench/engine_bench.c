@@ -81,7 +81,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < count; i++) x[i] = (float)((i * 2654435761u) % 1000) / 500.0f - 1.0f;
     for (int i = 0; i < batch; i++) labels[i] = i % cfg.num_classes;
     be->upload(ds_model_input(m), x, count * sizeof *x);
-    ds_sgd sgd = {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = 0};
+    ds_sgd sgd = {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = 0, .bn_bias_decay = 1};
     if (train && ds_model_defer_loss(m, 1)) return 1;
     int last = -1;   /* the step whose loss is not read yet */
     double t0 = ds_now();

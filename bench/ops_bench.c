@@ -222,7 +222,7 @@ static int bench_step(const char *arch, int batch, int size, int steps, int trai
     int32_t *labels = malloc(batch * sizeof *labels);
     if (!labels) ds_die("out of memory");
     for (int i = 0; i < batch; i++) labels[i] = (int32_t)ds_rng_below(&r, cfg.num_classes);
-    ds_sgd sgd = {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 1e-4f};
+    ds_sgd sgd = {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 1e-4f, .bn_bias_decay = 1};
     double best = INFINITY, best_cpu = INFINITY;
     for (int s = 0; s < steps + 1; s++) {  // the first step warms caches and page tables
         int saved = cpu_clock;

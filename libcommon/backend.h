@@ -1,9 +1,9 @@
 /* backend: the operations a training engine needs, as one struct of function pointers.
  *
  * backend/cpu.c (OpenMP, own GEMM kernels) is the reference; backend/cuda.cu (cuDNN, cuBLAS,
- * own kernels) implements the same functions and is tested against it op by op. The model
- * (model.c) owns the layer list and the memory plan and calls only these functions, so it
- * never knows which backend runs.
+ * own kernels; its convolutions in cuda_conv.cu) implements the same functions and is tested
+ * against it op by op. The model (model.c) owns the layer list and the memory plan and calls
+ * only these functions, so it never knows which backend runs.
  *
  * Conventions, fixed for every backend:
  *   - Activations are NHWC. Their storage type (ds_dtype) is the model's choice, from its

@@ -8,12 +8,11 @@
  *   /classes            vlen UTF-8 string [num_classes], class names in label order
  *   /metrics            compound [epochs]: epoch, train_loss, val_top1, val_top5,
  *                       images_per_s, seconds (one row per finished epoch)
- *   root attributes: one table in checkpoint.c (name, file and memory type, range, when it
- *   may be missing, which uses need it), which the writer, the reader, the requirement
+ *   root attributes: one table in checkpoint_attrs.c (name, file and memory type, range, when
+ *   it may be missing, which uses need it), which the writer, the reader, the requirement
  *   check and DESIGN §2's table (checked by test_checkpoint) all follow. A reader takes any
  *   integer or float width and fixed or variable-length strings; an attribute outside the
- *   table is an extra: kept and rewritten, read by no tool (dstrain adds lr_effective,
- *   device, precision, kernels).
+ *   table is an extra: kept and rewritten, read by no tool.
  *
  * Files are written with object time tracking off to NAME.tmp, then fsynced and renamed:
  * the same state gives the same bytes, and a crash never leaves a half checkpoint.
@@ -34,8 +33,9 @@ typedef struct {
     double train_loss, val_top1, val_top5, images_per_s, seconds;
 } ds_metrics_row;
 
-/* An extra root attribute: one no tool reads (dstrain's lr_effective, device, precision,
- * kernels), kept for people and rewritten on resume. A field a tool reads is a member of ds_ckpt_meta. */
+/* An extra root attribute: one outside the table (a file written by another program or by
+ * hand), kept and rewritten on resume, read by no tool. Each attribute of the table is a
+ * member of ds_ckpt_meta. */
 typedef enum { DS_ATTR_INT, DS_ATTR_FLOAT, DS_ATTR_STRING } ds_attr_type;
 typedef struct {
     char name[48];
@@ -66,6 +66,10 @@ typedef struct {
     unsigned found;        /* which attributes the file held, by reading (ds_ckpt_meta_has) */
     int has_classes;       /* the file held /classes */
     char *config;          /* JSON of the full option set; NULL: "{}" */
+    double lr_effective;   /* for people: the run's peak learning rate (--lr after --lr-scaling);
+                              < 0: not recorded, not written */
+    char *device, *precision, *kernels, *reduction;  /* for people: what computed the run
+                              (ds_ckpt_meta_set_backend); NULL: not recorded, not written */
     char **classes;        /* [num_classes] or NULL (then "class<i>" names are written) */
     ds_metrics_row *metrics;
     int nmetrics;
@@ -73,14 +77,18 @@ typedef struct {
     int nextra;
 } ds_ckpt_meta;
 
-/* Zeroes meta and sets the defaults (ImageNet mean/std, world_size 1). */
+/* Zeroes meta and sets the defaults (ImageNet mean/std, world_size 1, nothing recorded). */
 void ds_ckpt_meta_init(ds_ckpt_meta *meta);
-/* Frees everything meta owns (config, classes, metrics, extra) and zeroes it. */
+/* Frees everything meta owns (config and the strings for people, classes, metrics, extra) and
+ * zeroes it. */
 void ds_ckpt_meta_free(ds_ckpt_meta *meta);
 /* Setters copy their arguments; a second set of the same name replaces the value. An extra
  * may not take the name of a member's attribute (the save fails). */
 void ds_ckpt_meta_set_config(ds_ckpt_meta *meta, const char *json);
 void ds_ckpt_meta_set_classes(ds_ckpt_meta *meta, char *const *classes, int n);
+/* Records what computes the run: the backend's name, its precision, its CPU kernel set (none
+ * where it has none) and how it sums the gradients. */
+void ds_ckpt_meta_set_backend(ds_ckpt_meta *meta, const ds_backend *be);
 void ds_ckpt_meta_add_metrics(ds_ckpt_meta *meta, const ds_metrics_row *row);
 void ds_ckpt_meta_set_int(ds_ckpt_meta *meta, const char *name, int64_t v);
 void ds_ckpt_meta_set_float(ds_ckpt_meta *meta, const char *name, double v);

@@ -669,14 +669,14 @@ static int param_skips_decay(const ds_tensor_info *t) { return t->kind == DS_TEN
 
 int ds_model_param_decays(const ds_model *m, int i, const ds_sgd *sgd)
 {
-    return m->tinfo[i].kind == DS_TENSOR_PARAM && !(sgd->no_bn_bias_decay && param_skips_decay(&m->tinfo[i]));
+    return m->tinfo[i].kind == DS_TENSOR_PARAM && (sgd->bn_bias_decay || !param_skips_decay(&m->tinfo[i]));
 }
 
 void ds_model_step(ds_model *m, const ds_sgd *sgd, int micro_batches)
 {
     const ds_backend *be = m->be;
     if (!m->cfg.training || micro_batches < 1) return;
-    if (!sgd->no_bn_bias_decay) {
+    if (sgd->bn_bias_decay) {
         be->sgd_step(m->params, m->momentum, m->reduction, m->nparam, sgd->lr, sgd->momentum,
                      sgd->weight_decay, sgd->nesterov, !m->momentum_started);
     } else {

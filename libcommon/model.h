@@ -195,8 +195,9 @@ void ds_model_zero_reduction(ds_model *m);
 typedef struct {
     float lr, momentum, weight_decay;
     int nesterov;
-    int no_bn_bias_decay;  /* 1: no weight decay on the BN weights and biases and fc.bias (every
-                              one-dimensional parameter), as NVIDIA's ResNet-50 recipe */
+    int bn_bias_decay;     /* 1: weight decay on every parameter, as torch.optim.SGD; 0: none on
+                              the BN weights and biases and fc.bias (every one-dimensional
+                              parameter), as NVIDIA's ResNet-50 recipe */
 } ds_sgd;
 
 /* Whether PARAM tensor i gets sgd's weight decay (0 for other kinds). */

@@ -1,7 +1,8 @@
 /* cuda_check: the check macros of the CUDA backend's files (C and C++). A failing CUDA
  * call, or a failed kernel launch, stops the program with the file, line, call and the
- * library's own message (ds_die, which under MPI aborts every rank); cuda.cu adds cuDNN's
- * and cuBLAS's beside it, NCCL's is in cuda_nccl.c. */
+ * library's own message (ds_die, which under MPI aborts every rank); cuda_internal.h adds
+ * cuDNN's and cuBLAS's beside it (for the two files that call them), NCCL's is in
+ * cuda_nccl.c. */
 #ifndef DS_CUDA_CHECK_H
 #define DS_CUDA_CHECK_H
 

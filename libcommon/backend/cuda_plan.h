@@ -1,5 +1,5 @@
 /* cuda_plan: the CUDA backend's bookkeeping of convolution plans, in plain C so that a CPU
- * test can check it (the cuDNN side lives in cuda.cu).
+ * test can check it (the cuDNN side lives in cuda_conv.cu).
  *
  * The model plans each convolution once, for its largest batch and input (conv_workspace
  * with d.n = max_batch at the planned height and width), and then runs it with any n from 1

@@ -143,7 +143,8 @@ int main(int argc, char **argv)
     H5_OK(H5Dread(dx, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x));
     H5_OK(H5Dread(dl, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels));
     ds_sgd sgd = {.lr = (float)attr_double(in, "lr"), .momentum = (float)attr_double(in, "momentum"),
-                  .weight_decay = (float)attr_double(in, "wd"), .nesterov = (int)attr_double(in, "nesterov")};
+                  .weight_decay = (float)attr_double(in, "wd"), .nesterov = (int)attr_double(in, "nesterov"),
+                  .bn_bias_decay = 1};
     float smoothing = (float)attr_double(in, "smoothing");
     int steps = (int)attr_double(in, "steps");
     H5_OK(H5Dclose(dx));

@@ -8,8 +8,8 @@
  * ds_model_step, ds_model_end_step, then the step before's loss read (ds_model_step_loss: the
  * loss read late), over a spy backend: a
  * ds_backend whose ops compute nothing and touch no backend memory, and instead count what
- * cuda.cu and cuda_kernels.cu, as they are, would launch for that call and how many bytes
- * those launches read and write in device memory. The spy sees the model only through the
+ * cuda.cu, cuda_conv.cu and cuda_kernels.cu, as they are, would launch for that call and how
+ * many bytes those launches read and write in device memory. The spy sees the model only through the
  * op table, so the census follows the model's plan (which activations are bf16, which
  * layers have a residual, where gradients are added) as it is.
  *
@@ -161,7 +161,7 @@ static void spy_free(void *p)
 
 /* ---- host transfers and the stream ---- */
 
-/* cuda.cu keeps a note of a convolution's copied output gradient (dout_copy); every call that
+/* cuda_conv.cu keeps a note of a convolution's copied output gradient (dout_copy); every call that
  * may write device memory drops it. */
 static struct { const void *dout, *ws; ds_conv_desc d; } dout_note;
 
@@ -204,12 +204,12 @@ static void spy_zero(void *p, size_t bytes)
     launch(K_ZERO, bytes);
 }
 
-/* ---- convolutions: cuDNN's call, and around it cuda.cu's copies in the workspace ---- */
+/* ---- convolutions: cuDNN's call, and around it cuda_conv.cu's copies in the workspace ---- */
 
 static ds_precision run_precision;
 
-/* The type an op computes in (cuda.cu op_type). The census takes the run's precision for
- * every op; cuda.cu runs an op at a lower one where cuDNN has no usable algorithm at the
+/* The type an op computes in (cuda_conv.cu op_type). The census takes the run's precision for
+ * every op; cuda_conv.cu runs an op at a lower one where cuDNN has no usable algorithm at the
  * run's (ds_conv_choose), which only a GPU can tell, and that op would then copy more. */
 static ds_dtype compute_type(void) { return run_precision == DS_PRECISION_BF16 ? DS_BF16 : DS_F32; }
 
@@ -217,26 +217,26 @@ static uint64_t n_in(const ds_conv_desc *d) { return (uint64_t)d->n * d->h * d->
 static uint64_t n_w(const ds_conv_desc *d) { return (uint64_t)d->k * d->r * d->s * d->c; }
 static uint64_t n_out(const ds_conv_desc *d) { return (uint64_t)d->n * d->p * d->q * d->k; }
 
-/* cuda.cu cast: to_bf16_kernel or from_bf16_kernel, n elements read in one type and written
+/* cuda_conv.cu cast: to_bf16_kernel or from_bf16_kernel, n elements read in one type and written
  * in the other. */
 static void cast(uint64_t n, ds_dtype from, ds_dtype to)
 {
     launch(to == DS_BF16 ? K_CONV_TO_BF16 : K_CONV_FROM_BF16, n * (es(from) + es(to)));
 }
 
-/* cuda.cu layout + read_as: an operand stored in another type than ct is copied into it. */
+/* cuda_conv.cu layout + read_as: an operand stored in another type than ct is copied into it. */
 static void operand(uint64_t n, ds_dtype stored, ds_dtype ct)
 {
     if (stored != ct) cast(n, stored, ct);
 }
 
-/* cuda.cu layout + write_back: a result computed in ct is cast back into its storage. */
+/* cuda_conv.cu layout + write_back: a result computed in ct is cast back into its storage. */
 static void result(uint64_t n, ds_dtype stored, ds_dtype ct)
 {
     if (stored != ct) cast(n, ct, stored);
 }
 
-/* cuda.cu dout_read: dout is copied unless it is stored in ct, or the op before (the same
+/* cuda_conv.cu dout_read: dout is copied unless it is stored in ct, or the op before (the same
  * convolution's other backward op, same workspace) left its copy. */
 static void dout_read(const void *dout, const ds_conv_desc *d, const void *ws, ds_dtype ct)
 {
@@ -499,7 +499,7 @@ static ds_backend spy = {
  * step before's loss read once this one is queued (*last: that step's mark, -1 for none). */
 static int train_step(ds_model *m, const int32_t *labels, int batch, int *last)
 {
-    ds_sgd sgd = {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = 0};
+    ds_sgd sgd = {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = 0, .bn_bias_decay = 1};
     ds_model_zero_reduction(m);
     if (!ds_model_forward(m, batch, 1)) return -1;
     if (isnan(ds_model_backward(m, labels, batch, 1.0f / (float)batch, 0.1f))) return -1;
@@ -517,8 +517,8 @@ static void report(const char *arch, int size, int batch, ds_precision p, const 
     ds_model_memory mem = ds_model_memory_plan(m);
     printf("step_census %s %dx%d batch %d %s: one training step (zero_reduction, forward, backward, SGD step) of the\n"
            "real model over a spy backend, computed on the CPU: what the CUDA backend's own kernels (cuda.cu,\n"
-           "cuda_kernels.cu) move through device memory, each distinct byte once per launch; cuDNN's and cuBLAS's\n"
-           "traffic is not counted. Batch norm's activations in %s; %.2f GiB of activations planned.\n\n",
+           "cuda_conv.cu, cuda_kernels.cu) move through device memory, each distinct byte once per launch; cuDNN's\n"
+           "and cuBLAS's traffic is not counted. Batch norm's activations in %s; %.2f GiB of activations planned.\n\n",
            arch, size, size, batch, ds_precision_name(p), ds_dtype_name(bn_storage), (double)mem.activations / (1 << 30));
 
     uint64_t cl[NCAT] = {0}, cb[NCAT] = {0}, tl = 0, tb = 0;

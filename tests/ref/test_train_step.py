@@ -76,7 +76,7 @@ def main():
 
     n = 24
     ok = True
-    for case, decay_all in (("train_step_matches_pytorch_sgd", True), ("train_step_no_bn_bias_decay_matches_pytorch", False)):
+    for case, decay_all in (("train_step_matches_pytorch_sgd", True), ("train_step_without_bn_bias_decay_matches_pytorch", False)):
         failures = 0
         ok = check_case(tmp, case, model, n, decay_all) and ok
     return 0 if ok else 1

@@ -119,7 +119,7 @@ dstrain --train "$T/train" --arch resnet20 --crop 16 --batch 8 --epochs 1 --lr 0
     --threads 2 -q --max-steps 2 -o "$T/wd" 2>/dev/null
 dstrain --train "$T/train" --arch resnet20 --crop 16 --batch 8 --epochs 1 --lr 0.05 --lr-scaling none --wd 0.05 \
     --threads 2 -q --max-steps 2 --no-bn-bias-decay -o "$T/nowd" 2>/dev/null
-"$PYTHON" - "$T/wd/ckpt-00000002.h5" "$T/nowd/ckpt-00000002.h5" <<'PY' && pass no_bn_bias_decay_recorded_and_applied || fail no_bn_bias_decay_recorded_and_applied
+"$PYTHON" - "$T/wd/ckpt-00000002.h5" "$T/nowd/ckpt-00000002.h5" <<'PY' && pass without_bn_bias_decay_recorded_and_applied || fail without_bn_bias_decay_recorded_and_applied
 import json, sys
 import h5py, numpy as np
 a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
@@ -132,8 +132,8 @@ PY
 # a resume takes the checkpoint's setting, and refuses the other one
 dstrain --train "$T/train" --resume "$T/nowd" --crop 16 --batch 8 --epochs 1 --lr 0.05 --lr-scaling none --wd 0.05 \
     --threads 2 -q --max-steps 3 2>/dev/null
-check no_bn_bias_decay_kept_on_resume "$PYTHON" -c "import h5py, sys; sys.exit(int(h5py.File(sys.argv[1], 'r').attrs['bn_bias_decay'] != 0))" "$T/nowd/ckpt-00000003.h5"
-expect_status no_bn_bias_decay_resume_refuses_other 1 dstrain --train "$T/train" --resume "$T/nowd" --crop 16 \
+check without_bn_bias_decay_kept_on_resume "$PYTHON" -c "import h5py, sys; sys.exit(int(h5py.File(sys.argv[1], 'r').attrs['bn_bias_decay'] != 0))" "$T/nowd/ckpt-00000003.h5"
+expect_status without_bn_bias_decay_resume_refuses_other 1 dstrain --train "$T/train" --resume "$T/nowd" --crop 16 \
     --batch 8 --epochs 1 --threads 2 --bn-bias-decay
 
 # Refusals.

@@ -847,7 +847,7 @@ static void test_feed(void)
 static void step_losses(ds_model *m, int late, double *loss, int steps, int micro)
 {
     enum { N = 3, HW = 8 };
-    ds_sgd sgd = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f};
+    ds_sgd sgd = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f, .bn_bias_decay = 1};
     size_t count = (size_t)N * HW * HW * 3;
     float *x = xmalloc(count * 4);
     int mark = -1;

@@ -357,7 +357,7 @@ static void test_choose(void)
     check_end();
 }
 
-/* An algorithm that fails when it runs (cuda.cu rules it out of the slot's list on the op's
+/* An algorithm that fails when it runs (cuda_conv.cu rules it out of the slot's list on the op's
  * first run and chooses again): the next usable one of the same answer, without asking cuDNN
  * again; with the run's precision used up, the next precision down (asked once); with none
  * left, a message naming the op and why each was ruled out. An algorithm ruled out at one

@@ -259,7 +259,7 @@ static void test_bf16_plan(void)
     CHECK(!memcmp(l2, lb, sizeof lb), "a model loaded with the same parameters computes other logits");
     /* a step: b's next forward uses the stepped weights' copy, the same as c given them */
     int32_t labels[4] = {1, 2, 3, 4};
-    ds_sgd sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 5e-4f};
+    ds_sgd sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 5e-4f, .bn_bias_decay = 1};
     ds_model_zero_reduction(b);
     ds_model_backward(b, labels, 4, 0.25f, 0);
     ds_model_step(b, &sgd, 1);
@@ -288,7 +288,7 @@ static void test_step_allocates_nothing(void)
     ds_model_init(m, 1);
     fill_input(m, 4, 16);
     int32_t labels[4] = {0, 3, 9, 3};
-    ds_sgd sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = 1};
+    ds_sgd sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = 1, .bn_bias_decay = 1};
     double first = 0, last = 0;
     for (int it = 0; it < 4; it++) {
         long before = alloc_calls;
@@ -362,7 +362,7 @@ static void test_loss_late(void)
     ds_model_init(late, 7);
     CHECK(ds_model_end_step(late) < 0, "ended a step before losses were deferred");
     CHECK(ds_model_defer_loss(late, MICRO) == 0, "refused to defer");
-    ds_sgd sgd = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f};
+    ds_sgd sgd = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f, .bn_bias_decay = 1};
     size_t count = (size_t)N * HW * HW * 3;
     float *x = malloc(count * 4);
     double want[STEPS], got[STEPS];
@@ -488,7 +488,7 @@ static void test_step_seconds_many_micro_batches(void)
     CHECK(m != NULL, "model");
     ds_model_init(m, 3);
     CHECK(ds_model_defer_loss(m, MAX_ACCUM) == 0, "defer");
-    ds_sgd sgd = {.lr = 0.01f, .momentum = 0.9f};
+    ds_sgd sgd = {.lr = 0.01f, .momentum = 0.9f, .bn_bias_decay = 1};
     int32_t labels[N] = {0, 2};
     int bad = 0, steps = 0, ring_nan = 0;
     for (int accum = 31; accum <= MAX_ACCUM; accum++) {
@@ -646,16 +646,16 @@ static void test_input_size(const char *arch, int n, int planned, const int (*hw
     check_end();
 }
 
-/* no_bn_bias_decay: after one step from the same state (so the same gradients), every one-dimensional parameter (BN
+/* bn_bias_decay 0: after one step from the same state (so the same gradients), every one-dimensional parameter (BN
  * weight and bias, fc.bias) is bitwise what a step without weight decay gives, every other
  * one what a step with it gives; and the two differ on both kinds (the test can see it). */
-static void test_no_bn_bias_decay(void)
+static void test_bn_bias_decay_off(void)
 {
-    check_begin("no_bn_bias_decay");
+    check_begin("bn_bias_decay_off");
     enum { N = 3, HW = 16 };
-    const ds_sgd with = {.lr = 0.5f, .momentum = 0.9f, .weight_decay = 0.1f, .nesterov = 1},
-                 without = {.lr = 0.5f, .momentum = 0.9f, .weight_decay = 0.0f, .nesterov = 1},
-                 skip = {.lr = 0.5f, .momentum = 0.9f, .weight_decay = 0.1f, .nesterov = 1, .no_bn_bias_decay = 1};
+    const ds_sgd with = {.lr = 0.5f, .momentum = 0.9f, .weight_decay = 0.1f, .nesterov = 1, .bn_bias_decay = 1},
+                 without = {.lr = 0.5f, .momentum = 0.9f, .weight_decay = 0.0f, .nesterov = 1, .bn_bias_decay = 1},
+                 skip = {.lr = 0.5f, .momentum = 0.9f, .weight_decay = 0.1f, .nesterov = 1, .bn_bias_decay = 0};
     const ds_sgd *sgd[3] = {&skip, &with, &without};
     ds_model *ms[3];
     int32_t labels[N] = {2, 0, 1};
@@ -675,7 +675,7 @@ static void test_no_bn_bias_decay(void)
         int one_dim = t->ndim == 1;
         CHECK(ds_model_param_decays(ms[0], i, &skip) == !one_dim, "%s: decays %d", t->name,
               ds_model_param_decays(ms[0], i, &skip));
-        CHECK(ds_model_param_decays(ms[0], i, &with), "%s: no decay by default", t->name);
+        CHECK(ds_model_param_decays(ms[0], i, &with), "%s: no decay with bn_bias_decay 1", t->name);
         float *v[3];
         for (int j = 0; j < 3; j++) v[j] = malloc(t->count * 4), ds_model_tensor_get(ms[j], i, v[j]);
         int same_as = one_dim ? 2 : 1, other = one_dim ? 1 : 2;
@@ -827,7 +827,7 @@ int main(void)
     static const int r20[][2] = {{48, 48}, {32, 32}, {64, 64}, {40, 24}}, r50[][2] = {{32, 32}};
     test_input_size("resnet20", 3, 64, r20, 4);
     test_input_size("resnet50", 2, 64, r50, 1);
-    test_no_bn_bias_decay();
+    test_bn_bias_decay_off();
     /* bucket edges at many places */
     for (size_t bytes = 4; bytes <= (1 << 16); bytes *= 2) test_buckets("resnet20", 4, 16, bytes + 4 * (bytes > 4));
     /* and one right at a block's last BN: the buffer holds the block's shortcut (downsample)

@@ -141,7 +141,7 @@ static int check_resume(const char *path, ds_ckpt_meta *rm, const ds_source *tr,
     if (rm->seed != (uint64_t)seed)
         return ds_err("%s: saved with --seed %llu, not %lld: an exact resume needs the same seed", path,
                       (unsigned long long)rm->seed, seed);
-    /* The training options a checkpoint records (checkpoint.c's table says which) are taken
+    /* The training options a checkpoint records (checkpoint_attrs.c's table says which) are taken
      * from it when not given again; given again, they must agree. */
     for (ds_option *o = options; o->name; o++) {
         long long saved;
@@ -274,14 +274,11 @@ int main(int argc, char **argv)
     meta.data_height = tr.height;
     meta.data_width = tr.width;
     meta.data_fit = tr.fit;
+    meta.lr_effective = base_lr;
+    ds_ckpt_meta_set_backend(&meta, be);
     for (const ds_option *o = options; o->name; o++)   /* the settings a checkpoint records */
         if (o->type == DS_OPT_FLAG || o->type == DS_OPT_INT)
             ds_ckpt_meta_record(&meta, o->name, o->type == DS_OPT_FLAG ? *(int *)o->value : *(long long *)o->value);
-    ds_ckpt_meta_set_float(&meta, "lr_effective", base_lr);
-    ds_ckpt_meta_set_string(&meta, "device", be->name);
-    ds_ckpt_meta_set_string(&meta, "precision", ds_precision_name(be->precision));
-    if (be->kernel_set) ds_ckpt_meta_set_string(&meta, "kernels", be->kernel_set());
-    if (be->reduction) ds_ckpt_meta_set_string(&meta, "reduction", be->reduction());
     free(config);
 
     ds_loader_config lc = {.batch = (int)batch, .world = world, .rank = rank, .accum = (int)accum, .crop = (int)crop,
@@ -299,7 +296,7 @@ int main(int argc, char **argv)
         .val_crop = (int)val_crop,
         .standard_crop = standard_crop,
         .sgd = {.momentum = (float)momentum, .weight_decay = (float)wd, .nesterov = nesterov,
-                .no_bn_bias_decay = !bn_bias_decay},
+                .bn_bias_decay = bn_bias_decay},
         .smoothing = (float)label_smoothing, .log_every = (int)log_every, .ckpt_steps = ckpt_steps,
         .max_steps = max_steps, .keep = (int)keep, .start_step = start_step, .meta = &meta,
         .pause_after_step = ds_test_hooks_get()->pause_after_step,
