@@ -2,7 +2,7 @@
  *
  * With M = n*p*q output pixels and RSC = r*s*c, a convolution is the GEMM
  *     out (M, K) = col (M, RSC) * w^T (RSC, K)
- * where row m of col is the receptive field of pixel m. Three ways to run it, by shape:
+ * where row m of col is the receptive field of pixel m. Four ways to run it, by shape:
  *   - Implicit GEMM (windows up to 3x3x256): the input is zero-padded one image at a time
  *     into a per-thread slot that stays in L2; for one output row, window row r of every
  *     pixel is then a contiguous run of s*c floats, pixels stride*c apart, so the product
@@ -13,6 +13,8 @@
  *   - Otherwise im2col on chunks of output pixels small enough to stay in L2, one per
  *     thread, then a GEMM per chunk; strided backward-data scatters each chunk back
  *     (col2im), one image per thread so scatters never overlap.
+ *   - 3x3 stride-1 layers (pad 1) of 64 or more channels in and out, outputs 14x14 or more:
+ *     Winograd's F(2x2, 3x3) in cpu_winograd.c (ds_cpu_wino_ok, by the shape alone).
  * Every GEMM runs on ds_sgemm_small's register tiles (the CPU's instruction set),
  * single-threaded: the threads come from OpenMP, one chunk, image or group each.
  *
@@ -82,6 +84,7 @@ static int implicit_ok(const ds_conv_desc *d)
     if (d->r == 1 && d->s == 1 && (is_pointwise(d) || (long)d->c * d->k > 65536)) return 0;
     return (long)d->r * d->s * d->c <= IMPLICIT_KD;
 }
+
 
 
 int ds_cpu_conv_flipped(const ds_conv_desc *d, ds_conv_desc *t)
@@ -213,6 +216,7 @@ size_t ds_cpu_conv_workspace(const ds_conv_desc *d)
                ds_dtype_name(d->in_t), ds_dtype_name(d->out_t), ds_dtype_name(d->w_t));
         return SIZE_MAX;
     }
+    if (ds_cpu_wino_ok(d)) return ds_cpu_wino_workspace(d);
     return (size_t)(weights_area(d) + scratch_floats(d)) * sizeof(float);
 }
 
@@ -348,6 +352,10 @@ void ds_cpu_conv_fwd(void *out_, const void *in_, const void *w_, const ds_conv_
 {
     float *out = out_;
     const float *in = in_, *w = w_;
+    if (ds_cpu_wino_ok(d)) {
+        ds_cpu_wino_fwd(out, in, w, d, ws);
+        return;
+    }
     const long rsc = (long)d->r * d->s * d->c;
     float *slots = (float *)ws + weights_area(d), *wt = ws;
     const long ldw = wt_ld(d->k);
@@ -370,6 +378,10 @@ void ds_cpu_conv_bwd_data(void *din_, const void *dout_, const void *w_, const d
     float *slots = (float *)ws + weights_area(d);
     ds_conv_desc t;
 
+    if (ds_cpu_wino_ok(d)) {
+        ds_cpu_wino_bwd_data(din, dout, w, d, ws);
+        return;
+    }
     if (is_pointwise(d)) {
         const long prows = balanced_rows(d), chunks = (m + prows - 1) / prows;
         long ldw;
@@ -462,6 +474,10 @@ void ds_cpu_conv_bwd_weight(float *dw, const void *dout_, const void *in_, const
     const int groups = weight_groups(d), pointwise = is_pointwise(d), small = bwdw_small(d);
     float *part = ws, *slots = (float *)ws + weights_area(d);
     if (m == 0) return;
+    if (ds_cpu_wino_ok(d)) {
+        ds_cpu_wino_bwd_weight(dw, dout, in, d, ws);
+        return;
+    }
 
     // Up to 3x3x256 windows (measured on resnet50; at 3x3x512 im2col chunks are faster).
     if (!pointwise && implicit_ok(d) && rsc <= 2304) {

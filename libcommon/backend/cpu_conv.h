@@ -20,7 +20,15 @@ void ds_cpu_conv_fwd_bf16(void *out, const void *in, const void *w, const ds_con
 void ds_cpu_conv_bwd_data_bf16(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws);
 void ds_cpu_conv_bwd_weight_bf16(float *dw, const void *dout, const void *in, const ds_conv_desc *d, void *ws);
 
-/* Shared by the two files. Threads a convolution uses, and its scratch slots (one per
+/* 3x3 stride-1 convolutions with pad 1, in fp32 (cpu_winograd.c): Winograd's F(2x2, 3x3).
+ * ds_cpu_wino_ok is the rule cpu_conv.c takes them by; the workspace covers all three ops. */
+int ds_cpu_wino_ok(const ds_conv_desc *d);
+size_t ds_cpu_wino_workspace(const ds_conv_desc *d);
+void ds_cpu_wino_fwd(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws);
+void ds_cpu_wino_bwd_data(float *din, const float *dout, const float *w, const ds_conv_desc *d, void *ws);
+void ds_cpu_wino_bwd_weight(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws);
+
+/* Shared by the files. Threads a convolution uses, and its scratch slots (one per
  * processor, at most 16: fixed for the process). */
 int ds_cpu_conv_threads(void);
 int ds_cpu_conv_slots(void);

@@ -1,4 +1,5 @@
-/* cpu_loops: the row loops of the CPU backend's batch norm and SGD step, compiled once per
+/* cpu_loops: the row loops of the CPU backend's batch norm, SGD step, resized crop and
+ * Winograd transforms, compiled once per
  * instruction set from one source (cpu_loops.inc); a level's row in cpu_kernels.c says which
  * it runs.
  *
@@ -55,6 +56,14 @@ typedef struct {
     /* Elements [i0, i1) of torch.optim.SGD's step (backend.h's sgd_step) */
     void (*sgd)(float *w, float *buf, const float *grad, size_t i0, size_t i1, float lr, float momentum, float wd,
                 int nesterov, int first);
+    /* Winograd F(2x2, 3x3)'s transforms of one tile (cpu_winograd.c), over ch channels, the
+     * 16 positions xi of the transformed tile st floats apart in v or m:
+     *   wino_in:   v[xi] = B^T d B of the 4x4 input tile whose pixel (a, b) is p[4a + b]
+     *   wino_out:  pixel (a, b) of the 2x2 output tile, o[2a + b], = A^T m A
+     *   wino_dout: v[xi] = A dy A^T of the 2x2 tile of dout whose pixel (a, b) is p[2a + b] */
+    void (*wino_in)(float *v, long st, const float *const p[16], int ch);
+    void (*wino_out)(float *const o[4], const float *m, long st, int ch);
+    void (*wino_dout)(float *v, long st, const float *const p[4], int ch);
 } ds_cpu_loops;
 
 /* The loops of each instruction set (cpu_loops.c), for backend/cpu_kernels.c's rows. */

@@ -958,22 +958,37 @@ static void test_resized_crop_wide(void)
 
 /* ---------------------------------------------------------------- determinism */
 
-/* A results buffer that grows as ops append to it. */
+/* The results ops append to: one zeroed block per take, so that what an earlier take returned
+ * stays where it is while the op that writes it takes more (a growing buffer would move it). */
 typedef struct {
-    float *v;
-    size_t len, cap;
+    float **blk;
+    size_t *size, n, cap, len;
 } results;
 
 static float *take(results *r, size_t n)
 {
-    if (r->len + n > r->cap) {
-        r->cap = (r->len + n) * 2;
-        r->v = realloc(r->v, r->cap * sizeof *r->v);
+    if (r->n == r->cap) {
+        r->cap = r->cap ? 2 * r->cap : 64;
+        r->blk = realloc(r->blk, r->cap * sizeof *r->blk);
+        r->size = realloc(r->size, r->cap * sizeof *r->size);
     }
-    float *p = r->v + r->len;
-    memset(p, 0, n * sizeof *p);
-    r->len += n;
+    float *p = calloc(n ? n : 1, sizeof *p);
+    r->blk[r->n] = p, r->size[r->n++] = n, r->len += n;
     return p;
+}
+
+/* Every result in take order, as one array of *len floats (the blocks freed). */
+static float *results_join(results *r, size_t *len)
+{
+    float *v = malloc((r->len ? r->len : 1) * sizeof *v), *at = v;
+    for (size_t i = 0; i < r->n; i++) {
+        memcpy(at, r->blk[i], r->size[i] * sizeof *at);
+        at += r->size[i];
+        free(r->blk[i]);
+    }
+    free(r->blk), free(r->size);
+    *len = r->len;
+    return v;
 }
 
 /* The bf16 backend's convolutions and the ops on bf16 activations, as run_ops, each result
@@ -1160,8 +1175,7 @@ static float *run_ops(int threads, size_t *len)
     }
     run_ops_bf16_storage(&res, cs, ncs);
     run_ops_accumulate(&res, cs, ncs);
-    *len = res.len;
-    return res.v;
+    return results_join(&res, len);
 }
 
 /* --bits FILE: the raw results of run_ops on 2 threads. */
