@@ -8,11 +8,13 @@
 #                    PyTorch torch.autocast("cpu", dtype=torch.bfloat16) around forward and
 #                    loss, as its users write mixed precision (weights and SGD stay fp32 in
 #                    both). both: an fp32 and a bf16 row for each configuration
-#   PYTHON=PATH      PyTorch's interpreter (default /usr/bin/python3: Debian's PyTorch 1.13);
-#                    PYTHON=build/peers/venv/bin/python3 is the current PyTorch 2.x that
-#                    bench/peers.sh installs
-#   TORCH_COMPILE=1  PyTorch's model through torch.compile (PyTorch 2 only; its first two
-#                    steps compile, untimed: 45 s per process for resnet20 on 2 cores)
+#   PYTHON=PATH      PyTorch's interpreter (default build/peers/venv/bin/python3, the
+#                    current PyTorch 2.x that bench/peers.sh installs, when it exists; else
+#                    /usr/bin/python3, Debian's PyTorch 1.13)
+#   TORCH_COMPILE    unset: PyTorch 2 runs eager and through torch.compile (its first two
+#                    steps compile, untimed: 45 s per process for resnet20 on 2 cores), each
+#                    in both layouts, and the fastest of the four is the peer; 0: eager only;
+#                    1: compiled only
 #   ISA=avx2|avx512|avx512bf16  pins both to one instruction set: ds with DS_CPU_KERNELS,
 #                    PyTorch with DNNL_MAX_CPU_ISA (oneDNN's convolutions) and
 #                    ATEN_CPU_CAPABILITY (its other kernels), so the AVX2 comparison can be
@@ -25,9 +27,10 @@
 #                    its exact sets, docs/DESIGN.md §7) and needs a CPU with amx_bf16. Unset,
 #                    PyTorch's oneDNN uses AMX where the CPU has it and ds its best exact
 #                    set; ISA=amx is the like-for-like bf16 row there
-#   REPEAT=N         runs every configuration N times, the three programs taking turns, and
-#                    keeps each one's best (default 1): on a machine shared with other jobs
-#                    the best of a few is the fairer figure
+#   REPEAT=N         runs every program N times (default 1), taking turns (ds, then each
+#                    PyTorch configuration, then again), so a change in the machine's load is
+#                    shared; each cell is the median of its runs (the lower middle for an
+#                    even N) with the range of the N in brackets
 #   ONLY=PATTERN     only the rows whose "arch size batch mode precision" contains PATTERN
 #   MALLOC=keep|default  keep (the default): every program runs with glibc's malloc told to
 #                    keep what is freed (GLIBC_TUNABLES below). PyTorch allocates its
@@ -36,8 +39,8 @@
 #                    machine with costly page faults took a third of PyTorch's time (resnet50
 #                    training 2.6 against 7.2 images/s here). ds plans its memory once and is
 #                    not affected. `default` measures PyTorch as it runs out of the box.
-# Prints the CPU, the instruction sets in use and one row per configuration and precision,
-# the last column ds / the faster PyTorch layout. A program that fails shows "failed" in its
+# Prints the CPU, the instruction sets in use and one row per configuration and precision:
+# ds, the fastest PyTorch configuration (nchw or cl, +compile) and ds / that one. A program that fails shows "failed" in its
 # cells and its last error line under the table; the other rows still run (ds's CPU bf16 and
 # the avx512bf16 kernels are newer than this script: an engine_bench without them fails
 # there). Not a test; numbers move with machine load.
@@ -46,7 +49,9 @@ cd "$(dirname "$0")/.." || exit 1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 STEPS=${1:-5}
 REPEAT=${REPEAT:-1}
-PY=${PYTHON:-/usr/bin/python3}
+# PyTorch: the current one bench/peers.sh installs when it is there, else Debian's 1.13.
+PEER_PY=${BUILD:-build}/peers/venv/bin/python3
+PY=${PYTHON:-$([ -x "$PEER_PY" ] && echo "$PEER_PY" || echo /usr/bin/python3)}
 BENCH=${BUILD:-build}/bench/engine_bench
 [ -x "$BENCH" ] || { echo "engine_bench: $BENCH missing: run make bench-build" >&2; exit 1; }
 case ${MALLOC:-keep} in
@@ -79,7 +84,9 @@ cfg = torch.__config__.show()
 get = lambda pattern: (re.findall(pattern, cfg) or ["unknown"])[0]
 print(torch.__version__, get(r"CPU capability usage: (\S+)"), get(r"MKL-DNN (v\S+)"))' 2>/dev/null)
 echo "CPU: ${cpu:-unknown} (family $fam model $mod; $flags), $OMP_NUM_THREADS threads"
-case ${TORCH_COMPILE:-0} in "" | 0) compiled= ;; *) compiled=" torch.compile" ;; esac
+# torch.compile where the PyTorch has it (2 or later), unless TORCH_COMPILE=0.
+compiled=$(case $pt_ver in [2-9].* | [1-9][0-9].*) [ "${TORCH_COMPILE:-auto}" != 0 ] && echo " (eager and torch.compile)" ;; esac)
+[ "${TORCH_COMPILE:-auto}" = 1 ] && compiled=" (torch.compile)"
 echo "ds cpu kernels: ${ds_isa:-unknown}; PyTorch ${pt_ver:-not found with $PY}$compiled:" \
      "capability ${pt_isa:-unknown}, oneDNN ${pt_dnnl:-unknown} max ISA ${DNNL_MAX_CPU_ISA:-(best)}; malloc ${MALLOC:-keep}"
 echo "precision: $precisions$([[ $precisions == *bf16* ]] && echo " (bf16: ds --precision bf16, PyTorch torch.autocast bf16)")"
@@ -106,26 +113,56 @@ peak() {
     fi
     echo "$out $(( $(tail -1 "$tmp/time") / 1024 ))"
 }
-# best "R M" "R M": the pair with the higher rate ("failed" counts as 0, so it stays only
-# when every repetition failed).
-best() { awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " "); r = (y[1] + 0 > x[1] + 0) ? b : a; print r }'; }
+# median FILE: "RATE MIB MIN-MAX" of the "RATE MIB" lines in FILE that did not fail (the
+# lower middle one for an even count; MIB that run's), or "failed - -" when all failed.
+median() {
+    grep -v '^failed' "$1" | sort -g | awk '{ r[NR] = $1; m[NR] = $2 }
+        END { if (!NR) { print "failed - -"; exit } k = int((NR + 1) / 2)
+              printf "%s %s %s-%s\n", r[k], m[k], r[1], r[NR] }'
+}
 
-printf "%-10s %5s %5s %-6s %-4s | %9s %8s | %9s %8s | %11s %9s | %s\n" arch size batch mode prec \
-    "ds img/s" "ds MiB" "pt img/s" "pt MiB" "pt-cl img/s" "pt-cl MiB" "ds / faster pt"
+# The PyTorch configurations: both layouts, eager and (PyTorch 2) compiled unless
+# TORCH_COMPILE says one; the best of them is the peer.
+layouts="default channels_last"
+case ${TORCH_COMPILE:-auto} in
+auto) modes="eager"; [ "$compiled" ] && modes="eager compile" ;;
+0) modes="eager" ;;
+*) modes="compile" ;;
+esac
+label() { case $1 in default) printf nchw ;; *) printf cl ;; esac; [ "$2" = compile ] && printf '+compile'; }
+
+printf "%-10s %5s %5s %-6s %-4s | %9s %13s %7s | %9s %13s %7s %-16s | %s\n" arch size batch mode prec \
+    "ds img/s" "(range)" "ds MiB" "pt img/s" "(range)" "pt MiB" "pt best of" "ds / best pt"
 for cfg in "resnet50 224 16 train" "resnet18 224 16 train" "resnet20 32 128 train" "resnet50 224 32 infer"; do
     for prec in $precisions; do
         [[ "$cfg $prec" == *"${ONLY:-}"* ]] || continue
         set -- $cfg
         row="$cfg $prec"
-        ds="failed -" pt="failed -" cl="failed -"
+        rm -f "$tmp"/run-*
+        # The programs take turns, so a change in the machine's load is shared among them.
         for _ in $(seq "$REPEAT"); do
-            ds=$(best "$ds" "$(peak "$row ds" "$BENCH" --precision "$prec" "$1" "$2" "$3" "$4" "$STEPS")")
-            pt=$(best "$pt" "$(peak "$row pt" "$PY" bench/engine_bench_torch.py "$1" "$2" "$3" "$4" default "$STEPS" "$prec")")
-            cl=$(best "$cl" "$(peak "$row pt-cl" "$PY" bench/engine_bench_torch.py "$1" "$2" "$3" "$4" channels_last "$STEPS" "$prec")")
+            peak "$row ds" "$BENCH" --precision "$prec" "$1" "$2" "$3" "$4" "$STEPS" >>"$tmp/run-ds"
+            for m in $modes; do
+                for l in $layouts; do
+                    TORCH_COMPILE=$([ "$m" = compile ] && echo 1 || echo 0) \
+                        peak "$row pt $(label "$l" "$m")" "$PY" bench/engine_bench_torch.py "$1" "$2" "$3" "$4" "$l" \
+                        "$STEPS" "$prec" >>"$tmp/run-pt-$(label "$l" "$m")"
+                done
+            done
         done
-        ratio=$(awk -v d="${ds%% *}" -v p="${pt%% *}" -v c="${cl%% *}" \
-            'BEGIN { m = (p + 0 > c + 0) ? p + 0 : c + 0; if (d + 0 > 0 && m > 0) printf "%.2fx", d / m; else print "-" }')
-        printf "%-10s %5s %5s %-6s %-4s | %9s %8s | %9s %8s | %11s %9s | %s\n" "$1" "$2" "$3" "$4" "$prec" $ds $pt $cl "$ratio"
+        read -r ds ds_mib ds_range < <(median "$tmp/run-ds")
+        pt=failed pt_mib=- pt_range=- pt_of=-
+        for m in $modes; do
+            for l in $layouts; do
+                read -r r mib range < <(median "$tmp/run-pt-$(label "$l" "$m")")
+                if [ "$r" != failed ] && { [ "$pt" = failed ] || awk -v a="$r" -v b="$pt" 'BEGIN { exit !(a > b) }'; }; then
+                    pt=$r pt_mib=$mib pt_range=$range pt_of=$(label "$l" "$m")
+                fi
+            done
+        done
+        ratio=$(awk -v d="$ds" -v p="$pt" 'BEGIN { if (d + 0 > 0 && p + 0 > 0) printf "%.2fx", d / p; else print "-" }')
+        printf "%-10s %5s %5s %-6s %-4s | %9s %13s %7s | %9s %13s %7s %-16s | %s\n" "$1" "$2" "$3" "$4" "$prec" \
+            "$ds" "($ds_range)" "$ds_mib" "$pt" "($pt_range)" "$pt_mib" "$pt_of" "$ratio"
     done
 done
 if [ -s "$tmp/notes" ]; then
