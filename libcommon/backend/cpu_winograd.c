@@ -140,6 +140,19 @@ static void tile_at(const ds_conv_desc *d, long t, int *n, int *ty, int *tx)
     *tx = (int)(t % tw);
 }
 
+/* The offsets in an output (or dout) [n, p, q, k] of tile t's 2x2 pixels, -1 for those past
+ * its edge. */
+static void output_pixels(long at[4], const ds_conv_desc *d, long t)
+{
+    int n, ty, tx;
+    tile_at(d, t, &n, &ty, &tx);
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++) {
+            int py = 2 * ty + a, qx = 2 * tx + b;
+            at[a * 2 + b] = py >= d->p || qx >= d->q ? -1 : (((long)n * d->p + py) * d->q + qx) * d->k;
+        }
+}
+
 /* V[xi] rows 0 .. tn-1 (positions st apart) = B^T d B of tiles t0 .. t0+tn-1 of x [n, h, w,
  * ch], the 4x4 tile at (2 ty - 1, 2 tx - 1), zeros (the row `zero`) past the image. */
 static void transform_input(float *V, long st, const float *x, const float *zero, const ds_conv_desc *d,
@@ -168,14 +181,10 @@ static void transform_output(float *y, const float *M, long st, float *sink, con
     const ds_cpu_loops *L = ds_cpu_kernels_for(ds_cpu_isa_get())->loops;
     const int K = d->k;
     for (long i = 0; i < tn; i++) {
-        int n, ty, tx;
-        tile_at(d, t0 + i, &n, &ty, &tx);
+        long at[4];
+        output_pixels(at, d, t0 + i);
         float *o[4];
-        for (int a = 0; a < 2; a++)
-            for (int b = 0; b < 2; b++) {
-                int py = 2 * ty + a, qx = 2 * tx + b;
-                o[a * 2 + b] = py >= d->p || qx >= d->q ? sink : y + (((long)n * d->p + py) * d->q + qx) * K;
-            }
+        for (int j = 0; j < 4; j++) o[j] = at[j] < 0 ? sink : y + at[j];
         L->wino_out(o, M + i * K, st, K);
     }
 }
@@ -188,14 +197,10 @@ static void transform_dout(float *D, long st, const float *dy, const float *zero
     const ds_cpu_loops *L = ds_cpu_kernels_for(ds_cpu_isa_get())->loops;
     const int K = d->k;
     for (long i = 0; i < tn; i++) {
-        int n, ty, tx;
-        tile_at(d, t0 + i, &n, &ty, &tx);
+        long at[4];
+        output_pixels(at, d, t0 + i);
         const float *p[4];
-        for (int a = 0; a < 2; a++)
-            for (int b = 0; b < 2; b++) {
-                int py = 2 * ty + a, qx = 2 * tx + b;
-                p[a * 2 + b] = py >= d->p || qx >= d->q ? zero : dy + (((long)n * d->p + py) * d->q + qx) * K;
-            }
+        for (int j = 0; j < 4; j++) p[j] = at[j] < 0 ? zero : dy + at[j];
         L->wino_dout(D + i * K, st, p, K);
     }
 }
