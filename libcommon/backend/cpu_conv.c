@@ -32,9 +32,6 @@
 #include <string.h>
 
 #define CONV_MAX_SLOTS 16  /* most threads a convolution uses: one scratch slot each */
-#define CONV_GROUPS 16  /* most partial weight gradients summed in backward-weight */
-/* Cap on the partial weight gradients' memory (floats); big layers use fewer groups. */
-#define CONV_GROUP_FLOATS (8L << 20)
 
 
 /* Scratch slots in a workspace: one per processor (at most CONV_MAX_SLOTS). The processor
@@ -52,13 +49,11 @@ int ds_cpu_conv_threads(void)
     return t < s ? t : s;
 }
 
-static long round16(long x) { return (x + 15) / 16 * 16; }
 
 /* Row stride of the weight copies the forward (and a stride-1 backward-data) multiplies
- * by, [r*s*c, k]: k floats plus one cache line from 128 on, since rows a multiple of 512
- * bytes apart fall in a fraction of L1's sets and a (kd, 64) panel of them would not stay
- * there (resnet50's 1024-channel layers ran at half speed). The layout only, never the sums. */
-static long wt_ld(int k) { return k >= 128 ? k + 16 : k; }
+ * by, [r*s*c, k] (resnet50's 1024-channel layers ran at half speed with rows 512 bytes
+ * apart). */
+static long wt_ld(int k) { return ds_conv_row_ld(k); }
 
 /* Largest reduction length for ds_sgemm_small: a 64-column panel of B is then at most
  * 288 KiB and stays in L2 next to the im2col chunk. */
@@ -86,7 +81,6 @@ static int implicit_ok(const ds_conv_desc *d)
 }
 
 
-
 int ds_cpu_conv_flipped(const ds_conv_desc *d, ds_conv_desc *t)
 {
     if (d->stride != 1 || d->r != d->s || d->pad > d->r - 1) return 0;
@@ -108,7 +102,7 @@ static long chunk_rows(const ds_conv_desc *d)
 {
     long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c;
     // Many output channels: every chunk streams all the weights, so take fewer, taller ones.
-    long least = d->k >= 256 ? 256 : 64, rows = round16(98304 / rsc > least ? 98304 / rsc : least);
+    long least = d->k >= 256 ? 256 : 64, rows = ds_round16(98304 / rsc > least ? 98304 / rsc : least);
     return rows < m ? rows : m > 0 ? m : 1;
 }
 
@@ -125,7 +119,7 @@ static long chunk_count(const ds_conv_desc *d)
 static long balanced_rows(const ds_conv_desc *d)
 {
     long m = (long)d->n * d->p * d->q, threads = ds_cpu_conv_threads();
-    long rounds = (chunk_count(d) + threads - 1) / threads, rows = round16((m + rounds * threads - 1) / (rounds * threads));
+    long rounds = (chunk_count(d) + threads - 1) / threads, rows = ds_round16((m + rounds * threads - 1) / (rounds * threads));
     return rows < chunk_rows(d) ? rows : chunk_rows(d);
 }
 
@@ -152,18 +146,18 @@ static long bwdw_copy_ld(const ds_conv_desc *d)
 static long slot_floats(const ds_conv_desc *d)
 {
     ds_conv_desc t;
-    const long rows = chunk_rows(d), cols = round16(rows * d->r * d->s * d->c);
-    long a = cols, b = (is_pointwise(d) ? 0 : cols) + round16(rows * bwdw_copy_ld(d));
+    const long rows = chunk_rows(d), cols = ds_round16(rows * d->r * d->s * d->c);
+    long a = cols, b = (is_pointwise(d) ? 0 : cols) + ds_round16(rows * bwdw_copy_ld(d));
     if (b > a) a = b;
-    if (bwd_data_as_fwd(d, &t) && round16(chunk_rows(&t) * t.r * t.s * t.c) > a) a = round16(chunk_rows(&t) * t.r * t.s * t.c);
+    if (bwd_data_as_fwd(d, &t) && ds_round16(chunk_rows(&t) * t.r * t.s * t.c) > a) a = ds_round16(chunk_rows(&t) * t.r * t.s * t.c);
     return a;
 }
 
 static int weight_groups(const ds_conv_desc *d)
 {
-    long krsc = round16((long)d->k * d->r * d->s * d->c), chunks = chunk_count(d);
-    long g = chunks < CONV_GROUPS ? chunks : CONV_GROUPS;
-    while (g > 1 && g * krsc > CONV_GROUP_FLOATS) g /= 2;
+    long krsc = ds_round16((long)d->k * d->r * d->s * d->c), chunks = chunk_count(d);
+    long g = chunks < DS_CONV_GROUPS ? chunks : DS_CONV_GROUPS;
+    while (g > 1 && g * krsc > DS_CONV_GROUP_FLOATS) g /= 2;
     return (int)g;
 }
 
@@ -172,10 +166,10 @@ static int weight_groups(const ds_conv_desc *d)
 static long weights_area(const ds_conv_desc *d)
 {
     ds_conv_desc t;
-    long rs = (long)d->r * d->s, a = weight_groups(d) * round16(rs * d->k * d->c), b = round16(rs * d->c * wt_ld(d->k));
+    long rs = (long)d->r * d->s, a = weight_groups(d) * ds_round16(rs * d->k * d->c), b = ds_round16(rs * d->c * wt_ld(d->k));
     if (b > a) a = b;
-    if (bwd_data_as_fwd(d, &t) && round16(rs * t.c * wt_ld(t.k)) > a) a = round16(rs * t.c * wt_ld(t.k));
-    if (round16(d->k * wt_ld(rs * d->c)) > a) a = round16(d->k * wt_ld(rs * d->c));  // padded_weights
+    if (bwd_data_as_fwd(d, &t) && ds_round16(rs * t.c * wt_ld(t.k)) > a) a = ds_round16(rs * t.c * wt_ld(t.k));
+    if (ds_round16(d->k * wt_ld(rs * d->c)) > a) a = ds_round16(d->k * wt_ld(rs * d->c));  // padded_weights
     return a;
 }
 
@@ -197,7 +191,7 @@ static const float *padded_weights(const float *w, const ds_conv_desc *d, float 
 static long padded_image_floats(const ds_conv_desc *d)
 {
     if (d->pad == 0 || is_pointwise(d)) return 0;
-    return round16((long)(d->h + 2 * d->pad) * (d->w + 2 * d->pad) * d->c + (long)d->s * d->c);
+    return ds_round16((long)(d->h + 2 * d->pad) * (d->w + 2 * d->pad) * d->c + (long)d->s * d->c);
 }
 
 static long scratch_floats(const ds_conv_desc *d)
@@ -470,7 +464,7 @@ void ds_cpu_conv_bwd_weight(float *dw, const void *dout_, const void *in_, const
     const float *dout = dout_, *in = in_;
     const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c, krsc = d->k * rsc;
     const long rows = chunk_rows(d), chunks = chunk_count(d), slot = slot_floats(d);
-    const long part_stride = round16(krsc);
+    const long part_stride = ds_round16(krsc);
     const int groups = weight_groups(d), pointwise = is_pointwise(d), small = bwdw_small(d);
     float *part = ws, *slots = (float *)ws + weights_area(d);
     if (m == 0) return;
@@ -524,7 +518,7 @@ void ds_cpu_conv_bwd_weight(float *dw, const void *dout_, const void *in_, const
         long c0 = g * chunks / groups, c1 = (g + 1) * chunks / groups;
         float *pg = part + g * part_stride;
         // This thread's slot: the im2col chunk, then the copy of the transposed operand.
-        float *copy = slots + omp_get_thread_num() * slot + (pointwise ? 0 : round16(rows * rsc));
+        float *copy = slots + omp_get_thread_num() * slot + (pointwise ? 0 : ds_round16(rows * rsc));
         for (long ch = c0; ch < c1; ch++) {
             long m0 = ch * rows, mr = m - m0 < rows ? m - m0 : rows;
             const float *col = chunk_cols(in, d, pointwise, m0, mr, slots, slot);

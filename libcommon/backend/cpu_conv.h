@@ -28,7 +28,18 @@ void ds_cpu_wino_fwd(float *out, const float *in, const float *w, const ds_conv_
 void ds_cpu_wino_bwd_data(float *din, const float *dout, const float *w, const ds_conv_desc *d, void *ws);
 void ds_cpu_wino_bwd_weight(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws);
 
-/* Shared by the files. Threads a convolution uses, and its scratch slots (one per
+/* Shared by the files. x rounded up to a multiple of 16 floats (64 bytes). */
+static inline long ds_round16(long x) { return (x + 15) / 16 * 16; }
+/* The row stride of a copy with rows of k elements that a register tile walks down: k plus a
+ * cache line from 128 on, since rows a multiple of 512 bytes apart fall in a fraction of L1's
+ * sets and a panel of them would not stay there. The layout only, never the sums. */
+static inline long ds_conv_row_ld(long k) { return k >= 128 ? k + 16 : k; }
+/* Backward-weight's per-group partial gradients: at most this many groups, in at most this
+ * many floats (big layers use fewer groups). */
+#define DS_CONV_GROUPS 16
+#define DS_CONV_GROUP_FLOATS (8L << 20)
+
+/* Threads a convolution uses, and its scratch slots (one per
  * processor, at most 16: fixed for the process). */
 int ds_cpu_conv_threads(void);
 int ds_cpu_conv_slots(void);

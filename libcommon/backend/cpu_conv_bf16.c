@@ -29,12 +29,11 @@
 #include <string.h>
 
 static long even(long x) { return (x + 1) & ~1L; }
-static long round16(long x) { return (x + 15) / 16 * 16; }
 static long round32(long x) { return (x + 31) / 32 * 32; }  /* bf16 elements: 64 bytes */
 
 /* Columns of packed weights per pair row: k plus a cache line's worth from 128 on, so that
  * pair rows do not fall in a fraction of L1's sets (cpu_conv.c's wt_ld, for the same reason). */
-static long pack_ld(int k) { return 2L * (k >= 128 ? k + 16 : k); }
+static long pack_ld(int k) { return 2 * ds_conv_row_ld(k); }
 
 static int is_pointwise(const ds_conv_desc *d) { return d->r == 1 && d->s == 1 && d->stride == 1 && d->pad == 0; }
 
@@ -110,7 +109,7 @@ static long fwd_cap(const ds_conv_desc *d)
     const long m = (long)d->n * d->p * d->q, least = d->k >= 256 ? 256 : 64;
     long rows = 196608 / rsc_p(d) > least ? 196608 / rsc_p(d) : least;
     if (out16(d) && rows > OUT_ROWS) rows = OUT_ROWS;
-    return round16(rows < m ? rows : m > 0 ? m : 1);
+    return ds_round16(rows < m ? rows : m > 0 ? m : 1);
 }
 
 /* The chunks a forward takes: at most fwd_cap, as many as whole rounds of the threads. The
@@ -120,7 +119,7 @@ static long fwd_rows(const ds_conv_desc *d)
 {
     const long m = (long)d->n * d->p * d->q, cap = fwd_cap(d);
     const long threads = ds_cpu_conv_threads(), chunks = (m + cap - 1) / cap;
-    const long rounds = (chunks + threads - 1) / threads, bal = round16((m + rounds * threads - 1) / (rounds * threads));
+    const long rounds = (chunks + threads - 1) / threads, bal = ds_round16((m + rounds * threads - 1) / (rounds * threads));
     return bal < cap ? bal : cap;
 }
 
@@ -356,7 +355,7 @@ static long bww_chunks(const ds_conv_desc *d)
 
 static int bww_groups(const ds_conv_desc *d)
 {
-    const long krsc = round16((long)d->k * d->r * d->s * d->c), chunks = bww_implicit(d) ? d->n : bww_chunks(d);
+    const long krsc = ds_round16((long)d->k * d->r * d->s * d->c), chunks = bww_implicit(d) ? d->n : bww_chunks(d);
     long g = chunks < GROUPS ? chunks : GROUPS;
     while (g > 1 && g * krsc > GROUP_FLOATS) g /= 2;
     return (int)g;
@@ -518,7 +517,7 @@ static ws_plan plan(const ds_conv_desc *d)
             if (bwd_slot(d) > w.slot) w.slot = bwd_slot(d);
         }
     }
-    const long parts = 2L * bww_groups(d) * round16((long)d->k * rsc);  /* float32 partials */
+    const long parts = 2L * bww_groups(d) * ds_round16((long)d->k * rsc);  /* float32 partials */
     if (parts > w.weights) w.weights = parts;
     const long bs = bww_implicit(d) ? implicit_bww_slot(d) : bww_slot(d);
     if (bs > w.slot) w.slot = bs;
@@ -559,7 +558,7 @@ void ds_cpu_conv_bwd_weight_bf16(float *dw, const void *dout, const void *in, co
 {
     ws_plan p = plan(d);
     ds_bf16 *in16 = (ds_bf16 *)ws + p.weights, *g16 = in16 + p.in16, *slots = g16 + p.g16;
-    const long rsc = (long)d->r * d->s * d->c, part_stride = round16((long)d->k * rsc);
+    const long rsc = (long)d->r * d->s * d->c, part_stride = ds_round16((long)d->k * rsc);
     const int groups = bww_groups(d);
     float *part = ws;
     if ((long)d->n * d->p * d->q == 0) return;

@@ -27,20 +27,14 @@
 #include <omp.h>
 #include <string.h>
 
-#define WINO_GROUPS 16                /* most partial weight gradients summed in backward-weight */
-#define WINO_GROUP_FLOATS (8L << 20)  /* cap on their memory (floats) */
-
-static long round16(long x) { return (x + 15) / 16 * 16; }
-
 /* The shapes it is taken for, by the shape alone: 64 or more channels in and out and outputs
  * of 14x14 or more. Measured on resnet50's layers with the AVX2 kernels (bench/ENGINE.md):
- * 1.3-2.4 times faster than the direct product at 56x56 to 14x14; slower at 7x7 (a fifth of
- * each 8x8 of tiles is past the edge) and on resnet20's 16-64 channels, whose direct
+ * 1.4-2.7 times faster than the direct product at 56x56 to 14x14; slower at 7x7 (nearly a
+ * quarter of the 8x8 the tiles cover is past the edge) and on resnet20's 16-64 channels, whose direct
  * products run near the FMA peak while the transforms cost as much as the products saved. */
 int ds_cpu_wino_ok(const ds_conv_desc *d)
 {
-    return d->r == 3 && d->s == 3 && d->stride == 1 && d->pad == 1 && d->p == d->h && d->q == d->w &&
-           d->c >= 64 && d->k >= 64 && d->p >= 14 && d->q >= 14;
+    return d->r == 3 && d->s == 3 && d->stride == 1 && d->pad == 1 && d->c >= 64 && d->k >= 64 && d->p >= 14 && d->q >= 14;
 }
 
 static long tiles_of(const ds_conv_desc *d) { return (long)d->n * ((d->p + 1) / 2) * ((d->q + 1) / 2); }
@@ -50,11 +44,7 @@ static long tiles_of(const ds_conv_desc *d) { return (long)d->n * ((d->p + 1) / 
  * from 0.9 MiB at 64 channels to 3.8 at 256), 48 and 96 as fast or slower; backward-weight,
  * which reads and writes the (16, c, k) partials once per block, with blocks long against
  * them, 6 c k / (c + k) tiles, within 192 (fastest at 64 channels) and 384. */
-static long block_tiles(const ds_conv_desc *d)
-{
-    (void)d;
-    return 120;
-}
+#define BLOCK_TILES 120
 
 static long wblock_tiles(const ds_conv_desc *d)
 {
@@ -64,16 +54,13 @@ static long wblock_tiles(const ds_conv_desc *d)
 
 /* Floats from one position xi of a block's V, M or dM to the next: a cache line more than
  * the block, so that the transforms' 16 streams do not fall in one of L1's sets. */
-static long pos_stride(long t, int ch) { return round16(t * ch) + 16; }
-
-/* U's rows (c) are k floats apart, plus a cache line from 128 on (cpu_conv.c's wt_ld). */
-static long u_ld(int k) { return k >= 128 ? k + 16 : k; }
+static long pos_stride(long t, int ch) { return ds_round16(t * ch) + 16; }
 
 static int weight_groups(const ds_conv_desc *d)
 {
-    long blocks = (tiles_of(d) + wblock_tiles(d) - 1) / wblock_tiles(d), per = 16 * round16((long)d->c * d->k);
-    long g = blocks < WINO_GROUPS ? blocks : WINO_GROUPS;
-    while (g > 1 && g * per > WINO_GROUP_FLOATS) g /= 2;
+    long blocks = (tiles_of(d) + wblock_tiles(d) - 1) / wblock_tiles(d), per = 16 * ds_round16((long)d->c * d->k);
+    long g = blocks < DS_CONV_GROUPS ? blocks : DS_CONV_GROUPS;
+    while (g > 1 && g * per > DS_CONV_GROUP_FLOATS) g /= 2;
     return g < 1 ? 1 : (int)g;
 }
 
@@ -82,13 +69,13 @@ static int weight_groups(const ds_conv_desc *d)
 static long slot_floats(const ds_conv_desc *d, long t)
 {
     long w = d->c > d->k ? d->c : d->k;
-    return 16 * pos_stride(t, d->c) + 16 * pos_stride(t, d->k) + 2 * round16(w);
+    return 16 * pos_stride(t, d->c) + 16 * pos_stride(t, d->k) + 2 * ds_round16(w);
 }
 
 static long weights_floats(const ds_conv_desc *d)
 {
-    long u = 16 * round16((long)d->c * u_ld(d->k)), ut = 16 * round16((long)d->k * u_ld(d->c));
-    long part = (long)weight_groups(d) * 16 * round16((long)d->c * d->k);
+    long u = 16 * ds_round16((long)d->c * ds_conv_row_ld(d->k)), ut = 16 * ds_round16((long)d->k * ds_conv_row_ld(d->c));
+    long part = (long)weight_groups(d) * 16 * ds_round16((long)d->c * d->k);
     long a = u > ut ? u : ut;
     return a > part ? a : part;
 }
@@ -97,7 +84,7 @@ size_t ds_cpu_wino_workspace(const ds_conv_desc *d)
 {
     ds_conv_desc t;
     long s = slot_floats(d, wblock_tiles(d));
-    if (ds_cpu_conv_flipped(d, &t) && slot_floats(&t, block_tiles(&t)) > s) s = slot_floats(&t, block_tiles(&t));
+    if (ds_cpu_conv_flipped(d, &t) && slot_floats(&t, BLOCK_TILES) > s) s = slot_floats(&t, BLOCK_TILES);
     return (size_t)(weights_floats(d) + ds_cpu_conv_slots() * s) * sizeof(float);
 }
 
@@ -208,12 +195,12 @@ static void transform_dout(float *D, long st, const float *dy, const float *zero
 /* The forward with U already transformed (rows ldu apart): blocks of T tiles, one per task. */
 static void wino_fwd(float *out, const float *in, const float *U, long ldu, const ds_conv_desc *d, float *slots)
 {
-    const long T = block_tiles(d), nt = tiles_of(d), blocks = (nt + T - 1) / T, slot = slot_floats(d, T);
+    const long T = BLOCK_TILES, nt = tiles_of(d), blocks = (nt + T - 1) / T, slot = slot_floats(d, T);
     const long w = d->c > d->k ? d->c : d->k;
 #pragma omp parallel for schedule(dynamic) num_threads(ds_cpu_conv_threads())
     for (long b = 0; b < blocks; b++) {
         const long vs = pos_stride(T, d->c), ms = pos_stride(T, d->k);
-        float *V = slots + omp_get_thread_num() * slot, *M = V + 16 * vs, *zero = M + 16 * ms, *sink = zero + round16(w);
+        float *V = slots + omp_get_thread_num() * slot, *M = V + 16 * vs, *zero = M + 16 * ms, *sink = zero + ds_round16(w);
         memset(zero, 0, (size_t)d->c * sizeof *zero);
         const long t0 = b * T, tn = nt - t0 < T ? nt - t0 : T;
         transform_input(V, vs, in, zero, d, d->c, t0, tn);
@@ -226,7 +213,7 @@ static void wino_fwd(float *out, const float *in, const float *U, long ldu, cons
 void ds_cpu_wino_fwd(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws)
 {
     float *U = ws, *slots = U + weights_floats(d);
-    const long ldu = u_ld(d->k);
+    const long ldu = ds_conv_row_ld(d->k);
     transform_weights(U, ldu, w, d->k, d->c, 0);
     wino_fwd(out, in, U, ldu, d, slots);
 }
@@ -236,7 +223,7 @@ void ds_cpu_wino_bwd_data(float *din, const float *dout, const float *w, const d
     ds_conv_desc t;
     ds_cpu_conv_flipped(d, &t);  // 3x3, stride 1, pad 1: always
     float *U = ws, *slots = U + weights_floats(d);
-    const long ldu = u_ld(t.k);
+    const long ldu = ds_conv_row_ld(t.k);
     transform_weights(U, ldu, w, d->k, d->c, 1);
     wino_fwd(din, dout, U, ldu, &t, slots);
 }
@@ -244,7 +231,7 @@ void ds_cpu_wino_bwd_data(float *din, const float *dout, const float *w, const d
 void ds_cpu_wino_bwd_weight(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws)
 {
     const long T = wblock_tiles(d), nt = tiles_of(d), blocks = (nt + T - 1) / T, slot = slot_floats(d, T);
-    const long ck = (long)d->c * d->k, part_stride = 16 * round16(ck), w = d->c > d->k ? d->c : d->k;
+    const long ck = (long)d->c * d->k, part_stride = 16 * ds_round16(ck), w = d->c > d->k ? d->c : d->k;
     const int groups = weight_groups(d), C = d->c, K = d->k;
     float *part = ws, *slots = part + weights_floats(d);
     if (nt == 0) return;
@@ -260,7 +247,7 @@ void ds_cpu_wino_bwd_weight(float *dw, const float *dout, const float *in, const
             transform_input(V, vs, in, zero, d, C, t0, tn);
             transform_dout(D, ds, dout, zero, d, t0, tn);
             for (int x = 0; x < 16; x++)  // dU[xi] (c, k) (+)= V[xi]^T (c, tn) * dM[xi] (tn, k)
-                ds_sgemm_small(C, K, tn, V + x * vs, 1, C, D + x * ds, K, pg + x * round16(ck), K, b != b0);
+                ds_sgemm_small(C, K, tn, V + x * vs, 1, C, D + x * ds, K, pg + x * ds_round16(ck), K, b != b0);
         }
     }
     // dU = the groups' partials added in group order, then dw += G^T dU G.
@@ -269,7 +256,7 @@ void ds_cpu_wino_bwd_weight(float *dw, const float *dout, const float *in, const
         for (int c = 0; c < C; c++) {
             float u[4][4], t[3][4];
             for (int x = 0; x < 16; x++) {
-                const long at = x * round16(ck) + (long)c * K + k;
+                const long at = x * ds_round16(ck) + (long)c * K + k;
                 float s = part[at];
                 for (int g = 1; g < groups; g++) s += part[g * part_stride + at];
                 u[x / 4][x % 4] = s;
