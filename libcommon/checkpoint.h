@@ -26,6 +26,7 @@
 #include <stdio.h>
 
 #include "image.h"
+#include "loader.h"
 #include "model.h"
 
 typedef struct {
@@ -60,8 +61,8 @@ typedef struct {
     ds_fit data_fit;       /* the training shards' fit; DS_FIT_UNSET: not recorded */
     double epoch_loss_sum; /* sum of the step losses of the running epoch so far */
     double epoch_seconds;  /* training seconds of the running epoch so far */
-    int64_t crop_ramp[4];  /* --min-crop (0: no ramp), --ramp-start, --ramp-end, --crop-step;
-                              step 0: not recorded, not written */
+    ds_crop_ramp crop_ramp; /* the run's progressive resizing (loader.h); step 0: not recorded,
+                              not written */
     int bn_bias_decay;     /* 1 / 0 (--[no-]bn-bias-decay); -1: not recorded, not written */
     unsigned found;        /* which attributes the file held, by reading (ds_ckpt_meta_has) */
     int has_classes;       /* the file held /classes */

@@ -58,6 +58,11 @@ typedef struct {
 static int arch_known(const char *arch) { return ds_arch_known(arch); }
 
 #define M(member) offsetof(ds_ckpt_meta, member)
+/* crop_ramp's row reads and writes the struct as the int64[4] of its options' order. */
+_Static_assert(sizeof(ds_crop_ramp) == 4 * sizeof(int64_t) && offsetof(ds_crop_ramp, min) == 0 &&
+                   offsetof(ds_crop_ramp, start) == 8 && offsetof(ds_crop_ramp, end) == 16 &&
+                   offsetof(ds_crop_ramp, step) == 24,
+               "ds_crop_ramp is the crop_ramp attribute's four int64 values in order");
 #define BIG 9.2e18
 static const ckpt_attr attrs[] = {
     {.name = "ds_format", .kind = K_I32, .count = 1, .rule = R_HEADER, .uses = USE_EVAL | USE_INIT | USE_RESUME,
@@ -256,10 +261,10 @@ static int check_relations(const char *path, const ds_ckpt_meta *meta)
     if ((meta->data_height > 0) != (meta->data_width > 0))
         return ds_err("%s: %s attribute missing beside %s", path, meta->data_height ? "data_width" : "data_height",
                       meta->data_height ? "data_height" : "data_width");
-    const int64_t *cr = meta->crop_ramp;
-    if (cr[3] && (cr[0] > 65535 || cr[2] < cr[1] || cr[3] < 1 || cr[3] > 65535))
+    const ds_crop_ramp *r = &meta->crop_ramp;
+    if (r->step && (r->min > 65535 || r->end < r->start || r->step < 1 || r->step > 65535))
         return ds_err("%s: crop_ramp attribute {%lld, %lld, %lld, %lld} is not a min crop, start <= end and a step",
-                      path, (long long)cr[0], (long long)cr[1], (long long)cr[2], (long long)cr[3]);
+                      path, (long long)r->min, (long long)r->start, (long long)r->end, (long long)r->step);
     return 0;
 }
 

@@ -41,6 +41,17 @@ enum { DS_AUGMENT_NONE = 0, DS_AUGMENT_CROP = 1, DS_AUGMENT_RRC = 2 };
 /* dstrain's --augment names, in the order of DS_AUGMENT_*: a choice's index is its value. */
 #define DS_AUGMENT_CHOICES "none|standard|rrc"
 
+/* Progressive resizing: the training crop rises from `min` to the loader's crop over epochs
+ * [start, end] in multiples of `step` (ds_crop_for_epoch, schedule.h). dstrain's --min-crop,
+ * --ramp-start, --ramp-end and --crop-step, in that order, which is also the order of a
+ * checkpoint's int64[4] crop_ramp attribute: one shape from the options to the file. */
+typedef struct {
+    int64_t min;         /* the first crop; 0: no ramp */
+    int64_t start, end;  /* epochs (0-based) where the ramp starts and ends */
+    int64_t step;        /* crops inside the ramp are multiples of it (>= 1); 0 in a checkpoint's
+                            meta: not recorded */
+} ds_crop_ramp;
+
 typedef struct {
     int batch;           /* micro-batch per rank */
     int world, rank;

@@ -44,13 +44,14 @@ double ds_schedule_lr(const ds_schedule *s, int64_t step)
     return s->base;
 }
 
-int ds_crop_for_epoch(const ds_crop_ramp *r, int64_t epoch)
+int ds_crop_for_epoch(const ds_crop_ramp *r, int max, int64_t epoch)
 {
-    if (r->min <= 0 || r->min >= r->max || epoch >= r->end) return r->max;
-    if (epoch <= r->start) return r->min;
+    if (r->min <= 0 || r->min >= max || epoch >= r->end) return max;
+    int min = (int)r->min;
+    if (epoch <= r->start) return min;
     double t = (double)(epoch - r->start) / (double)(r->end - r->start);
-    double res = r->min + t * (r->max - r->min);
-    int step = r->step > 0 ? r->step : 1;
+    double res = min + t * (max - min);
+    int step = r->step > 0 ? (int)r->step : 1;
     int crop = (int)rint(res / step) * step;   /* rint: to nearest, ties to even (numpy.round) */
-    return crop < r->min ? r->min : crop > r->max ? r->max : crop;
+    return crop < min ? min : crop > max ? max : crop;
 }

@@ -13,6 +13,8 @@
 
 #include <stdint.h>
 
+#include "loader.h"
+
 typedef enum { DS_SCHEDULE_COSINE, DS_SCHEDULE_STEP, DS_SCHEDULE_CONSTANT } ds_schedule_kind;
 
 typedef struct {
@@ -32,20 +34,15 @@ typedef struct {
  * steps_per_epoch) steps. */
 ds_schedule ds_schedule_make(ds_schedule_kind kind, double base, double warmup_epochs, double step_epochs,
                              double gamma, int64_t steps_per_epoch, int64_t epochs);
-/* Progressive resizing (FFCV's ResNet recipe): the training crop of epoch e (0-based) is
+/* Progressive resizing (FFCV's ResNet recipe): the training crop of epoch e (0-based), up to
+ * the largest crop `max`, is
  *     min        for e <= start
  *     max        for e >= end
  *     round(interp(e, [start, end], [min, max]) / step) x step   between, rounded half to
  *                even as numpy.round, then kept within [min, max]
  * min == max (or min 0): max for every epoch. A pure function of the options and e, so a
  * resumed run and every rank agree. */
-typedef struct {
-    int min, max;            /* crops; min 0: no ramp, max throughout */
-    int64_t start, end;      /* epochs (0-based) where the ramp starts and ends */
-    int step;                /* crops are multiples of it inside the ramp */
-} ds_crop_ramp;
-
-int ds_crop_for_epoch(const ds_crop_ramp *r, int64_t epoch);
+int ds_crop_for_epoch(const ds_crop_ramp *r, int max, int64_t epoch);
 /* "cosine", "step", "constant" -> kind; -1 for anything else. */
 int ds_schedule_parse(const char *name);
 /* The learning rate for the step about to be taken (0-based). */

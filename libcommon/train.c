@@ -398,7 +398,7 @@ static int train_loop(run *r)
     open_step last = {0};
     for (int64_t e = g / r->S; e < p->epochs; e++) {
         /* progressive resizing: the crop is a function of e alone (resume and ranks agree) */
-        r->crop = ds_crop_for_epoch(&p->ramp, e);
+        r->crop = ds_crop_for_epoch(&p->ramp, lc->crop, e);
         if (ds_loader_set_crop(r->train_loader, r->crop)) return -1;   /* the batches carry it to the model */
         if (ds_loader_start(r->train_loader, e, g % r->S)) return -1;
         r->epoch_t0 = ds_now();

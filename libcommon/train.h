@@ -32,7 +32,7 @@ typedef struct {
     ds_loader_config loader; /* the training micro-batches (.train = 1), .crop the largest of
                                 `ramp`; validation reads with the same batch, world, rank and
                                 threads, centre-cropped to val_crop */
-    ds_crop_ramp ramp;       /* the training crop of each epoch (ds_crop_for_epoch) */
+    ds_crop_ramp ramp;       /* the training crop of each epoch, up to loader.crop (ds_crop_for_epoch) */
     int val_crop;            /* the validation crop; the model is planned for the largest crop */
     int standard_crop;       /* 0, or DS_STANDARD_CROP when the val images are the standard
                                 evaluation's (ds_eval_standard_crop) and val_crop is another:

@@ -68,28 +68,28 @@ static void test_choices(void)
 static void test_crop_ramp(void)
 {
     check_begin("crop_ramp");
-    ds_crop_ramp r = {.min = 160, .max = 192, .start = 10, .end = 20, .step = 32};
+    ds_crop_ramp r = {.min = 160, .start = 10, .end = 20, .step = 32};
     static const struct { int64_t e; int crop; } want[] = {
         {0, 160}, {10, 160}, {11, 160}, {14, 160},   /* 172.8 / 32 = 5.4 */
         {15, 192},                                   /* 176 / 32 = 5.5: to even, 6 */
         {16, 192}, {20, 192}, {89, 192},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
-        CHECK(ds_crop_for_epoch(&r, want[i].e) == want[i].crop, "epoch %lld: crop %d, want %d", (long long)want[i].e,
-              ds_crop_for_epoch(&r, want[i].e), want[i].crop);
+        CHECK(ds_crop_for_epoch(&r, 192, want[i].e) == want[i].crop, "epoch %lld: crop %d, want %d", (long long)want[i].e,
+              ds_crop_for_epoch(&r, 192, want[i].e), want[i].crop);
     /* 128 + 0.5 x 32 = 144 at epoch 5 of [0, 10]: 4.5 rounds to 4 (even) -> 128 */
-    ds_crop_ramp k = {.min = 128, .max = 160, .start = 0, .end = 10, .step = 32};
-    CHECK(ds_crop_for_epoch(&k, 5) == 128, "ties to even: %d", ds_crop_for_epoch(&k, 5));
-    CHECK(ds_crop_for_epoch(&k, 8) == 160, "epoch 8: %d", ds_crop_for_epoch(&k, 8));   /* 153.6 / 32 = 4.8 */
+    ds_crop_ramp k = {.min = 128, .start = 0, .end = 10, .step = 32};
+    CHECK(ds_crop_for_epoch(&k, 160, 5) == 128, "ties to even: %d", ds_crop_for_epoch(&k, 160, 5));
+    CHECK(ds_crop_for_epoch(&k, 160, 8) == 160, "epoch 8: %d", ds_crop_for_epoch(&k, 160, 8));   /* 153.6 / 32 = 4.8 */
     /* 136 + 3.2 = 139.2 at epoch 1: 4.35 -> 128, kept within [min, max] -> 136 */
-    ds_crop_ramp c = {.min = 136, .max = 168, .start = 0, .end = 10, .step = 32};
-    CHECK(ds_crop_for_epoch(&c, 1) == 136, "clamped to min: %d", ds_crop_for_epoch(&c, 1));
-    ds_crop_ramp small = {.min = 16, .max = 32, .start = 1, .end = 3, .step = 8};
-    CHECK(ds_crop_for_epoch(&small, 0) == 16 && ds_crop_for_epoch(&small, 2) == 24 && ds_crop_for_epoch(&small, 3) == 32,
-          "16..32 over epochs 1..3: %d %d %d", ds_crop_for_epoch(&small, 0), ds_crop_for_epoch(&small, 2),
-          ds_crop_for_epoch(&small, 3));
-    ds_crop_ramp none = {.min = 0, .max = 224, .start = 0, .end = 5, .step = 32};
-    CHECK(ds_crop_for_epoch(&none, 0) == 224 && ds_crop_for_epoch(&none, 3) == 224, "no ramp: not --crop");
+    ds_crop_ramp c = {.min = 136, .start = 0, .end = 10, .step = 32};
+    CHECK(ds_crop_for_epoch(&c, 168, 1) == 136, "clamped to min: %d", ds_crop_for_epoch(&c, 168, 1));
+    ds_crop_ramp small = {.min = 16, .start = 1, .end = 3, .step = 8};
+    int s0 = ds_crop_for_epoch(&small, 32, 0), s2 = ds_crop_for_epoch(&small, 32, 2),
+        s3 = ds_crop_for_epoch(&small, 32, 3);
+    CHECK(s0 == 16 && s2 == 24 && s3 == 32, "16..32 over epochs 1..3: %d %d %d", s0, s2, s3);
+    ds_crop_ramp none = {.min = 0, .start = 0, .end = 5, .step = 32};
+    CHECK(ds_crop_for_epoch(&none, 224, 0) == 224 && ds_crop_for_epoch(&none, 224, 3) == 224, "no ramp: not --crop");
     check_end();
 }
 

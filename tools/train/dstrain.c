@@ -292,7 +292,7 @@ int main(int argc, char **argv)
         .train = &tr, .val = have_val ? &va : NULL, .out = out_dir, .epochs = epochs, .loader = lc,
         .schedule = ds_schedule_make((ds_schedule_kind)schedule_kind, base_lr, warmup_epochs, step_epochs, step_gamma,
                                      ds_loader_train_steps(&lc, tr.n), epochs),
-        .ramp = {.min = (int)min_crop, .max = (int)crop, .start = ramp_start, .end = ramp_end, .step = (int)crop_step},
+        .ramp = meta.crop_ramp,   /* as the walk above recorded it from --min-crop .. --crop-step */
         .val_crop = (int)val_crop,
         .standard_crop = standard_crop,
         .sgd = {.momentum = (float)momentum, .weight_decay = (float)wd, .nesterov = nesterov,
