@@ -13,7 +13,7 @@
  *   - Otherwise im2col on chunks of output pixels small enough to stay in L2, one per
  *     thread, then a GEMM per chunk; strided backward-data scatters each chunk back
  *     (col2im), one image per thread so scatters never overlap.
- *   - 3x3 stride-1 layers (pad 1) of 64 or more channels in and out, outputs 14x14 or more:
+ *   - 3x3 stride-1 layers (pad 1) of 64 or more channels in and out, outputs 8x8 or more:
  *     Winograd's F(2x2, 3x3) in cpu_winograd.c (ds_cpu_wino_ok, by the shape alone).
  * Every GEMM runs on ds_sgemm_small's register tiles (the CPU's instruction set),
  * single-threaded: the threads come from OpenMP, one chunk, image or group each.

@@ -28,13 +28,14 @@
 #include <string.h>
 
 /* The shapes it is taken for, by the shape alone: 64 or more channels in and out and outputs
- * of 14x14 or more. Measured on resnet50's layers with the AVX2 kernels (bench/ENGINE.md):
- * 1.4-2.7 times faster than the direct product at 56x56 to 14x14; slower at 7x7 (nearly a
- * quarter of the 8x8 the tiles cover is past the edge) and on resnet20's 16-64 channels, whose direct
- * products run near the FMA peak while the transforms cost as much as the products saved. */
+ * of 8x8 or more. Measured with the AVX2 kernels (bench/ENGINE.md): 1.4-2.7 times faster
+ * than the direct product on resnet50's layers at 56x56 to 14x14, and 1.1-1.4 times on
+ * resnet20's 64-channel layers at 8x8; slower at 7x7 (nearly a quarter of the 8x8 the tiles
+ * cover is past the edge) and on 16 channels, whose direct products run near the FMA peak
+ * while the transforms cost as much as the products saved. */
 int ds_cpu_wino_ok(const ds_conv_desc *d)
 {
-    return d->r == 3 && d->s == 3 && d->stride == 1 && d->pad == 1 && d->c >= 64 && d->k >= 64 && d->p >= 14 && d->q >= 14;
+    return d->r == 3 && d->s == 3 && d->stride == 1 && d->pad == 1 && d->c >= 64 && d->k >= 64 && d->p >= 8 && d->q >= 8;
 }
 
 static long tiles_of(const ds_conv_desc *d) { return (long)d->n * ((d->p + 1) / 2) * ((d->q + 1) / 2); }

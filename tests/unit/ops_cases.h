@@ -82,13 +82,14 @@ static const ops_conv ops_convs[] = {
     {OPS_CONV(1, 14, 14, 128, 24, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS},  /* wide window, one row at a time */
     {OPS_CONV(2, 24, 24, 288, 8, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS},   /* im2col: more chunks than groups */
     {OPS_CONV(2, 7, 7, 600, 40, 3, 3, 1, 1), .use = OPS_BF16 | OPS_BF16_IO | OPS_BITS},
-    /* Winograd F(2x2, 3x3) (3x3 stride 1 pad 1, 64+ channels, 14x14+ outputs): odd sizes (edge
+    /* Winograd F(2x2, 3x3) (3x3 stride 1 pad 1, 64+ channels, 8x8+ outputs): odd sizes (edge
      * tiles past the output), channels not a multiple of a vector, more tiles than a block and
-     * blocks than weight groups, a reduction longer than 512 (blocked) */
+     * blocks than weight groups, a reduction longer than 512 (blocked), the smallest output */
     {OPS_CONV(2, 15, 14, 64, 64, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS | OPS_GPU},
     {OPS_CONV(1, 17, 19, 70, 66, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS | OPS_ACC},
     {OPS_CONV(24, 14, 14, 64, 72, 3, 3, 1, 1), .use = OPS_BITS},
     {OPS_CONV(1, 14, 15, 520, 64, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS},
+    {OPS_CONV(3, 8, 8, 64, 64, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS},
     /* bf16: implicit (rows of 14 or more), gathered (1x1, small outputs), the stem's odd
      * channel count padded, stride-1 backward-data as a forward, strided scatters */
     {OPS_CONV(2, 16, 16, 16, 32, 3, 3, 1, 1), .use = OPS_BF16 | OPS_BF16_IO | OPS_ACC | OPS_GPU},
