@@ -205,11 +205,9 @@ int ds_cli_parse(ds_cli *cli, int argc, char **argv, char ***pos)
         }
         set_value(cli, o, val, negated);
         cli->given |= 1ull << (o - cli->opts);
-        if (negated) cli->given_no |= 1ull << (o - cli->opts);
     }
     for (int k = 0; k < nopts; k++) {
         const ds_option *o = &cli->opts[k];
-        if (o->type == DS_OPT_FLAG && o->legacy_no && (cli->given_no >> k & 1)) *(int *)o->value = 0;
         if (o->type == DS_OPT_CHOICE && o->index) {
             const char *v = *(const char **)o->value;
             *o->index = v ? choice_index(o->choices, v) : -1;
@@ -246,14 +244,7 @@ char *ds_cli_json(const ds_cli *cli)
     ds_json_begin(&j, NULL);
     for (const ds_option *o = cli->opts; o->name; o++) {
         switch (o->type) {
-        case DS_OPT_FLAG:
-            ds_json_bool(&j, o->name, *(int *)o->value);
-            if (o->legacy_no) {
-                char key[128];
-                snprintf(key, sizeof key, "no-%s", o->name);
-                ds_json_bool(&j, key, cli->given_no >> (o - cli->opts) & 1);
-            }
-            break;
+        case DS_OPT_FLAG: ds_json_bool(&j, o->name, *(int *)o->value); break;
         case DS_OPT_INT: ds_json_int(&j, o->name, *(long long *)o->value); break;
         case DS_OPT_DOUBLE: ds_json_double(&j, o->name, *(double *)o->value, "%.17g"); break;
         default: ds_json_string(&j, o->name, *(const char **)o->value);

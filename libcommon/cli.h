@@ -33,9 +33,6 @@ typedef struct {
     int *index;            /* DS_OPT_CHOICE, optional: set by ds_cli_parse to the value's 0-based position
                               in .choices (the default's too; -1 for a NULL default), so a tool can keep
                               the choice as an enum listed in the same order */
-    int legacy_no;         /* DS_OPT_FLAG: --no-NAME was once an option of its own. As then, it wins over
-                              --NAME whatever the order, and ds_cli_json records "no-NAME" (whether it
-                              was given) after NAME, so recorded configs keep their shape */
 } ds_option;
 
 /* Table entries: OPT for strings and flags, NUM for numbers in [lo, hi], CHOICE for one of
@@ -54,7 +51,6 @@ typedef struct {
     int min_pos, max_pos;  /* positional argument count; max_pos < 0: unlimited */
     ds_option *opts;       /* at most DS_CLI_MAX_OPTS entries before the {0} that ends it */
     uint64_t given;        /* bit i: opts[i] appeared on the command line, either form of a flag (set by parse) */
-    uint64_t given_no;     /* bit i: flag opts[i] appeared as --no-NAME (set by parse) */
 } ds_cli;
 
 /* The bits of ds_cli.given; ds_cli_parse stops with an internal error on a longer table. */

@@ -1,5 +1,5 @@
 /* Option tables (cli) and the shared compute options (compute): the --no- form of flags and
- * its legacy variant (--no-nesterov), choice indices, the recorded config JSON, the limit of
+ * the last form given winning, choice indices, the recorded config JSON, the limit of
  * 64 options, and the order of --precision's choices. */
 #include "../check.h"
 #include "cli.h"
@@ -11,14 +11,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int flag, legacy, deterministic_like;
+static int flag, nesterov_like, deterministic_like;
 static const char *mode, *unset;
 static int mode_index, unset_index;
 static long long n;
 
 static ds_option opts[] = {
     DS_OPT("flag", DS_OPT_FLAG, &flag, NULL, "a flag"),
-    {.name = "legacy", .type = DS_OPT_FLAG, .value = &legacy, .legacy_no = 1, .help = "once had --no-legacy"},
+    DS_OPT("on", DS_OPT_FLAG, &nesterov_like, NULL, "a flag on by default"),
     DS_OPT("no-thing", DS_OPT_FLAG, &deterministic_like, NULL, "a flag named no-: no --no-no-thing"),
     DS_CHOICE_INDEX("mode", &mode, &mode_index, "a|bb|c", "a choice"),
     DS_CHOICE_INDEX("unset", &unset, &unset_index, "x|y", "a choice without default"),
@@ -29,7 +29,7 @@ static ds_option opts[] = {
 /* Parses the NULL-terminated words after a program name with fresh defaults. */
 static ds_cli parse(const char *const *words)
 {
-    flag = 0, legacy = 1, deterministic_like = 0, mode = "bb", unset = NULL, n = 3;
+    flag = 0, nesterov_like = 1, deterministic_like = 0, mode = "bb", unset = NULL, n = 3;
     mode_index = unset_index = 99;
     char *argv[16] = {"prog"};
     int argc = 1;
@@ -44,14 +44,18 @@ static void test_no_forms(void)
 {
     check_begin("cli_no_forms");
     ds_cli c = parse((const char *[]){"--flag", NULL});
-    CHECK(flag == 1 && ds_cli_given(&c, "flag") && c.given_no == 0, "--flag");
+    CHECK(flag == 1 && ds_cli_given(&c, "flag"), "--flag");
     c = parse((const char *[]){"--flag", "--no-flag", NULL});
     CHECK(flag == 0 && ds_cli_given(&c, "flag"), "--no-flag after --flag: %d", flag);
     c = parse((const char *[]){"--no-flag", "--flag", NULL});
     CHECK(flag == 1, "the last form given wins: %d", flag);
-    /* A legacy --no-NAME wins whatever the order, as when it was an option of its own. */
-    c = parse((const char *[]){"--no-legacy", "--legacy", NULL});
-    CHECK(legacy == 0 && ds_cli_given(&c, "legacy"), "--no-legacy --legacy: %d", legacy);
+    /* A flag on by default (dstrain's --nesterov) follows the same rule both ways. */
+    c = parse((const char *[]){"--no-on", NULL});
+    CHECK(nesterov_like == 0 && ds_cli_given(&c, "on"), "--no-on: %d", nesterov_like);
+    c = parse((const char *[]){"--no-on", "--on", NULL});
+    CHECK(nesterov_like == 1, "--no-on --on: the last wins: %d", nesterov_like);
+    c = parse((const char *[]){NULL});
+    CHECK(nesterov_like == 1 && !ds_cli_given(&c, "on"), "the default stays: %d", nesterov_like);
     c = parse((const char *[]){"--no-thing", NULL});
     CHECK(deterministic_like == 1, "a flag named no-thing is set by its own name");
     check_end();
@@ -69,18 +73,18 @@ static void test_choice_index(void)
     check_end();
 }
 
-/* The recorded config: every option in table order; a legacy flag adds "no-NAME" after it. */
+/* The recorded config: every option in table order, a flag as its value. */
 static void test_json(void)
 {
     check_begin("cli_json");
     const char *want[] = {
-        "{\"flag\": false, \"legacy\": true, \"no-legacy\": false, \"no-thing\": false, \"mode\": \"bb\", "
+        "{\"flag\": false, \"on\": true, \"no-thing\": false, \"mode\": \"bb\", "
         "\"unset\": null, \"n\": 3}",
-        "{\"flag\": true, \"legacy\": false, \"no-legacy\": true, \"no-thing\": false, \"mode\": \"a\", "
+        "{\"flag\": true, \"on\": false, \"no-thing\": false, \"mode\": \"a\", "
         "\"unset\": \"x\", \"n\": 7}",
     };
     const char *const *lines[] = {(const char *[]){NULL},
-                                  (const char *[]){"--legacy", "--no-legacy", "--flag", "--mode=a", "--unset", "x",
+                                  (const char *[]){"--on", "--no-on", "--flag", "--mode=a", "--unset", "x",
                                                    "--n", "7", NULL}};
     for (int i = 0; i < 2; i++) {
         ds_cli c = parse(lines[i]);

@@ -53,8 +53,7 @@ static ds_option options[] = {
     DS_CHOICE_INDEX("lr-scaling", &lr_scaling, &lr_scaling_kind, "linear|none",
                     "linear: scale --lr by G / 256; none: use --lr as given"),
     DS_NUM("momentum", DS_OPT_DOUBLE, &momentum, "X", "SGD momentum", 0, 1),
-    {.name = "nesterov", .type = DS_OPT_FLAG, .value = &nesterov, .legacy_no = 1,
-     .help = "Nesterov momentum; --no-nesterov: plain (heavy-ball) momentum"},
+    DS_OPT("nesterov", DS_OPT_FLAG, &nesterov, NULL, "Nesterov momentum; --no-nesterov: plain (heavy-ball) momentum"),
     DS_NUM("wd", DS_OPT_DOUBLE, &wd, "X", "weight decay (L2 on every parameter, as torch.optim.SGD)", 0, 1),
     {.name = "bn-bias-decay", .type = DS_OPT_FLAG, .value = &bn_bias_decay,
      .help = "weight decay also on BN weights and biases and fc.bias; --no-bn-bias-decay: none on them (NVIDIA's "
