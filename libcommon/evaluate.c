@@ -37,6 +37,7 @@ int ds_eval_standard_crop(const ds_source *src)
  * after it is queued, so the device never waits for the host between batches. */
 typedef struct {
     float *logits;         /* [B, C], backend host memory */
+    float *mirrored;       /* [B, C], backend host memory: the mirrored pass's (flip only) */
     int32_t *labels;       /* [B] the batch's, kept: the loader refills its own */
     uint8_t *valid;        /* [B] */
     int n, mark;           /* n = 0: nothing pending */
@@ -47,12 +48,28 @@ static void count_batch(const ds_backend *be, eval_slot *s, const ds_eval_option
 {
     if (!s->n) return;
     be->mark_wait(s->mark);
+    if (o->flip)   /* the mean of the two passes, in one order: the same bits on every device */
+        for (size_t i = 0; i < (size_t)s->n * C; i++) s->logits[i] = 0.5f * (s->logits[i] + s->mirrored[i]);
     ds_topk_add(t, s->logits, s->labels, s->valid, s->n);
     if (o->logits) memcpy(o->logits + *done * C, s->logits, (size_t)s->n * C * sizeof *s->logits);
     if (o->valid) memcpy(o->valid + *done, s->valid, (size_t)s->n);
     *done += (size_t)s->n;
     s->n = 0;
     ds_progress_update(bar, (int64_t)*done);
+}
+
+/* The batch again, each image mirrored left to right (its flip inverted: the feed's
+ * normalize mirrors while it crops), forward, its logits downloaded into `into`. The
+ * flips go to the device at once (feed.c's upload), so they are put back before returning. */
+static int mirrored_pass(ds_model *m, ds_feed *feed, ds_batch *b, const ds_eval_options *o, float *into)
+{
+    for (int i = 0; i < b->n; i++) b->flip[i] ^= 1;
+    int rc = ds_feed_batch(feed, m, b, o->mean, o->std);
+    for (int i = 0; i < b->n; i++) b->flip[i] ^= 1;
+    if (rc) return rc;
+    const float *logits = ds_model_forward(m, b->n, 0);
+    ds_model_backend(m)->download_async(into, logits, (size_t)b->n * ds_model_config_of(m)->num_classes * sizeof *into);
+    return 0;
 }
 
 int ds_evaluate(ds_model *m, ds_loader *L, ds_feed *feed, const ds_eval_options *o, ds_topk *t, double *seconds)
@@ -64,7 +81,9 @@ int ds_evaluate(ds_model *m, ds_loader *L, ds_feed *feed, const ds_eval_options 
     for (int k = 0; k < 2; k++) {
         slot[k] = (eval_slot){.labels = ds_xmalloc((size_t)B * sizeof(int32_t)), .valid = ds_xmalloc((size_t)B)};
         slot[k].logits = be->host_alloc((size_t)B * C * sizeof(float));
-        if (!slot[k].logits) ds_die("%s: no host memory for %d x %d logits", be->name, B, C);
+        slot[k].mirrored = o->flip ? be->host_alloc((size_t)B * C * sizeof(float)) : NULL;
+        if (!slot[k].logits || (o->flip && !slot[k].mirrored))
+            ds_die("%s: no host memory for %d x %d logits", be->name, B, C);
     }
     ds_progress bar;
     ds_progress_start(&bar, "eval", "img", (int64_t)ds_loader_eval_count(L), o->progress);
@@ -77,6 +96,11 @@ int ds_evaluate(ds_model *m, ds_loader *L, ds_feed *feed, const ds_eval_options 
             const float *logits = ds_model_forward(m, b->n, 0);
             eval_slot *s = &slot[k];
             be->download_async(s->logits, logits, (size_t)b->n * C * sizeof *s->logits);
+            /* queued after the download above, whose source the second forward overwrites */
+            if (o->flip) rc = mirrored_pass(m, feed, b, o, s->mirrored);
+        }
+        if (rc == 0) {
+            eval_slot *s = &slot[k];
             s->mark = be->mark(DS_STREAM_COMPUTE);
             memcpy(s->labels, b->labels, (size_t)b->n * sizeof *s->labels);
             memcpy(s->valid, b->valid, (size_t)b->n);
@@ -90,6 +114,7 @@ int ds_evaluate(ds_model *m, ds_loader *L, ds_feed *feed, const ds_eval_options 
     ds_progress_end(&bar);
     for (int k = 0; k < 2; k++) {
         be->host_free(slot[k].logits);
+        if (slot[k].mirrored) be->host_free(slot[k].mirrored);
         free(slot[k].labels);
         free(slot[k].valid);
     }

@@ -1,6 +1,7 @@
 /* evaluate: one inference pass of a model over an evaluation loader (dstrain's per-epoch
- * validation and dseval): every batch is fed, run forward with the BN running statistics,
- * and scored into a ds_topk (this rank's samples; ds_topk_reduce sums the ranks). */
+ * validation and dseval): every batch is fed, run forward with the BN running statistics
+ * (with ds_eval_options.flip, a second time mirrored, the two logits averaged), and scored
+ * into a ds_topk (this rank's samples; ds_topk_reduce sums the ranks). */
 #ifndef DS_EVALUATE_H
 #define DS_EVALUATE_H
 
@@ -15,6 +16,8 @@ typedef struct {
                                 logits in data order */
     uint8_t *valid;          /* optional host [ds_loader_eval_count]: 0 for undecodable images */
     int progress;            /* ds_progress_start's `enabled` */
+    int flip;                /* test-time augmentation: each batch also runs mirrored left to right, and
+                                an image's logits are the mean of its two passes' (FFCV's evaluation) */
 } ds_eval_options;
 
 /* What an evaluation of src's images at crop measures, by name, into buf: the stored images

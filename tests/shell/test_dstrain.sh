@@ -157,6 +157,46 @@ dseval --per-class "$T/pc.csv" --logits "$T/lg.h5" "$ck" "$T/val" >/dev/null
 check dseval_per_class test "$(wc -l <"$T/pc.csv")" = 5
 check dseval_logits_shape sh -c "h5ls '$T/lg.h5/logits' | grep -q '{32, 4}'"
 
+# --tta flip: each image's logits are the mean of its own and its mirror's, to the bit. The
+# stored 16x16 pixels of the val shards, as they are and mirrored, become two manifests of
+# PNGs (a 16x16 image at --size 16 decodes to itself); each is evaluated plainly, and the
+# shards with --tta flip, here in batches of 5 so that the last batch is short.
+"$PYTHON" - "$T/val" "$T/mirror" <<'PY' || fail tta_data
+import glob, os, sys
+import h5py, numpy as np
+from PIL import Image
+src, out = sys.argv[1:]
+for name, flip in (("plain", False), ("mirrored", True)):
+    lines = ["# ds-manifest 1 root=%s" % os.path.join(out, name)]
+    for shard in sorted(glob.glob(os.path.join(src, "shard-*.h5"))):
+        with h5py.File(shard, "r") as f:
+            classes = list(f["classes"].asstr()[()])
+            for i, (img, label) in enumerate(zip(f["images"][()], f["labels"][()])):
+                path = "%s/%s-%03d.png" % (classes[label], os.path.basename(shard), i)
+                os.makedirs(os.path.dirname(os.path.join(out, name, path)), exist_ok=True)
+                Image.fromarray(img[:, ::-1] if flip else img).save(os.path.join(out, name, path))
+                lines.append("%d\t%s" % (label, path))
+    open(os.path.join(out, name + ".txt"), "w").write("\n".join(lines) + "\n")
+    open(os.path.join(out, "classes.txt"), "w").write("\n".join(classes) + "\n")
+PY
+dseval --logits "$T/tta-plain.h5" "$ck" "$T/mirror/plain.txt" >/dev/null &&
+    dseval --logits "$T/tta-mirrored.h5" "$ck" "$T/mirror/mirrored.txt" >/dev/null &&
+    dseval --json --tta flip --batch 5 --logits "$T/tta.h5" "$ck" "$T/val" >"$T/tta.json" || fail dseval_tta_runs
+"$PYTHON" - "$T/tta-plain.h5" "$T/tta-mirrored.h5" "$T/tta.h5" "$T/tta.json" "$T/e1" <<'PY' &&
+import json, sys
+import h5py, numpy as np
+a, b, t = (h5py.File(f, "r")["logits"][()] for f in sys.argv[1:4])
+want = np.float32(0.5) * (a + b)
+print("tta logits: %d x %d, %d differ from the mean of the two passes; plain and mirrored differ in %d"
+      % (t.shape + (int((t != want).sum()), int((a != b).sum()))))
+assert t.dtype == np.float32 and t.shape == a.shape == (32, 4) and (a != b).any()
+assert np.array_equal(t, want)
+j, plain = json.load(open(sys.argv[4])), json.load(open(sys.argv[5]))
+assert j["tta"] == "flip" and j["protocol"].endswith(", and mirrored (mean logits)") and plain["tta"] == "none", j
+PY
+    pass dseval_tta_flip_is_the_mean_of_both || fail dseval_tta_flip_is_the_mean_of_both
+expect_status dseval_refuses_unknown_tta 2 dseval --tta rotate "$ck" "$T/val"
+
 # Refusals: exit 1 with a message.
 echo "not a checkpoint" >"$T/text.h5"
 head -c 100000 "$ck" >"$T/trunc.h5"

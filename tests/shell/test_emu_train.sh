@@ -127,4 +127,24 @@ print("dseval logits, emulated fp32 against the CPU: %.3g of the largest" % d)
 assert d <= 1e-3
 PY
     fail emu_dseval_matches_cpu
+
+# ---- dseval --tta flip on the emulated device: two forwards a batch, the first's logits
+# downloaded before the second overwrites them (one stream), in batches of 6 (the last of 4).
+# Against the CPU's --tta flip, and bitwise under a schedule that delays the streams' work.
+dseval --device cpu --tta flip --batch 6 --logits "$T/ct.h5" "$T/cpu/$ck" "$T/ev" >/dev/null 2>"$T/ct.err" &&
+    dseval --device cuda --precision fp32 --tta flip --batch 6 --logits "$T/gt.h5" "$T/cpu/$ck" "$T/ev" \
+        >/dev/null 2>"$T/gt.err" &&
+    DS_EMU_SCHED=delay=400 DS_EMU_SEED=5 dseval --device cuda --precision fp32 --tta flip --batch 6 \
+        --logits "$T/gt2.h5" "$T/cpu/$ck" "$T/ev" >/dev/null 2>"$T/gt2.err" || fail emu_dseval_tta_runs "$(tail -3 "$T/gt.err")"
+"$PYTHON" - "$T/ct.h5" "$T/gt.h5" "$T/gt2.h5" "$T/g.h5" <<'PY' && pass emu_dseval_tta_matches_cpu ||
+import sys
+import h5py, numpy as np
+c, g, g2, plain = (h5py.File(f, "r")["logits"][()] for f in sys.argv[1:5])
+d = float(np.abs(c - g).max() / np.abs(c).max())
+print("dseval --tta flip logits, emulated fp32 against the CPU: %.3g of the largest; differ from the plain pass in %d"
+      % (d, int((g != plain).sum())))
+assert c.shape == g.shape == (40, 4) and d <= 1e-3 and (g != plain).any()
+assert np.array_equal(g, g2), "another schedule of the streams changed the logits"
+PY
+    fail emu_dseval_tta_matches_cpu
 finish

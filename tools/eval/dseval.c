@@ -22,8 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *per_class, *logits_file, *fit;
+static const char *per_class, *logits_file, *fit, *tta = "none";
 static int fit_index;   /* a ds_fit; DS_FIT_UNSET without --fit */
+static int tta_index;   /* 0 none, 1 flip */
 static long long batch = 64, size = 0, crop = 0;
 static int json;
 static ds_compute_options compute = DS_COMPUTE_DEFAULTS;
@@ -41,6 +42,9 @@ static ds_option options[] = {
     DS_NUM("size", DS_OPT_INT, &size, "N", "manifest decoding size (0: the checkpoint's data size, else input size x "
            "8/7)", 0, 65535),
     DS_CHOICE_INDEX("fit", &fit, &fit_index, DS_FIT_CHOICES, "manifest decoding fit (none: the checkpoint's, else crop)"),
+    DS_CHOICE_INDEX("tta", &tta, &tta_index, "none|flip",
+                    "test-time augmentation: flip also runs each image mirrored left to right and scores the mean "
+                    "of its two logits (twice the work)"),
     {0},
 };
 
@@ -106,9 +110,14 @@ int main(int argc, char **argv)
     char computes[128];
     ds_info("%s (%s, %d classes) on %s: %zu images, %s", ckpt, meta.arch, meta.num_classes, data, src.n,
             ds_backend_describe(be, omp_get_max_threads(), computes, sizeof computes));
-    ds_eval_options eo = {.progress = ds_cli_progress_mode()};
-    char protocol[96];
+    ds_eval_options eo = {.progress = ds_cli_progress_mode(), .flip = tta_index == 1};
+    char protocol[128];
     int standard = ds_eval_protocol(protocol, sizeof protocol, &src, input);
+    if (eo.flip) {   /* the standard evaluation is the centre crop alone */
+        size_t l = strlen(protocol);
+        snprintf(protocol + l, sizeof protocol - l, ", and mirrored (mean logits)");
+        standard = 0;
+    }
     memcpy(eo.mean, meta.mean, sizeof eo.mean);
     memcpy(eo.std, meta.std, sizeof eo.std);
     if (logits_file) {
@@ -148,6 +157,7 @@ int main(int argc, char **argv)
             ds_json_int(&j, "skipped", (long long)skipped);
             ds_json_int(&j, "crop", input);
             ds_json_string(&j, "protocol", protocol);
+            ds_json_string(&j, "tta", tta);
             ds_json_bool(&j, "standard_protocol", standard);
             ds_json_end(&j);
             ds_json_print(&j, stdout);
