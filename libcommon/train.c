@@ -191,7 +191,8 @@ static int end_epoch(run *r, int64_t e, int64_t g, double lr)
     ds_topk t, st;
     ds_topk_init(&t, ds_model_config_of(r->m)->num_classes);
     ds_topk_init(&st, ds_model_config_of(r->m)->num_classes);
-    int have_val = p->val != NULL, have_std = have_val && p->standard_crop > 0;
+    int have_val = p->val != NULL && (p->val_every <= 1 || (e + 1) % p->val_every == 0 || e + 1 == p->epochs);
+    int have_std = have_val && p->standard_crop > 0;
     ds_comm_set_where("validation of epoch %lld", (long long)e + 1);
     if ((have_val && validate(r, &t, p->val_crop)) || (have_std && validate(r, &st, p->standard_crop))) {
         ds_topk_free(&t);

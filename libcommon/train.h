@@ -34,6 +34,7 @@ typedef struct {
                                 threads, centre-cropped to val_crop */
     ds_crop_ramp ramp;       /* the training crop of each epoch, up to loader.crop (ds_crop_for_epoch) */
     int val_crop;            /* the validation crop; the model is planned for the largest crop */
+    int val_every;           /* validation after every val_every-th epoch and after the last (1: each) */
     int standard_crop;       /* 0, or DS_STANDARD_CROP when the val images are the standard
                                 evaluation's (ds_eval_standard_crop) and val_crop is another:
                                 each epoch also evaluates that protocol, reported apart */

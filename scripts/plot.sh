@@ -13,8 +13,9 @@ trap 'rm -rf "$tmp"' EXIT
 # metrics.jsonl lines are flat JSON objects of numbers: pull fields out by name.
 field() { awk -v k="\"$1\":" '{ i = index($0, k); if (!i) { print "?"; next }
     s = substr($0, i + length(k)); sub(/[,}].*/, "", s); print s }'; }
-grep -v '"val_top1"' "$m" >"$tmp/steps" || true
-grep '"val_top1"' "$m" >"$tmp/epochs" || true
+# epoch rows carry "seconds" (and the val fields after a validated epoch), step rows do not
+grep -v '"seconds"' "$m" >"$tmp/steps" || true
+grep '"seconds"' "$m" >"$tmp/epochs" || true
 paste <(field epoch <"$tmp/steps") <(field loss <"$tmp/steps") >"$tmp/loss.dat"
 paste <(field epoch <"$tmp/epochs") <(field val_top1 <"$tmp/epochs") <(field val_top5 <"$tmp/epochs") \
     <(field loss <"$tmp/epochs") <(field val_loss <"$tmp/epochs") >"$tmp/acc.dat"

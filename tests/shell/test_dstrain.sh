@@ -36,6 +36,19 @@ waits = [r["data_wait"] for r in rows]
 print("data_wait", waits)
 assert all(isinstance(w, float) and 0 <= w <= 1 for w in waits), waits
 PY
+# --val-every 2 over 3 epochs: validation after epochs 2 and 3 (the last) only, best.h5 among
+# those, and the training itself the same bits as the run validated every epoch.
+dstrain "${COMMON[@]}" --val-every 2 -o "$T/ve" 2>"$T/ve.err" || fail val_every_runs "$(tail -3 "$T/ve.err")"
+"$PYTHON" - "$T/ve/metrics.jsonl" <<'PY' && pass val_every_validates_epochs_2_and_last || fail val_every_validates_epochs_2_and_last
+import json, sys
+epochs = [json.loads(l) for l in open(sys.argv[1]) if '"seconds"' in l]
+print([(r["epoch"], r.get("val_top1")) for r in epochs])
+assert [r["epoch"] for r in epochs] == [1, 2, 3] and [("val_top1" in r) for r in epochs] == [False, True, True]
+PY
+check val_every_best_is_a_validated_epoch sh -c "readlink '$T/ve/best.h5' | grep -qE 'ckpt-000000(24|36).h5'"
+check val_every_same_training h5diff -q "$T/full/ckpt-00000036.h5" "$T/ve/ckpt-00000036.h5" /model
+check val_every_same_optimizer h5diff -q "$T/full/ckpt-00000036.h5" "$T/ve/ckpt-00000036.h5" /optimizer
+
 # An input-bound run by construction: every image read takes 25 ms more and no batch is read
 # ahead (a test hook, libcommon/testhook.h), so the training loop waits at least 200 ms for
 # each batch of 8, however fast or slow the network computes on this CPU and kernel set. The

@@ -31,7 +31,7 @@ static const char *train_dir, *val_dir, *out_dir, *arch = "resnet50", *schedule 
 static int schedule_kind, augment_kind, lr_scaling_kind;
 static long long epochs = 90, batch = 64, accum = 1, crop = 224, pad = 0, seed = 42, log_every = 100,
                  ckpt_steps = 0, max_steps = 0, keep = 3, min_crop = 0, ramp_start = 0, ramp_end = 0, crop_step = 32,
-                 val_crop = 0;
+                 val_crop = 0, val_every = 1;
 static double lr = 0.1, momentum = 0.9, wd = 1e-4, warmup_epochs = 5, step_epochs = 30, step_gamma = 0.1,
               label_smoothing = 0.1, bucket_mb = 25, comm_timeout = DS_COMM_TIMEOUT;
 static int nesterov = 1, bn_bias_decay = 1;
@@ -70,6 +70,9 @@ static ds_option options[] = {
     DS_NUM("ramp-end", DS_OPT_INT, &ramp_end, "E", "--min-crop: the epoch (0-based) from which --crop is used", 0, 1e6),
     DS_NUM("crop-step", DS_OPT_INT, &crop_step, "N", "--min-crop: crops inside the ramp are rounded to multiples of N",
            1, 65535),
+    DS_NUM("val-every", DS_OPT_INT, &val_every, "N",
+           "validation after every N-th epoch and after the last; best.h5 is the best of those (1: each epoch)", 1,
+           1e9),
     DS_NUM("val-crop", DS_OPT_INT, &val_crop, "N",
            "per-epoch validation: N x N centre crops (0: --crop; the model is planned for the larger); on val "
            "images stored at 256 by --fit crop, the standard protocol (centre 224) is also measured, apart", 0,
@@ -293,6 +296,7 @@ int main(int argc, char **argv)
                                      ds_loader_train_steps(&lc, tr.n), epochs),
         .ramp = meta.crop_ramp,   /* as the walk above recorded it from --min-crop .. --crop-step */
         .val_crop = (int)val_crop,
+        .val_every = (int)val_every,
         .standard_crop = standard_crop,
         .sgd = {.momentum = (float)momentum, .weight_decay = (float)wd, .nesterov = nesterov,
                 .bn_bias_decay = bn_bias_decay},
