@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int ds_eval_protocol(char *buf, size_t len, const ds_source *src, int crop)
+/* The centre crop's name (ds_eval_protocol without the mirror); 1 for the standard one. */
+static int centre_crop_protocol(char *buf, size_t len, const ds_source *src, int crop)
 {
     int S = src->height;
     if (src->height != src->width || (src->fit != DS_FIT_CROP && src->fit != DS_FIT_SQUASH)) {
@@ -27,10 +28,19 @@ int ds_eval_protocol(char *buf, size_t len, const ds_source *src, int crop)
     return S == DS_STANDARD_SIZE && crop == DS_STANDARD_CROP;
 }
 
+int ds_eval_protocol(char *buf, size_t len, const ds_source *src, int crop, int flip)
+{
+    int standard = centre_crop_protocol(buf, len, src, crop);
+    if (!flip) return standard;
+    size_t l = strlen(buf);   /* the standard evaluation is the centre crop alone */
+    snprintf(buf + l, len - l, ", and mirrored (mean logits)");
+    return 0;
+}
+
 int ds_eval_standard_crop(const ds_source *src)
 {
     char name[96];
-    return ds_eval_protocol(name, sizeof name, src, DS_STANDARD_CROP) ? DS_STANDARD_CROP : 0;
+    return ds_eval_protocol(name, sizeof name, src, DS_STANDARD_CROP, 0) ? DS_STANDARD_CROP : 0;
 }
 
 /* A batch's logits on their way to the host: copied on the stream, counted once the batch

@@ -26,8 +26,10 @@ typedef struct {
  * when S - C is a multiple of 4: "resize S, centre crop C" ("resize 256, centre crop 224" is
  * the standard ImageNet evaluation). Otherwise the two centre crops' roundings can differ
  * by a pixel and the name says both: "resize S, centre crop S, centre crop C". Squashed
- * images: "resize to SxS (squash)[, centre crop C]". Returns 1 for the standard protocol. */
-int ds_eval_protocol(char *buf, size_t len, const ds_source *src, int crop);
+ * images: "resize to SxS (squash)[, centre crop C]". With flip (ds_eval_options.flip) the
+ * name ends in ", and mirrored (mean logits)", never the standard protocol. Returns 1 for
+ * the standard protocol. */
+int ds_eval_protocol(char *buf, size_t len, const ds_source *src, int crop, int flip);
 
 /* The standard ImageNet evaluation's crop, 224, when src's images are what it crops from
  * (stored at 256 x 256 by --fit crop), else 0. */

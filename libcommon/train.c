@@ -210,7 +210,7 @@ static int end_epoch(run *r, int64_t e, int64_t g, double lr)
     /* the standard protocol, when measured beside another, in its own words and field */
     char std_text[160] = "", std_name[96] = "";
     if (have_std) {
-        ds_eval_protocol(std_name, sizeof std_name, p->val, p->standard_crop);
+        ds_eval_protocol(std_name, sizeof std_name, p->val, p->standard_crop, 0);
         snprintf(std_text, sizeof std_text, "  standard (%s): top-1 %.2f%%  top-5 %.2f%%", std_name,
                  100 * ds_topk_top1(&st), 100 * ds_topk_top5(&st));
         er.have_standard = 1, er.std_protocol = std_name;
@@ -352,7 +352,7 @@ static int setup(run *r, ds_model *m, const ds_train_plan *p)
     vc.pad = 0;
     vc.crop = p->val_crop;
     if (p->val && !(r->val_loader = ds_loader_new(p->val, &vc))) return -1;
-    if (p->val) ds_eval_protocol(r->protocol, sizeof r->protocol, p->val, p->val_crop);
+    if (p->val) ds_eval_protocol(r->protocol, sizeof r->protocol, p->val, p->val_crop, 0);
     r->S = ds_loader_steps_per_epoch(r->train_loader);
     r->G = (int64_t)tc->batch * tc->world * tc->accum;
     r->total = r->S * p->epochs;

@@ -112,12 +112,7 @@ int main(int argc, char **argv)
             ds_backend_describe(be, omp_get_max_threads(), computes, sizeof computes));
     ds_eval_options eo = {.progress = ds_cli_progress_mode(), .flip = tta_index == 1};
     char protocol[128];
-    int standard = ds_eval_protocol(protocol, sizeof protocol, &src, input);
-    if (eo.flip) {   /* the standard evaluation is the centre crop alone */
-        size_t l = strlen(protocol);
-        snprintf(protocol + l, sizeof protocol - l, ", and mirrored (mean logits)");
-        standard = 0;
-    }
+    int standard = ds_eval_protocol(protocol, sizeof protocol, &src, input, eo.flip);
     memcpy(eo.mean, meta.mean, sizeof eo.mean);
     memcpy(eo.std, meta.std, sizeof eo.std);
     if (logits_file) {
