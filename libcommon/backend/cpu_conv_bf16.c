@@ -18,10 +18,11 @@
  *     float32 columns back (col2im), one image per thread.
  *   - Backward-weight sums over output pixels, which pair up: dout^T (k, pixels) by the
  *     input's window rows with two pixels' elements side by side (image by image, the
- *     output rows as segments; 1x1 convolutions in chunks of pixels), into per-group
- *     float32 partials summed in group order (as cpu_conv.c).
- * Chunks, groups and paths depend on the shape alone, so the results are bitwise the same
- * for any thread count on any CPU. */
+ *     output rows as segments; 1x1 convolutions in chunks of pixels), each image's or
+ *     chunk's sum added in order into one float32 total; the threads split the total's
+ *     elements, not the pixels.
+ * Chunks and paths depend on the shape alone, and no reduction is split between threads, so
+ * the results are bitwise the same for any thread count on any CPU. */
 #include "cpu_conv.h"
 #include "cpu_bf16.h"
 
@@ -330,176 +331,208 @@ static void bwd_data_strided(void *din, const ds_bf16 *g16, const void *w, const
     }
 }
 
-/* ---- backward-weight ---- */
+/* ---- backward-weight ----
+ * The threads split the gradient's elements, never its reduction. Each element is summed over
+ * the output pixels in an order fixed by the shape, into a float32 total T (the weights area)
+ * that is added to dw at the end:
+ *   - windows (the implicit product): image by image, in image order, each image's sum one
+ *     product per window row r, T (k, s*c) (+)= dout[n]^T (k, pixels) * window rows (pixels,
+ *     s*c), its output rows the segments and a row's pixels the pairs (q padded to even);
+ *   - 1x1: chunks of BWW_ROWS pixels in order, T (k, c) (+)= dout^T (k, chunk) * inputs
+ *     (chunk, c), or, when the input is the narrower (bww_transpose_input), T (c, k) (+)=
+ *     inputs^T * dout, transposed as it is added to dw.
+ * The operands of several images or chunks (a pack, about BWW_PACK bf16 elements) are laid out
+ * once in the workspace by all the threads; then each thread takes tiles of T and walks the
+ * pack's images or chunks in order, its tile staying in cache. Which thread takes a tile
+ * changes nothing in its sums. */
+#define BWW_ROWS 1024
+#define BWW_PACK (4L << 20)
 
-#define GROUPS 16
-#define GROUP_FLOATS (8L << 20)
-
-/* Windows take the implicit product, image by image; 1x1 convolutions chunks of pixels. */
+/* Windows take the implicit product; 1x1 convolutions chunks of pixels. */
 static int bww_implicit(const ds_conv_desc *d) { return !(d->r == 1 && d->s == 1); }
 
-/* 1x1: pixels per chunk (even), about 384 KiB of packed inputs, at least 64. */
-static long bww_rows(const ds_conv_desc *d)
+/* Rows of T per tile: whole kernel tiles, halved while there are fewer than four tiles per
+ * thread and the rows stay above 48 (cols_blocks: the tiles across). */
+static long bww_tile_rows(long rows, long col_blocks)
 {
-    const long m = (long)d->n * d->p * d->q;
-    long rows = 196608 / d->c > 64 ? 196608 / d->c : 64;
-    rows = rows < m ? rows : m > 0 ? m : 1;
-    return even(rows);
+    const long want = 4L * ds_cpu_conv_threads();
+    long h = rows;
+    while (h > 48 && (rows + h - 1) / h * col_blocks < want) h = (h / 2 + 5) / 6 * 6;
+    return h;
 }
 
-static long bww_chunks(const ds_conv_desc *d)
-{
-    const long m = (long)d->n * d->p * d->q, rows = bww_rows(d);
-    return (m + rows - 1) / rows;
-}
-
-static int bww_groups(const ds_conv_desc *d)
-{
-    const long krsc = ds_round16((long)d->k * d->r * d->s * d->c), chunks = bww_implicit(d) ? d->n : bww_chunks(d);
-    long g = chunks < GROUPS ? chunks : GROUPS;
-    while (g > 1 && g * krsc > GROUP_FLOATS) g /= 2;
-    return (int)g;
-}
-
-/* a (k, cols), rows ld apart = rows [0, mr) of src (rows of k) transposed, zero in the
- * columns past mr; in blocks of 32 x 32 so reads and writes both stay in L1. */
-static void transpose(ds_bf16 *a, long ld, long cols, const ds_bf16 *src, int k, long mr)
+/* a (k, cols), rows ld apart = the rows row[0 .. mr) (k elements each) transposed, zero in
+ * the columns mr .. cols; in blocks of 32 x 32 so reads and writes both stay in L1. */
+static void transpose(ds_bf16 *a, long ld, long cols, const ds_bf16 *const *row, int k, long mr)
 {
     for (long i0 = 0; i0 < mr; i0 += 32)
         for (int j0 = 0; j0 < k; j0 += 32) {
             const long i1 = i0 + 32 < mr ? i0 + 32 : mr;
             const int j1 = j0 + 32 < k ? j0 + 32 : k;
             for (int j = j0; j < j1; j++)
-                for (long i = i0; i < i1; i++) a[j * ld + i] = src[i * k + j];
+                for (long i = i0; i < i1; i++) a[j * ld + i] = row[i][j];
         }
     for (int j = 0; j < k; j++)
         for (long i = mr; i < cols; i++) a[j * ld + i] = 0;
 }
 
-/* 1x1: the narrower of dout (k) and the input (c) is transposed (pairs run along the pixels,
- * so one operand must have its pixels contiguous), the other pair-packed. */
-static int bww_transpose_input(const ds_conv_desc *d) { return d->c < d->k; }
-
-/* 1x1 slot: the chunk's rows rounded, dout's [rows, k] and the inputs' [rows, c]; the
- * transposed operand; the pair-packed one. */
-static long bww_slot(const ds_conv_desc *d)
-{
-    const long rows = bww_rows(d), wide = d->k > d->c ? d->k : d->c;
-    return round32((long)d->k * rows) + round32(rows * (long)d->c) + round32(rows * wide) + round32(rows / 2 * pack_ld((int)wide));
-}
-
-/* Implicit backward-weight of a convolution with a window (no im2col): for image n and window
- * row r, pg[r] (k, s*c) += dout[n]^T (k, pixels) * window rows (pixels, s*c), the output rows
- * being the segments of the reduction and the pixels of a row its pairs (q padded to even).
- * The window rows come from z, the input's rows in pair-packed form: for input row y (padded
- * coordinates) and pixel pair (2t, 2t+1), the s*c window elements of both pixels side by side,
- * so that output row p's window row r is z's row p*stride + r. */
+/* -- windows -- */
 static long qe(const ds_conv_desc *d) { return even(d->q); }
 static long z_rows(const ds_conv_desc *d) { return (long)(d->p - 1) * d->stride + d->r; }
-static long implicit_bww_slot(const ds_conv_desc *d)
+/* An image's window rows z: for input row y (padded coordinates) and pixel pair (2t, 2t+1),
+ * the s*c window elements of both pixels side by side, so that output row p's window row r
+ * is z's row p*stride + r, rows zrow = q_e * s*c apart. */
+static long z_size(const ds_conv_desc *d) { return round32(z_rows(d) * qe(d) * d->s * d->c); }
+/* The pack: A (k, images, p, q_e) then each image's z. */
+static long bww_image(const ds_conv_desc *d) { return (long)d->k * d->p * qe(d) + z_size(d); }
+static long bww_images(const ds_conv_desc *d)
 {
-    return round32((long)d->k * d->p * qe(d)) + round32(z_rows(d) * qe(d) * d->s * d->c);
+    const long fit = BWW_PACK / bww_image(d);
+    return fit < 1 ? 1 : fit < d->n ? fit : d->n > 0 ? d->n : 1;
 }
 
-static void z_image(ds_bf16 *z, const ds_bf16 *img, const ds_conv_desc *d)
+/* Row y of image img's z (above). */
+static void z_row(ds_bf16 *z, const ds_bf16 *img, const ds_conv_desc *d, long y)
 {
-    const long sc = (long)d->s * d->c, pairs = qe(d) / 2;
-    for (long y = 0; y < z_rows(d); y++) {
-        const long yy = y - d->pad;
-        const int row_in = yy >= 0 && yy < d->h;
-        for (long t = 0; t < pairs; t++) {
-            ds_bf16 *row = z + (y * pairs + t) * 2 * sc;
-            const long x0 = 2 * t * d->stride - d->pad, x1 = x0 + d->stride;
-            // Both windows inside the image: each one contiguous run of s*c.
-            if (row_in && x0 >= 0 && x1 + d->s <= d->w && 2 * t + 1 < d->q) {
-                ds_bf16_interleave(row, img + (yy * d->w + x0) * d->c, img + (yy * d->w + x1) * d->c, (size_t)sc);
-                continue;
+    const long sc = (long)d->s * d->c, pairs = qe(d) / 2, yy = y - d->pad;
+    const int row_in = yy >= 0 && yy < d->h;
+    for (long t = 0; t < pairs; t++) {
+        ds_bf16 *row = z + (y * pairs + t) * 2 * sc;
+        const long x0 = 2 * t * d->stride - d->pad, x1 = x0 + d->stride;
+        // Both windows inside the image: each one contiguous run of s*c.
+        if (row_in && x0 >= 0 && x1 + d->s <= d->w && 2 * t + 1 < d->q) {
+            ds_bf16_interleave(row, img + (yy * d->w + x0) * d->c, img + (yy * d->w + x1) * d->c, (size_t)sc);
+            continue;
+        }
+        for (int s = 0; s < d->s; s++) {
+            const ds_bf16 *src[2] = {NULL, NULL};
+            for (int e = 0; e < 2; e++) {
+                const long x = (e ? x1 : x0) + s;
+                if (2 * t + e < d->q && row_in && x >= 0 && x < d->w) src[e] = img + (yy * d->w + x) * d->c;
             }
-            for (int s = 0; s < d->s; s++) {
-                const ds_bf16 *src[2] = {NULL, NULL};
-                for (int e = 0; e < 2; e++) {
-                    const long x = (e ? x1 : x0) + s;
-                    if (2 * t + e < d->q && row_in && x >= 0 && x < d->w) src[e] = img + (yy * d->w + x) * d->c;
-                }
-                ds_bf16_interleave(row + 2L * s * d->c, src[0], src[1], (size_t)d->c);
-            }
+            ds_bf16_interleave(row + 2L * s * d->c, src[0], src[1], (size_t)d->c);
         }
     }
 }
 
-static void bwd_weight_implicit(float *part, int groups, long part_stride, const ds_bf16 *g16, const ds_bf16 *in16,
-                                const ds_conv_desc *d, ds_bf16 *slots, long slot)
+static void bwd_weight_implicit(float *T, const ds_bf16 *g16, const ds_bf16 *in16, const ds_conv_desc *d,
+                                ds_bf16 *pack)
 {
-    const long sc = (long)d->s * d->c, rsc = d->r * sc, Q = qe(d), pq = (long)d->p * d->q,
-               hwc = (long)d->h * d->w * d->c, zrow = Q / 2 * 2 * sc;
-#pragma omp parallel for schedule(dynamic) num_threads(ds_cpu_conv_threads())
-    for (int g = 0; g < groups; g++) {
-        ds_bf16 *a = slots + omp_get_thread_num() * slot, *z = a + round32((long)d->k * d->p * Q);
-        float *pg = part + g * part_stride;
-        const long n0 = (long)g * d->n / groups, n1 = (long)(g + 1) * d->n / groups;
-        for (long n = n0; n < n1; n++) {
-            // a (k, p, Q) = dout[n]^T, each output row's pixels padded to Q
-            for (int p = 0; p < d->p; p++)
-                transpose(a + (long)p * Q, (long)d->p * Q, Q, g16 + (n * pq + (long)p * d->q) * d->k, d->k, d->q);
-            z_image(z, in16 + n * hwc, d);
-            for (int r = 0; r < d->r; r++)
-                ds_bgemm_seg(d->k, (int)sc, d->p, Q, a, (long)d->p * Q, Q, z + r * zrow, 2 * sc, d->stride * zrow,
-                             pg + r * sc, rsc, n != n0);
-        }
-    }
-}
-
-/* 1x1 convolutions: chunks of pixels, pg (k, c) (+)= dout^T (k, pixels) * inputs (pixels, c),
- * or, when the input is the narrower, pg (c, k) (+)= inputs^T * dout (the partials then
- * transposed: bww_transpose_input), each chunk rounded where the product reads it. */
-static void bwd_weight_chunks(float *part, int groups, long part_stride, const void *dout, const void *in,
-                              const ds_conv_desc *d, ds_bf16 *slots, long slot)
-{
-    const long m = (long)d->n * d->p * d->q, pq = (long)d->p * d->q, rows = bww_rows(d), chunks = bww_chunks(d);
-    const int pointwise = is_pointwise(d), tin = bww_transpose_input(d);
-    const int wa = tin ? d->c : d->k, wb = tin ? d->k : d->c;  /* rows of the product, its columns */
-    const long ldb = pack_ld(wb);  /* pair rows not a multiple of 512 bytes apart (pack_ld) */
-#pragma omp parallel for schedule(dynamic) num_threads(ds_cpu_conv_threads())
-    for (int g = 0; g < groups; g++) {
-        const long c0 = g * chunks / groups, c1 = (g + 1) * chunks / groups;
-        ds_bf16 *gr = slots + omp_get_thread_num() * slot, *xr = gr + round32((long)d->k * rows);
-        ds_bf16 *a = xr + round32(rows * (long)d->c), *b = a + round32(rows * (long)(wa > wb ? wa : wb));
-        float *pg = part + g * part_stride;
-        for (long ch = c0; ch < c1; ch++) {
-            const long m0 = ch * rows, mr = m - m0 < rows ? m - m0 : rows, kd = even(mr);
-            // The chunk's rows as bf16: bf16 ones where they lie, float32 ones rounded here.
-            const ds_bf16 *g = gr, *x = xr;
-            if (d->out_t == DS_BF16) g = (const ds_bf16 *)dout + m0 * d->k;
-            else ds_bf16_round_n(gr, (const float *)dout + m0 * d->k, (size_t)(mr * d->k));
-            if (pointwise && d->in_t == DS_BF16) {
-                x = (const ds_bf16 *)in + m0 * d->c;
-            } else if (pointwise) {
-                ds_bf16_round_n(xr, (const float *)in + m0 * d->c, (size_t)(mr * d->c));
+    const long sc = (long)d->s * d->c, rsc = d->r * sc, Q = qe(d), pq = (long)d->p * d->q, zr = z_rows(d),
+               hwc = (long)d->h * d->w * d->c, zrow = Q * sc, zs = z_size(d), imgs = bww_images(d),
+               sai = imgs * d->p * Q, cb = (sc + 63) / 64, h = bww_tile_rows(d->k, d->r * cb),
+               rb = (d->k + h - 1) / h, tiles = rb * d->r * cb;
+    ds_bf16 *A = pack, *Z = pack + round32(d->k * sai);
+#pragma omp parallel num_threads(ds_cpu_conv_threads())
+    for (long n0 = 0; n0 < d->n; n0 += imgs) {
+        const long ni = d->n - n0 < imgs ? d->n - n0 : imgs;
+        // The pack: A's output rows transposed (each padded to Q), then the images' z rows.
+#pragma omp for schedule(dynamic)
+        for (long it = 0; it < ni * (d->p + zr); it++) {
+            const long j = it / (d->p + zr), e = it % (d->p + zr);
+            if (e < d->p) {
+                const ds_bf16 *row[Q];
+                for (long i = 0; i < d->q; i++) row[i] = g16 + ((n0 + j) * pq + e * d->q + i) * d->k;
+                transpose(A + (j * d->p + e) * Q, sai, Q, row, d->k, d->q);
             } else {
-                for (long i = 0; i < mr; i++) {  /* the strided pixels' inputs */
-                    const long px = m0 + i, n = px / pq, p = px % pq / d->q, q = px % d->q;
-                    to16(xr + i * d->c, elem(in, ((n * d->h + p * d->stride) * d->w + q * d->stride) * d->c, d->in_t),
-                         (size_t)d->c, d->in_t);
-                }
+                z_row(Z + j * zs, in16 + (n0 + j) * hwc, d, e - d->p);
             }
-            const ds_bf16 *ta = tin ? x : g, *tb = tin ? g : x;
-            transpose(a, kd, kd, ta, wa, mr);
-            for (long t = 0; t < kd / 2; t++)  /* b (kd, wb): pixels 2t, 2t+1 side by side */
-                ds_bf16_interleave(b + t * ldb, tb + 2 * t * wb, 2 * t + 1 < mr ? tb + (2 * t + 1) * wb : NULL,
-                                   (size_t)wb);
-            // pg (wa, wb) (+)= a (wa, mr) * b (mr, wb)
-            ds_bgemm_seg(wa, wb, 1, kd, a, kd, 0, b, ldb, 0, pg, wb, ch != c0);
+        }
+        // Tiles of T: rows [i0, i1) of window row r, columns [c0, c1) of its s*c.
+#pragma omp for schedule(dynamic)
+        for (long t = 0; t < tiles; t++) {
+            const long i0 = t / (d->r * cb) * h, r = t / cb % d->r, c0 = t % cb * 64;
+            const long i1 = i0 + h < d->k ? i0 + h : d->k, c1 = c0 + 64 < sc ? c0 + 64 : sc;
+            for (long j = 0; j < ni; j++)
+                ds_bgemm_seg(i1 - i0, (int)(c1 - c0), d->p, Q, A + i0 * sai + j * d->p * Q, sai, Q,
+                             Z + j * zs + r * zrow + 2 * c0, 2 * sc, d->stride * zrow, T + i0 * rsc + r * sc + c0,
+                             rsc, n0 + j > 0);
         }
     }
+}
+
+/* -- 1x1 -- */
+/* The narrower of dout (k) and the input (c) is transposed (pairs run along the pixels, so
+ * one operand must have its pixels contiguous: A), the other pair-packed (B). */
+static int bww_transpose_input(const ds_conv_desc *d) { return d->c < d->k; }
+static int bww_wa(const ds_conv_desc *d) { return bww_transpose_input(d) ? d->c : d->k; }
+static int bww_wb(const ds_conv_desc *d) { return bww_transpose_input(d) ? d->k : d->c; }
+/* A chunk in the pack: A (wa, BWW_ROWS), then B's BWW_ROWS / 2 pair rows. */
+static long bww_chunk(const ds_conv_desc *d)
+{
+    return round32((long)bww_wa(d) * BWW_ROWS) + round32(BWW_ROWS / 2 * pack_ld(bww_wb(d)));
+}
+static long bww_chunks(const ds_conv_desc *d)
+{
+    const long m = (long)d->n * d->p * d->q, fit = BWW_PACK / bww_chunk(d), all = (m + BWW_ROWS - 1) / BWW_ROWS;
+    return fit < 1 ? 1 : fit < all ? fit : all > 0 ? all : 1;
+}
+
+/* Output pixel px's row of the input (the strided pixel's, for a stride > 1). */
+static const ds_bf16 *bww_in_row(const ds_bf16 *x16, const ds_conv_desc *d, long px)
+{
+    if (d->stride == 1) return x16 + px * d->c;
+    const long pq = (long)d->p * d->q, n = px / pq, p = px % pq / d->q, q = px % d->q;
+    return x16 + ((n * d->h + p * d->stride) * d->w + q * d->stride) * d->c;
+}
+
+static void bwd_weight_chunks(float *T, const ds_bf16 *g16, const ds_bf16 *x16, const ds_conv_desc *d,
+                              ds_bf16 *pack)
+{
+    const long m = (long)d->n * d->p * d->q, per = bww_chunk(d), chunks = bww_chunks(d);
+    const int tin = bww_transpose_input(d), wa = bww_wa(d), wb = bww_wb(d);
+    const long ldb = pack_ld(wb), cb = (wb + 63) / 64, h = bww_tile_rows(wa, cb), tiles = (wa + h - 1) / h * cb;
+#pragma omp parallel num_threads(ds_cpu_conv_threads())
+    for (long m0 = 0; m0 < m; m0 += chunks * BWW_ROWS) {
+        const long nc = (m - m0 + BWW_ROWS - 1) / BWW_ROWS < chunks ? (m - m0 + BWW_ROWS - 1) / BWW_ROWS : chunks;
+        // The pack, 32 pixels at a time: A's columns, B's pair rows.
+#pragma omp for schedule(dynamic)
+        for (long it = 0; it < nc * (BWW_ROWS / 32); it++) {
+            const long ch = it / (BWW_ROWS / 32), c0 = m0 + ch * BWW_ROWS, i0 = it % (BWW_ROWS / 32) * 32;
+            const long mr = m - c0 < BWW_ROWS ? m - c0 : BWW_ROWS, kd = even(mr);
+            if (i0 >= kd) continue;
+            ds_bf16 *a = pack + ch * per, *b = a + round32((long)wa * BWW_ROWS);
+            const long i1 = i0 + 32 < kd ? i0 + 32 : kd;
+            const ds_bf16 *ga[32], *xa[32];
+            for (long i = i0; i < i1; i++) {
+                ga[i - i0] = i < mr ? g16 + (c0 + i) * d->k : NULL;
+                xa[i - i0] = i < mr ? bww_in_row(x16, d, c0 + i) : NULL;
+            }
+            const ds_bf16 *const *ta = tin ? xa : ga, *const *tb = tin ? ga : xa;
+            transpose(a + i0, kd, i1 - i0, ta, wa, (mr < i1 ? mr : i1) - i0);
+            for (long t = i0 / 2; t < i1 / 2; t++)  /* pixels 2t, 2t+1 side by side */
+                ds_bf16_interleave(b + t * ldb, tb[2 * t - i0], tb[2 * t + 1 - i0], (size_t)wb);
+        }
+        // Tiles of T: rows [i0, i1), columns [j0, j1).
+#pragma omp for schedule(dynamic)
+        for (long t = 0; t < tiles; t++) {
+            const long i0 = t / cb * h, j0 = t % cb * 64;
+            const long i1 = i0 + h < wa ? i0 + h : wa, j1 = j0 + 64 < wb ? j0 + 64 : wb;
+            for (long ch = 0; ch < nc; ch++) {
+                const long c0 = m0 + ch * BWW_ROWS, kd = even(m - c0 < BWW_ROWS ? m - c0 : BWW_ROWS);
+                const ds_bf16 *a = pack + ch * per, *b = a + round32((long)wa * BWW_ROWS);
+                ds_bgemm_seg(i1 - i0, (int)(j1 - j0), 1, kd, a + i0 * kd, kd, 0, b + 2 * j0, ldb, 0, T + i0 * wb + j0,
+                             wb, c0 > 0);
+            }
+        }
+    }
+}
+
+/* The pack's size: at most BWW_PACK, or one image or chunk where that is more (bf16 elements). */
+static long bww_pack(const ds_conv_desc *d)
+{
+    const long one = bww_implicit(d) ? bww_image(d) : bww_chunk(d);
+    return (one > BWW_PACK ? one : BWW_PACK) + 32;
 }
 
 /* ---- the backend's entries ---- */
 
-/* Workspace (bf16 elements): [weights area][in16][g16][slots]. The weights area holds the
- * packed weights or the float32 partial weight gradients; in16 and g16 the op's input and
- * output gradient rounded, when they are stored float32 (bf16 ones are read where they lie). */
+/* Workspace (bf16 elements): [weights area][in16][g16][scratch]. The weights area holds the
+ * packed weights or backward-weight's float32 total; in16 and g16 the op's input and output
+ * gradient rounded, when they are stored float32 (bf16 ones are read where they lie); the
+ * scratch the threads' slots, or backward-weight's pack, which they share. */
 typedef struct {
-    long weights, in16, g16, slot;
+    long weights, in16, g16, slot, pack;
 } ws_plan;
 
 static ws_plan plan(const ds_conv_desc *d)
@@ -507,7 +540,7 @@ static ws_plan plan(const ds_conv_desc *d)
     ds_conv_desc t;
     const long rsc = (long)d->r * d->s * d->c;
     ws_plan w = {fwd_weights(d), d->in_t == DS_F32 ? round32(in_count(d)) : 0,
-                 d->out_t == DS_F32 ? round32(out_count(d)) : 0, fwd_slot(d)};
+                 d->out_t == DS_F32 ? round32(out_count(d)) : 0, fwd_slot(d), bww_pack(d)};
     if (!d->no_dx) {
         if (ds_cpu_conv_flipped(d, &t)) {
             if (fwd_weights(&t) > w.weights) w.weights = fwd_weights(&t);
@@ -517,18 +550,22 @@ static ws_plan plan(const ds_conv_desc *d)
             if (bwd_slot(d) > w.slot) w.slot = bwd_slot(d);
         }
     }
-    const long parts = 2L * bww_groups(d) * ds_round16((long)d->k * rsc);  /* float32 partials */
-    if (parts > w.weights) w.weights = parts;
-    const long bs = bww_implicit(d) ? implicit_bww_slot(d) : bww_slot(d);
-    if (bs > w.slot) w.slot = bs;
+    const long total = 2 * ds_round16((long)d->k * rsc);  /* backward-weight's float32 total */
+    if (total > w.weights) w.weights = total;
     w.weights = round32(w.weights);
     return w;
+}
+
+static long scratch(ws_plan w)
+{
+    const long slots = ds_cpu_conv_slots() * w.slot;
+    return slots > w.pack ? slots : w.pack;
 }
 
 size_t ds_cpu_conv_workspace_bf16(const ds_conv_desc *d)
 {
     ws_plan w = plan(d);
-    return (size_t)(w.weights + w.in16 + w.g16 + ds_cpu_conv_slots() * w.slot) * sizeof(ds_bf16);
+    return (size_t)(w.weights + w.in16 + w.g16 + scratch(w)) * sizeof(ds_bf16);
 }
 
 void ds_cpu_conv_fwd_bf16(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws)
@@ -557,15 +594,11 @@ void ds_cpu_conv_bwd_data_bf16(void *din, const void *dout, const void *w, const
 void ds_cpu_conv_bwd_weight_bf16(float *dw, const void *dout, const void *in, const ds_conv_desc *d, void *ws)
 {
     ws_plan p = plan(d);
-    ds_bf16 *in16 = (ds_bf16 *)ws + p.weights, *g16 = in16 + p.in16, *slots = g16 + p.g16;
-    const long rsc = (long)d->r * d->s * d->c, part_stride = ds_round16((long)d->k * rsc);
-    const int groups = bww_groups(d);
-    float *part = ws;
+    ds_bf16 *in16 = (ds_bf16 *)ws + p.weights, *g16 = in16 + p.in16, *pack = g16 + p.g16;
+    float *T = ws;
     if ((long)d->n * d->p * d->q == 0) return;
-    if (bww_implicit(d))
-        bwd_weight_implicit(part, groups, part_stride, all16(g16, dout, out_count(d), d->out_t),
-                            all16(in16, in, in_count(d), d->in_t), d, slots, p.slot);
-    else
-        bwd_weight_chunks(part, groups, part_stride, dout, in, d, slots, p.slot);
-    ds_cpu_conv_sum_groups(dw, part, groups, part_stride, d->k, rsc, !bww_implicit(d) && bww_transpose_input(d));
+    const ds_bf16 *x = all16(in16, in, in_count(d), d->in_t), *g = all16(g16, dout, out_count(d), d->out_t);
+    if (bww_implicit(d)) bwd_weight_implicit(T, g, x, d, pack);
+    else bwd_weight_chunks(T, g, x, d, pack);
+    ds_cpu_conv_sum_groups(dw, T, 1, 0, d->k, (long)d->r * d->s * d->c, !bww_implicit(d) && bww_transpose_input(d));
 }
