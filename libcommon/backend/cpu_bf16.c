@@ -7,6 +7,9 @@
 #include <float.h>
 #include <math.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* NaN: quiet; zero and denormals: a zero of the sign; else to nearest even (ds_bf16_from). */
 ds_bf16 ds_bf16_round(float x) { return ds_bf16_from(x); }
@@ -32,6 +35,39 @@ void ds_bf16_interleave_plain(ds_bf16 *dst, const ds_bf16 *a, const ds_bf16 *b, 
 void ds_bf16_interleave(ds_bf16 *dst, const ds_bf16 *a, const ds_bf16 *b, size_t n)
 {
     ds_cpu_kernels_for(ds_cpu_isa_get())->bf16_interleave(dst, a, b, n);
+}
+
+/* 8 x 8 blocks in SSE2 (every x86-64 CPU has it): three rounds of unpacks, 16-, 32- and
+ * 64-bit; the edges one element at a time. Copies only, so no kernel set can change a bit. */
+void ds_bf16_transpose(ds_bf16 *a, long ld, const ds_bf16 *const *row, long mr, int k)
+{
+    long i0 = 0;
+#if defined(__SSE2__)
+    for (; i0 + 8 <= mr; i0 += 8) {
+        int j0 = 0;
+        for (; j0 + 8 <= k; j0 += 8) {
+            __m128i r[8], t[8];
+            for (int i = 0; i < 8; i++) r[i] = _mm_loadu_si128((const __m128i *)(row[i0 + i] + j0));
+            for (int i = 0; i < 4; i++) {  /* pairs of rows: 16-bit, then 32-bit */
+                t[2 * i] = _mm_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+                t[2 * i + 1] = _mm_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+            }
+            for (int h = 0; h < 2; h++)
+                for (int e = 0; e < 2; e++) {
+                    r[4 * h + 2 * e] = _mm_unpacklo_epi32(t[4 * h + e], t[4 * h + e + 2]);
+                    r[4 * h + 2 * e + 1] = _mm_unpackhi_epi32(t[4 * h + e], t[4 * h + e + 2]);
+                }
+            for (int j = 0; j < 4; j++) {  /* column j0 + 2j and + 2j + 1: rows 0-3 and 4-7 */
+                _mm_storeu_si128((__m128i *)(a + (j0 + 2 * j) * ld + i0), _mm_unpacklo_epi64(r[j], r[4 + j]));
+                _mm_storeu_si128((__m128i *)(a + (j0 + 2 * j + 1) * ld + i0), _mm_unpackhi_epi64(r[j], r[4 + j]));
+            }
+        }
+        for (int j = j0; j < k; j++)
+            for (long i = i0; i < i0 + 8; i++) a[j * ld + i] = row[i][j];
+    }
+#endif
+    for (int j = 0; j < k; j++)
+        for (long i = i0; i < mr; i++) a[j * ld + i] = row[i][j];
 }
 
 void ds_bf16_pack_pairs(ds_bf16 *dst, long ldb, const float *src, long sp, long sj, long k, int n)

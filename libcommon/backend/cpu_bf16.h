@@ -66,6 +66,9 @@ void ds_bf16_round_n(ds_bf16 *dst, const float *src, size_t n);
  * pair-packed B made from two rows of bf16. */
 void ds_bf16_interleave(ds_bf16 *dst, const ds_bf16 *a, const ds_bf16 *b, size_t n);
 
+/* a[j ld + i] = row[i][j] for i < mr, j < k: rows of k elements transposed. */
+void ds_bf16_transpose(ds_bf16 *a, long ld, const ds_bf16 *const *row, long mr, int k);
+
 /* B pair-packed from float32: rows [0, k) of src (row p at src + p sp, column j at j sj), n
  * columns, into dst with pair rows ldb apart; an odd k gets a zero row k. */
 void ds_bf16_pack_pairs(ds_bf16 *dst, long ldb, const float *src, long sp, long sj, long k, int n);

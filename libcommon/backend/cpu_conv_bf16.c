@@ -362,16 +362,10 @@ static long bww_tile_rows(long rows, long col_blocks)
 }
 
 /* a (k, cols), rows ld apart = the rows row[0 .. mr) (k elements each) transposed, zero in
- * the columns mr .. cols; in blocks of 32 x 32 so reads and writes both stay in L1. */
+ * the columns mr .. cols. */
 static void transpose(ds_bf16 *a, long ld, long cols, const ds_bf16 *const *row, int k, long mr)
 {
-    for (long i0 = 0; i0 < mr; i0 += 32)
-        for (int j0 = 0; j0 < k; j0 += 32) {
-            const long i1 = i0 + 32 < mr ? i0 + 32 : mr;
-            const int j1 = j0 + 32 < k ? j0 + 32 : k;
-            for (int j = j0; j < j1; j++)
-                for (long i = i0; i < i1; i++) a[j * ld + i] = row[i][j];
-        }
+    ds_bf16_transpose(a, ld, row, mr, k);
     for (int j = 0; j < k; j++)
         for (long i = mr; i < cols; i++) a[j * ld + i] = 0;
 }

@@ -574,6 +574,29 @@ static void test_pack_pairs(void)
     check_end();
 }
 
+/* transpose: a[j ld + i] = row[i][j], the 8 x 8 blocks and both edges (rows and columns
+ * past a multiple of 8), the rows anywhere in memory, nothing written outside the rows mr. */
+static void test_transpose(void)
+{
+    check_begin("bf16_transpose");
+    static const int shapes[][2] = {{8, 8}, {16, 24}, {13, 21}, {7, 5}, {1, 9}, {33, 64}, {0, 3}};
+    int bad = 0;
+    for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
+        const long mr = shapes[t][0], ld = mr + 3;
+        const int k = shapes[t][1];
+        ds_bf16 src[40 * 70], a[70 * 40];
+        const ds_bf16 *row[40];
+        for (int e = 0; e < 40 * 70; e++) src[e] = (ds_bf16)(e * 7 + 1);
+        for (long i = 0; i < mr; i++) row[i] = src + (i * 5 % 40) * 70 + i % 3;  /* scattered rows */
+        memset(a, 0xff, sizeof a);
+        ds_bf16_transpose(a, ld, row, mr, k);
+        for (int j = 0; j < k; j++)
+            for (long i = 0; i < ld; i++) bad += a[j * ld + i] != (i < mr ? row[i][j] : 0xffff);
+    }
+    CHECK(!bad, "%d elements wrong", bad);
+    check_end();
+}
+
 int main(void)
 {
     ds_rng_init(&rng, 7, DS_RNG_DATA, 13);
@@ -583,6 +606,7 @@ int main(void)
                    ds_cpu_isa_name((ds_cpu_isa)l));
     test_rounding();
     test_pack_pairs();
+    test_transpose();
     test_rule_is_the_instruction();
     test_levels_agree();
     test_amx();
