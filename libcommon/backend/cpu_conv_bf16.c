@@ -19,10 +19,11 @@
  *   - Backward-weight sums over output pixels, which pair up: dout^T (k, pixels) by the
  *     input's window rows with two pixels' elements side by side (image by image, the
  *     output rows as segments; 1x1 convolutions in chunks of pixels), each image's or
- *     chunk's sum added in order into one float32 total; the threads split the total's
- *     elements, not the pixels.
- * Chunks and paths depend on the shape alone, and no reduction is split between threads, so
- * the results are bitwise the same for any thread count on any CPU. */
+ *     chunk's sum added in order into a float32 total: one whose elements the threads
+ *     split, or, for a small gradient, one per fixed group of images or chunks, added in
+ *     group order.
+ * Chunks, groups and paths depend on the shape alone, so the results are bitwise the same
+ * for any thread count on any CPU. */
 #include "cpu_conv.h"
 #include "cpu_bf16.h"
 
@@ -332,33 +333,57 @@ static void bwd_data_strided(void *din, const ds_bf16 *g16, const void *w, const
 }
 
 /* ---- backward-weight ----
- * The threads split the gradient's elements, never its reduction. Each element is summed over
- * the output pixels in an order fixed by the shape, into a float32 total T (the weights area)
- * that is added to dw at the end:
- *   - windows (the implicit product): image by image, in image order, each image's sum one
- *     product per window row r, T (k, s*c) (+)= dout[n]^T (k, pixels) * window rows (pixels,
- *     s*c), its output rows the segments and a row's pixels the pairs (q padded to even);
- *   - 1x1: chunks of BWW_ROWS pixels in order, T (k, c) (+)= dout^T (k, chunk) * inputs
- *     (chunk, c), or, when the input is the narrower (bww_transpose_input), T (c, k) (+)=
- *     inputs^T * dout, transposed as it is added to dw.
- * The operands of several images or chunks (a pack, about BWW_PACK bf16 elements) are laid out
- * once in the workspace by all the threads; then each thread takes tiles of T and walks the
- * pack's images or chunks in order, its tile staying in cache. Which thread takes a tile
- * changes nothing in its sums. */
+ * Each element of the gradient is summed over the output pixels in an order fixed by the
+ * shape:
+ *   - windows (the implicit product): image by image, each image's sum one product per window
+ *     row r, T (k, s*c) (+)= dout[n]^T (k, pixels) * window rows (pixels, s*c), its output rows
+ *     the segments and a row's pixels the pairs (q padded to even);
+ *   - 1x1: chunks of BWW_ROWS pixels, T (k, c) (+)= dout^T (k, chunk) * inputs (chunk, c),
+ *     or, when the input is the narrower (bww_transpose_input), T (c, k) (+)= inputs^T * dout,
+ *     transposed as it is added to dw.
+ * Those images or chunks (units) are summed in order into float32 totals, in one of two
+ * splits between the threads, chosen by the shape (bww_groups):
+ *   - a gradient of more than BWW_SMALL elements: one total, whose elements the threads
+ *     split. The operands of several units (a pack, about BWW_PACK bf16 elements) are laid
+ *     out once in the scratch by all the threads; then each thread takes tiles of the total
+ *     and walks the pack's units in order, its tile staying in cache;
+ *   - a smaller one: the units in BWW_GROUPS fixed groups, a total each; a thread takes whole
+ *     groups, one unit's operands at a time in its slot (in L2), and the totals are added in
+ *     group order.
+ * Either way no sum depends on which thread computes it. */
 #define BWW_ROWS 1024
 #define BWW_PACK (4L << 20)
+#define BWW_SMALL 65536
+#define BWW_GROUPS 16
 
 /* Windows take the implicit product; 1x1 convolutions chunks of pixels. */
 static int bww_implicit(const ds_conv_desc *d) { return !(d->r == 1 && d->s == 1); }
+static long bww_units(const ds_conv_desc *d)
+{
+    return bww_implicit(d) ? d->n : ((long)d->n * d->p * d->q + BWW_ROWS - 1) / BWW_ROWS;
+}
+static int bww_groups(const ds_conv_desc *d)
+{
+    const long units = bww_units(d);
+    if ((long)d->k * d->r * d->s * d->c > BWW_SMALL || units < 2) return 1;
+    return units < BWW_GROUPS ? (int)units : BWW_GROUPS;
+}
 
-/* Rows of T per tile: whole kernel tiles, halved while there are fewer than four tiles per
- * thread and the rows stay above 48 (cols_blocks: the tiles across). */
-static long bww_tile_rows(long rows, long col_blocks)
+/* Tiles of a total, rows x cols (of cols_all, in `sets` sets: the window rows): rows halved
+ * while there are fewer than four tiles per thread, to whole kernel tiles above 48, then
+ * columns (64, 32, 16: a kernel's panel or part of one), then rows down to 8. */
+static void bww_tiles(long rows_all, long cols_all, long sets, long *rows, long *cols)
 {
     const long want = 4L * ds_cpu_conv_threads();
-    long h = rows;
-    while (h > 48 && (rows + h - 1) / h * col_blocks < want) h = (h / 2 + 5) / 6 * 6;
-    return h;
+    long h = rows_all, w = 64;
+    for (;;) {
+        if ((rows_all + h - 1) / h * ((cols_all + w - 1) / w) * sets >= want) break;
+        if (h > 48) h = (h / 2 + 5) / 6 * 6;
+        else if (w > 16 && cols_all > w / 2) w /= 2;
+        else if (h > 8) h = (h / 2 + 1) & ~1L;
+        else break;
+    }
+    *rows = h, *cols = w;
 }
 
 /* a (k, cols), rows ld apart = the rows row[0 .. mr) (k elements each) transposed, zero in
@@ -377,8 +402,9 @@ static long z_rows(const ds_conv_desc *d) { return (long)(d->p - 1) * d->stride 
  * the s*c window elements of both pixels side by side, so that output row p's window row r
  * is z's row p*stride + r, rows zrow = q_e * s*c apart. */
 static long z_size(const ds_conv_desc *d) { return round32(z_rows(d) * qe(d) * d->s * d->c); }
-/* The pack: A (k, images, p, q_e) then each image's z. */
-static long bww_image(const ds_conv_desc *d) { return (long)d->k * d->p * qe(d) + z_size(d); }
+/* An image's operands: A (k, p, q_e), then its z. A pack: A (k, images, p, q_e), then each
+ * image's z. */
+static long bww_image(const ds_conv_desc *d) { return round32((long)d->k * d->p * qe(d)) + z_size(d); }
 static long bww_images(const ds_conv_desc *d)
 {
     const long fit = BWW_PACK / bww_image(d);
@@ -409,38 +435,53 @@ static void z_row(ds_bf16 *z, const ds_bf16 *img, const ds_conv_desc *d, long y)
     }
 }
 
+/* Part e of image n's operands (p + z_rows parts): output row e of dout transposed into a's
+ * columns from e * q_e (rows sai apart), or, past the p rows, row e - p of its z. */
+static void image_part(ds_bf16 *a, long sai, ds_bf16 *z, const ds_bf16 *g16, const ds_bf16 *in16,
+                       const ds_conv_desc *d, long n, long e)
+{
+    if (e < d->p) {
+        const ds_bf16 *row[d->q];
+        for (long i = 0; i < d->q; i++) row[i] = g16 + ((n * d->p + e) * d->q + i) * d->k;
+        transpose(a + e * qe(d), sai, qe(d), row, d->k, d->q);
+    } else {
+        z_row(z, in16 + n * (long)d->h * d->w * d->c, d, e - d->p);
+    }
+}
+
+/* Rows [i0, i1) and columns [c0, c1) of window row r of T (k, r*s*c) (+)= one image's
+ * product (its A at a, rows sai apart; its z). */
+static void image_tile(float *T, const ds_bf16 *a, long sai, const ds_bf16 *z, const ds_conv_desc *d, long i0,
+                       long i1, long r, long c0, long c1, int acc)
+{
+    const long sc = (long)d->s * d->c, zrow = qe(d) * sc;
+    ds_bgemm_seg(i1 - i0, (int)(c1 - c0), d->p, qe(d), a + i0 * sai, sai, qe(d), z + r * zrow + 2 * c0, 2 * sc,
+                 d->stride * zrow, T + i0 * d->r * sc + r * sc + c0, d->r * sc, acc);
+}
+
 static void bwd_weight_implicit(float *T, const ds_bf16 *g16, const ds_bf16 *in16, const ds_conv_desc *d,
                                 ds_bf16 *pack)
 {
-    const long sc = (long)d->s * d->c, rsc = d->r * sc, Q = qe(d), pq = (long)d->p * d->q, zr = z_rows(d),
-               hwc = (long)d->h * d->w * d->c, zrow = Q * sc, zs = z_size(d), imgs = bww_images(d),
-               sai = imgs * d->p * Q, cb = (sc + 63) / 64, h = bww_tile_rows(d->k, d->r * cb),
-               rb = (d->k + h - 1) / h, tiles = rb * d->r * cb;
+    const long sc = (long)d->s * d->c, parts = d->p + z_rows(d), zs = z_size(d), imgs = bww_images(d),
+               sai = imgs * d->p * qe(d);
+    long h, tw;
+    bww_tiles(d->k, sc, d->r, &h, &tw);
+    const long cb = (sc + tw - 1) / tw, tiles = (d->k + h - 1) / h * d->r * cb;
     ds_bf16 *A = pack, *Z = pack + round32(d->k * sai);
 #pragma omp parallel num_threads(ds_cpu_conv_threads())
     for (long n0 = 0; n0 < d->n; n0 += imgs) {
         const long ni = d->n - n0 < imgs ? d->n - n0 : imgs;
-        // The pack: A's output rows transposed (each padded to Q), then the images' z rows.
 #pragma omp for schedule(dynamic)
-        for (long it = 0; it < ni * (d->p + zr); it++) {
-            const long j = it / (d->p + zr), e = it % (d->p + zr);
-            if (e < d->p) {
-                const ds_bf16 *row[Q];
-                for (long i = 0; i < d->q; i++) row[i] = g16 + ((n0 + j) * pq + e * d->q + i) * d->k;
-                transpose(A + (j * d->p + e) * Q, sai, Q, row, d->k, d->q);
-            } else {
-                z_row(Z + j * zs, in16 + (n0 + j) * hwc, d, e - d->p);
-            }
+        for (long it = 0; it < ni * parts; it++) {
+            const long j = it / parts;
+            image_part(A + j * d->p * qe(d), sai, Z + j * zs, g16, in16, d, n0 + j, it % parts);
         }
-        // Tiles of T: rows [i0, i1) of window row r, columns [c0, c1) of its s*c.
 #pragma omp for schedule(dynamic)
         for (long t = 0; t < tiles; t++) {
-            const long i0 = t / (d->r * cb) * h, r = t / cb % d->r, c0 = t % cb * 64;
-            const long i1 = i0 + h < d->k ? i0 + h : d->k, c1 = c0 + 64 < sc ? c0 + 64 : sc;
+            const long i0 = t / (d->r * cb) * h, r = t / cb % d->r, c0 = t % cb * tw;
             for (long j = 0; j < ni; j++)
-                ds_bgemm_seg(i1 - i0, (int)(c1 - c0), d->p, Q, A + i0 * sai + j * d->p * Q, sai, Q,
-                             Z + j * zs + r * zrow + 2 * c0, 2 * sc, d->stride * zrow, T + i0 * rsc + r * sc + c0,
-                             rsc, n0 + j > 0);
+                image_tile(T, A + j * d->p * qe(d), sai, Z + j * zs, d, i0, i0 + h < d->k ? i0 + h : d->k, r, c0,
+                           c0 + tw < sc ? c0 + tw : sc, n0 + j > 0);
         }
     }
 }
@@ -451,15 +492,20 @@ static void bwd_weight_implicit(float *T, const ds_bf16 *g16, const ds_bf16 *in1
 static int bww_transpose_input(const ds_conv_desc *d) { return d->c < d->k; }
 static int bww_wa(const ds_conv_desc *d) { return bww_transpose_input(d) ? d->c : d->k; }
 static int bww_wb(const ds_conv_desc *d) { return bww_transpose_input(d) ? d->k : d->c; }
-/* A chunk in the pack: A (wa, BWW_ROWS), then B's BWW_ROWS / 2 pair rows. */
+/* A chunk's operands: A (wa, BWW_ROWS), then B's BWW_ROWS / 2 pair rows. */
 static long bww_chunk(const ds_conv_desc *d)
 {
     return round32((long)bww_wa(d) * BWW_ROWS) + round32(BWW_ROWS / 2 * pack_ld(bww_wb(d)));
 }
 static long bww_chunks(const ds_conv_desc *d)
 {
-    const long m = (long)d->n * d->p * d->q, fit = BWW_PACK / bww_chunk(d), all = (m + BWW_ROWS - 1) / BWW_ROWS;
+    const long fit = BWW_PACK / bww_chunk(d), all = bww_units(d);
     return fit < 1 ? 1 : fit < all ? fit : all > 0 ? all : 1;
+}
+static long chunk_pixels(const ds_conv_desc *d, long ch)
+{
+    const long m = (long)d->n * d->p * d->q - ch * BWW_ROWS;
+    return m < BWW_ROWS ? m : BWW_ROWS;
 }
 
 /* Output pixel px's row of the input (the strided pixel's, for a stride > 1). */
@@ -470,56 +516,93 @@ static const ds_bf16 *bww_in_row(const ds_bf16 *x16, const ds_conv_desc *d, long
     return x16 + ((n * d->h + p * d->stride) * d->w + q * d->stride) * d->c;
 }
 
+/* Pixels [i0, i0 + 32) of chunk ch into its operands at a: A's columns, B's pair rows. */
+static void chunk_part(ds_bf16 *a, const ds_bf16 *g16, const ds_bf16 *x16, const ds_conv_desc *d, long ch, long i0)
+{
+    const int tin = bww_transpose_input(d), wa = bww_wa(d), wb = bww_wb(d);
+    const long mr = chunk_pixels(d, ch), kd = even(mr), px = ch * BWW_ROWS, ldb = pack_ld(wb);
+    if (i0 >= kd) return;
+    const long i1 = i0 + 32 < kd ? i0 + 32 : kd;
+    ds_bf16 *b = a + round32((long)wa * BWW_ROWS);
+    const ds_bf16 *ga[32], *xa[32];
+    for (long i = i0; i < i1; i++) {
+        ga[i - i0] = i < mr ? g16 + (px + i) * d->k : NULL;
+        xa[i - i0] = i < mr ? bww_in_row(x16, d, px + i) : NULL;
+    }
+    const ds_bf16 *const *ta = tin ? xa : ga, *const *tb = tin ? ga : xa;
+    transpose(a + i0, kd, i1 - i0, ta, wa, (mr < i1 ? mr : i1) - i0);
+    for (long t = i0 / 2; t < i1 / 2; t++)  /* pixels 2t, 2t+1 side by side */
+        ds_bf16_interleave(b + t * ldb, tb[2 * t - i0], tb[2 * t + 1 - i0], (size_t)wb);
+}
+
+/* Rows [i0, i1) and columns [j0, j1) of T (wa, wb) (+)= chunk ch's product (operands at a). */
+static void chunk_tile(float *T, const ds_bf16 *a, const ds_conv_desc *d, long ch, long i0, long i1, long j0,
+                       long j1, int acc)
+{
+    const int wa = bww_wa(d), wb = bww_wb(d);
+    const long kd = even(chunk_pixels(d, ch));
+    ds_bgemm_seg(i1 - i0, (int)(j1 - j0), 1, kd, a + i0 * kd, kd, 0, a + round32((long)wa * BWW_ROWS) + 2 * j0,
+                 pack_ld(wb), 0, T + i0 * wb + j0, wb, acc);
+}
+
 static void bwd_weight_chunks(float *T, const ds_bf16 *g16, const ds_bf16 *x16, const ds_conv_desc *d,
                               ds_bf16 *pack)
 {
-    const long m = (long)d->n * d->p * d->q, per = bww_chunk(d), chunks = bww_chunks(d);
-    const int tin = bww_transpose_input(d), wa = bww_wa(d), wb = bww_wb(d);
-    const long ldb = pack_ld(wb), cb = (wb + 63) / 64, h = bww_tile_rows(wa, cb), tiles = (wa + h - 1) / h * cb;
+    const long units = bww_units(d), per = bww_chunk(d), chunks = bww_chunks(d);
+    const int wa = bww_wa(d), wb = bww_wb(d);
+    long h, tw;
+    bww_tiles(wa, wb, 1, &h, &tw);
+    const long cb = (wb + tw - 1) / tw, tiles = (wa + h - 1) / h * cb;
 #pragma omp parallel num_threads(ds_cpu_conv_threads())
-    for (long m0 = 0; m0 < m; m0 += chunks * BWW_ROWS) {
-        const long nc = (m - m0 + BWW_ROWS - 1) / BWW_ROWS < chunks ? (m - m0 + BWW_ROWS - 1) / BWW_ROWS : chunks;
-        // The pack, 32 pixels at a time: A's columns, B's pair rows.
+    for (long u0 = 0; u0 < units; u0 += chunks) {
+        const long nc = units - u0 < chunks ? units - u0 : chunks;
 #pragma omp for schedule(dynamic)
-        for (long it = 0; it < nc * (BWW_ROWS / 32); it++) {
-            const long ch = it / (BWW_ROWS / 32), c0 = m0 + ch * BWW_ROWS, i0 = it % (BWW_ROWS / 32) * 32;
-            const long mr = m - c0 < BWW_ROWS ? m - c0 : BWW_ROWS, kd = even(mr);
-            if (i0 >= kd) continue;
-            ds_bf16 *a = pack + ch * per, *b = a + round32((long)wa * BWW_ROWS);
-            const long i1 = i0 + 32 < kd ? i0 + 32 : kd;
-            const ds_bf16 *ga[32], *xa[32];
-            for (long i = i0; i < i1; i++) {
-                ga[i - i0] = i < mr ? g16 + (c0 + i) * d->k : NULL;
-                xa[i - i0] = i < mr ? bww_in_row(x16, d, c0 + i) : NULL;
-            }
-            const ds_bf16 *const *ta = tin ? xa : ga, *const *tb = tin ? ga : xa;
-            transpose(a + i0, kd, i1 - i0, ta, wa, (mr < i1 ? mr : i1) - i0);
-            for (long t = i0 / 2; t < i1 / 2; t++)  /* pixels 2t, 2t+1 side by side */
-                ds_bf16_interleave(b + t * ldb, tb[2 * t - i0], tb[2 * t + 1 - i0], (size_t)wb);
-        }
-        // Tiles of T: rows [i0, i1), columns [j0, j1).
+        for (long it = 0; it < nc * (BWW_ROWS / 32); it++)
+            chunk_part(pack + it / (BWW_ROWS / 32) * per, g16, x16, d, u0 + it / (BWW_ROWS / 32),
+                       it % (BWW_ROWS / 32) * 32);
 #pragma omp for schedule(dynamic)
         for (long t = 0; t < tiles; t++) {
-            const long i0 = t / cb * h, j0 = t % cb * 64;
-            const long i1 = i0 + h < wa ? i0 + h : wa, j1 = j0 + 64 < wb ? j0 + 64 : wb;
-            for (long ch = 0; ch < nc; ch++) {
-                const long c0 = m0 + ch * BWW_ROWS, kd = even(m - c0 < BWW_ROWS ? m - c0 : BWW_ROWS);
-                const ds_bf16 *a = pack + ch * per, *b = a + round32((long)wa * BWW_ROWS);
-                ds_bgemm_seg(i1 - i0, (int)(j1 - j0), 1, kd, a + i0 * kd, kd, 0, b + 2 * j0, ldb, 0, T + i0 * wb + j0,
-                             wb, c0 > 0);
+            const long i0 = t / cb * h, j0 = t % cb * tw;
+            for (long ch = 0; ch < nc; ch++)
+                chunk_tile(T, pack + ch * per, d, u0 + ch, i0, i0 + h < wa ? i0 + h : wa, j0,
+                           j0 + tw < wb ? j0 + tw : wb, u0 + ch > 0);
+        }
+    }
+}
+
+/* -- small gradients: groups -- */
+static long bww_unit(const ds_conv_desc *d) { return bww_implicit(d) ? bww_image(d) : bww_chunk(d); }
+
+static void bwd_weight_groups(float *T, long t_stride, int groups, const ds_bf16 *g16, const ds_bf16 *x16,
+                              const ds_conv_desc *d, ds_bf16 *slots)
+{
+    const long units = bww_units(d), slot = bww_unit(d), sai = (long)d->p * qe(d), sc = (long)d->s * d->c;
+#pragma omp parallel for schedule(dynamic) num_threads(ds_cpu_conv_threads())
+    for (int g = 0; g < groups; g++) {
+        ds_bf16 *a = slots + omp_get_thread_num() * slot;
+        float *Tg = T + g * t_stride;
+        const long u0 = g * units / groups, u1 = (g + 1) * units / groups;
+        for (long u = u0; u < u1; u++) {
+            if (bww_implicit(d)) {
+                ds_bf16 *z = a + round32((long)d->k * sai);
+                for (long e = 0; e < d->p + z_rows(d); e++) image_part(a, sai, z, g16, x16, d, u, e);
+                for (int r = 0; r < d->r; r++) image_tile(Tg, a, sai, z, d, 0, d->k, r, 0, sc, u != u0);
+            } else {
+                for (long i0 = 0; i0 < BWW_ROWS; i0 += 32) chunk_part(a, g16, x16, d, u, i0);
+                chunk_tile(Tg, a, d, u, 0, bww_wa(d), 0, bww_wb(d), u != u0);
             }
         }
     }
 }
 
-/* The pack's size: at most BWW_PACK, or one image or chunk where that is more (bf16 elements). */
-static long bww_pack(const ds_conv_desc *d)
+/* The scratch backward-weight takes: a pack (at most BWW_PACK, or one unit where that is
+ * more), or a unit per slot. */
+static long bww_scratch(const ds_conv_desc *d)
 {
-    const long one = bww_implicit(d) ? bww_image(d) : bww_chunk(d);
+    const long one = bww_unit(d);
+    if (bww_groups(d) > 1) return ds_cpu_conv_slots() * one;
     return (one > BWW_PACK ? one : BWW_PACK) + 32;
 }
-
-/* ---- the backend's entries ---- */
 
 /* Workspace (bf16 elements): [weights area][in16][g16][scratch]. The weights area holds the
  * packed weights or backward-weight's float32 total; in16 and g16 the op's input and output
@@ -534,7 +617,7 @@ static ws_plan plan(const ds_conv_desc *d)
     ds_conv_desc t;
     const long rsc = (long)d->r * d->s * d->c;
     ws_plan w = {fwd_weights(d), d->in_t == DS_F32 ? round32(in_count(d)) : 0,
-                 d->out_t == DS_F32 ? round32(out_count(d)) : 0, fwd_slot(d), bww_pack(d)};
+                 d->out_t == DS_F32 ? round32(out_count(d)) : 0, fwd_slot(d), bww_scratch(d)};
     if (!d->no_dx) {
         if (ds_cpu_conv_flipped(d, &t)) {
             if (fwd_weights(&t) > w.weights) w.weights = fwd_weights(&t);
@@ -544,7 +627,7 @@ static ws_plan plan(const ds_conv_desc *d)
             if (bwd_slot(d) > w.slot) w.slot = bwd_slot(d);
         }
     }
-    const long total = 2 * ds_round16((long)d->k * rsc);  /* backward-weight's float32 total */
+    const long total = 2L * bww_groups(d) * ds_round16((long)d->k * rsc);  /* backward-weight's float32 totals */
     if (total > w.weights) w.weights = total;
     w.weights = round32(w.weights);
     return w;
@@ -589,10 +672,13 @@ void ds_cpu_conv_bwd_weight_bf16(float *dw, const void *dout, const void *in, co
 {
     ws_plan p = plan(d);
     ds_bf16 *in16 = (ds_bf16 *)ws + p.weights, *g16 = in16 + p.in16, *pack = g16 + p.g16;
+    const long rsc = (long)d->r * d->s * d->c, t_stride = ds_round16(d->k * rsc);
+    const int groups = bww_groups(d);
     float *T = ws;
     if ((long)d->n * d->p * d->q == 0) return;
     const ds_bf16 *x = all16(in16, in, in_count(d), d->in_t), *g = all16(g16, dout, out_count(d), d->out_t);
-    if (bww_implicit(d)) bwd_weight_implicit(T, g, x, d, pack);
+    if (groups > 1) bwd_weight_groups(T, t_stride, groups, g, x, d, pack);
+    else if (bww_implicit(d)) bwd_weight_implicit(T, g, x, d, pack);
     else bwd_weight_chunks(T, g, x, d, pack);
-    ds_cpu_conv_sum_groups(dw, T, 1, 0, d->k, (long)d->r * d->s * d->c, !bww_implicit(d) && bww_transpose_input(d));
+    ds_cpu_conv_sum_groups(dw, T, groups, t_stride, d->k, rsc, !bww_implicit(d) && bww_transpose_input(d));
 }
