@@ -216,23 +216,39 @@ static void cpu_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, 
  * maximum of bf16 values is one of them (exact); the backward adds each window's gradient to
  * its maximum in window order, a bf16 sum rounded at each add; average pooling sums in
  * float32 and stores float32 features. */
+static inline uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static inline float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 #define POOL_T float
 #define POOL_LD(x) (x)
+#define POOL_BITS(x) f32_bits(x)
 #define POOL_ST(v) (v)
 #define POOL_FN(name) name
 #include "cpu_pool.inc"
 #undef POOL_T
 #undef POOL_LD
+#undef POOL_BITS
 #undef POOL_ST
 #undef POOL_FN
 
 #define POOL_T ds_bf16
 #define POOL_LD(x) ds_bf16_value(x)
+#define POOL_BITS(x) ((uint32_t)(x) << 16)
 #define POOL_ST(v) ds_bf16_from(v)
 #define POOL_FN(name) name##_bf16
 #include "cpu_pool.inc"
 #undef POOL_T
 #undef POOL_LD
+#undef POOL_BITS
 #undef POOL_ST
 #undef POOL_FN
 
