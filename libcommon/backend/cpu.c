@@ -216,21 +216,9 @@ static void cpu_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, 
  * maximum of bf16 values is one of them (exact); the backward adds each window's gradient to
  * its maximum in window order, a bf16 sum rounded at each add; average pooling sums in
  * float32 and stores float32 features. */
-static inline uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-static inline float bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 #define POOL_T float
 #define POOL_LD(x) (x)
-#define POOL_BITS(x) f32_bits(x)
+#define POOL_BITS(x) ds_float_bits(x)
 #define POOL_ST(v) (v)
 #define POOL_FN(name) name
 #include "cpu_pool.inc"

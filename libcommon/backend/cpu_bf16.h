@@ -35,6 +35,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cpu_isa.h"
 
@@ -42,6 +43,20 @@ typedef uint16_t ds_bf16;
 
 #define BGEMM_KC_MAX 1024
 #define BGEMM_KC 512
+
+/* A float32's bits, and the float32 of given bits. */
+static inline uint32_t ds_float_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+static inline float ds_bits_float(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
 
 /* x rounded to bf16 as above; its value back as float32. ds_bf16_from is the same rounding
  * inline, written without branches so that loops over it vectorise. */

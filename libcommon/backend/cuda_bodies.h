@@ -68,18 +68,8 @@ BODY double dadd_rn(double a, double b) { return a + b; }
 BODY double dsub_rn(double a, double b) { return a - b; }
 BODY double dmul_rn(double a, double b) { return a * b; }
 BODY double ddiv_rn(double a, double b) { return a / b; }
-BODY uint32_t float_bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-BODY float bits_float(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
+BODY uint32_t float_bits(float x) { return ds_float_bits(x); }
+BODY float bits_float(uint32_t u) { return ds_bits_float(u); }
 #endif
 
 /* bf16: the CPU's rounding (cpu_bf16.h ds_bf16_from), integer operations on both sides;

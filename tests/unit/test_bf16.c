@@ -28,18 +28,6 @@
 
 static ds_rng rng;
 
-static float bits_float(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-static uint32_t float_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
 
 /* A float of the given class: 0 normal in [-8, 8), 1 any finite float (every exponent),
  * 2 near the bottom of the normal range (products there underflow), 3 denormal. */
@@ -48,9 +36,9 @@ static float value(int cls)
     uint32_t sign = (uint32_t)ds_rng_below(&rng, 2) << 31, man = (uint32_t)(ds_rng_u64(&rng) & 0x7fffff);
     switch (cls) {
     case 0: return (float)(16.0 * ds_rng_double(&rng) - 8.0);
-    case 1: return bits_float(sign | (uint32_t)(1 + ds_rng_below(&rng, 254)) << 23 | man);
-    case 2: return bits_float(sign | (uint32_t)(58 + ds_rng_below(&rng, 12)) << 23 | man);
-    default: return bits_float(sign | man);
+    case 1: return ds_bits_float(sign | (uint32_t)(1 + ds_rng_below(&rng, 254)) << 23 | man);
+    case 2: return ds_bits_float(sign | (uint32_t)(58 + ds_rng_below(&rng, 12)) << 23 | man);
+    default: return ds_bits_float(sign | man);
     }
 }
 
@@ -60,13 +48,13 @@ static float value(int cls)
  * the two neighbours; NaN quiet; denormals to zero. */
 static uint16_t round_rule(float x)
 {
-    uint32_t u = float_bits(x);
+    uint32_t u = ds_float_bits(x);
     if (isnan(x)) return (uint16_t)((u >> 16) | 0x40);
     if (fabsf(x) < FLT_MIN) return (uint16_t)((u >> 16) & 0x8000);
     uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
     /* past the largest bf16 the upper neighbour is 2^128, which rounds to infinity */
-    double vhi = (hi & 0x7f800000u) == 0x7f800000u ? copysign(ldexp(1.0, 128), x) : bits_float(hi);
-    double dlo = fabs((double)bits_float(lo) - x), dhi = fabs(vhi - x);
+    double vhi = (hi & 0x7f800000u) == 0x7f800000u ? copysign(ldexp(1.0, 128), x) : ds_bits_float(hi);
+    double dlo = fabs((double)ds_bits_float(lo) - x), dhi = fabs(vhi - x);
     if ((lo & 0x7f800000u) == 0x7f800000u) return (uint16_t)(lo >> 16);  /* infinity */
     if (dlo < dhi || (dlo == dhi && !(lo & 0x10000u))) return (uint16_t)(lo >> 16);
     return (uint16_t)(hi >> 16);  /* carries into the exponent, to infinity at the top */
@@ -94,7 +82,7 @@ static void test_rounding(void)
         if (i < nedge)
             x[i] = edge[i];
         else if (i < nedge + nties)
-            x[i] = bits_float((uint32_t)(ds_rng_u64(&rng) & 0xfeff0000u) | 0x8000u | (uint32_t)(i & 1) << 16);
+            x[i] = ds_bits_float((uint32_t)(ds_rng_u64(&rng) & 0xfeff0000u) | 0x8000u | (uint32_t)(i & 1) << 16);
         else
             x[i] = value(i % 4);
     }
@@ -538,14 +526,14 @@ static void test_rule_is_the_instruction(void)
     for (int cls = 0; cls < 4; cls++)
         for (int t = 0; t < 300000; t++, n++) {
             /* operands straight from the generator: denormal bf16 inputs too (DAZ) */
-            uint16_t a0 = (uint16_t)(float_bits(value(cls)) >> 16), a1 = (uint16_t)(float_bits(value(cls)) >> 16);
-            uint16_t b0 = (uint16_t)(float_bits(value(cls)) >> 16), b1 = (uint16_t)(float_bits(value(cls)) >> 16);
+            uint16_t a0 = (uint16_t)(ds_float_bits(value(cls)) >> 16), a1 = (uint16_t)(ds_float_bits(value(cls)) >> 16);
+            uint16_t b0 = (uint16_t)(ds_float_bits(value(cls)) >> 16), b1 = (uint16_t)(ds_float_bits(value(cls)) >> 16);
             float acc = t % 3 ? value(cls) : 0.0f;
             float want = ftz(acc);
             want = ftz(fmaf(ftz(ds_bf16_value(a1)), ftz(ds_bf16_value(b1)), want));
             want = ftz(fmaf(ftz(ds_bf16_value(a0)), ftz(ds_bf16_value(b0)), want));
             float got = dp_instruction(acc, (uint32_t)a1 << 16 | a0, (uint32_t)b1 << 16 | b0);
-            if (float_bits(got) != float_bits(want) && bad++ < 3)
+            if (ds_float_bits(got) != ds_float_bits(want) && bad++ < 3)
                 fprintf(stderr, "  acc %a a (%a, %a) b (%a, %a): VDPBF16PS %a, rule %a\n", acc, ds_bf16_value(a0),
                         ds_bf16_value(a1), ds_bf16_value(b0), ds_bf16_value(b1), got, want);
         }
