@@ -19,6 +19,12 @@ size_t ds_cpu_conv_workspace_bf16(const ds_conv_desc *d);
 void ds_cpu_conv_fwd_bf16(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws);
 void ds_cpu_conv_bwd_data_bf16(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws);
 void ds_cpu_conv_bwd_weight_bf16(float *dw, const void *dout, const void *in, const ds_conv_desc *d, void *ws);
+/* bf16 backward-weight's pack, in bf16 elements: how many images or chunks of pixels a big
+ * gradient's threads lay out at once (4M by default; elements <= 0 restores it); returns the
+ * previous size. It sizes the scratch, so it is set before a workspace is planned. No sum
+ * depends on it (the units are added in order whatever the pack): tests shrink it to take
+ * small shapes over several packs. */
+long ds_cpu_conv_bf16_pack(long elements);
 
 /* 3x3 stride-1 convolutions with pad 1, in fp32 (cpu_winograd.c): Winograd's F(2x2, 3x3).
  * ds_cpu_wino_ok is the rule cpu_conv.c takes them by; the workspace covers all three ops. */

@@ -344,7 +344,8 @@ static void bwd_data_strided(void *din, const ds_bf16 *g16, const void *w, const
  * Those images or chunks (units) are summed in order into float32 totals, in one of two
  * splits between the threads, chosen by the shape (bww_groups):
  *   - a gradient of more than BWW_SMALL elements: one total, whose elements the threads
- *     split. The operands of several units (a pack, about BWW_PACK bf16 elements) are laid
+ *     split. The operands of several units (a pack, about BWW_PACK bf16 elements; the
+ *     size never changes a sum, ds_cpu_conv_bf16_pack) are laid
  *     out once in the scratch by all the threads; then each thread takes tiles of the total
  *     and walks the pack's units in order, its tile staying in cache;
  *   - a smaller one: the units in BWW_GROUPS fixed groups, a total each; a thread takes whole
@@ -355,6 +356,14 @@ static void bwd_data_strided(void *din, const ds_bf16 *g16, const void *w, const
 #define BWW_PACK (4L << 20)
 #define BWW_SMALL 65536
 #define BWW_GROUPS 16
+
+static long bww_pack = BWW_PACK;
+long ds_cpu_conv_bf16_pack(long elements)
+{
+    const long was = bww_pack;
+    bww_pack = elements > 0 ? elements : BWW_PACK;
+    return was;
+}
 
 /* Windows take the implicit product; 1x1 convolutions chunks of pixels. */
 static int bww_implicit(const ds_conv_desc *d) { return !(d->r == 1 && d->s == 1); }
@@ -407,7 +416,7 @@ static long z_size(const ds_conv_desc *d) { return round32(z_rows(d) * qe(d) * d
 static long bww_image(const ds_conv_desc *d) { return round32((long)d->k * d->p * qe(d)) + z_size(d); }
 static long bww_images(const ds_conv_desc *d)
 {
-    const long fit = BWW_PACK / bww_image(d);
+    const long fit = bww_pack / bww_image(d);
     return fit < 1 ? 1 : fit < d->n ? fit : d->n > 0 ? d->n : 1;
 }
 
@@ -499,7 +508,7 @@ static long bww_chunk(const ds_conv_desc *d)
 }
 static long bww_chunks(const ds_conv_desc *d)
 {
-    const long fit = BWW_PACK / bww_chunk(d), all = bww_units(d);
+    const long fit = bww_pack / bww_chunk(d), all = bww_units(d);
     return fit < 1 ? 1 : fit < all ? fit : all > 0 ? all : 1;
 }
 static long chunk_pixels(const ds_conv_desc *d, long ch)
@@ -595,13 +604,13 @@ static void bwd_weight_groups(float *T, long t_stride, int groups, const ds_bf16
     }
 }
 
-/* The scratch backward-weight takes: a pack (at most BWW_PACK, or one unit where that is
+/* The scratch backward-weight takes: a pack (at most bww_pack, or one unit where that is
  * more), or a unit per slot. */
 static long bww_scratch(const ds_conv_desc *d)
 {
     const long one = bww_unit(d);
     if (bww_groups(d) > 1) return ds_cpu_conv_slots() * one;
-    return (one > BWW_PACK ? one : BWW_PACK) + 32;
+    return (one > bww_pack ? one : bww_pack) + 32;
 }
 
 /* Workspace (bf16 elements): [weights area][in16][g16][scratch]. The weights area holds the

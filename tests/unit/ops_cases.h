@@ -100,11 +100,11 @@ static const ops_conv ops_convs[] = {
     {OPS_CONV(2, 6, 5, 3, 7, 3, 1, 1, 0), .use = OPS_BF16 | OPS_BF16_IO},
     {OPS_CONV(2, 20, 20, 64, 300, 1, 1, 1, 0), .use = OPS_BF16_IO},  /* bf16 output in column blocks */
     {OPS_CONV(1, 7, 300, 8, 8, 3, 3, 1, 1), .use = OPS_BF16_IO},     /* rows wider than the tile */
-    /* bf16 backward-weight of a gradient split in tiles, over more than one pack
-     * (cpu_conv_bf16.c): images of windows (odd rows), and chunks of 1x1 pixels (strided, the
-     * input transposed, a short odd last chunk) */
-    {OPS_CONV(29, 20, 21, 64, 128, 3, 3, 1, 1), .use = OPS_BF16 | OPS_BITS},
-    {OPS_CONV(1, 113, 109, 520, 600, 1, 1, 2, 0), .use = OPS_BF16 | OPS_BITS},
+    /* bf16 backward-weight of a gradient split in tiles (over 65,536 elements), each run again
+     * over several packs (test_ops's OPS_PACK): images of windows (odd rows), and chunks of 1x1
+     * pixels (strided, the input transposed, a short odd last chunk) */
+    {OPS_CONV(7, 9, 11, 64, 128, 3, 3, 1, 1), .use = OPS_BF16 | OPS_BITS},
+    {OPS_CONV(1, 93, 97, 200, 330, 1, 1, 2, 0), .use = OPS_BF16 | OPS_BITS},
     /* backward-data accumulating: pointwise; stride 1 as a flipped forward (implicit, im2col
      * for a long reduction, bf16's gathered rows under 14 wide); strided 3x3 scattered */
     {OPS_CONV(2, 6, 6, 32, 24, 1, 1, 1, 0), .use = OPS_ACC | OPS_GPU},

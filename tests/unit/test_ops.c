@@ -8,6 +8,7 @@
 #include "../check.h"
 #include "backend.h"
 #include "backend/cpu_bf16.h"
+#include "backend/cpu_conv.h"
 #include "rng.h"
 #include "backend/cpu_sgemm.h"
 #include "ops_cases.h"
@@ -198,7 +199,13 @@ static size_t bf16_off(const char *what, const float *got, const double *exact, 
     return off;
 }
 
-/* The three conv ops of the bf16 backend against double sums. */
+/* bf16 backward-weight's pack (cpu_conv.h's ds_cpu_conv_bf16_pack) for the runs that take the
+ * table's shapes over several packs: two of the images of OPS_CONV(7, 9, 11, 64, 128, 3, 3, ...),
+ * less than one chunk of 1x1 pixels. */
+#define OPS_PACK (96L << 10)
+
+/* The three conv ops of the bf16 backend against double sums; backward-weight again over
+ * packs of OPS_PACK, bit for bit the same (no sum depends on the pack). */
 static void test_conv_bf16(ds_conv_desc d)
 {
     const ds_backend *bb = &ds_backend_cpu_bf16;
@@ -215,6 +222,14 @@ static void test_conv_bf16(ds_conv_desc d)
     bb->conv_fwd(out, in, w, &d, ws);
     bb->conv_bwd_data(din, g, w, &d, 0, ws);
     bb->conv_bwd_weight(dw, g, in, &d, ws);
+    const long pack = ds_cpu_conv_bf16_pack(OPS_PACK);
+    void *ws_p = bb->alloc(bb->conv_workspace(&d));
+    float *dw_p = dup_f(dw0, nw);
+    CHECK(ws_p != NULL, "workspace allocation");
+    bb->conv_bwd_weight(dw_p, g, in, &d, ws_p);
+    ds_cpu_conv_bf16_pack(pack);
+    CHECK(!memcmp(dw, dw_p, nw * sizeof *dw), "backward weight: other bits over packs of %ld elements", OPS_PACK);
+    bb->free(ws_p), free(dw_p);
     for (size_t i = 0; i < nw; i++) dw[i] -= dw0[i];  /* what it added */
 
     double *inr = rounded_d(in, ni, 0), *wr = rounded_d(w, nw, 0), *gr = rounded_d(g, no, 0);
@@ -1069,10 +1084,12 @@ static void run_ops_accumulate(results *res, const ds_conv_desc *cs, size_t ncs)
  * kind of main's list: implicit, row by row, im2col with blocked reductions, pointwise,
  * strided backward-data, transposed weight tiles) into one buffer of results: for the
  * thread-count test here, and with --bits for the comparison of the kernel sets across
- * processes (tests/shell/test_cpu_kernels.sh). */
+ * processes (tests/shell/test_cpu_kernels.sh). bf16 backward-weight takes packs of OPS_PACK,
+ * so that big gradients cross several. */
 static float *run_ops(int threads, size_t *len)
 {
     omp_set_num_threads(threads);
+    const long pack = ds_cpu_conv_bf16_pack(OPS_PACK);  /* big bf16 gradients over several packs */
     ds_rng_init(&rng, 7, DS_RNG_DATA, 99);
     results res = {0};
     ds_conv_desc cs[OPS_COUNT(ops_convs)];
@@ -1175,6 +1192,7 @@ static float *run_ops(int threads, size_t *len)
     }
     run_ops_bf16_storage(&res, cs, ncs);
     run_ops_accumulate(&res, cs, ncs);
+    ds_cpu_conv_bf16_pack(pack);
     return results_join(&res, len);
 }
 
