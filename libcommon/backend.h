@@ -49,6 +49,15 @@ typedef struct {
     ds_dtype w_t;        /* storage of the weights fwd and bwd_data read (dw is float32) */
 } ds_conv_desc;
 
+/* The inference batch norm conv_fwd_bn applies to a convolution's output: bn_fwd_infer's
+ * arguments over the k output channels (float32), residual of the output's storage. */
+typedef struct {
+    const float *gamma, *beta, *running_mean, *running_var;
+    const void *residual;  /* or NULL */
+    int relu;
+    float eps;
+} ds_conv_bn;
+
 typedef struct {
     int n, h, w, c;      /* input */
     int k, stride, pad;  /* window k x k */
@@ -167,6 +176,13 @@ typedef struct ds_backend {
                           void *ws);
     /* dw [k,r,s,c] += correlation(in, dout); dw float32 */
     void (*conv_bwd_weight)(float *dw, const void *dout, const void *in, const ds_conv_desc *d, void *ws);
+    /* Inference's convolution and batch norm in one pass: out = bn_fwd_infer (below) of
+     * conv_fwd's result, applied while the convolution's output is still in cache, to the
+     * bit (the convolution's stored values, d->out_t, are what batch norm reads); out must
+     * not overlap in or bn->residual. Optional: NULL where a backend has none, and the model
+     * calls the two ops. */
+    void (*conv_fwd_bn)(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws,
+                        const ds_conv_bn *bn);
 
     /* ---- batch norm over m = n*h*w rows of c channels, fused with an optional residual
      * add and ReLU:  out = relu?( gamma * (in - mean) * invstd + beta + residual? ).

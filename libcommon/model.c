@@ -345,6 +345,13 @@ const float *ds_model_forward(ds_model *m, int n, int training)
         switch (L->type) {
         case L_CONV: {
             ds_conv_desc d = ds_model_conv_desc(m, L, n);
+            if (!training && L->fuse_bn) {  /* and the batch norm after it: bn_fwd_infer's bits */
+                const ds_layer *N = &m->layers[++l];
+                const ds_conv_bn bn = {P(m, N->weight), P(m, N->bias), P(m, N->rmean), P(m, N->rvar),
+                                       N->res >= 0 ? A(m, N->res) : NULL, N->relu, DS_BN_EPS};
+                be->conv_fwd_bn(A(m, N->out), x, W(m, L->weight), &d, m->ws, &bn);
+                break;
+            }
             be->conv_fwd(y, x, W(m, L->weight), &d, m->ws);
             break;
         }

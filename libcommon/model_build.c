@@ -229,8 +229,20 @@ int ds_model_plan_memory(ds_model *m)
         for (int i = 0; i < m->ntensors; i++)
             if (m->tloc[i].conv) m->tloc[i].off16 = m->n16, m->n16 += (m->tinfo[i].count + 127) / 128 * 128;
 
+    /* Inference's convolutions with their batch norm in one pass (conv_fwd_bn): a convolution
+     * whose output only the next layer, a batch norm, reads. */
+    for (int l = 0; l + 1 < m->nlayers; l++) {
+        ds_layer *L = &m->layers[l], *N = &m->layers[l + 1];
+        int readers = 0;
+        for (int j = 0; j < m->nlayers; j++) readers += (m->layers[j].in == L->out) + (m->layers[j].res == L->out);
+        L->fuse_bn = be->conv_fwd_bn && L->type == L_CONV && N->type == L_BN && N->in == L->out && readers == 1 &&
+                     L->out != m->logits;
+    }
+
     /* Activations. The input has its own region; in training every activation has its own
-     * (backward needs them all); inference reuses slots as soon as the last reader ran. */
+     * (backward needs them all); inference reuses slots as soon as the last reader ran (a
+     * fused convolution's input stays until its batch norm has run: the one pass writes the
+     * batch norm's output while it reads the input). */
     m->acts[0].off = off;
     off += act_span(&m->acts[0], B);
     if (m->cfg.training) {
@@ -242,7 +254,7 @@ int ds_model_plan_memory(ds_model *m)
         int last_use[m->nacts];
         for (int i = 0; i < m->nacts; i++) last_use[i] = i == m->logits ? m->nlayers : -1;
         for (int l = 0; l < m->nlayers; l++) {
-            last_use[m->layers[l].in] = l;
+            last_use[m->layers[l].in] = l + m->layers[l].fuse_bn;
             if (m->layers[l].res >= 0) last_use[m->layers[l].res] = l;
         }
         ds_slots s = {0};

@@ -40,6 +40,9 @@ typedef struct {
     int in_acc, res_acc;   /* backward: another consumer already wrote that input's gradient,
                               so this layer adds its part: a convolution's conv_bwd_data
                               accumulates, the others write to the scratch slot and add */
+    int fuse_bn;           /* conv: an inference forward runs it and the next layer, the batch
+                              norm that alone reads its output, as one conv_fwd_bn (the
+                              backend has one), writing the batch norm's output */
 } ds_layer;
 
 /* Where a named tensor lives: offset in floats into the parameter allocation (the same

@@ -166,13 +166,39 @@ static void cpu_bn_fwd_train(void *out, float *mean, float *var, float *invstd, 
     bn_apply(out, in, mean, sa, beta, residual, relu, m, c, t);
 }
 
+/* Inference's per-channel scale gamma / sqrt(running_var + eps), for bn_fwd_infer and
+ * conv_fwd_bn alike. */
+static void bn_infer_scale(float *sa, const float *gamma, const float *running_var, float eps, int c)
+{
+    for (int j = 0; j < c; j++) sa[j] = (float)(gamma[j] / sqrt((double)running_var[j] + eps));
+}
+
 static void cpu_bn_fwd_infer(void *out, const void *in, const float *gamma, const float *beta,
                              const float *running_mean, const float *running_var, const void *residual, int relu,
                              int m, int c, float eps, ds_dtype t)
 {
     float sa[c];
-    for (int j = 0; j < c; j++) sa[j] = (float)(gamma[j] / sqrt((double)running_var[j] + eps));
+    bn_infer_scale(sa, gamma, running_var, eps, c);
     bn_apply(out, in, running_mean, sa, beta, residual, relu, m, c, t);
+}
+
+/* conv_fwd_bn: the convolutions apply bn_fwd_infer's batch norm block by block (cpu_conv.h). */
+static void cpu_conv_fwd_bn(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws,
+                            const ds_conv_bn *bn)
+{
+    float sa[d->k];
+    bn_infer_scale(sa, bn->gamma, bn->running_var, bn->eps, d->k);
+    const ds_cpu_conv_bn e = {bn->running_mean, sa, bn->beta, bn->residual, bn->relu};
+    ds_cpu_conv_fwd_bn(out, in, w, d, ws, &e);
+}
+
+static void cpu_conv_fwd_bn_bf16(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws,
+                                 const ds_conv_bn *bn)
+{
+    float sa[d->k];
+    bn_infer_scale(sa, bn->gamma, bn->running_var, bn->eps, d->k);
+    const ds_cpu_conv_bn e = {bn->running_mean, sa, bn->beta, bn->residual, bn->relu};
+    ds_cpu_conv_fwd_bn_bf16(out, in, w, d, ws, &e);
 }
 
 static void cpu_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout, const void *out,
@@ -549,6 +575,7 @@ const ds_backend ds_backend_cpu = {
     .conv_fwd = ds_cpu_conv_fwd,
     .conv_bwd_data = cpu_conv_bwd_data,
     .conv_bwd_weight = ds_cpu_conv_bwd_weight,
+    .conv_fwd_bn = cpu_conv_fwd_bn,
     CPU_COMMON
 };
 
@@ -561,5 +588,6 @@ const ds_backend ds_backend_cpu_bf16 = {
     .conv_fwd = ds_cpu_conv_fwd_bf16,
     .conv_bwd_data = cpu_conv_bwd_data_bf16,
     .conv_bwd_weight = ds_cpu_conv_bwd_weight_bf16,
+    .conv_fwd_bn = cpu_conv_fwd_bn_bf16,
     CPU_COMMON
 };

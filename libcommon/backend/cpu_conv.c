@@ -26,6 +26,7 @@
  */
 #include "cpu_conv.h"
 #include "log.h"
+#include "cpu_kernels.h"
 #include "cpu_sgemm.h"
 
 #include <omp.h>
@@ -238,7 +239,7 @@ static const float *pad_image(float *dst, const float *img, const ds_conv_desc *
  * one ds_sgemm_seg call with the r window rows as segments. wt is [r, s, c, k], rows
  * wt_ld(k) apart. */
 static void conv_fwd_implicit(float *out, const float *in, const float *wt, const ds_conv_desc *d,
-                              float *scratch)
+                              float *scratch, const ds_cpu_conv_bn *bn)
 {
     const long ldw = wt_ld(d->k);
     const int wp = d->w + 2 * d->pad;
@@ -253,9 +254,11 @@ static void conv_fwd_implicit(float *out, const float *in, const float *wt, cons
             const int kb = d->k - k0 < 64 ? d->k - k0 : 64;
             float *o = out + (long)n * d->p * d->q * d->k + k0;
             if (!by_row) {  // all window rows in one call: the tile stays in registers
-                for (int p = 0; p < d->p; p++)
+                for (int p = 0; p < d->p; p++) {
                     ds_sgemm_seg(d->q, kb, d->r, sc, src + (long)p * d->stride * wp * d->c, (long)d->stride * d->c,
                                  1, (long)wp * d->c, wt + k0, ldw, sc * ldw, o + (long)p * d->q * d->k, d->k, 0);
+                    if (bn) ds_cpu_conv_bn_f32(out, ((long)n * d->p + p) * d->q, k0, d->q, kb, d, bn);
+                }
                 continue;
             }
             // Wide windows: one window row at a time over all output rows, so that row's
@@ -264,6 +267,7 @@ static void conv_fwd_implicit(float *out, const float *in, const float *wt, cons
                 for (int p = 0; p < d->p; p++)
                     ds_sgemm_seg(d->q, kb, 1, sc, src + ((long)p * d->stride + r) * wp * d->c, (long)d->stride * d->c,
                                  1, 0, wt + r * sc * ldw + k0, ldw, 0, o + (long)p * d->q * d->k, d->k, r > 0);
+            if (bn) ds_cpu_conv_bn_f32(out, (long)n * d->p * d->q, k0, (long)d->p * d->q, kb, d, bn);
         }
     }
 }
@@ -328,7 +332,7 @@ void ds_cpu_col2im_add(float *din, const float *col, const ds_conv_desc *d, long
 
 /* The im2col forward: wt is the weights transposed, [rsc, k], rows wt_ld(k) apart. */
 static void conv_fwd_slots(float *out, const float *in, const float *wt, const ds_conv_desc *d,
-                           float *slots, long slot)
+                           float *slots, long slot, const ds_cpu_conv_bn *bn)
 {
     const long m = (long)d->n * d->p * d->q, rsc = (long)d->r * d->s * d->c;
     const long rows = balanced_rows(d), chunks = (m + rows - 1) / rows;
@@ -339,15 +343,39 @@ static void conv_fwd_slots(float *out, const float *in, const float *wt, const d
         const float *col = chunk_cols(in, d, pointwise, m0, mr, slots, slot);
         // out (mr, k) = col (mr, rsc) * wt (rsc, k)
         ds_sgemm_small(mr, d->k, rsc, col, rsc, 1, wt, wt_ld(d->k), out + m0 * d->k, d->k, 0);
+        if (bn) ds_cpu_conv_bn_f32(out, m0, 0, mr, d->k, d, bn);
     }
 }
 
-void ds_cpu_conv_fwd(void *out_, const void *in_, const void *w_, const ds_conv_desc *d, void *ws)
+void ds_cpu_conv_bn_f32(float *out, long m0, int k0, long rows, int cols, const ds_conv_desc *d,
+                        const ds_cpu_conv_bn *bn)
+{
+    const ds_cpu_loops *L = ds_cpu_kernels_for(ds_cpu_isa_get())->loops;
+    const float *res = bn->residual;
+    if (cols == d->k) {  /* whole pixels: one run */
+        L->bn_apply(out + m0 * d->k, out + m0 * d->k, bn->mean, bn->a, bn->beta, res ? res + m0 * d->k : NULL, bn->relu,
+                    0, rows, d->k);
+        return;
+    }
+    for (long i = m0; i < m0 + rows; i++) {
+        float *y = out + i * d->k + k0;
+        L->bn_apply(y, y, bn->mean + k0, bn->a + k0, bn->beta + k0, res ? res + i * d->k + k0 : NULL, bn->relu, 0, 1,
+                    cols);
+    }
+}
+
+void ds_cpu_conv_fwd(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws)
+{
+    ds_cpu_conv_fwd_bn(out, in, w, d, ws, NULL);
+}
+
+void ds_cpu_conv_fwd_bn(void *out_, const void *in_, const void *w_, const ds_conv_desc *d, void *ws,
+                        const ds_cpu_conv_bn *bn)
 {
     float *out = out_;
     const float *in = in_, *w = w_;
     if (ds_cpu_wino_ok(d)) {
-        ds_cpu_wino_fwd(out, in, w, d, ws);
+        ds_cpu_wino_fwd(out, in, w, d, ws, bn);
         return;
     }
     const long rsc = (long)d->r * d->s * d->c;
@@ -358,9 +386,9 @@ void ds_cpu_conv_fwd(void *out_, const void *in_, const void *w_, const ds_conv_
     for (long j = 0; j < rsc; j++)
         for (int k = 0; k < d->k; k++) wt[j * ldw + k] = w[k * rsc + j];
     if (implicit_ok(d))
-        conv_fwd_implicit(out, in, wt, d, slots);
+        conv_fwd_implicit(out, in, wt, d, slots, bn);
     else
-        conv_fwd_slots(out, in, wt, d, slots, slot_floats(d));
+        conv_fwd_slots(out, in, wt, d, slots, slot_floats(d), bn);
 }
 
 void ds_cpu_conv_bwd_data(void *din_, const void *dout_, const void *w_, const ds_conv_desc *d, void *ws)
@@ -402,9 +430,9 @@ void ds_cpu_conv_bwd_data(void *din_, const void *dout_, const void *w_, const d
                     memcpy(wt + (((long)r * S + s) * K + k) * ldw,
                            w + (((long)k * R + (R - 1 - r)) * S + (S - 1 - s)) * C, (size_t)C * sizeof(float));
         if (implicit_ok(&t))
-            conv_fwd_implicit(din, dout, wt, &t, slots);
+            conv_fwd_implicit(din, dout, wt, &t, slots, NULL);
         else
-            conv_fwd_slots(din, dout, wt, &t, slots, slot);
+            conv_fwd_slots(din, dout, wt, &t, slots, slot, NULL);
         return;
     }
 

@@ -12,6 +12,24 @@ void ds_cpu_conv_fwd(void *out, const void *in, const void *w, const ds_conv_des
 void ds_cpu_conv_bwd_data(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws);
 void ds_cpu_conv_bwd_weight(float *dw, const void *dout, const void *in, const ds_conv_desc *d, void *ws);
 
+/* conv_fwd_bn's batch norm (backend.h) as the convolutions apply it, the scale made by cpu.c
+ * as bn_fwd_infer makes it: out = relu?((x - mean) * a + beta + residual?) over the output
+ * channels, cpu_loops' bn_apply on the output's stored values x, so the bits are those of the
+ * two ops. Each forward below takes one (NULL: none) and applies it to a block of output
+ * pixels as soon as their sums are done, while the block is in cache. */
+typedef struct {
+    const float *mean, *a, *beta;
+    const void *residual;  /* d->out_t, or NULL */
+    int relu;
+} ds_cpu_conv_bn;
+void ds_cpu_conv_fwd_bn(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws,
+                        const ds_cpu_conv_bn *bn);
+void ds_cpu_conv_fwd_bn_bf16(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws,
+                             const ds_cpu_conv_bn *bn);
+/* bn on a float32 output in place: `rows` pixels from pixel m0, channels k0 .. k0+cols-1. */
+void ds_cpu_conv_bn_f32(float *out, long m0, int k0, long rows, int cols, const ds_conv_desc *d,
+                        const ds_cpu_conv_bn *bn);
+
 /* Under --precision bf16 (cpu_conv_bf16.c): the same three ops with bf16 operands and float32
  * sums (cpu_bf16.h's rule); activations of either storage (float32 ones rounded as they are
  * read, bf16 results rounded once from the float32 sums), weights of either. */
@@ -30,7 +48,8 @@ long ds_cpu_conv_bf16_pack(long elements);
  * ds_cpu_wino_ok is the rule cpu_conv.c takes them by; the workspace covers all three ops. */
 int ds_cpu_wino_ok(const ds_conv_desc *d);
 size_t ds_cpu_wino_workspace(const ds_conv_desc *d);
-void ds_cpu_wino_fwd(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws);
+void ds_cpu_wino_fwd(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws,
+                     const ds_cpu_conv_bn *bn);
 void ds_cpu_wino_bwd_data(float *din, const float *dout, const float *w, const ds_conv_desc *d, void *ws);
 void ds_cpu_wino_bwd_weight(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws);
 

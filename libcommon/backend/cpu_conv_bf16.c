@@ -26,6 +26,7 @@
  * for any thread count on any CPU. */
 #include "cpu_conv.h"
 #include "cpu_bf16.h"
+#include "cpu_kernels.h"
 
 #include <omp.h>
 #include <string.h>
@@ -85,6 +86,41 @@ static void store_rows(void *dst, long ldd, const float *f, long ldf, long rows,
     }
 }
 
+/* A bf16 output (else float32). */
+static int out16(const ds_conv_desc *d) { return d->out_t == DS_BF16; }
+
+/* A bf16 output's block from its float32 sums f (rows x cols, ldf apart) with conv_fwd_bn's
+ * batch norm: each row rounded as store_rows rounds it, then bn_apply_bf16 on those values,
+ * out (pixel m0, channel k0) and the residual at the same place, rows d->k apart. */
+static void store_rows_bn(ds_bf16 *out, long m0, int k0, const float *f, long ldf, long rows, int cols,
+                          const ds_conv_desc *d, const ds_cpu_conv_bn *bn)
+{
+    const ds_cpu_loops *L = ds_cpu_kernels_for(ds_cpu_isa_get())->loops;
+    const ds_bf16 *res = bn->residual;
+    ds_bf16 x[cols];
+    for (long i = 0; i < rows; i++) {
+        const long at = (m0 + i) * d->k + k0;
+        ds_bf16_round_n(x, f + i * ldf, (size_t)cols);
+        L->bn_apply_bf16(out + at, x, bn->mean + k0, bn->a + k0, bn->beta + k0, res ? res + at : NULL, bn->relu, 0, 1,
+                         cols);
+    }
+}
+
+/* A block of the output done: rows x cols from pixel m0, channel k0, summed into the tile f
+ * (ldf apart) for a bf16 output, in place for a float32 one; rounded into place, then bn
+ * applied when there is one. */
+static void output_block(void *out, long m0, int k0, const float *f, long ldf, long rows, int cols,
+                         const ds_conv_desc *d, const ds_cpu_conv_bn *bn)
+{
+    if (!out16(d)) {
+        if (bn) ds_cpu_conv_bn_f32(out, m0, k0, rows, cols, d, bn);
+    } else if (bn) {
+        store_rows_bn(out, m0, k0, f, ldf, rows, cols, d, bn);
+    } else {
+        store_rows((ds_bf16 *)out + m0 * d->k + k0, d->k, f, ldf, rows, cols, DS_BF16);
+    }
+}
+
 /* ---- forward (and stride-1 backward-data) ---- */
 
 static int implicit(const ds_conv_desc *d) { return !(d->r == 1 && d->s == 1) && d->q >= 14; }
@@ -98,7 +134,6 @@ static long rsc_p(const ds_conv_desc *d) { return (long)d->r * d->s * even(d->c)
 #define OUT_ROWS 512
 #define OUT_COLS 256
 #define OUT_TILE 16384
-static int out16(const ds_conv_desc *d) { return d->out_t == DS_BF16; }
 static long out_cols(const ds_conv_desc *d) { return d->k < OUT_COLS ? d->k : OUT_COLS; }
 static long tile_rows(const ds_conv_desc *d) { return d->q >= OUT_TILE / 64 ? 1 : OUT_TILE / 64 / d->q; }
 static long tile_floats(const ds_conv_desc *d) { return tile_rows(d) * d->q * 64; }
@@ -223,7 +258,7 @@ static void im2col(ds_bf16 *col, const ds_bf16 *in, const ds_conv_desc *d, long 
 /* out = conv(in, weights packed by pack_weights) for d's shape (storages d->in_t, d->out_t);
  * in16 is the input as bf16 when fwd_reads_all(d); slots fwd_slot(d) apart. */
 static void fwd_packed(void *out, const void *in, const ds_bf16 *in16, const ds_bf16 *wp, const ds_conv_desc *d,
-                       ds_bf16 *slots)
+                       ds_bf16 *slots, const ds_cpu_conv_bn *bn)
 {
     const long ld = pack_ld(d->k), cp = even(d->c), slot = fwd_slot(d);
     if (implicit(d)) {
@@ -246,9 +281,7 @@ static void fwd_packed(void *out, const void *in, const ds_bf16 *in16, const ds_
                     for (int p = p0; p < p1; p++)
                         ds_bgemm_seg(d->q, kb, d->r, sc, src + (long)p * d->stride * wpc, (long)d->stride * cp, wpc,
                                      wp + 2 * k0, ld, sc / 2 * ld, o + (long)(p - p0) * d->q * ldo, ldo, 0);
-                    if (out16(d))
-                        store_rows((ds_bf16 *)out + first * d->k + k0, d->k, tile, kb, (long)(p1 - p0) * d->q, kb,
-                                   DS_BF16);
+                    output_block(out, first, k0, tile, kb, (long)(p1 - p0) * d->q, kb, d, bn);
                 }
             }
         }
@@ -271,12 +304,11 @@ static void fwd_packed(void *out, const void *in, const ds_bf16 *in16, const ds_
         // A float32 output is written in place; a bf16 one OUT_COLS channels at a time.
         for (long k0 = 0; k0 < d->k; k0 += cols) {
             const int kb = (int)(d->k - k0 < cols ? d->k - k0 : cols);
-            if (!out16(d)) {
+            if (out16(d))
+                ds_bgemm_seg(mr, kb, 1, kd, a, kd, 0, wp + 2 * k0, ld, 0, tile, kb, 0);
+            else
                 ds_bgemm_seg(mr, kb, 1, kd, a, kd, 0, wp + 2 * k0, ld, 0, (float *)out + m0 * d->k + k0, d->k, 0);
-                continue;
-            }
-            ds_bgemm_seg(mr, kb, 1, kd, a, kd, 0, wp + 2 * k0, ld, 0, tile, kb, 0);
-            store_rows((ds_bf16 *)out + m0 * d->k + k0, d->k, tile, kb, mr, kb, DS_BF16);
+            output_block(out, m0, (int)k0, tile, kb, mr, kb, d, bn);
         }
     }
 }
@@ -656,11 +688,17 @@ size_t ds_cpu_conv_workspace_bf16(const ds_conv_desc *d)
 
 void ds_cpu_conv_fwd_bf16(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws)
 {
+    ds_cpu_conv_fwd_bn_bf16(out, in, w, d, ws, NULL);
+}
+
+void ds_cpu_conv_fwd_bn_bf16(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws,
+                             const ds_cpu_conv_bn *bn)
+{
     ws_plan p = plan(d);
     ds_bf16 *wp = ws, *in16 = wp + p.weights, *slots = in16 + p.in16 + p.g16;
     pack_weights(wp, w, d, 0);
     const ds_bf16 *x16 = fwd_reads_all(d) ? all16(in16, in, in_count(d), d->in_t) : NULL;
-    fwd_packed(out, in, x16, wp, d, slots);
+    fwd_packed(out, in, x16, wp, d, slots, bn);
 }
 
 void ds_cpu_conv_bwd_data_bf16(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws)
@@ -674,7 +712,7 @@ void ds_cpu_conv_bwd_data_bf16(void *din, const void *dout, const void *w, const
     }
     pack_weights(wp, w, &t, 1);
     const ds_bf16 *dy16 = fwd_reads_all(&t) ? all16(g16, dout, out_count(d), d->out_t) : NULL;
-    fwd_packed(din, dout, dy16, wp, &t, slots);
+    fwd_packed(din, dout, dy16, wp, &t, slots, NULL);
 }
 
 void ds_cpu_conv_bwd_weight_bf16(float *dw, const void *dout, const void *in, const ds_conv_desc *d, void *ws)

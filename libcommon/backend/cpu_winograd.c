@@ -164,7 +164,7 @@ static void transform_input(float *V, long st, const float *x, const float *zero
 /* y [n, p, q, k] tiles t0 .. t0+tn-1 = A^T M A, the parts past the output's edge written to
  * the row `sink`. */
 static void transform_output(float *y, const float *M, long st, float *sink, const ds_conv_desc *d, long t0,
-                             long tn)
+                             long tn, const ds_cpu_conv_bn *bn)
 {
     const ds_cpu_loops *L = ds_cpu_kernels_for(ds_cpu_isa_get())->loops;
     const int K = d->k;
@@ -174,6 +174,8 @@ static void transform_output(float *y, const float *M, long st, float *sink, con
         float *o[4];
         for (int j = 0; j < 4; j++) o[j] = at[j] < 0 ? sink : y + at[j];
         L->wino_out(o, M + i * K, st, K);
+        for (int j = 0; j < 4 && bn; j++)
+            if (at[j] >= 0) ds_cpu_conv_bn_f32(y, at[j] / K, 0, 1, K, d, bn);
     }
 }
 
@@ -194,7 +196,8 @@ static void transform_dout(float *D, long st, const float *dy, const float *zero
 }
 
 /* The forward with U already transformed (rows ldu apart): blocks of T tiles, one per task. */
-static void wino_fwd(float *out, const float *in, const float *U, long ldu, const ds_conv_desc *d, float *slots)
+static void wino_fwd(float *out, const float *in, const float *U, long ldu, const ds_conv_desc *d, float *slots,
+                     const ds_cpu_conv_bn *bn)
 {
     const long T = BLOCK_TILES, nt = tiles_of(d), blocks = (nt + T - 1) / T, slot = slot_floats(d, T);
     const long w = d->c > d->k ? d->c : d->k;
@@ -207,16 +210,17 @@ static void wino_fwd(float *out, const float *in, const float *U, long ldu, cons
         transform_input(V, vs, in, zero, d, d->c, t0, tn);
         for (int x = 0; x < 16; x++)  // M[xi] (tn, k) = V[xi] (tn, c) * U[xi] (c, k)
             ds_sgemm_small(tn, d->k, d->c, V + x * vs, d->c, 1, U + x * (long)d->c * ldu, ldu, M + x * ms, d->k, 0);
-        transform_output(out, M, ms, sink, d, t0, tn);
+        transform_output(out, M, ms, sink, d, t0, tn, bn);
     }
 }
 
-void ds_cpu_wino_fwd(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws)
+void ds_cpu_wino_fwd(float *out, const float *in, const float *w, const ds_conv_desc *d, void *ws,
+                     const ds_cpu_conv_bn *bn)
 {
     float *U = ws, *slots = U + weights_floats(d);
     const long ldu = ds_conv_row_ld(d->k);
     transform_weights(U, ldu, w, d->k, d->c, 0);
-    wino_fwd(out, in, U, ldu, d, slots);
+    wino_fwd(out, in, U, ldu, d, slots, bn);
 }
 
 void ds_cpu_wino_bwd_data(float *din, const float *dout, const float *w, const ds_conv_desc *d, void *ws)
@@ -226,7 +230,7 @@ void ds_cpu_wino_bwd_data(float *din, const float *dout, const float *w, const d
     float *U = ws, *slots = U + weights_floats(d);
     const long ldu = ds_conv_row_ld(t.k);
     transform_weights(U, ldu, w, d->k, d->c, 1);
-    wino_fwd(din, dout, U, ldu, &t, slots);
+    wino_fwd(din, dout, U, ldu, &t, slots, NULL);
 }
 
 void ds_cpu_wino_bwd_weight(float *dw, const float *dout, const float *in, const ds_conv_desc *d, void *ws)

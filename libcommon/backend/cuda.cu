@@ -467,6 +467,7 @@ static ds_backend cuda_backend = {
     .conv_fwd = ds_cuda_conv_fwd,
     .conv_bwd_data = ds_cuda_conv_bwd_data,
     .conv_bwd_weight = ds_cuda_conv_bwd_weight,
+    .conv_fwd_bn = NULL,  /* the model runs conv_fwd, then bn_fwd_infer */
     .bn_fwd_train = ds_cuda_bn_fwd_train,
     .bn_fwd_infer = ds_cuda_bn_fwd_infer,
     .bn_bwd = ds_cuda_bn_bwd,

@@ -35,6 +35,8 @@ enum {
     /* flags of a row, for the walks that take it */
     OPS_NO_DX = 1 << 10,       /* the input needs no gradient (conv1): backward-data neither planned nor run */
     OPS_F32_IN = 1 << 11,      /* under bf16 storage the input stays float32 (the stem) */
+    /* test_ops, again */
+    OPS_FUSED = 1 << 12,       /* conv_fwd_bn against conv_fwd then bn_fwd_infer, bitwise, every CPU backend */
 };
 
 /* A convolution: run at n x h x w x c, k filters r x s, stride, pad. The device walk plans it
@@ -63,13 +65,13 @@ static const ops_conv ops_convs[] = {
     {OPS_CONV(1, 9, 8, 2, 3, 7, 7, 2, 3), .use = OPS_FD | OPS_REF | OPS_GPU},
     {OPS_CONV(2, 6, 5, 2, 3, 3, 1, 1, 0), .use = OPS_FD | OPS_REF | OPS_GPU},
     /* odd sizes, several batch sizes, several chunks; the stem */
-    {OPS_CONV(3, 15, 13, 3, 8, 7, 7, 2, 3), .use = OPS_REF | OPS_BITS | OPS_GPU},
-    {OPS_CONV(5, 11, 11, 16, 16, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS | OPS_GPU},
+    {OPS_CONV(3, 15, 13, 3, 8, 7, 7, 2, 3), .use = OPS_REF | OPS_BITS | OPS_GPU | OPS_FUSED},
+    {OPS_CONV(5, 11, 11, 16, 16, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS | OPS_GPU | OPS_FUSED},
     {OPS_CONV(8, 12, 12, 64, 32, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS | OPS_GPU},
     {OPS_CONV(12, 16, 16, 64, 16, 3, 3, 1, 1), .use = OPS_REF | OPS_BF16 | OPS_BITS},  /* more chunks than weight groups */
     {OPS_CONV(4, 9, 9, 32, 64, 3, 3, 2, 1), .use = OPS_REF | OPS_BF16 | OPS_BF16_IO | OPS_BITS | OPS_GPU},
     {OPS_CONV(4, 16, 16, 256, 16, 1, 1, 1, 0), .use = OPS_REF | OPS_BF16 | OPS_BF16_IO},
-    {OPS_CONV(3, 9, 9, 24, 48, 1, 1, 2, 0), .use = OPS_REF | OPS_BF16 | OPS_BF16_IO | OPS_ACC | OPS_BITS | OPS_GPU},
+    {OPS_CONV(3, 9, 9, 24, 48, 1, 1, 2, 0), .use = OPS_REF | OPS_BF16 | OPS_BF16_IO | OPS_ACC | OPS_BITS | OPS_GPU | OPS_FUSED},
     {OPS_CONV(1, 7, 7, 8, 8, 5, 5, 1, 2), .use = OPS_REF | OPS_BF16 | OPS_BITS | OPS_GPU},
     {OPS_CONV(2, 8, 8, 4, 4, 3, 3, 1, 0), .use = OPS_REF | OPS_GPU},
     {OPS_CONV(6, 12, 12, 16, 32, 3, 3, 2, 1), .use = OPS_BITS | OPS_GPU},
@@ -77,29 +79,29 @@ static const ops_conv ops_convs[] = {
     /* wide windows and many channels: im2col, blocked reductions, transposed weight tiles */
     {OPS_CONV(2, 6, 6, 160, 20, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS | OPS_GPU},
     {OPS_CONV(2, 7, 7, 144, 24, 3, 3, 2, 1), .use = OPS_REF | OPS_BITS | OPS_GPU},
-    {OPS_CONV(2, 5, 5, 300, 260, 1, 1, 1, 0), .use = OPS_REF | OPS_BF16 | OPS_BF16_IO | OPS_BITS | OPS_GPU},
+    {OPS_CONV(2, 5, 5, 300, 260, 1, 1, 1, 0), .use = OPS_REF | OPS_BF16 | OPS_BF16_IO | OPS_BITS | OPS_GPU | OPS_FUSED},
     {OPS_CONV(2, 5, 5, 40, 1200, 1, 1, 2, 0), .use = OPS_REF | OPS_BITS | OPS_GPU},
-    {OPS_CONV(1, 14, 14, 128, 24, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS},  /* wide window, one row at a time */
-    {OPS_CONV(2, 24, 24, 288, 8, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS},   /* im2col: more chunks than groups */
+    {OPS_CONV(1, 14, 14, 128, 24, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS | OPS_FUSED},  /* wide window, one row at a time */
+    {OPS_CONV(2, 24, 24, 288, 8, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS | OPS_FUSED},   /* im2col: more chunks than groups */
     {OPS_CONV(2, 7, 7, 600, 40, 3, 3, 1, 1), .use = OPS_BF16 | OPS_BF16_IO | OPS_BITS},
     /* Winograd F(2x2, 3x3) (3x3 stride 1 pad 1, 64+ channels, 8x8+ outputs): odd sizes (edge
      * tiles past the output), channels not a multiple of a vector, more tiles than a block and
      * blocks than weight groups, a reduction longer than 512 (blocked), the smallest output */
-    {OPS_CONV(2, 15, 14, 64, 64, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS | OPS_GPU},
-    {OPS_CONV(1, 17, 19, 70, 66, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS | OPS_ACC},
+    {OPS_CONV(2, 15, 14, 64, 64, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS | OPS_GPU | OPS_FUSED},
+    {OPS_CONV(1, 17, 19, 70, 66, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS | OPS_ACC | OPS_FUSED},
     {OPS_CONV(24, 14, 14, 64, 72, 3, 3, 1, 1), .use = OPS_BITS},
     {OPS_CONV(1, 14, 15, 520, 64, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS},
     {OPS_CONV(3, 8, 8, 64, 64, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS},
     /* bf16: implicit (rows of 14 or more), gathered (1x1, small outputs), the stem's odd
      * channel count padded, stride-1 backward-data as a forward, strided scatters */
-    {OPS_CONV(2, 16, 16, 16, 32, 3, 3, 1, 1), .use = OPS_BF16 | OPS_BF16_IO | OPS_ACC | OPS_GPU},
-    {OPS_CONV(2, 30, 30, 3, 16, 7, 7, 2, 3), .use = OPS_BF16 | OPS_BF16_IO | OPS_F32_IN},
+    {OPS_CONV(2, 16, 16, 16, 32, 3, 3, 1, 1), .use = OPS_BF16 | OPS_BF16_IO | OPS_ACC | OPS_GPU | OPS_FUSED},
+    {OPS_CONV(2, 30, 30, 3, 16, 7, 7, 2, 3), .use = OPS_BF16 | OPS_BF16_IO | OPS_F32_IN | OPS_FUSED},
     {OPS_CONV(2, 15, 15, 5, 6, 3, 3, 1, 1), .use = OPS_BF16 | OPS_BF16_IO | OPS_GPU},
-    {OPS_CONV(3, 28, 28, 8, 16, 3, 3, 2, 1), .use = OPS_BF16 | OPS_BF16_IO},
-    {OPS_CONV(3, 9, 7, 24, 100, 1, 1, 1, 0), .use = OPS_BF16 | OPS_BF16_IO | OPS_GPU},  /* 1x1 expansion: the input transposed */
+    {OPS_CONV(3, 28, 28, 8, 16, 3, 3, 2, 1), .use = OPS_BF16 | OPS_BF16_IO | OPS_FUSED},
+    {OPS_CONV(3, 9, 7, 24, 100, 1, 1, 1, 0), .use = OPS_BF16 | OPS_BF16_IO | OPS_GPU | OPS_FUSED},  /* 1x1 expansion: the input transposed */
     {OPS_CONV(2, 6, 5, 3, 7, 3, 1, 1, 0), .use = OPS_BF16 | OPS_BF16_IO},
-    {OPS_CONV(2, 20, 20, 64, 300, 1, 1, 1, 0), .use = OPS_BF16_IO},  /* bf16 output in column blocks */
-    {OPS_CONV(1, 7, 300, 8, 8, 3, 3, 1, 1), .use = OPS_BF16_IO},     /* rows wider than the tile */
+    {OPS_CONV(2, 20, 20, 64, 300, 1, 1, 1, 0), .use = OPS_BF16_IO | OPS_FUSED},  /* bf16 output in column blocks */
+    {OPS_CONV(1, 7, 300, 8, 8, 3, 3, 1, 1), .use = OPS_BF16_IO | OPS_FUSED},     /* rows wider than the tile */
     /* bf16 backward-weight of a gradient split in tiles (over 65,536 elements), each run again
      * over several packs (test_ops's OPS_PACK): images of windows (odd rows), and chunks of 1x1
      * pixels (strided, the input transposed, a short odd last chunk) */
@@ -354,6 +356,7 @@ static const ops_member ops_members[] = {
     OPS_MEMBER(conv_fwd, OPS_FAMILY_CONV, NULL),
     OPS_MEMBER(conv_bwd_data, OPS_FAMILY_CONV, NULL),
     OPS_MEMBER(conv_bwd_weight, OPS_FAMILY_CONV, NULL),
+    OPS_MEMBER(conv_fwd_bn, OPS_FAMILY_CONV, NULL),
     OPS_MEMBER(bn_fwd_train, OPS_FAMILY_BN, NULL),
     OPS_MEMBER(bn_fwd_infer, OPS_FAMILY_BN, NULL),
     OPS_MEMBER(bn_bwd, OPS_FAMILY_BN, NULL),

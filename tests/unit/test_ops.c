@@ -368,6 +368,44 @@ static void test_conv_accumulate(const ds_backend *cb, ds_conv_desc d, ds_dtype 
     check_end();
 }
 
+/* Inference's convolution and batch norm in one pass (conv_fwd_bn) against conv_fwd then
+ * bn_fwd_infer: the same bits, on backend cb with the activations and weights stored in t
+ * (the input float32 when in_f32: the stem), a ReLU when variant has bit 0, a residual when
+ * it has bit 1. */
+static void test_conv_bn(const ds_backend *cb, ds_conv_desc d, ds_dtype t, int in_f32, int variant)
+{
+    const int relu = variant & 1, has_res = variant & 2;
+    char name[192];
+    snprintf(name, sizeof name, "%s conv and inference batch norm in one pass%s%s, %s storage, n%d %dx%dx%d -> k%d "
+             "%dx%d/%d pad %d: bitwise the two ops", cb == &ds_backend_cpu ? "fp32" : "bf16", has_res ? ", residual" : "",
+             relu ? ", relu" : "", ds_dtype_name(t), d.n, d.h, d.w, d.c, d.k, d.r, d.s, d.stride, d.pad);
+    check_begin(name);
+    d.in_t = in_f32 ? DS_F32 : t, d.out_t = d.w_t = t;
+    const size_t es = ds_dtype_size(t), ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.k,
+                 nw = (size_t)d.k * d.r * d.s * d.c;
+    void *in = randn_as(ni, 1, d.in_t), *w = randn_as(nw, 1 / sqrt(d.r * d.s * d.c), t),
+         *res = has_res ? randn_as(no, 1, t) : NULL;
+    float *gamma = randn(d.k, 0.5), *beta = randn(d.k, 0.5), *mean = randn(d.k, 0.5), *var = randn(d.k, 1);
+    for (int j = 0; j < d.k; j++) gamma[j] += 1, var[j] = 0.25f + fabsf(var[j]);
+    void *fused = malloc(no * es), *conv = malloc(no * es), *two = malloc(no * es);
+    void *ws = cb->alloc(cb->conv_workspace(&d));
+    CHECK(ws != NULL, "workspace allocation");
+    const ds_conv_bn bn = {gamma, beta, mean, var, res, relu, 1e-5f};
+    cb->conv_fwd_bn(fused, in, w, &d, ws, &bn);
+    cb->conv_fwd(conv, in, w, &d, ws);
+    cb->bn_fwd_infer(two, conv, gamma, beta, mean, var, res, relu, d.n * d.p * d.q, d.k, 1e-5f, t);
+    size_t off = 0, normed = 0;
+    for (size_t i = 0; i < no; i++) {
+        off += memcmp((char *)fused + i * es, (char *)two + i * es, es) != 0;
+        normed += memcmp((char *)fused + i * es, (char *)conv + i * es, es) != 0;
+    }
+    CHECK(off == 0, "%zu of %zu elements differ from conv_fwd then bn_fwd_infer", off, no);
+    CHECK(normed > no / 2, "only %zu of %zu elements differ from the convolution alone", normed, no);
+    cb->free(ws);
+    free(in), free(w), free(res), free(gamma), free(beta), free(mean), free(var), free(fused), free(conv), free(two);
+    check_end();
+}
+
 /* Batch norm (train forward, backward with residual and ReLU, inference), pooling and the
  * gradient add on bf16 activations against the float32 ops on the same values. */
 static void test_ops_bf16_storage(int m, int c)
@@ -1270,7 +1308,7 @@ static void test_select(void)
 static void test_every_member_has_a_row(void)
 {
     check_begin("every_backend_op_has_a_case");
-    const unsigned cpu_walks = OPS_FD | OPS_REF | OPS_BF16 | OPS_BF16_IO | OPS_ACC | OPS_BITS,
+    const unsigned cpu_walks = OPS_FD | OPS_REF | OPS_BF16 | OPS_BF16_IO | OPS_ACC | OPS_BITS | OPS_FUSED,
                    gpu_walks = OPS_GPU | OPS_GPU_BF16_IO;
     size_t end = 0;
     const char *last = "the start";
@@ -1327,6 +1365,11 @@ int main(int argc, char **argv)
             test_conv_accumulate(&ds_backend_cpu, d, DS_F32);
             test_conv_accumulate(&ds_backend_cpu_bf16, d, DS_F32);
             test_conv_accumulate(&ds_backend_cpu_bf16, d, DS_BF16);
+        }
+        if (t->use & OPS_FUSED) {  /* the variants in turn down the table */
+            test_conv_bn(&ds_backend_cpu, d, DS_F32, 0, (int)i % 4);
+            test_conv_bn(&ds_backend_cpu_bf16, d, DS_F32, 0, (int)(i + 1) % 4);
+            test_conv_bn(&ds_backend_cpu_bf16, d, DS_BF16, !!(t->use & OPS_F32_IN), (int)(i + 2) % 4);
         }
     }
     for (size_t i = 0; i < OPS_COUNT(ops_bns); i++) {
