@@ -352,16 +352,8 @@ void ds_cpu_conv_bn_f32(float *out, long m0, int k0, long rows, int cols, const 
 {
     const ds_cpu_loops *L = ds_cpu_kernels_for(ds_cpu_isa_get())->loops;
     const float *res = bn->residual;
-    if (cols == d->k) {  /* whole pixels: one run */
-        L->bn_apply(out + m0 * d->k, out + m0 * d->k, bn->mean, bn->a, bn->beta, res ? res + m0 * d->k : NULL, bn->relu,
-                    0, rows, d->k);
-        return;
-    }
-    for (long i = m0; i < m0 + rows; i++) {
-        float *y = out + i * d->k + k0;
-        L->bn_apply(y, y, bn->mean + k0, bn->a + k0, bn->beta + k0, res ? res + i * d->k + k0 : NULL, bn->relu, 0, 1,
-                    cols);
-    }
+    const long at = m0 * d->k + k0;
+    L->bn_tile(out + at, d->k, res ? res + at : NULL, bn->mean + k0, bn->a + k0, bn->beta + k0, bn->relu, rows, cols);
 }
 
 void ds_cpu_conv_fwd(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws)

@@ -90,8 +90,9 @@ static void store_rows(void *dst, long ldd, const float *f, long ldf, long rows,
 static int out16(const ds_conv_desc *d) { return d->out_t == DS_BF16; }
 
 /* A bf16 output's block from its float32 sums f (rows x cols, ldf apart) with conv_fwd_bn's
- * batch norm: each row rounded as store_rows rounds it, then bn_apply_bf16 on those values,
- * out (pixel m0, channel k0) and the residual at the same place, rows d->k apart. */
+ * batch norm: each row rounded as store_rows rounds it, then normalised by cpu_loops'
+ * bn_tile_bf16 as bn_apply_bf16 normalises it: out (pixel m0, channel k0) and the residual at
+ * the same place, rows d->k apart. */
 static void store_rows_bn(ds_bf16 *out, long m0, int k0, const float *f, long ldf, long rows, int cols,
                           const ds_conv_desc *d, const ds_cpu_conv_bn *bn)
 {
@@ -101,8 +102,8 @@ static void store_rows_bn(ds_bf16 *out, long m0, int k0, const float *f, long ld
     for (long i = 0; i < rows; i++) {
         const long at = (m0 + i) * d->k + k0;
         ds_bf16_round_n(x, f + i * ldf, (size_t)cols);
-        L->bn_apply_bf16(out + at, x, bn->mean + k0, bn->a + k0, bn->beta + k0, res ? res + at : NULL, bn->relu, 0, 1,
-                         cols);
+        L->bn_tile_bf16(out + at, d->k, x, cols, res ? res + at : NULL, bn->mean + k0, bn->a + k0, bn->beta + k0,
+                        bn->relu, 1, cols);
     }
 }
 

@@ -36,6 +36,15 @@ typedef struct {
     /* Rows [r0, r1): din = dout * ka + (in - mean) * kb + kc; dresidual (when not NULL) = dout */
     void (*bn_dx)(float *din, float *dresidual, const float *dout, const float *in, const float *mean,
                   const float *ka, const float *kb, const float *kc, long r0, long r1, int c);
+    /* conv_fwd_bn's batch norm on a block of rows x cols of a convolution's output (cpu_conv.h),
+     * rows ldy apart, the residual's too, mean, a and beta at the block's first channel:
+     *   bn_tile:       y = bn_apply's expression on y, in place (a float32 output);
+     *   bn_tile_bf16:  out = the same on the bf16 values in (rows ldi apart: what the
+     *                  convolution would have stored), rounded, as bn_apply_bf16 computes it */
+    void (*bn_tile)(float *y, long ldy, const float *residual, const float *mean, const float *a, const float *beta,
+                    int relu, long rows, int cols);
+    void (*bn_tile_bf16)(ds_bf16 *out, long ldo, const ds_bf16 *in, long ldi, const ds_bf16 *residual,
+                         const float *mean, const float *a, const float *beta, int relu, long rows, int cols);
     /* The same three on bf16 activations (loaded exactly, float32 arithmetic as above, each
      * stored result rounded once by cpu_bf16.h's rule: the same bits as the float32 loops on
      * the same values, rounded); pu, qv, mean, a, beta, ka, kb, kc stay float32. */
