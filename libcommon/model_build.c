@@ -264,6 +264,8 @@ int ds_model_plan_memory(ds_model *m)
             if ((slot_of[L->out] = slot_take(&s)) < 0) return ds_err("model: memory plan: too many live tensors");
             if (L->in > 0 && last_use[L->in] == l) s.busy[slot_of[L->in]] = 0;
             if (L->res > 0 && last_use[L->res] == l) s.busy[slot_of[L->res]] = 0;
+            const int fused_in = l > 0 && m->layers[l - 1].fuse_bn ? m->layers[l - 1].in : 0;
+            if (fused_in > 0 && last_use[fused_in] == l) s.busy[slot_of[fused_in]] = 0;
         }
         for (int i = 1; i < m->nacts; i++) m->acts[i].off = off + (size_t)slot_of[i] * m->slot_floats;
         off += (size_t)s.n * m->slot_floats;

@@ -72,6 +72,7 @@ static ds_backend spy(void)
     be.conv_fwd = spy_fwd;
     be.conv_bwd_data = spy_bwd_data;
     be.conv_bwd_weight = spy_bwd_weight;
+    be.conv_fwd_bn = NULL;  /* as CUDA's: every forward goes through conv_fwd */
     return be;
 }
 

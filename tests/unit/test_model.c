@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "log.h"
 #include "model.h"
+#include "rng.h"
 
 /* Counting allocator: the executable's malloc family overrides libc's for every library,
  * so the walk's allocations are visible. glibc exports the real ones as __libc_*. Under
@@ -584,6 +585,54 @@ static void test_every_batch_size(void)
     check_end();
 }
 
+/* Inference with each convolution and its batch norm in one conv_fwd_bn (the CPU backends)
+ * gives bitwise the logits of the same backend running conv_fwd then bn_fwd_infer (its
+ * conv_fwd_bn removed), in an inference-only model (whose memory plan reuses activations:
+ * the fused convolution's input must outlive it) and in a training model's evaluation
+ * forward; with batch norm's parameters and running statistics away from their start. */
+static void test_fused_inference(const char *arch, int hw, const ds_backend *base)
+{
+    char name[96];
+    snprintf(name, sizeof name, "fused_inference_%s_%s", arch, ds_precision_name(base->precision));
+    check_begin(name);
+    enum { N = 3, CLASSES = 5 };
+    ds_backend apart = *base;
+    apart.conv_fwd_bn = NULL;
+    const ds_backend *bes[3] = {base, &apart, base};
+    ds_model *ms[3] = {NULL, NULL, NULL};
+    float logits[3][N * CLASSES];
+    ds_rng r;
+    for (int j = 0; j < 3; j++) {
+        ds_model_config cfg = {.arch = arch, .num_classes = CLASSES, .max_batch = N, .height = hw, .width = hw,
+                               .training = j == 2};
+        ms[j] = ds_model_create(bes[j], &cfg);
+        CHECK(ms[j] != NULL, "create");
+        if (!ms[j]) goto out;
+        ds_model_init(ms[j], 5);
+        ds_rng_init(&r, 9, DS_RNG_DATA, 0);
+        for (int i = 0; i < ds_model_tensor_count(ms[j]); i++) {  /* gamma, beta, running mean and var */
+            const ds_tensor_info *t = ds_model_tensor(ms[j], i);
+            if (t->ndim != 1 || strstr(t->name, "fc.")) continue;
+            const int var = strstr(t->name, "running_var") != NULL, gamma = strstr(t->name, ".weight") != NULL;
+            float v[t->count];
+            for (size_t e = 0; e < t->count; e++) {
+                const double x = ds_rng_normal(&r);
+                v[e] = (float)(var ? 0.3 + fabs(x) : gamma ? 1 + 0.3 * x : 0.3 * x);
+            }
+            ds_model_tensor_set(ms[j], i, v);
+        }
+        fill_input_hw(ms[j], N, hw, hw);
+        const float *l = ds_model_forward(ms[j], N, 0);
+        CHECK(l != NULL, "forward");
+        if (l) ds_backend_cpu.download(logits[j], l, sizeof logits[j]);
+    }
+    CHECK(!memcmp(logits[0], logits[1], sizeof logits[0]), "inference model: fused logits differ from the two ops'");
+    CHECK(!memcmp(logits[2], logits[1], sizeof logits[0]), "training model's evaluation: fused logits differ");
+out:
+    for (int j = 0; j < 3; j++) ds_model_free(ms[j]);
+    check_end();
+}
+
 /* A model planned at `planned` and run at a smaller h x w gives bitwise the logits (training
  * and inference forward) and gradients (with the BN statistics) of a model created at h x w:
  * the layer shapes are those of the smaller network, and activations planned larger hold
@@ -825,6 +874,10 @@ int main(void)
     test_backward_repeatable("resnet20", 4, 16);
     test_backward_repeatable("resnet18", 2, 64);
     static const int r20[][2] = {{48, 48}, {32, 32}, {64, 64}, {40, 24}}, r50[][2] = {{32, 32}};
+    test_fused_inference("resnet20", 16, &ds_backend_cpu);
+    test_fused_inference("resnet20", 16, &ds_backend_cpu_bf16);
+    test_fused_inference("resnet50", 64, &ds_backend_cpu);
+    test_fused_inference("resnet50", 64, &ds_backend_cpu_bf16);
     test_input_size("resnet20", 3, 64, r20, 4);
     test_input_size("resnet50", 2, 64, r50, 1);
     test_bn_bias_decay_off();
