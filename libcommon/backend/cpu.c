@@ -182,23 +182,27 @@ static void cpu_bn_fwd_infer(void *out, const void *in, const float *gamma, cons
     bn_apply(out, in, running_mean, sa, beta, residual, relu, m, c, t);
 }
 
-/* conv_fwd_bn: the convolutions apply bn_fwd_infer's batch norm block by block (cpu_conv.h). */
+/* conv_fwd_bn: the convolutions (fwd, of either backend) apply bn_fwd_infer's batch norm
+ * block by block (cpu_conv.h). */
+typedef void conv_fwd_bn_fn(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws,
+                            const ds_cpu_conv_bn *bn);
+static void conv_fwd_bn(conv_fwd_bn_fn *fwd, void *out, const void *in, const void *w, const ds_conv_desc *d,
+                        void *ws, const ds_conv_bn *bn)
+{
+    float sa[d->k];
+    bn_infer_scale(sa, bn->gamma, bn->running_var, bn->eps, d->k);
+    const ds_cpu_conv_bn e = {bn->running_mean, sa, bn->beta, bn->residual, bn->relu};
+    fwd(out, in, w, d, ws, &e);
+}
 static void cpu_conv_fwd_bn(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws,
                             const ds_conv_bn *bn)
 {
-    float sa[d->k];
-    bn_infer_scale(sa, bn->gamma, bn->running_var, bn->eps, d->k);
-    const ds_cpu_conv_bn e = {bn->running_mean, sa, bn->beta, bn->residual, bn->relu};
-    ds_cpu_conv_fwd_bn(out, in, w, d, ws, &e);
+    conv_fwd_bn(ds_cpu_conv_fwd_bn, out, in, w, d, ws, bn);
 }
-
 static void cpu_conv_fwd_bn_bf16(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws,
                                  const ds_conv_bn *bn)
 {
-    float sa[d->k];
-    bn_infer_scale(sa, bn->gamma, bn->running_var, bn->eps, d->k);
-    const ds_cpu_conv_bn e = {bn->running_mean, sa, bn->beta, bn->residual, bn->relu};
-    ds_cpu_conv_fwd_bn_bf16(out, in, w, d, ws, &e);
+    conv_fwd_bn(ds_cpu_conv_fwd_bn_bf16, out, in, w, d, ws, bn);
 }
 
 static void cpu_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout, const void *out,
