@@ -637,7 +637,15 @@ static void test_maxpool(int n, int h, int w, int c, int k, int stride, int pad)
     ds_pool_desc d = {n, h, w, c, k, stride, pad, (h + 2 * pad - k) / stride + 1,
                       (w + 2 * pad - k) / stride + 1, DS_F32};
     size_t ni = (size_t)n * h * w * c, no = (size_t)n * d.p * d.q * c;
-    float *in = randn(ni, 1), *g = randn(no, 1), *out = malloc(no * 4), *din = malloc(ni * 4);
+    // The inputs: a shuffled grid of distinct values 0.01 apart, so that no two in a window
+    // lie within the finite differences' step (a near tie would split their gradient there).
+    float *in = malloc(ni * 4), *g = randn(no, 1), *out = malloc(no * 4), *din = malloc(ni * 4);
+    for (size_t i = 0; i < ni; i++) in[i] = (float)(((double)i - ni / 2.0) * 0.01);
+    for (size_t i = ni; i > 1; i--) {
+        size_t j = ds_rng_below(&rng, i);
+        float t = in[i - 1];
+        in[i - 1] = in[j], in[j] = t;
+    }
     be->maxpool_fwd(out, in, &d);
     be->maxpool_bwd(din, g, in, out, &d);
     pool_ctx ctx = {&d, dup_d(in, ni), dup_d(g, no)};
