@@ -17,6 +17,15 @@ Errors are max|got - ref| / max|ref| per tensor. Tolerances: momentum buffers (g
 weight decay, accumulated) and weight changes 2e-3, as the engine's gradient test: BatchNorm's
 backward loses 2-3 digits to cancellation in fp32 against a float64 reference; running
 statistics 1e-4 (forward only).
+
+Those tolerances mean something only where the two steps are well conditioned. Some sets are
+not: a pre-activation next to a ReLU's kink, crossed or not by a rounding, moves the result by
+a step (with torch.manual_seed(7) the float64 reference moved by 1.7e-2 when its input moved by
+1e-7 of itself, for 6 of 8 random moves, and a fair fp32 engine landed on either side). So each
+case also takes the float64 reference from its input moved by 1e-7 of itself (three draws, about
+float32's rounding of the input), and fails as an ill-conditioned set, not a wrong engine, when
+that moves any weight change or momentum by more than a tenth of the tolerance. The seeds below
+give a set that is well conditioned in both cases (moves of 5e-6 at most).
 """
 import copy
 import os
@@ -64,7 +73,7 @@ def main():
     with open(tmp + "/split/classes.txt") as f:
         classes = [line.rstrip("\n") for line in f]
 
-    torch.manual_seed(7)
+    torch.manual_seed(2)
     model = tv.resnet20(4)
     # Random BN affine parameters, so the test sees them move for the right reasons.
     with torch.no_grad():
@@ -82,10 +91,26 @@ def main():
     return 0 if ok else 1
 
 
+def reference_steps(init_model, x, y, decay_all):
+    """STEPS steps of torch.optim.SGD in float64 from a copy of init_model: the model, its optimizer."""
+    ref = copy.deepcopy(init_model).double().train()
+    if decay_all:
+        groups = [{"params": list(ref.parameters())}]
+    else:   # the one-dimensional parameters: BN weights and biases, fc.bias
+        groups = [{"params": [p for p in ref.parameters() if p.ndim > 1]},
+                  {"params": [p for p in ref.parameters() if p.ndim <= 1], "weight_decay": 0.0}]
+    opt = torch.optim.SGD(groups, lr=LR, momentum=MOMENTUM, weight_decay=WD, nesterov=True)
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=SMOOTHING)
+    for _ in range(STEPS):
+        opt.zero_grad()
+        loss_fn(ref(x), y).backward()
+        opt.step()
+    return ref, opt
+
+
 def check_case(tmp, case, init_model, n, decay_all):
     global failures
 
-    model = copy.deepcopy(init_model)
     out = tmp + "/run-" + case
     run(BIN + "/dstrain", "-q", "--train", tmp + "/packed", "-o", out, "--init", tmp + "/init.h5",
         "--arch", "resnet20", "--crop", "16", "--batch", n, "--epochs", STEPS, "--augment", "none",
@@ -104,26 +129,28 @@ def check_case(tmp, case, init_model, n, decay_all):
     x = torch.from_numpy(np.ascontiguousarray(x)).double()
     y = torch.from_numpy(labels)
 
-    ref = model.double().train()
-    w0 = {k: v.detach().clone() for k, v in ref.state_dict().items()}
-    if decay_all:
-        groups = [{"params": list(ref.parameters())}]
-    else:   # the one-dimensional parameters: BN weights and biases, fc.bias
-        groups = [{"params": [p for p in ref.parameters() if p.ndim > 1]},
-                  {"params": [p for p in ref.parameters() if p.ndim <= 1], "weight_decay": 0.0}]
-    opt = torch.optim.SGD(groups, lr=LR, momentum=MOMENTUM, weight_decay=WD, nesterov=True)
-    loss_fn = nn.CrossEntropyLoss(label_smoothing=SMOOTHING)
-    for _ in range(STEPS):
-        opt.zero_grad()
-        loss_fn(ref(x), y).backward()
-        opt.step()
+    w0 = {k: v.detach().double().clone() for k, v in init_model.state_dict().items()}
+    ref, opt = reference_steps(init_model, x, y, decay_all)
+    names = dict(ref.named_parameters())
+    for draw in range(3):
+        g = torch.Generator().manual_seed(draw)
+        moved, moved_opt = reference_steps(init_model, x * (1 + 1e-7 * torch.randn(x.shape, generator=g,
+                                                                                    dtype=torch.float64)), y, decay_all)
+        for k, p in moved.named_parameters():
+            for what, a, b in (("change", p - w0[k], names[k] - w0[k]),
+                               ("momentum", moved_opt.state[p]["momentum_buffer"], opt.state[names[k]]["momentum_buffer"])):
+                a, b = a.detach().numpy(), b.detach().numpy()
+                drift = float(np.abs(a - b).max()) / max(float(np.abs(b).max()), 1e-12)
+                if not drift <= 2e-4:
+                    failures += 1
+                    print("  %s %s: ill-conditioned set: the float64 reference moved by %.3g when its input moved "
+                          "by 1e-7 (draw %d)" % (k, what, drift, draw), file=sys.stderr)
 
     ck = out + "/ckpt-%08d.h5" % STEPS
     with h5py.File(ck, "r") as f:
         got = {k: np.array(v) for k, v in f["model"].items()}
         mom = {k: np.array(v) for k, v in f["optimizer"].items()}
         step = int(f.attrs["step"])
-    names = dict(ref.named_parameters())
     worst = {"weights": 0.0, "momentum": 0.0, "buffers": 0.0}
     for k, v in ref.state_dict().items():
         if k not in got:
