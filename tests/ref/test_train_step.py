@@ -23,7 +23,7 @@ lr 0.2 on 24 images they are only in a small neighbourhood: with this set (torch
 float64 reference moves by 50 times its input's relative move up to 1e-7, then by 17% at 3e-7
 for some draws: one pre-activation of the first step's forward (after layer1.0's first batch
 norm) is 7e-7, within float32's rounding of zero; its ReLU flips, that one element moves the
-first step's gradient enough to move the second step's activations by 1e-3 (and flip 300 of
+first step's gradient enough to move the second step's activations by 1e-3 (and flip about 340 of
 its ReLUs), and layer3's small weight changes by 17%. So an fp32 engine whose rounding lands
 on the other side of that one ReLU fails by about 1e-2 (a build with Winograd at 32 channels did, in the first case only,
 its convolutions passing the op table's double loops at that shape; PyTorch's own float32 run
