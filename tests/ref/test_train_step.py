@@ -18,20 +18,16 @@ weight decay, accumulated) and weight changes 2e-3, as the engine's gradient tes
 backward loses 2-3 digits to cancellation in fp32 against a float64 reference; running
 statistics 1e-4 (forward only).
 
-Those tolerances mean something only where the two steps are smooth in their input, and at
-lr 0.2 on 24 images they are only in a small neighbourhood: with this set (torch seed 2) the
-float64 reference moves by 50 times its input's relative move up to 1e-7, then by 17% at 3e-7
-for some draws: one pre-activation of the first step's forward (after layer1.0's first batch
-norm) is 7e-7, within float32's rounding of zero; its ReLU flips, that one element moves the
-first step's gradient enough to move the second step's activations by 1e-3 (and flip about 340 of
-its ReLUs), and layer3's small weight changes by 17%. So an fp32 engine whose rounding lands
-on the other side of that one ReLU fails by about 1e-2 (a build with Winograd at 32 channels did, in the first case only,
-its convolutions passing the op table's double loops at that shape; PyTorch's own float32 run
-lands within 1e-4, on the reference's side; not resolved further). With torch seed 7 the
-reference itself jumped by 1.7e-2 at 1e-7 for 6 of 8 random moves. So each case also takes the
-float64 reference from its input moved by 1e-7 of itself (three draws) and fails as an
-ill-conditioned set, not a wrong engine, when that moves any weight change or momentum by more
-than a tenth of the tolerance.
+Those tolerances hold only where the two steps are smooth in their input. At lr 0.2 on 24
+images that is a small neighbourhood: with this set (torch seed 2) the float64 reference moves
+by 50 times its input's relative move up to 1e-7, and by up to 17% at 3e-7, where one
+pre-activation of the first step (7e-7) changes sign and its ReLU's single element moves the
+second step's activations by 1e-3. An engine whose fp32 rounding crosses such a point fails by
+about 1e-2 without a wrong formula (bench/ENGINE.md, Winograd at 32 channels). With torch seed
+7 the reference jumped by 1.7e-2 already at 1e-7. So each case also runs the float64 reference
+from its input moved by 1e-7 of itself (three draws), and fails as an ill-conditioned set, not
+a wrong engine, when that moves any weight change or momentum by more than a tenth of the
+tolerance.
 """
 import copy
 import os
@@ -140,17 +136,18 @@ def check_case(tmp, case, init_model, n, decay_all):
     names = dict(ref.named_parameters())
     for draw in range(3):
         g = torch.Generator().manual_seed(draw)
-        moved, moved_opt = reference_steps(init_model, x * (1 + 1e-7 * torch.randn(x.shape, generator=g,
-                                                                                    dtype=torch.float64)), y, decay_all)
+        x_moved = x * (1 + 1e-7 * torch.randn(x.shape, generator=g, dtype=torch.float64))
+        moved, moved_opt = reference_steps(init_model, x_moved, y, decay_all)
         for k, p in moved.named_parameters():
-            for what, a, b in (("change", p - w0[k], names[k] - w0[k]),
-                               ("momentum", moved_opt.state[p]["momentum_buffer"], opt.state[names[k]]["momentum_buffer"])):
+            q = names[k]
+            for what, a, b in (("change", p - w0[k], q - w0[k]),
+                               ("momentum", moved_opt.state[p]["momentum_buffer"], opt.state[q]["momentum_buffer"])):
                 a, b = a.detach().numpy(), b.detach().numpy()
                 drift = float(np.abs(a - b).max()) / max(float(np.abs(b).max()), 1e-12)
                 if not drift <= 2e-4:
                     failures += 1
-                    print("  %s %s: ill-conditioned set: the float64 reference moved by %.3g when its input moved "
-                          "by 1e-7 (draw %d)" % (k, what, drift, draw), file=sys.stderr)
+                    print("  %s %s: ill-conditioned set: the float64 reference moved by %.3g when its input "
+                          "moved by 1e-7 (draw %d)" % (k, what, drift, draw), file=sys.stderr)
 
     ck = out + "/ckpt-%08d.h5" % STEPS
     with h5py.File(ck, "r") as f:
