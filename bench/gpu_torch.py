@@ -51,6 +51,8 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=15)
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--profile", metavar="FILE",
+                    help="after the timed steps, profile 2 more and write each GPU kernel's time per step to FILE")
     ap.add_argument("mode", choices=("train", "infer"))
     ap.add_argument("batch", type=int)
     ap.add_argument("precision", choices=("bf16", "tf32", "fp32"))
@@ -96,6 +98,27 @@ def main():
         step()
     sync()
     print("images_per_sec %.1f" % (a.steps * a.batch / (time.perf_counter() - t)))
+    if a.profile:
+        profile(step, sync, a.profile)
+
+
+def profile(step, sync, path, steps=2):
+    """Each GPU kernel's time per step over `steps` steps, longest first, as tab-separated
+    milliseconds, launches per step and name (bench/gpu_profile.sh's format)."""
+    from torch.profiler import profile as prof, ProfilerActivity
+    with prof(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(steps):
+            step()
+        sync()
+    rows = {}
+    for e in p.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            r = rows.setdefault(e.name, [0.0, 0])
+            r[0] += getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+            r[1] += 1
+    with open(path, "w") as f:
+        for name, (us, n) in sorted(rows.items(), key=lambda kv: -kv[1][0]):
+            f.write("%.3f\t%g\t%s\n" % (us / 1000 / steps, n / steps, name))
 
 
 if __name__ == "__main__":

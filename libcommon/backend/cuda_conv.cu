@@ -214,7 +214,8 @@ static size_t op_workspace(const conv_impl *p, const conv_slot *s, int i)
 
 /* Says once per plan which ops compute below the run's precision, and at --verbose what
  * each op of the plan runs. */
-static void plan_report(const ds_conv_desc *d, const ds_conv_choice choice[DS_CONV_OPS], const char *where)
+static void plan_report(const ds_conv_desc *d, const ds_conv_choice choice[DS_CONV_OPS],
+                        const ds_conv_list lists[DS_CONV_OPS], const char *where)
 {
     char name[CONV_NAME], text[512];
     conv_name(d, name, sizeof name);
@@ -225,6 +226,13 @@ static void plan_report(const ds_conv_desc *d, const ds_conv_choice choice[DS_CO
                     g.deterministic ? " that is deterministic" : "", ds_precision_name((ds_precision)choice[i].precision));
     ds_conv_choice_describe(choice, text, sizeof text);
     ds_debug("CUDA conv %s, %s: %s", name, where, text);
+    if (ds_verbosity < 1 || !lists) return;
+    for (int i = 0; i < DS_CONV_OPS; i++) {
+        if (!choice[i].needed) continue;
+        ds_conv_list_describe(&lists[i], choice[i].precision, text, sizeof text);
+        ds_debug("CUDA conv %s, %s %s: cuDNN answered (%s, best first): %s", name, where,
+                 ds_conv_op_name((ds_conv_op)i), ds_precision_name((ds_precision)choice[i].precision), text);
+    }
 }
 
 /* Chooses the plan's algorithms at the planned size: NULL, with a message, when an op d
@@ -254,7 +262,7 @@ static conv_impl *plan_make(const ds_conv_desc *d, size_t *bytes)
                g.deterministic ? " --deterministic" : "", msg);
         return NULL;   /* the model stops before anything runs; the plan's few descriptors are not freed */
     }
-    plan_report(d, p->choice, "planned");
+    plan_report(d, p->choice, p->list, "planned");
     /* the ops run one at a time: the largest of their copies plus cuDNN workspace */
     *bytes = 0;
     for (int i = 0; i < DS_CONV_OPS; i++) {
@@ -349,7 +357,7 @@ static void slot_set_up(conv_impl *p, conv_slot *s, const ds_conv_desc *d, const
                    ds_precision_name(g.precision), limit, msg);
         changed = 1;
     }
-    if (changed) plan_report(d, s->choice, "at this size");
+    if (changed) plan_report(d, s->choice, s->list, "at this size");
 }
 
 /* cuDNN's answer when an algorithm cannot run this call although it was listed (the

@@ -167,13 +167,19 @@ int ds_conv_list_rule_out(ds_conv_list *l, int precision, int algo, const char *
 
 /* Why an algorithm is not usable, in the order they are checked (and counted in messages). */
 static const char *const reasons[] = {"failed", "ruled out after the answer", "over the workspace budget",
-                                      "not deterministic", "not plain FMA math", "may compute in fp16"};
+                                      "not deterministic", "not plain FMA math", "may compute in fp16",
+                                      "adds into its bf16 result (not deterministic)"};
 
-/* Why algorithm i of l's answer at precision p is not usable (NULL: it is), with `room`
- * bytes left for cuDNN's workspace. fp32 means FMA math only. tf32 refuses the math that
- * allows conversion, which may compute its float32 tensors in fp16 (range 65504); bf16's
- * tensors are bf16 already, and its tensor-op math is what it asks for. */
-static const char *unusable(const ds_conv_list *l, int p, int i, int deterministic, size_t room)
+/* Why algorithm i of l's answer for op at precision p is not usable (NULL: it is), with
+ * `room` bytes left for cuDNN's workspace. fp32 means FMA math only. tf32 refuses the math
+ * that allows conversion, which may compute its float32 tensors in fp16 (range 65504); bf16's
+ * tensors are bf16 already, and its tensor-op math is what it asks for. A bf16 weight
+ * gradient comes only from a deterministic algorithm: the others add their partial sums into
+ * the result with atomics, which for a bf16 result rounds to 8 bits at every addition (the
+ * first GPU run saw 2 of 2,304 weights of a 64x8x8x16 3x3 layer off by 5%: a sum of 64
+ * per-image parts, each added in bf16), where the deterministic ones sum in float32 and round
+ * once. */
+static const char *unusable(const ds_conv_list *l, ds_conv_op op, int p, int i, int deterministic, size_t room)
 {
     const ds_conv_algo *a = &l->algo[p][i];
     if (!a->ok) return reasons[0];
@@ -182,6 +188,7 @@ static const char *unusable(const ds_conv_list *l, int p, int i, int determinist
     if (deterministic && !a->deterministic) return reasons[3];
     if (p == DS_PRECISION_FP32 && a->math != DS_MATH_FMA) return reasons[4];
     if (p == DS_PRECISION_TF32 && a->math == DS_MATH_TENSOR_OP_CONVERSION) return reasons[5];
+    if (p == DS_PRECISION_BF16 && op == DS_CONV_BWD_FILTER && !a->deterministic) return reasons[6];
     return NULL;
 }
 
@@ -209,7 +216,7 @@ static void describe_none(const ds_conv_list *l, ds_conv_op op, int precision, i
             int count = 0;
             const char *status = NULL;
             for (int i = 0; i < n; i++)
-                if (unusable(l, p, i, deterministic, b->limit - b->copies[p]) == reasons[r]) {
+                if (unusable(l, op, p, i, deterministic, b->limit - b->copies[p]) == reasons[r]) {
                     count++;
                     if (!status) status = l->algo[p][i].status;
                 }
@@ -236,7 +243,7 @@ int ds_conv_choose_op(const ds_conv_desc *d, ds_conv_op op, int precision, int d
             l->asked[p] = 1;
         }
         for (int i = 0; i < l->n[p]; i++)
-            if (!unusable(l, p, i, deterministic, b->limit - b->copies[p])) {
+            if (!unusable(l, op, p, i, deterministic, b->limit - b->copies[p])) {
                 const ds_conv_algo *a = &l->algo[p][i];
                 *out = (ds_conv_choice){.needed = 1, .precision = p, .algo = a->algo, .math = a->math,
                                         .memory = a->memory};
@@ -261,6 +268,28 @@ int ds_conv_choose(const ds_conv_desc *d, int precision, int deterministic, size
             return -1;
     }
     return 0;
+}
+
+void ds_conv_list_describe(const ds_conv_list *l, int precision, char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = 0;
+    if (!l->asked[precision]) {
+        add(buf, len, &at, "not asked");
+        return;
+    }
+    if (l->n[precision] < 0) {
+        add(buf, len, &at, "the query failed: %s", l->why[precision]);
+        return;
+    }
+    for (int i = 0; i < l->n[precision]; i++) {
+        const ds_conv_algo *a = &l->algo[precision][i];
+        add(buf, len, &at, "%s%d", i ? " " : "", a->algo);
+        if (!a->ok) add(buf, len, &at, " (%s)", a->status);
+        else
+            add(buf, len, &at, " (%s%s, %.1f MiB)", ds_conv_math_name(a->math),
+                a->deterministic ? "" : ", not deterministic", a->memory / 1048576.0);
+    }
 }
 
 void ds_conv_choice_describe(const ds_conv_choice choice[DS_CONV_OPS], char *buf, size_t len)

@@ -137,6 +137,10 @@ typedef struct {
     char ruled_out_why[DS_CONV_PRECISIONS][160];   /* the first of those, why */
 } ds_conv_list;
 
+/* buf: l's answer at `precision`, in cuDNN's order ("1 (tensor-op, 0.0 MiB) 0 (tensor-op, not
+ * deterministic, 2.0 MiB) 6 (CUDNN_STATUS_NOT_SUPPORTED)"), or that it was not asked or failed. */
+void ds_conv_list_describe(const ds_conv_list *l, int precision, char *buf, size_t len);
+
 /* Rules algorithm `algo` at `precision` out of l's later choices, for `why` ("failed when
  * run: CUDNN_STATUS_..."); -1 when algo is not an id a list can hold. */
 int ds_conv_list_rule_out(ds_conv_list *l, int precision, int algo, const char *why);

@@ -896,10 +896,15 @@ static void test_loss_late(void)
     case_end();
 }
 
-int main(void)
-
+int main(int argc, char **argv)
 {
     ds_log_init("test_cuda_ops");
+    /* --verbose: each convolution's plan and cuDNN's answers, on stderr */
+    if (argc == 2 && !strcmp(argv[1], "--verbose")) ds_verbosity = 1;
+    else if (argc != 1) {
+        fprintf(stderr, "usage: test_cuda_ops [--verbose]\n");
+        return 2;
+    }
     int count = ds_cuda_device_count();
     if (count < 0) {   /* a GPU that cannot start: CUDA's message is above */
         printf("FAIL cuda ops: CUDA could not start\n");
