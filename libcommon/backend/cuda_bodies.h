@@ -86,10 +86,49 @@ BODY body_bf16 bf16_narrow(float x) { return bf16_of_bits(bf16_round_bits(x)); }
 /* What bn_partial_body sums per channel: the statistics or the gradients. */
 enum { BN_STATS, BN_GRADS };
 
+/* ---- 16 bytes at a time: the vector bodies ----
+ * The vector bodies (name_vec_body) take DS_CUDA_VEC_BYTES of consecutive channels per
+ * thread, 8 bf16 or 4 float32 values, in one 16-byte load or store, and give each element
+ * exactly the arithmetic, order and rounding of the scalar body they stand for: the same
+ * bits, with an eighth (bf16) or a quarter of the loads and threads. They serve tensors whose
+ * channel count is a multiple of the vector and whose pointers are 16-byte aligned
+ * (ds_cuda_vec_ok); the scalar bodies serve the rest. The 16 bytes are four 32-bit words,
+ * element k of a bf16 vector in half k % 2 of word k / 2 (little-endian, as both the GPU and
+ * x86 store them). */
+#ifdef __CUDA_ARCH__
+BODY void load16(const void *p, uint32_t w[4])
+{
+    const uint4 u = *(const uint4 *)p;
+    w[0] = u.x, w[1] = u.y, w[2] = u.z, w[3] = u.w;
+}
+BODY void store16(void *p, const uint32_t w[4]) { *(uint4 *)p = make_uint4(w[0], w[1], w[2], w[3]); }
+#else
+BODY void load16(const void *p, uint32_t w[4]) { memcpy(w, p, 16); }
+BODY void store16(void *p, const uint32_t w[4]) { memcpy(p, w, 16); }
+#endif
+BODY float vec_get_f32(const uint32_t *w, int k) { return bits_float(w[k]); }
+BODY void vec_put_f32(uint32_t *w, int k, float v) { w[k] = float_bits(v); }
+BODY void vec_zero_f32(uint32_t *w, int k) { w[k] = 0; }
+BODY float vec_get_bf16(const uint32_t *w, int k)
+{
+    const uint32_t x = w[k >> 1];
+    return bits_float(k & 1 ? x & 0xffff0000u : x << 16);
+}
+BODY void vec_put_bf16(uint32_t *w, int k, float v)
+{
+    const uint32_t b = bf16_round_bits(v), x = w[k >> 1];
+    w[k >> 1] = k & 1 ? (x & 0xffffu) | b << 16 : (x & 0xffff0000u) | b;
+}
+BODY void vec_zero_bf16(uint32_t *w, int k) { w[k >> 1] &= k & 1 ? 0xffffu : 0xffff0000u; }
+
 /* ---- the activations' bodies, per storage ---- */
 #define BODY_T float
 #define BODY_WIDEN(x) (x)
 #define BODY_NARROW(v) (v)
+#define BODY_VEC 4
+#define BODY_VGET vec_get_f32
+#define BODY_VPUT vec_put_f32
+#define BODY_VZERO vec_zero_f32
 #ifdef __cplusplus
 #define BODY_FN(name) name
 #else
@@ -100,10 +139,18 @@ enum { BN_STATS, BN_GRADS };
 #undef BODY_WIDEN
 #undef BODY_NARROW
 #undef BODY_FN
+#undef BODY_VEC
+#undef BODY_VGET
+#undef BODY_VPUT
+#undef BODY_VZERO
 
 #define BODY_T body_bf16
 #define BODY_WIDEN(x) bf16_widen(x)
 #define BODY_NARROW(v) bf16_narrow(v)
+#define BODY_VEC 8
+#define BODY_VGET vec_get_bf16
+#define BODY_VPUT vec_put_bf16
+#define BODY_VZERO vec_zero_bf16
 #ifdef __cplusplus
 #define BODY_FN(name) name
 #else
@@ -114,6 +161,10 @@ enum { BN_STATS, BN_GRADS };
 #undef BODY_WIDEN
 #undef BODY_NARROW
 #undef BODY_FN
+#undef BODY_VEC
+#undef BODY_VGET
+#undef BODY_VPUT
+#undef BODY_VZERO
 
 /* ---- batch norm: the final kernels ---- */
 

@@ -30,6 +30,22 @@ typedef body_bf16 bf16;
 #define FOR_GRID(i, n) \
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < (long)(n); i += (long)gridDim.x * blockDim.x)
 
+/* The vector bodies (cuda_bodies.h) serve c channels of storage T when c is a multiple of
+ * their vector and every tensor given (NULL: not used) is 16-byte aligned; they give the
+ * scalar bodies' bits. */
+template <typename T>
+static int vec_ok(int c, const void *a, const void *b = NULL, const void *d = NULL, const void *e = NULL)
+{
+    const void *p[] = {a, b, d, e};
+    if (c % (DS_CUDA_VEC_BYTES / (int)sizeof(T))) return 0;
+    for (int i = 0; i < 4; i++)
+        if ((uintptr_t)p[i] % DS_CUDA_VEC_BYTES) return 0;
+    return 1;
+}
+
+template <typename T>
+static __host__ __device__ long vec_of(long n) { return n / (DS_CUDA_VEC_BYTES / (long)sizeof(T)); }
+
 /* ---- batch norm ---- */
 
 /* Per-channel sums are split over chunks of consecutive rows: a block of (BN_CH channels,
@@ -56,13 +72,32 @@ __global__ void bn_partial_kernel(double *partial, T *dout, const T *out, const 
     bn_partial_body(partial, dout, out, in, center, mode, relu, m, c, chunks, ch, t);
 }
 
+/* The same sums, a thread per (group of a vector's channels, chunk): thread l of the
+ * one-dimensional grid takes group l % groups of chunk l / groups, so a warp's loads are
+ * whole rows' consecutive 16-byte pieces. */
+template <typename T>
+__global__ void bn_partial_vec_kernel(double *partial, T *dout, const T *out, const T *in, const float *center,
+                                      int mode, int relu, int m, int c, int chunks)
+{
+    const long groups = vec_of<T>(c), l = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (l < groups * chunks)
+        bn_partial_vec_body(partial, dout, out, in, center, mode, relu, m, c, chunks, (int)(l % groups),
+                            (int)(l / groups));
+}
+
 template <typename T>
 static void bn_partials(double *partial, T *dout, const T *out, const T *in, const float *center, int mode,
                         int relu, int m, int c, int chunks)
 {
-    dim3 grid((c + BN_CH - 1) / BN_CH, chunks / BN_ROWS), block(BN_CH, BN_ROWS);
-    DS_LAUNCH(bn_partial_kernel, grid, block, 0, ds_cuda_stream(), partial, dout, out, in, center, mode, relu, m, c,
-        chunks);
+    if (vec_ok<T>(c, dout, out, in)) {
+        long threads = vec_of<T>(c) * chunks;
+        DS_LAUNCH(bn_partial_vec_kernel, (unsigned)((threads + THREADS - 1) / THREADS), THREADS, 0, ds_cuda_stream(),
+            partial, dout, out, in, center, mode, relu, m, c, chunks);
+    } else {
+        dim3 grid((c + BN_CH - 1) / BN_CH, chunks / BN_ROWS), block(BN_CH, BN_ROWS);
+        DS_LAUNCH(bn_partial_kernel, grid, block, 0, ds_cuda_stream(), partial, dout, out, in, center, mode, relu, m,
+            c, chunks);
+    }
     launchCheck();
 }
 
@@ -121,6 +156,28 @@ __global__ void bn_apply_kernel(T *out, const T *in, const float *mean, const fl
     FOR_GRID(i, total) bn_apply_body(out, in, mean, a, beta, residual, relu, c, i);
 }
 
+template <typename T>
+__global__ void bn_apply_vec_kernel(T *out, const T *in, const float *mean, const float *a, const float *beta,
+                                    const T *residual, int relu, long total, int c)
+{
+    FOR_GRID(g, vec_of<T>(total)) bn_apply_vec_body(out, in, mean, a, beta, residual, relu, c, g);
+}
+
+/* out = relu?((in - mean) a + beta + residual?) over m rows of c channels */
+template <typename T>
+static void bn_apply(T *out, const T *in, const float *mean, const float *a, const float *beta, const T *residual,
+                     int relu, int m, int c)
+{
+    long total = (long)m * c;
+    if (vec_ok<T>(c, out, in, residual))
+        DS_LAUNCH(bn_apply_vec_kernel, ds_cuda_blocks(vec_of<T>(total), THREADS), THREADS, 0, ds_cuda_stream(), out,
+            in, mean, a, beta, residual, relu, total, c);
+    else
+        DS_LAUNCH(bn_apply_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), out, in, mean, a,
+            beta, residual, relu, total, c);
+    launchCheck();
+}
+
 static float *bn_coef(int c, int which)   /* coefficient arrays live past the partial sums */
 {
     return (float *)((char *)scratch + DS_CUDA_SCRATCH_BYTES) - (size_t)(3 - which) * c;
@@ -136,10 +193,7 @@ static void bn_fwd_train(T *out, float *mean, float *var, float *invstd, const T
     DS_LAUNCH(bn_stats_final_kernel, bn_final_grid(c), bn_final_block, 0, ds_cuda_stream(), mean, var, invstd, ka,
         scratch, in, gamma, m, c, chunks, eps);
     launchCheck();
-    long total = (long)m * c;
-    DS_LAUNCH(bn_apply_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), out, in, mean, ka, beta,
-        residual, relu, total, c);
-    launchCheck();
+    bn_apply(out, in, mean, ka, beta, residual, relu, m, c);
 }
 
 void ds_cuda_bn_fwd_train(void *out, float *mean, float *var, float *invstd, const void *in,
@@ -162,10 +216,7 @@ static void bn_fwd_infer(T *out, const T *in, const float *gamma, const float *b
     DS_LAUNCH(bn_infer_coef_kernel, (c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream(), ka, gamma, running_var,
         c, eps);
     launchCheck();
-    long total = (long)m * c;
-    DS_LAUNCH(bn_apply_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), out, in, running_mean,
-        ka, beta, residual, relu, total, c);
-    launchCheck();
+    bn_apply(out, in, running_mean, ka, beta, residual, relu, m, c);
 }
 
 void ds_cuda_bn_fwd_infer(void *out, const void *in, const float *gamma, const float *beta,
@@ -190,6 +241,13 @@ __global__ void bn_dx_kernel(T *din, T *dresidual, const T *dy, const T *in, con
 }
 
 template <typename T>
+__global__ void bn_dx_vec_kernel(T *din, T *dresidual, const T *dy, const T *in, const float *mean,
+                                 const float *ka, const float *kb, const float *kc, long total, int c)
+{
+    FOR_GRID(g, vec_of<T>(total)) bn_dx_vec_body(din, dresidual, dy, in, mean, ka, kb, kc, c, g);
+}
+
+template <typename T>
 static void bn_bwd(T *din, T *dresidual, float *dgamma, float *dbeta, T *dout, const T *out, const T *in,
                    const float *gamma, const float *mean, const float *invstd, int relu, int m, int c)
 {
@@ -202,8 +260,13 @@ static void bn_bwd(T *din, T *dresidual, float *dgamma, float *dbeta, T *dout, c
     launchCheck();
     /* dresidual = dout (after the ReLU mask) is written by the dx kernel, unless they are one
      * buffer */
-    DS_LAUNCH(bn_dx_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), din,
-        dresidual != dout ? dresidual : NULL, dout, in, mean, ka, kb, kc, total, c);
+    T *dres = dresidual != dout ? dresidual : NULL;
+    if (vec_ok<T>(c, din, dres, dout, in))
+        DS_LAUNCH(bn_dx_vec_kernel, ds_cuda_blocks(vec_of<T>(total), THREADS), THREADS, 0, ds_cuda_stream(), din, dres,
+            dout, in, mean, ka, kb, kc, total, c);
+    else
+        DS_LAUNCH(bn_dx_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), din, dres, dout, in,
+            mean, ka, kb, kc, total, c);
     launchCheck();
 }
 
@@ -244,19 +307,30 @@ void ds_cuda_maxpool_fwd(void *out, const void *in, const ds_pool_desc *d)
     launchCheck();
 }
 
+template <typename T>
+__global__ void maxpool_bwd_vec_kernel(T *din, const T *dout, const T *in, ds_pool_desc d)
+{
+    FOR_GRID(g, vec_of<T>((long)d.n * d.h * d.w * d.c)) maxpool_bwd_vec_body(din, dout, in, d, g);
+}
+
+template <typename T>
+static void maxpool_bwd(T *din, const T *dout, const T *in, const ds_pool_desc *d)
+{
+    long total = (long)d->n * d->h * d->w * d->c;
+    if (vec_ok<T>(d->c, din, dout, in))
+        DS_LAUNCH(maxpool_bwd_vec_kernel, ds_cuda_blocks(vec_of<T>(total), THREADS), THREADS, 0, ds_cuda_stream(), din,
+            dout, in, *d);
+    else
+        DS_LAUNCH(maxpool_bwd_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), din, dout, in, *d);
+    launchCheck();
+}
+
 void ds_cuda_maxpool_bwd(void *din, const void *dout, const void *in, const void *out,
                          const ds_pool_desc *d)
 {
     (void)out;  /* each input finds its window's first maximum again from `in` */
-    long total = (long)d->n * d->h * d->w * d->c;
-    unsigned blocks = ds_cuda_blocks(total, THREADS);
-    if (d->t == DS_BF16)
-        DS_LAUNCH(maxpool_bwd_kernel, blocks, THREADS, 0, ds_cuda_stream(), (bf16 *)din, (const bf16 *)dout, (const
-            bf16 *)in, *d);
-    else
-        DS_LAUNCH(maxpool_bwd_kernel, blocks, THREADS, 0, ds_cuda_stream(), (float *)din, (const float *)dout, (const
-            float *)in, *d);
-    launchCheck();
+    if (d->t == DS_BF16) maxpool_bwd((bf16 *)din, (const bf16 *)dout, (const bf16 *)in, d);
+    else maxpool_bwd((float *)din, (const float *)dout, (const float *)in, d);
 }
 
 template <typename T>

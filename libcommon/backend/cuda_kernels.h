@@ -36,6 +36,8 @@ void ds_cuda_kernels_init(void *scratch);
  * scratch; 0 when c channels do not fit at all. Plain C, so that tests/drivers/step_census counts
  * with the kernels' own rule. */
 #define DS_CUDA_THREADS 256
+#define DS_CUDA_VEC_BYTES 16        /* a vector body's load: 8 bf16 or 4 float32 channels */
+#define DS_CUDA_BN_UNROLL 4         /* rows a vector bn_partial loads before it adds them */
 #define DS_CUDA_BN_CH 32
 #define DS_CUDA_BN_ROWS 8
 #define DS_CUDA_BN_FINAL_ROWS 16

@@ -155,10 +155,24 @@ static double sum_gap(double mag, int chunks)
 
 /* ---------------------------------------------------------------- the kernels' grids */
 
-/* bn_partials: grid (ceil(c / BN_CH), chunks / BN_ROWS) of (BN_CH, BN_ROWS) threads */
-static void emu_bn_partials(double *partial, void *dout, const void *out, const void *in, const float *center,
-                            int mode, int relu, int m, int c, int chunks, ds_dtype t)
+/* cuda_kernels.cu's vec_ok: the vector bodies serve a channel count that is a multiple of
+ * their vector (this test's buffers come from malloc, 16-byte aligned); vec: 0 follows that
+ * rule, 1 and -1 force the vector or the scalar bodies (test_vec_bodies). */
+static int vec_width(ds_dtype t) { return DS_CUDA_VEC_BYTES / (int)es(t); }
+static int use_vec(int c, ds_dtype t, int vec) { return vec ? vec > 0 : c % vec_width(t) == 0; }
+
+/* bn_partials: the vector kernel's one-dimensional grid (thread l: group l % groups of chunk
+ * l / groups), else grid (ceil(c / BN_CH), chunks / BN_ROWS) of (BN_CH, BN_ROWS) threads */
+static void emu_bn_partials_as(double *partial, void *dout, const void *out, const void *in, const float *center,
+                               int mode, int relu, int m, int c, int chunks, ds_dtype t, int vec)
 {
+    if (use_vec(c, t, vec)) {
+        long groups = c / vec_width(t);
+        for (long l = 0; l < groups * chunks; l++)
+            BY_T(t, bn_partial_vec_body, partial, dout, out, in, center, mode, relu, m, c, chunks, (int)(l % groups),
+                 (int)(l / groups));
+        return;
+    }
     for (int by = 0; by < chunks / DS_CUDA_BN_ROWS; by++)
         for (int bx = 0; bx < (c + DS_CUDA_BN_CH - 1) / DS_CUDA_BN_CH; bx++)
             for (int ty = 0; ty < DS_CUDA_BN_ROWS; ty++)
@@ -167,6 +181,45 @@ static void emu_bn_partials(double *partial, void *dout, const void *out, const 
                     if (ch >= c) continue;
                     BY_T(t, bn_partial_body, partial, dout, out, in, center, mode, relu, m, c, chunks, ch, k);
                 }
+}
+
+static void emu_bn_partials(double *partial, void *dout, const void *out, const void *in, const float *center,
+                            int mode, int relu, int m, int c, int chunks, ds_dtype t)
+{
+    emu_bn_partials_as(partial, dout, out, in, center, mode, relu, m, c, chunks, t, 0);
+}
+
+/* bn_apply: the vector kernel's grid-stride loop over groups, else over elements */
+static void emu_bn_apply_as(void *out, const void *in, const float *mean, const float *a, const float *beta,
+                            const void *residual, int relu, int m, int c, ds_dtype t, int vec)
+{
+    size_t n = (size_t)m * c;
+    if (use_vec(c, t, vec)) {
+        FOR_GRID(g, n / vec_width(t)) BY_T(t, bn_apply_vec_body, out, in, mean, a, beta, residual, relu, c, g);
+    } else {
+        FOR_GRID(i, n) BY_T(t, bn_apply_body, out, in, mean, a, beta, residual, relu, c, i);
+    }
+}
+
+static void emu_bn_dx_as(void *din, void *dres, const void *dy, const void *in, const float *mean, const float *ka,
+                         const float *kb, const float *kc, int m, int c, ds_dtype t, int vec)
+{
+    size_t n = (size_t)m * c;
+    if (use_vec(c, t, vec)) {
+        FOR_GRID(g, n / vec_width(t)) BY_T(t, bn_dx_vec_body, din, dres, dy, in, mean, ka, kb, kc, c, g);
+    } else {
+        FOR_GRID(i, n) BY_T(t, bn_dx_body, din, dres, dy, in, mean, ka, kb, kc, c, i);
+    }
+}
+
+static void emu_maxpool_bwd_as(void *din, const void *dout, const void *in, ds_pool_desc d, int vec)
+{
+    size_t n = (size_t)d.n * d.h * d.w * d.c;
+    if (use_vec(d.c, d.t, vec)) {
+        FOR_GRID(g, n / vec_width(d.t)) BY_T(d.t, maxpool_bwd_vec_body, din, dout, in, d, g);
+    } else {
+        FOR_GRID(i, n) BY_T(d.t, maxpool_bwd_body, din, dout, in, d, i);
+    }
 }
 
 /* bn_final_sums for block bx: every thread's serial share, then the tree level by level
@@ -200,7 +253,7 @@ static void emu_bn_fwd_train(void *out, float *mean, float *var, float *invstd, 
             if (j < c) BY_T(t, bn_stats_final_body, mean, var, invstd, ka, s1[lane], s2[lane], in, gamma, m, j, eps);
         }
     }
-    FOR_GRID(i, (size_t)m * c) BY_T(t, bn_apply_body, out, in, mean, ka, beta, residual, relu, c, i);
+    emu_bn_apply_as(out, in, mean, ka, beta, residual, relu, m, c, t, 0);
     free(partial);
     free(ka);
 }
@@ -213,7 +266,7 @@ static void emu_bn_fwd_infer(void *out, const void *in, const float *gamma, cons
     for (int b = 0; b < (c + THREADS - 1) / THREADS; b++)
         for (int x = 0; x < THREADS; x++)
             if (b * THREADS + x < c) bn_infer_coef_body(ka, gamma, running_var, b * THREADS + x, eps);
-    FOR_GRID(i, (size_t)m * c) BY_T(t, bn_apply_body, out, in, running_mean, ka, beta, residual, relu, c, i);
+    emu_bn_apply_as(out, in, running_mean, ka, beta, residual, relu, m, c, t, 0);
     free(ka);
 }
 
@@ -234,7 +287,7 @@ static void emu_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, 
         }
     }
     void *dres = dresidual != dout ? dresidual : NULL;
-    FOR_GRID(i, (size_t)m * c) BY_T(t, bn_dx_body, din, dres, dout, in, mean, ka, kb, kc, c, i);
+    emu_bn_dx_as(din, dres, dout, in, mean, ka, kb, kc, m, c, t, 0);
     free(partial);
 }
 
@@ -306,7 +359,7 @@ static void test_bn_fwd(int m, int c, ds_dtype t, int relu, int residual, int da
         for (int j = 0; j < c; j++) ka[j] = (float)((double)gamma[j] * (1.0 / sqrt((double)var_g[j] + eps)));
         const ds_cpu_loops *L = ds_cpu_kernels_for(ds_cpu_isa_get())->loops;
         void *want = nans(n, es(t)), *got = nans(n, es(t));
-        FOR_GRID(i, n) BY_T(t, bn_apply_body, got, in, mean_g, ka, beta, res, relu, c, i);
+        emu_bn_apply_as(got, in, mean_g, ka, beta, res, relu, m, c, t, 0);
         if (t == DS_BF16) L->bn_apply_bf16(want, in, mean_g, ka, beta, res, relu, 0, m, c);
         else L->bn_apply(want, in, mean_g, ka, beta, res, relu, 0, m, c);
         check_bits("out given the statistics", got, want, n, es(t));
@@ -431,9 +484,77 @@ static void test_maxpool(ds_pool_desc d, int ties)
     FOR_GRID(i, no) BY_T(d.t, maxpool_fwd_body, out_g, in, d, i);
     check_bits("out", out_g, out_c, no, es(d.t));
     be->maxpool_bwd(din_c, dout, in, out_c, &d);
-    FOR_GRID(i, ni) BY_T(d.t, maxpool_bwd_body, din_g, dout, in, d, i);
+    emu_maxpool_bwd_as(din_g, dout, in, d, 0);
     check_bits("din", din_g, din_c, ni, es(d.t));
     free(in), free(dout), free(out_c), free(out_g), free(din_c), free(din_g);
+    check_end();
+}
+
+static float *floats(int n, double lo, double hi)
+{
+    float *x = malloc((size_t)n * sizeof *x);
+    for (int i = 0; i < n; i++) x[i] = (float)(lo + (hi - lo) * ds_rng_double(&rng));
+    return x;
+}
+
+/* The vector bodies against the scalar ones they stand for, bitwise, on any data: batch
+ * norm's partial sums (the statistics; the gradients with and without the ReLU mask, and
+ * dout after the mask), the apply (with and without residual and ReLU), dx (with dresidual),
+ * and maxpool backward (with ties, and with none). */
+static void test_vec_bodies(int m, int c, ds_dtype t)
+{
+    char name[96];
+    snprintf(name, sizeof name, "vector bodies give the scalar ones' bits %s m=%d c=%d", tname(t), m, c);
+    check_begin(name);
+    size_t n = (size_t)m * c, ps = 2 * (size_t)chunks_of(m, c) * c;
+    int chunks = chunks_of(m, c);
+    void *in = act_randn(n, 0.3, 1, t), *out = act_randn(n, 0, 1, t), *dout = act_randn(n, 0, 1, t),
+         *res = act_randn(n, 0, 1, t);
+    float *center = floats(c, -0.5, 0.5), *mean = floats(c, -0.5, 0.5), *a = floats(c, 0.5, 2),
+          *beta = floats(c, -1, 1), *kb = floats(c, -0.1, 0.1), *kc = floats(c, -0.1, 0.1);
+    for (int mode = BN_STATS; mode <= BN_GRADS; mode++)
+        for (int relu = 0; relu <= (mode == BN_GRADS); relu++) {
+            double *p_s = nans(ps, 8), *p_v = nans(ps, 8);
+            void *d_s = dup(dout, n * es(t)), *d_v = dup(dout, n * es(t));
+            emu_bn_partials_as(p_s, d_s, out, in, center, mode, relu, m, c, chunks, t, -1);
+            emu_bn_partials_as(p_v, d_v, out, in, center, mode, relu, m, c, chunks, t, 1);
+            check_bits(mode == BN_STATS ? "statistics' partial sums" : relu ? "masked gradients' partial sums"
+                                                                            : "gradients' partial sums",
+                       p_v, p_s, ps, 8);
+            check_bits("dout after the mask", d_v, d_s, n, es(t));
+            free(p_s), free(p_v), free(d_s), free(d_v);
+        }
+    for (int relu = 0; relu <= 1; relu++)
+        for (int residual = 0; residual <= 1; residual++) {
+            void *o_s = nans(n, es(t)), *o_v = nans(n, es(t));
+            emu_bn_apply_as(o_s, in, mean, a, beta, residual ? res : NULL, relu, m, c, t, -1);
+            emu_bn_apply_as(o_v, in, mean, a, beta, residual ? res : NULL, relu, m, c, t, 1);
+            check_bits("apply", o_v, o_s, n, es(t));
+            free(o_s), free(o_v);
+        }
+    void *x_s = nans(n, es(t)), *x_v = nans(n, es(t)), *r_s = nans(n, es(t)), *r_v = nans(n, es(t));
+    emu_bn_dx_as(x_s, r_s, dout, in, mean, a, kb, kc, m, c, t, -1);
+    emu_bn_dx_as(x_v, r_v, dout, in, mean, a, kb, kc, m, c, t, 1);
+    check_bits("dx", x_v, x_s, n, es(t));
+    check_bits("dresidual", r_v, r_s, n, es(t));
+    free(x_s), free(x_v), free(r_s), free(r_v);
+    free(in), free(out), free(dout), free(res), free(center), free(mean), free(a), free(beta), free(kb), free(kc);
+    check_end();
+}
+
+static void test_vec_maxpool(ds_pool_desc d, int ties)
+{
+    char name[128];
+    snprintf(name, sizeof name, "maxpool backward's vector body gives the scalar one's bits %s n=%d %dx%d c=%d k=%d s=%d%s",
+             tname(d.t), d.n, d.h, d.w, d.c, d.k, d.stride, ties ? " ties" : "");
+    check_begin(name);
+    size_t ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.c;
+    void *in = ties ? act_exact(ni, -2, 2, 1, d.t) : act_randn(ni, 0, 1, d.t), *dout = act_randn(no, 0, 1, d.t);
+    void *g_s = nans(ni, es(d.t)), *g_v = nans(ni, es(d.t));
+    emu_maxpool_bwd_as(g_s, dout, in, d, -1);
+    emu_maxpool_bwd_as(g_v, dout, in, d, 1);
+    check_bits("din", g_v, g_s, ni, es(d.t));
+    free(in), free(dout), free(g_s), free(g_v);
     check_end();
 }
 
@@ -713,8 +834,18 @@ int main(void)
         test_maxpool(pool(2, 7, 5, 3, 3, 2, 1, t), 1);
         test_maxpool(pool(3, 9, 9, 33, 2, 2, 0, t), 1);
         test_maxpool(pool(1, 6, 8, 5, 3, 1, 1, t), 1);
+        test_maxpool(pool(3, 9, 9, 16, 3, 2, 1, t), 1);
         test_avgpool(8, 49, 2048, t);
         test_avgpool(3, 5, 33, t);
+        /* the vector bodies: shapes of ResNet-50 (many chunks, one row per chunk), short ones,
+         * and the pools */
+        test_vec_bodies(8 * 28 * 28, 64, t);
+        test_vec_bodies(2 * 7 * 7, 2048, t);
+        test_vec_bodies(37, 16, t);
+        test_vec_bodies(1, 8, t);
+        test_vec_maxpool(pool(2, 56, 56, 64, 3, 2, 1, t), 0);
+        test_vec_maxpool(pool(3, 9, 9, 16, 3, 2, 1, t), 1);
+        test_vec_maxpool(pool(2, 8, 6, 8, 2, 2, 0, t), 1);
     }
     test_bias(8, 64, 1000);
     test_bias(3, 5, 33);
