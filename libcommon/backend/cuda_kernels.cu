@@ -296,15 +296,28 @@ __global__ void maxpool_bwd_kernel(T *din, const T *dout, const T *in, ds_pool_d
     FOR_GRID(i, (long)d.n * d.h * d.w * d.c) maxpool_bwd_body(din, dout, in, d, i);
 }
 
-void ds_cuda_maxpool_fwd(void *out, const void *in, const ds_pool_desc *d)
+template <typename T>
+__global__ void maxpool_fwd_vec_kernel(T *out, const T *in, ds_pool_desc d)
+{
+    FOR_GRID(g, vec_of<T>((long)d.n * d.p * d.q * d.c)) maxpool_fwd_vec_body(out, in, d, g);
+}
+
+template <typename T>
+static void maxpool_fwd(T *out, const T *in, const ds_pool_desc *d)
 {
     long total = (long)d->n * d->p * d->q * d->c;
-    unsigned blocks = ds_cuda_blocks(total, THREADS);
-    if (d->t == DS_BF16)
-        DS_LAUNCH(maxpool_fwd_kernel, blocks, THREADS, 0, ds_cuda_stream(), (bf16 *)out, (const bf16 *)in, *d);
+    if (vec_ok<T>(d->c, out, in))
+        DS_LAUNCH(maxpool_fwd_vec_kernel, ds_cuda_blocks(vec_of<T>(total), THREADS), THREADS, 0, ds_cuda_stream(), out,
+            in, *d);
     else
-        DS_LAUNCH(maxpool_fwd_kernel, blocks, THREADS, 0, ds_cuda_stream(), (float *)out, (const float *)in, *d);
+        DS_LAUNCH(maxpool_fwd_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), out, in, *d);
     launchCheck();
+}
+
+void ds_cuda_maxpool_fwd(void *out, const void *in, const ds_pool_desc *d)
+{
+    if (d->t == DS_BF16) maxpool_fwd((bf16 *)out, (const bf16 *)in, d);
+    else maxpool_fwd((float *)out, (const float *)in, d);
 }
 
 template <typename T>

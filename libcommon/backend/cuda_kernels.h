@@ -40,7 +40,7 @@ void ds_cuda_kernels_init(void *scratch);
 #define DS_CUDA_BN_UNROLL 4         /* rows a vector bn_partial loads before it adds them */
 #define DS_CUDA_BN_CH 32
 #define DS_CUDA_BN_ROWS 8
-#define DS_CUDA_BN_FINAL_ROWS 16
+#define DS_CUDA_BN_FINAL_ROWS 32
 static inline int ds_cuda_bn_chunks(int m, int c, int flush)
 {
     size_t fit = (DS_CUDA_SCRATCH_BYTES - 3 * (size_t)c * sizeof(float)) /

@@ -212,6 +212,16 @@ static void emu_bn_dx_as(void *din, void *dres, const void *dy, const void *in, 
     }
 }
 
+static void emu_maxpool_fwd_as(void *out, const void *in, ds_pool_desc d, int vec)
+{
+    size_t n = (size_t)d.n * d.p * d.q * d.c;
+    if (use_vec(d.c, d.t, vec)) {
+        FOR_GRID(g, n / vec_width(d.t)) BY_T(d.t, maxpool_fwd_vec_body, out, in, d, g);
+    } else {
+        FOR_GRID(i, n) BY_T(d.t, maxpool_fwd_body, out, in, d, i);
+    }
+}
+
 static void emu_maxpool_bwd_as(void *din, const void *dout, const void *in, ds_pool_desc d, int vec)
 {
     size_t n = (size_t)d.n * d.h * d.w * d.c;
@@ -481,7 +491,7 @@ static void test_maxpool(ds_pool_desc d, int ties)
     void *in = ties ? act_exact(ni, -2, 2, 1, d.t) : act_randn(ni, 0, 1, d.t), *dout = act_randn(no, 0, 1, d.t);
     void *out_c = nans(no, es(d.t)), *out_g = nans(no, es(d.t)), *din_c = nans(ni, es(d.t)), *din_g = nans(ni, es(d.t));
     be->maxpool_fwd(out_c, in, &d);
-    FOR_GRID(i, no) BY_T(d.t, maxpool_fwd_body, out_g, in, d, i);
+    emu_maxpool_fwd_as(out_g, in, d, 0);
     check_bits("out", out_g, out_c, no, es(d.t));
     be->maxpool_bwd(din_c, dout, in, out_c, &d);
     emu_maxpool_bwd_as(din_g, dout, in, d, 0);
@@ -545,16 +555,19 @@ static void test_vec_bodies(int m, int c, ds_dtype t)
 static void test_vec_maxpool(ds_pool_desc d, int ties)
 {
     char name[128];
-    snprintf(name, sizeof name, "maxpool backward's vector body gives the scalar one's bits %s n=%d %dx%d c=%d k=%d s=%d%s",
+    snprintf(name, sizeof name, "maxpool's vector bodies give the scalar ones' bits %s n=%d %dx%d c=%d k=%d s=%d%s",
              tname(d.t), d.n, d.h, d.w, d.c, d.k, d.stride, ties ? " ties" : "");
     check_begin(name);
     size_t ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.c;
     void *in = ties ? act_exact(ni, -2, 2, 1, d.t) : act_randn(ni, 0, 1, d.t), *dout = act_randn(no, 0, 1, d.t);
-    void *g_s = nans(ni, es(d.t)), *g_v = nans(ni, es(d.t));
+    void *g_s = nans(ni, es(d.t)), *g_v = nans(ni, es(d.t)), *o_s = nans(no, es(d.t)), *o_v = nans(no, es(d.t));
+    emu_maxpool_fwd_as(o_s, in, d, -1);
+    emu_maxpool_fwd_as(o_v, in, d, 1);
+    check_bits("out", o_v, o_s, no, es(d.t));
     emu_maxpool_bwd_as(g_s, dout, in, d, -1);
     emu_maxpool_bwd_as(g_v, dout, in, d, 1);
     check_bits("din", g_v, g_s, ni, es(d.t));
-    free(in), free(dout), free(g_s), free(g_v);
+    free(in), free(dout), free(g_s), free(g_v), free(o_s), free(o_v);
     check_end();
 }
 
