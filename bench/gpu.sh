@@ -39,7 +39,7 @@
 # then SIGKILL to its whole process group GPU_BENCH_GRACE seconds later, default 10: dstrain
 # takes SIGTERM as "finish the step, checkpoint, stop", and one stuck in a kernel would not
 # stop at all). At the default deadline the set-up and stages 1-7 get their whole budgets;
-# 8-10 take what time is left, and a command that would get under 5 s is not started.
+# 8-11 take what time is left, and a command that would get under 5 s is not started.
 #   0. set-up, always: nvidia-smi, the CUDA libraries loaded and their versions (env.sh
 #      --report), the Python for PyTorch and what it loads
 #   1. op tests: test_cuda_ops (every CUDA op against the CPU backend, fp32, tf32, bf16;
@@ -67,6 +67,10 @@
 #   9. test_cuda_ops under compute-sanitizer --tool memcheck; n/a when the toolkit has none or
 #      the container refuses it the device
 #  10. PyTorch with torch.compile (slow to compile)
+#  11. where a training step's time goes (bench/gpu_profile.sh: every kernel of ds's ResNet-50
+#      bf16 b256 step under Nsight Compute, PyTorch's under torch.profiler): the groups' ms per
+#      step in the checks table, profile.md and the per-kernel tables in the logs; n/a in a
+#      dry run and on the emulated device (no GPU to profile), or without ncu
 # After every stage (and when the script ends, however it ends) the table is written anew to
 # $OUT/gpu-results.md and stdout's copy, with a line saying what to run next, and everything
 # the stages wrote but data and checkpoints (every command's stdout and stderr, this script's
@@ -88,9 +92,9 @@ ROOT=$PWD
 usage() { sed -n '2,/^# Stages, in the default order/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 # The stages: names, folders (under the work folder) and budgets in seconds, set-up first.
 NAMES=("set-up" "op tests" "planning canaries" "ds from shards" "torch eager" "inference" "NCCL"
-       "end to end (test_cuda.sh)" "the other rows" "compute-sanitizer" "torch compile")
-SLUGS=(setup ops canaries shards torch infer nccl test_cuda rows sanitizer compile)
-BUDGET=(40 40 90 70 60 75 45 100 245 60 150)
+       "end to end (test_cuda.sh)" "the other rows" "compute-sanitizer" "torch compile" "profile")
+SLUGS=(setup ops canaries shards torch infer nccl test_cuda rows sanitizer compile profile)
+BUDGET=(40 40 90 70 60 75 45 100 245 60 150 100)
 LAST=$((${#NAMES[@]} - 1))
 BUNDLE=${DS_BUNDLE:-$ROOT/build/gpu-bundle} TOOLS_FROM=bundle TOOLS='' DRY=0 EMULATED=0 PLAN_ONLY=0 ONLY=''
 RESULTS_DIR=${OUT:-$ROOT/bench} DEADLINE=${GPU_BENCH_SECONDS:-} GRACE=${GPU_BENCH_GRACE:-10} TOOLS_SET=''
@@ -661,6 +665,29 @@ stage_10() {
     torch_run "$ARCH train bf16 b$B_BIG" "torch compile" 150 train "$B_BIG" bf16 --compile
 }
 
+# ---- 11. where a training step's time goes ----
+stage_11() {
+    local what="profile of a $ARCH bf16 b$B_BIG training step, ms per step, ds / PyTorch" left rc
+    if [ "$MODE" != gpu ]; then
+        check_line "$what" "n/a ($([ "$MODE" = dry ] && echo "dry run" || echo "emulated"): no GPU to profile)"
+        return 0
+    fi
+    left=$(lim 100)
+    # ds's side under ncu first, PyTorch's in what is left
+    # (PyTorch runs in the bundle's environment here, with its CUDA libraries from the same
+    # wheels: so it ran in the first GPU calls)
+    run 100 env GPU_PROFILE_DS_SECONDS=$((left * 3 / 5)) GPU_PROFILE_TORCH_SECONDS=$((left * 2 / 5 - 5)) \
+        bash "$ROOT/bench/gpu_profile.sh" --tools "$BINDIR" --python "${PY:-python3}" --out "$SW" "$ARCH" "$SIZE" \
+        "$B_BIG" bf16 >"$SW/profile.log" 2>&1
+    rc=$?
+    if [ -s "$SW/profile.md" ]; then
+        # "| batch norm | 30.17 | 24.47 |" rows as "batch norm 30.17 / 24.47"
+        check_line "$what" "$(awk -F'|' '/^\| [a-z]/ && $3 ~ /[0-9]/ {gsub(/^ +| +$/, "", $2); gsub(/ /, "", $3); gsub(/ /, "", $4); printf "%s%s %s / %s", sep, $2, $3, $4; sep = "; "}' "$SW/profile.md")$(grep -q '^ds: no ncu' "$SW/profile.md" && echo " (no ncu: ds's side not profiled)")"
+    else
+        check_line "$what" "FAIL (exit $rc): $(why "$SW/profile.log")"
+    fi
+}
+
 # ---- the table, after every stage and at the end however it comes ----
 ratio() {  # ds synthetic over torch eager, when both are numbers
     local a=${R["$1|ds synthetic"]:-} b=${R["$1|torch eager"]:-}
@@ -744,7 +771,7 @@ pack_logs() {
     done < <(find "$W" -type f \( -name '*.log' -o -name '*.err' -o -name '*.out' \) -size +4M -print0 2>/dev/null)
     grep -r --include='*.err' --include='*.log' 'CUDA conv ' "$W" 2>/dev/null | sed "s|^$W/||" >"$W/cudnn-algorithms.txt"
     (cd "$W" && find . -type f \( -name '*.log' -o -name '*.err' -o -name '*.out' -o -name '*.txt' -o -name '*.json' \
-        -o -name '*.jsonl' -o -name '*.ends' \) -not -path './data/*' -not -path '*split*/*' -size -4M -print0 |
+        -o -name '*.jsonl' -o -name '*.ends' -o -name '*.md' -o -name '*.tsv' \) -not -path './data/*' -not -path '*split*/*' -size -4M -print0 |
         tar -czf "$RESULTS_DIR/gpu-logs.tar.gz.tmp" --null -T - 2>/dev/null) &&
         mv "$RESULTS_DIR/gpu-logs.tar.gz.tmp" "$RESULTS_DIR/gpu-logs.tar.gz"
 }

@@ -1,8 +1,12 @@
 #!/bin/bash
 # bench/gpu_profile.sh: where a GPU training step's time goes, ds's against PyTorch's, kernel by
 # kernel, from the GPU bundle (`make gpu-bundle`), in one short call of a GPU machine.
-#   bench/gpu_profile.sh [--bundle DIR] [--out DIR] [--steps N] [ARCH SIZE BATCH PRECISION]
+#   bench/gpu_profile.sh [--bundle DIR | --tools DIR] [--python PY] [--out DIR] [--steps N]
+#                        [ARCH SIZE BATCH PRECISION]
 #   defaults: build/gpu-bundle, $OUT (else bench/), 2 steps, resnet50 224 256 bf16
+#   --tools DIR: engine_bench from DIR, in the environment as it is (bench/gpu.sh's stage 11,
+#   which has set up its programs' environment already), instead of a bundle's
+#   --python PY: the Python whose torch sees the GPU (default python3 on PATH)
 # ds's side: engine_bench --deterministic (cuDNN's heuristics: no search's kernels in the
 # profile) under Nsight Compute (ncu, one metric, gpu__time_duration, clocks as they are), every
 # kernel of 1 + N steps (the first pays cuDNN's lazy set-up; its kernels are the same). PyTorch's
@@ -19,26 +23,34 @@
 # profile.md and the other still runs.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUNDLE=${DS_BUNDLE:-$ROOT/build/gpu-bundle} OUTDIR=${OUT:-$ROOT/bench} STEPS=2
+BUNDLE=${DS_BUNDLE:-$ROOT/build/gpu-bundle} OUTDIR=${OUT:-$ROOT/bench} STEPS=2 TOOLS= PY=python3
 while [ $# -gt 0 ]; do
     case $1 in
     --bundle) BUNDLE=$2; shift 2 ;;
+    --tools) TOOLS=$2; shift 2 ;;
+    --python) PY=$2; shift 2 ;;
     --out) OUTDIR=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
-    --*) echo "usage: gpu_profile.sh [--bundle DIR] [--out DIR] [--steps N] [ARCH SIZE BATCH PRECISION]" >&2; exit 2 ;;
+    --*) echo "usage: gpu_profile.sh [--bundle DIR | --tools DIR] [--python PY] [--out DIR] [--steps N] [ARCH SIZE BATCH PRECISION]" >&2; exit 2 ;;
     *) break ;;
     esac
 done
 ARCH=${1:-resnet50} SIZE=${2:-224} BATCH=${3:-256} PREC=${4:-bf16}
 case $STEPS in ''|*[!0-9]*|0) echo "gpu_profile.sh: --steps takes a positive number" >&2; exit 2 ;; esac
-[ -f "$BUNDLE/env.sh" ] || { echo "gpu_profile.sh: no bundle at $BUNDLE (make gpu-bundle)" >&2; exit 1; }
+if [ -n "$TOOLS" ]; then
+    ENGINE=$TOOLS/engine_bench
+    [ -x "$ENGINE" ] || { echo "gpu_profile.sh: no engine_bench in $TOOLS" >&2; exit 1; }
+else
+    ENGINE=$BUNDLE/bin/engine_bench
+    [ -f "$BUNDLE/env.sh" ] || { echo "gpu_profile.sh: no bundle at $BUNDLE (make gpu-bundle)" >&2; exit 1; }
+fi
 mkdir -p "$OUTDIR" && OUTDIR=$(cd "$OUTDIR" && pwd)
 W=$(mktemp -d) || exit 1
 trap 'rm -rf "$W"' EXIT
 LOG=$W/logs
 mkdir -p "$LOG"
 # shellcheck source=/dev/null
-. "$BUNDLE/env.sh" || { echo "gpu_profile.sh: the bundle's env.sh failed" >&2; exit 1; }
+[ -n "$TOOLS" ] || . "$BUNDLE/env.sh" || { echo "gpu_profile.sh: the bundle's env.sh failed" >&2; exit 1; }
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 
 ds_status="not run" torch_status="not run"
@@ -47,12 +59,12 @@ if [ -z "$NCU" ]; then
 else
     timeout -k 10 "${GPU_PROFILE_DS_SECONDS:-240}" "$NCU" --clock-control none --metrics gpu__time_duration.sum \
         --csv --print-units base --log-file "$LOG/ds-ncu.csv" \
-        "$BUNDLE/bin/engine_bench" --device cuda --precision "$PREC" --deterministic --warmup 0 \
+        "$ENGINE" --device cuda --precision "$PREC" --deterministic --warmup 0 \
         "$ARCH" "$SIZE" "$BATCH" train "$((STEPS + 1))" >"$LOG/ds.out" 2>"$LOG/ds.err"
     rc=$?
     ds_status="exit $rc"
 fi
-timeout -k 10 "${GPU_PROFILE_TORCH_SECONDS:-150}" python3 "$ROOT/bench/gpu_torch.py" --size "$SIZE" --steps 10 \
+timeout -k 10 "${GPU_PROFILE_TORCH_SECONDS:-150}" "$PY" "$ROOT/bench/gpu_torch.py" --size "$SIZE" --steps 10 \
     --warmup 10 --profile "$OUTDIR/torch-kernels.tsv" train "$BATCH" "$PREC" >"$LOG/torch.out" 2>"$LOG/torch.err"
 torch_status="exit $?"
 

@@ -135,7 +135,7 @@ fi
 # (test_gpu_sh.sh checks the plan, the order and the logs without the bundle). A dry run's
 # commands have no limits of their own, only the deadline, set far off here: nothing in it
 # depends on how fast this CPU is; the deadline and run.sh's watchdog guard against a hang ----
-expect_status gpu_sh_rejects_a_bad_stage 2 bench/gpu.sh --only 11
+expect_status gpu_sh_rejects_a_bad_stage 2 bench/gpu.sh --only 12
 expect_status gpu_sh_rejects_an_unknown_argument 2 bench/gpu.sh --bogus
 expect_status gpu_sh_needs_a_bundle 1 bench/gpu.sh --bundle "$T/no-bundle"
 expect_status gpu_sh_hang_only_in_dry_runs 2 env GPU_BENCH_HANG=1 bench/gpu.sh --only 1

@@ -3,7 +3,7 @@
 # bench/gpu.sh --emulated, the rehearsal of the GPU call on the emulated CUDA device (make emu;
 # tests/run.sh runs this file only in its emulated passes), at its smallest
 # (GPU_BENCH_EMU_ARCH=resnet20):
-#   - every stage runs, in the order 0 to 10, each one's time printed, and each ends `done`
+#   - every stage runs, in the order 0 to 11, each one's time printed, and each ends `done`
 #     without failures;
 #   - the checks: test_cuda_ops none failed or skipped, the three canaries pass, conv1's
 #     algorithms read from the first canary's log, NCCL over 2 emulated ranks passes,
@@ -35,10 +35,10 @@ rc=$?
 table=$T/emu/gpu-results.md
 check emu_gpu_sh_runs test "$rc" = 0 || tail -30 "$T/emu.log" | sed 's/^/    /'
 order=$(grep -o '\] stage [0-9]* (' "$T/emu.log" | grep -o '[0-9]*' | tr '\n' ' ')
-check emu_gpu_sh_stages_in_order test "$order" = "0 1 2 3 4 5 6 7 8 9 10 "
+check emu_gpu_sh_stages_in_order test "$order" = "0 1 2 3 4 5 6 7 8 9 10 11 "
 check emu_gpu_sh_prints_each_stage_time \
-    test "$(grep -cE '\] stage [0-9]+ done in [0-9]+ s \(budget [0-9]+ s\)' "$T/emu.log")" = 11
-check emu_gpu_sh_every_stage_done sh -c "[ \$(grep -cE '^\| [0-9]+\. .* \| done \([0-9]+ s\) \|\$' '$table') -eq 11 ]" ||
+    test "$(grep -cE '\] stage [0-9]+ done in [0-9]+ s \(budget [0-9]+ s\)' "$T/emu.log")" = 12
+check emu_gpu_sh_every_stage_done sh -c "[ \$(grep -cE '^\| [0-9]+\. .* \| done \([0-9]+ s\) \|\$' '$table') -eq 12 ]" ||
     grep -E '^\| [0-9]+\. ' "$table" | sed 's/^/    /'
 check emu_gpu_sh_says_rehearsal sh -c "head -1 '$table' | grep -q 'REHEARSAL on the emulated CUDA device' &&
     grep -q \"^Sizes: the rehearsal's (resnet20 at 32 px\" '$table'"

@@ -1,10 +1,11 @@
 #!/bin/bash
 # bench/gpu_profile.sh's plumbing, without a GPU: its usage errors; with a stand-in bundle
-# (env.sh, an engine_bench that prints a row) and a stand-in ncu that writes Nsight Compute's
-# csv (a preamble line, a header, kernel names with commas inside quotes, times in ns), the
-# per-kernel table (ms per step over the 1 + N steps, launches per step, longest first), the
-# groups in profile.md, and PyTorch's side failing on a machine without CUDA torch, which
-# profile.md states while ds's side is still there.
+# (env.sh, an engine_bench that prints a row), then the same engine_bench as a folder of tools
+# (--tools, as bench/gpu.sh's stage 11 passes it), and a stand-in ncu that writes Nsight
+# Compute's csv (a preamble line, a header, kernel names with commas inside quotes, times in
+# ns): the per-kernel table (ms per step over the 1 + N steps, launches per step, longest
+# first), the groups in profile.md, and PyTorch's side failing (no CUDA torch here, or the
+# Python named does not exist), which profile.md states while ds's side is still there.
 . "$(dirname "$0")/lib.sh"
 cd "$DS_ROOT" || exit 1
 P=bench/gpu_profile.sh
@@ -52,4 +53,11 @@ check gpu_profile_groups_convolutions grep -q '^| convolutions and GEMMs | 3.00 
 check gpu_profile_states_ds_rate grep -q '^ds: exit 0; resnet20 32 8 train 123.4$' "$T/o/profile.md"
 check gpu_profile_states_torch_failing grep -q '^PyTorch: exit [1-9]' "$T/o/profile.md"
 check gpu_profile_keeps_its_logs sh -c "tar -tzf '$T/o/profile-logs.tar.gz' | grep -q 'logs/ds-ncu.csv'"
+# --tools (bench/gpu.sh's stage 11: the programs in a folder, their environment set up
+# already) and --python: the same table, PyTorch's side from the Python named
+PATH="$T/path:$PATH" bash "$P" --tools "$B/bin" --python "$T/no-python" --out "$T/o2" --steps 2 resnet20 32 8 bf16 \
+    >"$T/run2" 2>&1
+check gpu_profile_tools_folder diff "$T/want.tsv" "$T/o2/ds-kernels.tsv"
+check gpu_profile_python_named grep -q '^PyTorch: exit 127' "$T/o2/profile.md"
+expect_status gpu_profile_tools_need_engine_bench 1 bash "$P" --tools "$T/path" --out "$T/o3"
 finish

@@ -1,6 +1,6 @@
 #!/bin/bash
 # bench/gpu.sh's plan and plumbing, without a GPU and without the bundle (--tools, --dry-run):
-#   - the plan (--plan): stages 1-10 in order by default; at the default deadline the set-up
+#   - the plan (--plan): stages 1-11 in order by default; at the default deadline the set-up
 #     and stages 1-7 end within it at their full budgets, and bench/GPU.md's budget table
 #     holds the same budgets as the script;
 #   - --only runs the stages in the order given: with stand-in tools that record their calls,
@@ -19,14 +19,14 @@ GPU_SH=bench/gpu.sh
 
 # ---- the plan ----
 "$GPU_SH" --plan >"$T/plan" 2>&1
-check gpu_sh_plan_default_order_1_to_10 test "$(awk 'NR > 2 && $1 ~ /^[0-9]+$/ {printf "%s ", $1}' "$T/plan")" = "1 2 3 4 5 6 7 8 9 10 "
+check gpu_sh_plan_default_order_1_to_11 test "$(awk 'NR > 2 && $1 ~ /^[0-9]+$/ {printf "%s ", $1}' "$T/plan")" = "1 2 3 4 5 6 7 8 9 10 11 "
 check gpu_sh_plan_stages_1_to_7_within_the_deadline sh -c "! awk '\$1 ~ /^[0-7]\$/' '$T/plan' | grep -q 'past'"
 # bench/GPU.md's budget table: "| N | name | B s | ..." rows against the plan's "N  Bs" lines
 awk '$1 ~ /^[0-9]+$/ {sub(/s$/, "", $2); print $1, $2}' "$T/plan" | sort -n >"$T/plan.budgets"
 awk -F'|' '$2 ~ /^ *[0-9]+ *$/ && $4 ~ /^ *[0-9]+ s *$/ {gsub(/[ s]/, "", $2); gsub(/[ s]/, "", $4); print $2, $4}' \
     bench/GPU.md | sort -n >"$T/doc.budgets"
 check gpu_sh_budgets_match_gpu_md sh -c "[ -s '$T/doc.budgets' ] && diff '$T/plan.budgets' '$T/doc.budgets'"
-expect_status gpu_sh_rejects_a_stage_past_10 2 "$GPU_SH" --only 11
+expect_status gpu_sh_rejects_a_stage_past_11 2 "$GPU_SH" --only 12
 expect_status gpu_sh_rejects_a_repeated_stage 2 "$GPU_SH" --only 4,4
 expect_status gpu_sh_needs_its_tools 1 "$GPU_SH" --tools "$T/no-tools"
 
@@ -75,7 +75,7 @@ check gpu_sh_only_4_5_3_tools_called_in_that_order test "$calls" = "4 5 3 "
 table=$T/order/gpu-results.md
 check gpu_sh_only_table_lists_the_stages_in_that_order test \
     "$(grep -oE '^\| [0-9]+\. ' "$table" | grep -o '[0-9]*' | head -4 | tr '\n' ' ')" = "0 4 5 3 "
-check gpu_sh_only_leaves_the_rest_not_selected test "$(grep -c '| not selected |$' "$table")" = 7
+check gpu_sh_only_leaves_the_rest_not_selected test "$(grep -c '| not selected |$' "$table")" = 8
 check gpu_sh_evaluation_before_stage_3_says_why grep -qF 'n/a (no checkpoint: stage 3 makes it)' "$table"
 check gpu_sh_table_counts_the_fallbacks grep -q "^| cuDNN's fallbacks (ds's warnings) | 1 algorithm(s) failed when run and were replaced, 0 op(s)" "$table"
 check gpu_sh_prints_each_stage_time sh -c "[ \$(grep -cE '\] stage [0-9]+ done in [0-9]+ s \(budget [0-9]+ s\)' '$T/order.log') -eq 4 ]"

@@ -86,11 +86,11 @@ for p in bf16:2 fp32:4; do
 done
 # Six kernels a layer (three forward, three backward), no copy for the residual's gradient.
 check "bn_launches_by_hand (6 x 21)" [ "$(cell "$T/bf16.out" "batch norm" launches)" -eq 126 ]
-# The final kernels' serial depth: 16 threads a channel, each adding every 16th chunk, then a
-# tree of 4 levels (cuda_kernels.h): 7 layers each of 256, 64 and 16 chunks, 16 + 4, 4 + 4 and
-# 1 + 4 adds.
-check "bn_depth_by_hand (7 x (20 + 8 + 5))" \
-    grep -q '^bn depth: max 20, sum over the 21 layers 231 ' "$T/bf16.out"
+# The final kernels' serial depth: 32 threads a channel, each adding every 32nd chunk, then a
+# tree of 5 levels (cuda_kernels.h): 7 layers each of 256, 64 and 16 chunks, 8 + 5, 2 + 5 and
+# 1 + 5 adds.
+check "bn_depth_by_hand (7 x (13 + 7 + 6))" \
+    grep -q '^bn depth: max 13, sum over the 21 layers 182 ' "$T/bf16.out"
 
 # bf16 casts: conv1's float32 input copied to bf16 by its forward and its weight gradient
 # (4 + 2 bytes an element); every convolution's bf16 weight gradient added into the float32
