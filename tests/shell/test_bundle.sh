@@ -156,7 +156,7 @@ table=$T/gpu-hang/gpu-results.md
 check gpu_sh_stage_ignoring_sigterm_is_killed grep -q '^| 1\. op tests | [0-9]* s | ended by its limit (exit 137 ' "$table"
 check gpu_sh_goes_on_after_a_killed_stage sh -c "[ $rc -eq 0 ] && grep -q '^| 2\. planning canaries | [0-9]* s | done ' '$table' &&
     grep -q '^| canary: resnet20 bf16 b8 train, .* | pass ' '$table'"
-check gpu_sh_table_names_every_stage test "$(grep -cE '^\| [0-9]+\. ' "$table")" = 11
+check gpu_sh_table_names_every_stage test "$(grep -cE '^\| [0-9]+\. ' "$table")" = 12
 check gpu_sh_packs_the_logs sh -c "tar -tzf '$T/gpu-hang/gpu-logs.tar.gz' | grep -q '2-canaries/canary-.*\.err'"
 
 # ---- the namespace ----
