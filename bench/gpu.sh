@@ -82,10 +82,10 @@
 # kernel's fault: CUDA_LAUNCH_BLOCKING=1 (reported at its launch).
 # The programs and their environment are chosen in one place, tools_setup below (the bundle,
 # a build here, or a folder of tools); the sizes and the device in another (sizes_setup).
-# UNRUN: this script has never run on a GPU (no GPU where it was written); only --dry-run,
-# runs with stand-in tools (tests/shell/test_gpu_sh.sh) and the rehearsal on the emulated
-# device (--emulated, tests/shell/test_emu_gpu_sh.sh) have run, on the CPU. The first real
-# run tests it.
+# Run on one H200 (bench/GPU.md, Results: stages 0-10 in its first call, 0-8 since); stage 11
+# has run only as bench/gpu_profile.sh on its own, with the bundle rather than --tools. On the
+# CPU: --dry-run, runs with stand-in tools (tests/shell/test_gpu_sh.sh) and the rehearsal on
+# the emulated device (--emulated, tests/shell/test_emu_gpu_sh.sh).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
