@@ -91,10 +91,10 @@ enum { BN_STATS, BN_GRADS };
  * thread, 8 bf16 or 4 float32 values, in one 16-byte load or store, and give each element
  * exactly the arithmetic, order and rounding of the scalar body they stand for: the same
  * bits, with an eighth (bf16) or a quarter of the loads and threads. They serve tensors whose
- * channel count is a multiple of the vector and whose pointers are 16-byte aligned
- * (ds_cuda_vec_ok); the scalar bodies serve the rest. The 16 bytes are four 32-bit words,
- * element k of a bf16 vector in half k % 2 of word k / 2 (little-endian, as both the GPU and
- * x86 store them). */
+ * channel count is a multiple of the vector and whose pointers are 16-byte aligned (vec_ok
+ * in cuda_kernels.cu); the scalar bodies serve the rest. The 16 bytes are four 32-bit
+ * words, element k of a bf16 vector in half k % 2 of word k / 2 (little-endian, as both the
+ * GPU and x86 store them). */
 #ifdef __CUDA_ARCH__
 BODY void load16(const void *p, uint32_t w[4])
 {

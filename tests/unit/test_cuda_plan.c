@@ -370,6 +370,25 @@ static void test_choose(void)
     CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 0, 1000, fake_query, NULL, lists, ch, msg, sizeof msg) == 0 &&
               ch[DS_CONV_BWD_FILTER].precision == DS_PRECISION_FP32,
           "bf16 backward-filter with only a non-deterministic answer: precision %d", ch[DS_CONV_BWD_FILTER].precision);
+    /* --verbose's account of an answer: cuDNN's order, each one's math, determinism,
+     * workspace or failed status; a precision not asked, and one whose query failed */
+    answers[DS_CONV_BWD_FILTER][2].n = 3;
+    answers[DS_CONV_BWD_FILTER][2].list[1] = algo(1, 1, 1, DS_MATH_TENSOR_OP, 2 << 20);
+    answers[DS_CONV_BWD_FILTER][2].list[2] = algo(6, 0, 1, DS_MATH_TENSOR_OP, 0);
+    answers[DS_CONV_BWD_FILTER][1].n = -1;
+    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 0, 1 << 30, fake_query, NULL, lists, ch, msg, sizeof msg) == 0,
+          "%s", msg);
+    ds_conv_list_describe(&lists[DS_CONV_BWD_FILTER], DS_PRECISION_BF16, text, sizeof text);
+    CHECK(!strcmp(text, "0 (default, not deterministic, 0.0 MiB) 1 (tensor-op, 2.0 MiB) 6 (CUDNN_STATUS_NOT_SUPPORTED)"),
+          "bf16 answer described as: %s", text);
+    ds_conv_list_describe(&lists[DS_CONV_BWD_FILTER], DS_PRECISION_TF32, text, sizeof text);
+    CHECK(!strcmp(text, "not asked"), "tf32, never asked, described as: %s", text);
+    answers[DS_CONV_BWD_FILTER][2].n = 1;   /* bf16 has nothing usable: tf32's query fails, fp32's answers */
+    CHECK(ds_conv_choose(&conv1, DS_PRECISION_BF16, 0, 1 << 30, fake_query, NULL, lists, ch, msg, sizeof msg) == 0,
+          "%s", msg);
+    ds_conv_list_describe(&lists[DS_CONV_BWD_FILTER], DS_PRECISION_TF32, text, sizeof text);
+    CHECK(!strcmp(text, "the query failed: CUDNN_STATUS_BAD_PARAM: made up"), "tf32's failed query described as: %s",
+          text);
 
     /* nothing usable anywhere: failed statuses are named */
     for (int p = 0; p < 3; p++) answers[DS_CONV_FWD][p].n = 1, answers[DS_CONV_FWD][p].list[0] = algo(0, 0, 1, 0, 0);
