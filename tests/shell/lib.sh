@@ -28,6 +28,23 @@ expect_status() {
     if [ "$rc" -eq "$want" ]; then pass "$name"; else
         fail "$name" "exit $rc, want $want: $*"; sed 's/^/      /' "$T/err" | head -5; fi
 }
+# standin_ncu FILE CSV: FILE becomes a stand-in for Nsight Compute's ncu: it copies CSV (what
+# ncu --csv would log) to the file its --log-file names, skips its other options, and runs
+# the program it was given.
+standin_ncu() {
+    cat >"$1" <<EOF
+#!/bin/bash
+while [ \$# -gt 0 ]; do
+    case \$1 in
+    --log-file) cp "$2" "\$2"; shift 2 ;;
+    --*) case \$2 in --*|/*) shift ;; *) shift 2 ;; esac ;;
+    *) break ;;
+    esac
+done
+exec "\$@"
+EOF
+    chmod +x "$1"
+}
 # make_bar_images OUT N_PER_CLASS CLASSES SEED: a tiny learnable class-folder tree of 20x20
 # PNGs (noise plus a bright bar whose orientation and colour give the class).
 make_bar_images() {

@@ -21,17 +21,7 @@ cat >"$B/bin/engine_bench" <<'EOF'
 #!/bin/bash
 echo "${@: -5:1} ${@: -4:1} ${@: -3:1} train 123.4"
 EOF
-cat >"$T/path/ncu" <<'EOF'
-#!/bin/bash
-# Nsight Compute's csv for 3 launches of one kernel and 1 of another, then the program
-log=
-while [ $# -gt 0 ]; do
-    case $1 in
-    --log-file) log=$2; shift 2 ;;
-    --*) case $2 in --*|/*) shift ;; *) shift 2 ;; esac ;;
-    *) break ;;
-    esac
-done
+# Nsight Compute's csv for 3 launches of one kernel and 1 of another
 {
     echo '==PROF== Connected to process 1'
     echo '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
@@ -39,10 +29,9 @@ done
         echo "\"0\",\"1\",\"engine_bench\",\"h\",\"void bn_partial_vec_kernel<float>(double *, float *, int)\",\"1\",\"7\",\"(256, 1, 1)\",\"(64, 1, 1)\",\"0\",\"9.0\",\"Command line profiler metrics\",\"gpu__time_duration.sum\",\"nsecond\",\"$ns\""
     done
     echo '"3","1","engine_bench","h","sm90_xmma_fprop_implicit_gemm_bf16","1","7","(128, 1, 1)","(8, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","9000000"'
-} >"$log"
-exec "$@"
-EOF
-chmod +x "$B/bin/engine_bench" "$T/path/ncu"
+} >"$T/ncu.csv"
+standin_ncu "$T/path/ncu" "$T/ncu.csv"
+chmod +x "$B/bin/engine_bench"
 
 PATH="$T/path:$PATH" DS_BUNDLE= bash "$P" --bundle "$B" --out "$T/o" --steps 2 resnet20 32 8 bf16 >"$T/run" 2>&1
 check gpu_profile_runs_without_a_gpu test -s "$T/o/profile.md"

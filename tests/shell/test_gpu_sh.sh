@@ -8,7 +8,8 @@
 #     stage 5's evaluation, which needs stage 3's checkpoint, says so instead of failing; a
 #     warning of an algorithm that failed when run is counted in the table; outside
 #     --dry-run (each command under its own limit within its stage's budget) the rows still
-#     get their numbers;
+#     get their numbers, and stage 11 reads the profile's groups (stand-in ncu and PyTorch)
+#     into the checks table;
 #   - every failure's words come back: the real tools, with dseval failing under
 #     --precision bf16 and dstrain failing on --resume (stand-ins that wrap them and print a
 #     marked error), run test_cuda.sh as stage 7; both errors must be inside
@@ -53,10 +54,22 @@ esac
 EOF
 cat >"$S/python3" <<EOF
 #!/bin/bash
-# PyTorch's side stood in for; any other Python runs as the suite's
-if [ "\${1:-}" = bench/gpu_torch.py ]; then echo "gpu_torch.py \${*:2}" >>"\$GPU_SH_CALLS"; echo "images_per_sec 10.0"; exit 0; fi
+# PyTorch's side stood in for (with --profile FILE, one kernel of 5 ms a step); any other
+# Python runs as the suite's
+case "\${1:-}" in
+bench/gpu_torch.py | */bench/gpu_torch.py)
+    echo "gpu_torch.py \${*:2}" >>"\$GPU_SH_CALLS"
+    while [ \$# -gt 0 ]; do [ "\$1" = --profile ] && printf '5.000\\t53\\tbatch_norm_collect_statistics\\n' >"\$2"; shift; done
+    echo "images_per_sec 10.0"; exit 0 ;;
+esac
 exec "$PYTHON" "\$@"
 EOF
+# Nsight Compute stood in for (stage 11): one kernel, 3 ms in each of 3 launches
+{
+    echo '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"'
+    for i in 1 2 3; do echo '"'$i'","bn_partial_vec_kernel","gpu__time_duration.sum","nsecond","3000000"'; done
+} >"$T/ncu.csv"
+standin_ncu "$S/ncu" "$T/ncu.csv"
 chmod +x "$S/standin" "$S/python3"
 for t in engine_bench dstrain dseval synth dsplit dspack test_cuda_ops; do ln -s standin "$S/$t"; done
 export GPU_SH_CALLS=$T/calls
@@ -81,12 +94,16 @@ check gpu_sh_table_counts_the_fallbacks grep -q "^| cuDNN's fallbacks (ds's warn
 check gpu_sh_prints_each_stage_time sh -c "[ \$(grep -cE '\] stage [0-9]+ done in [0-9]+ s \(budget [0-9]+ s\)' '$T/order.log') -eq 4 ]"
 # The same stand-ins outside --dry-run (full sizes; no GPU, so nvidia-smi's line may fail):
 # every command under its own limit within its stage's budget, down to the data's few
-# seconds; the shard row and the evaluation after it get their numbers.
-PYTHON=$S/python3 "$GPU_SH" --tools "$S" --only 3,5 --out "$T/real" >"$T/real.log" 2>&1
+# seconds; the shard row and the evaluation after it get their numbers; the profile (stage
+# 11, bench/gpu_profile.sh with the stand-in ncu and PyTorch) its groups' ms per step.
+PYTHON=$S/python3 "$GPU_SH" --tools "$S" --only 3,5,11 --out "$T/real" >"$T/real.log" 2>&1
 table=$T/real/gpu-results.md
 check gpu_sh_limits_outside_dry_runs sh -c "grep -q '^| resnet50 train bf16 b256 --deterministic |  | 50.0 |' '$table' &&
     grep -q '^| resnet50 infer bf16 b256 --deterministic |  | 70.0 |' '$table' && ! grep -q 'cut for time' '$table'" ||
     tail -20 "$T/real.log" | sed 's/^/    /'
+check gpu_sh_profile_stage_reads_the_groups grep -q \
+    '^| profile of a resnet50 bf16 b256 training step, ms per step, ds / PyTorch | batch norm 3.00 / 5.00; all 3.00 / 5.00 |$' \
+    "$table" || grep 'profile' "$table" | sed 's/^/    /'
 
 # ---- a failure in a GPU dseval and in a resume: its words in the log archive ----
 if [ "${DS_TEST_PASS:-normal}" = san ]; then
