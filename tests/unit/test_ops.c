@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "backend/cpu_bf16.h"
 #include "backend/cpu_conv.h"
+#include "backend/cpu_kernels.h"
 #include "rng.h"
 #include "backend/cpu_sgemm.h"
 #include "ops_cases.h"
@@ -627,6 +628,88 @@ static double maxpool_loss(void *p)
     for (size_t i = 0; i < no; i++) l += c->g[i] * out[i];
     free(out);
     return l;
+}
+
+/* A float whose sums depend on their order: a random sign and mantissa over 2^-8 .. 2^12. */
+static float wide_value(void)
+{
+    return (ds_rng_float(&rng) < 0.5f ? -1 : 1) * (1 + ds_rng_float(&rng)) *
+           ldexpf(1, (int)(ds_rng_float(&rng) * 20) - 8);
+}
+
+/* Batch norm's sums (cpu_loops.h bn_sums, bn_sums_bf16) in their stated order, bit for bit:
+ * per channel, float sums over runs of DS_BN_FLUSH rows from r0, each added to the double
+ * total; the ReLU mask applied in place. The widths with their own loop (16, 32, 64
+ * channels) and one without (48), of this CPU's kernel set (test_cpu_kernels.sh runs this
+ * under every set). */
+static void test_bn_sums_order(void)
+{
+    const ds_cpu_loops *L = ds_cpu_kernels_for(ds_cpu_isa_get())->loops;
+    const int widths[] = {16, 32, 48, 64}, c0 = 8;
+    const long r0 = 3, r1 = 203;
+    check_begin("bn_sums in the stated order (16, 32, 48, 64 channels; fp32, bf16; with and without relu)");
+    for (int wi = 0; wi < 4; wi++)
+        for (int t = 0; t < 2; t++)
+            for (int relu = 0; relu < 2; relu++) {
+                const int cb = widths[wi], c = cb + 2 * c0;
+                const long n = r1 * c;
+                float p[n], q[n], mask[n], pu[cb], qv[cb], pr[n];
+                ds_bf16 p16[n], q16[n], mask16[n];
+                for (long i = 0; i < n; i++) {
+                    p16[i] = ds_bf16_round(wide_value()), q16[i] = ds_bf16_round(wide_value());
+                    mask16[i] = ds_bf16_round(ds_rng_float(&rng) - 0.5f);
+                    p[i] = ds_bf16_value(p16[i]), q[i] = ds_bf16_value(q16[i]), mask[i] = ds_bf16_value(mask16[i]);
+                }
+                for (int j = 0; j < cb; j++) pu[j] = wide_value(), qv[j] = wide_value();
+                double da[cb], db[cb], ra[cb], rb[cb];
+                for (int j = 0; j < cb; j++) {
+                    da[j] = db[j] = ra[j] = rb[j] = 0;
+                    for (long i0 = r0; i0 < r1; i0 += DS_BN_FLUSH) {
+                        float fa = 0, fb = 0;
+                        for (long i = i0; i < r1 && i < i0 + DS_BN_FLUSH; i++) {
+                            const long at = i * c + c0 + j;
+                            const float x = relu && !(mask[at] > 0) ? 0 : p[at];
+                            const float u = x - pu[j], v = q[at] - qv[j];
+                            fa += u;
+                            fb += u * v;
+                        }
+                        ra[j] += fa, rb[j] += fb;
+                    }
+                }
+                memcpy(pr, p, sizeof pr);
+                if (t) L->bn_sums_bf16(da, db, p16, pu, q16, qv, relu ? mask16 : NULL, r0, r1, c, c0, cb);
+                else L->bn_sums(da, db, pr, pu, q, qv, relu ? mask : NULL, r0, r1, c, c0, cb);
+                int off = 0;
+                for (int j = 0; j < cb; j++) off += memcmp(&da[j], &ra[j], 8) != 0 || memcmp(&db[j], &rb[j], 8) != 0;
+                CHECK(off == 0, "bn_sums %s, %d channels, relu %d: %d of %d channels not summed in the stated order",
+                      t ? "bf16" : "fp32", cb, relu, off, cb);
+            }
+    check_end();
+}
+
+/* Backward-weight's group totals (cpu_conv.h ds_cpu_conv_sum_groups): each element the sum
+ * of its groups in group order, added to dw, bit for bit; plain and transposed. */
+static void test_sum_groups_order(void)
+{
+    const int k = 40, groups = 16;
+    const long rsc = 75, stride = ds_round16(k * rsc);
+    check_begin("sum_groups in group order (plain and transposed)");
+    for (int tr = 0; tr < 2; tr++) {
+        float part[groups * stride], dw[k * rsc], ref[k * rsc];
+        for (long i = 0; i < groups * stride; i++) part[i] = wide_value();
+        for (long i = 0; i < k * rsc; i++) dw[i] = ref[i] = wide_value();
+        for (int j = 0; j < k; j++)
+            for (long r = 0; r < rsc; r++) {
+                const long at = tr ? r * k + j : j * rsc + r;
+                float s = part[at];
+                for (int g = 1; g < groups; g++) s += part[g * stride + at];
+                ref[j * rsc + r] += s;
+            }
+        ds_cpu_conv_sum_groups(dw, part, groups, stride, k, rsc, tr);
+        CHECK(!memcmp(dw, ref, sizeof dw), "sum_groups%s: not each element's groups in group order",
+              tr ? " transposed" : "");
+    }
+    check_end();
 }
 
 static void test_maxpool(int n, int h, int w, int c, int k, int stride, int pad)
@@ -1385,6 +1468,8 @@ int main(int argc, char **argv)
         if (t->use & OPS_REF) test_bn(t->m, t->c, t->residual, t->relu, t->offset, t->spread);
         if (t->use & OPS_BF16_IO) test_ops_bf16_storage(t->m, t->c);
     }
+    test_bn_sums_order();
+    test_sum_groups_order();
     for (size_t i = 0; i < OPS_COUNT(ops_pools); i++) {
         const ops_pool *t = &ops_pools[i];
         if (!(t->use & OPS_REF)) continue;
