@@ -98,12 +98,13 @@ static void store_rows_bn(ds_bf16 *out, long m0, int k0, const float *f, long ld
 {
     const ds_cpu_loops *L = ds_cpu_kernels_for(ds_cpu_isa_get())->loops;
     const ds_bf16 *res = bn->residual;
-    ds_bf16 x[cols];
-    for (long i = 0; i < rows; i++) {
-        const long at = (m0 + i) * d->k + k0;
-        ds_bf16_round_n(x, f + i * ldf, (size_t)cols);
+    const long chunk = cols >= 4096 ? 1 : 4096 / cols;
+    ds_bf16 x[chunk * cols];
+    for (long i0 = 0; i0 < rows; i0 += chunk) {
+        const long n = rows - i0 < chunk ? rows - i0 : chunk, at = (m0 + i0) * d->k + k0;
+        store_rows(x, cols, f + i0 * ldf, ldf, n, cols, DS_BF16);
         L->bn_tile_bf16(out + at, d->k, x, cols, res ? res + at : NULL, bn->mean + k0, bn->a + k0, bn->beta + k0,
-                        bn->relu, 1, cols);
+                        bn->relu, n, cols);
     }
 }
 
