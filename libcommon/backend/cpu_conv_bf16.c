@@ -90,22 +90,17 @@ static void store_rows(void *dst, long ldd, const float *f, long ldf, long rows,
 static int out16(const ds_conv_desc *d) { return d->out_t == DS_BF16; }
 
 /* A bf16 output's block from its float32 sums f (rows x cols, ldf apart) with conv_fwd_bn's
- * batch norm: each row rounded as store_rows rounds it, then normalised by cpu_loops'
- * bn_tile_bf16 as bn_apply_bf16 normalises it: out (pixel m0, channel k0) and the residual at
+ * batch norm (cpu_loops' bn_tile_bf16: each sum rounded as store_rows rounds it, then
+ * normalised as bn_apply_bf16 normalises it): out (pixel m0, channel k0) and the residual at
  * the same place, rows d->k apart. */
 static void store_rows_bn(ds_bf16 *out, long m0, int k0, const float *f, long ldf, long rows, int cols,
                           const ds_conv_desc *d, const ds_cpu_conv_bn *bn)
 {
     const ds_cpu_loops *L = ds_cpu_kernels_for(ds_cpu_isa_get())->loops;
     const ds_bf16 *res = bn->residual;
-    const long chunk = cols >= 4096 ? 1 : 4096 / cols;
-    ds_bf16 x[chunk * cols];
-    for (long i0 = 0; i0 < rows; i0 += chunk) {
-        const long n = rows - i0 < chunk ? rows - i0 : chunk, at = (m0 + i0) * d->k + k0;
-        store_rows(x, cols, f + i0 * ldf, ldf, n, cols, DS_BF16);
-        L->bn_tile_bf16(out + at, d->k, x, cols, res ? res + at : NULL, bn->mean + k0, bn->a + k0, bn->beta + k0,
-                        bn->relu, n, cols);
-    }
+    const long at = m0 * d->k + k0;
+    L->bn_tile_bf16(out + at, d->k, f, ldf, res ? res + at : NULL, bn->mean + k0, bn->a + k0,
+                    bn->beta + k0, bn->relu, rows, cols);
 }
 
 /* A block of the output done: rows x cols from pixel m0, channel k0, summed into the tile f

@@ -22,14 +22,14 @@ static const ds_cpu_kernels sets[DS_CPU_LEVELS] = {
                        .bf16_interleave = ds_bf16_interleave_avx2},
     [DS_CPU_AVX512BF16] = {.sgemm = ds_sgemm_avx512,
                            .bgemm = ds_bgemm_avx512bf16,
-                           .loops = &ds_cpu_loops_avx512,
+                           .loops = &ds_cpu_loops_avx512bf16,
                            .bf16_round_n = ds_bf16_round_n_avx512bf16,
                            .bf16_interleave = ds_bf16_interleave_avx2},
 #endif
 #if defined(__x86_64__) && defined(__linux__)
     [DS_CPU_AMX] = {.sgemm = ds_sgemm_avx512,
                     .bgemm = ds_bgemm_amx,
-                    .loops = &ds_cpu_loops_avx512,
+                    .loops = &ds_cpu_loops_avx512bf16,
                     .bf16_round_n = ds_bf16_round_n_avx512bf16,
                     .bf16_interleave = ds_bf16_interleave_avx2},
 #endif

@@ -3,6 +3,9 @@
 #include "cpu_loops.h"
 
 #include <math.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 #include <string.h>
 
 #define LOOPS ds_cpu_loops_plain
@@ -23,4 +26,13 @@
 #include "cpu_loops.inc"
 #undef LOOPS
 #undef LOOPS_TARGET
+
+/* avx512's loops again, those on bf16 activations rounding with VCVTNEPS2BF16 */
+#define LOOPS ds_cpu_loops_avx512bf16
+#define LOOPS_TARGET __attribute__((target("avx512f,avx512bf16,avx2,fma")))
+#define LOOPS_NATIVE_BF16 1
+#include "cpu_loops.inc"
+#undef LOOPS
+#undef LOOPS_TARGET
+#undef LOOPS_NATIVE_BF16
 #endif

@@ -39,11 +39,12 @@ typedef struct {
     /* conv_fwd_bn's batch norm on a block of rows x cols of a convolution's output (cpu_conv.h),
      * rows ldy apart, the residual's too, mean, a and beta at the block's first channel:
      *   bn_tile:       y = bn_apply's expression on y, in place (a float32 output);
-     *   bn_tile_bf16:  out = the same on the bf16 values in (rows ldi apart: what the
-     *                  convolution would have stored), rounded, as bn_apply_bf16 computes it */
+     *   bn_tile_bf16:  out = the same on the float32 sums f (rows ldf apart) each rounded to
+     *                  bf16 first (what the convolution would have stored), rounded, as
+     *                  bn_apply_bf16 computes it */
     void (*bn_tile)(float *y, long ldy, const float *residual, const float *mean, const float *a, const float *beta,
                     int relu, long rows, int cols);
-    void (*bn_tile_bf16)(ds_bf16 *out, long ldo, const ds_bf16 *in, long ldi, const ds_bf16 *residual,
+    void (*bn_tile_bf16)(ds_bf16 *out, long ldo, const float *f, long ldf, const ds_bf16 *residual,
                          const float *mean, const float *a, const float *beta, int relu, long rows, int cols);
     /* The same three on bf16 activations (loaded exactly, float32 arithmetic as above, each
      * stored result rounded once by cpu_bf16.h's rule: the same bits as the float32 loops on
@@ -78,7 +79,7 @@ typedef struct {
 /* The loops of each instruction set (cpu_loops.c), for backend/cpu_kernels.c's rows. */
 extern const ds_cpu_loops ds_cpu_loops_plain;
 #if defined(__x86_64__) || defined(__i386__)
-extern const ds_cpu_loops ds_cpu_loops_avx2, ds_cpu_loops_avx512;
+extern const ds_cpu_loops ds_cpu_loops_avx2, ds_cpu_loops_avx512, ds_cpu_loops_avx512bf16;
 #endif
 
 #endif
