@@ -12,7 +12,10 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "fsutil.h"
 
 #define BG_CAT_(a, b) a##b
 #define BG_CAT(a, b) BG_CAT_(a, b)
@@ -125,53 +128,73 @@ __attribute__((target("avx2"))) void ds_bf16_interleave_avx2(ds_bf16 *dst, const
 #undef BG_TARGET
 #undef BG_NATIVE
 
-/* ---- AVX2 + FMA: tiles of MR rows by NV 8-column vectors (16 registers) ---- */
+/* ---- AVX2 + FMA: tiles of MR rows by NV 8-column vectors (16 registers) ----
+ * AVX2 has no broadcast from a general register, so a pair of A taken apart in the tile
+ * would cost two shuffles and two ALU operations a row (more than half the FMAs' slots).
+ * Instead a block of A's rows is widened to float32 first (each element to its own 32-bit
+ * lane, a pass of loads and shifts, into a buffer on the stack that stays in L1), and the
+ * tile broadcasts a row's element from there, a plain load. A step of the reduction (one
+ * pair row) takes the odd elements first, then the even ones: B's NV vectors of that half as
+ * float32 (masked, or shifted up), then each row's element of that half, NV FMAs. One half at
+ * a time keeps MR x NV accumulators, NV vectors of B and one of A in the registers (6 x 2
+ * at most); each accumulator still takes a pair's odd product, then its even one. */
 
 #define AVX2 __attribute__((target("avx2,fma")))
 
-static inline AVX2 __attribute__((always_inline)) void avx2_bf16_tile(const int MR, const int NV, const ds_bf16 *A,
-                                                                      long sai, long seg_a, const ds_bf16 *B,
+/* Floats of the widened block of A: at most AW_MAX (on the stack), about AW_L1 when its
+ * rows are short. A reduction too long for AW_MAX / 6 rows takes the kernel of bf16 A. */
+#define AW_MAX 12288
+#define AW_L1 6144
+
+/* B's pair-row half for the columns of vector j: odd elements masked, even ones shifted up. */
+static inline AVX2 __attribute__((always_inline)) __m256 b_half(const ds_bf16 *b, int j, int last_vec, int full,
+                                                                __m256i last, int odd)
+{
+    const __m256i v = last_vec && !full ? _mm256_maskload_epi32((const int *)(b + 16 * j), last)
+                                        : _mm256_loadu_si256((const __m256i *)(b + 16 * j));
+    return _mm256_castsi256_ps(odd ? _mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u))
+                                   : _mm256_slli_epi32(v, 16));
+}
+
+/* One MR x (8 NV) tile of C over the widened rows W (ldw floats apart, segment g at
+ * g kseg). */
+static inline AVX2 __attribute__((always_inline)) void avx2_bf16_tile(const int MR, const int NV, const int FULL,
+                                                                      const float *W, long ldw, const ds_bf16 *B,
                                                                       long ldb, long seg_b, long nseg, long kseg,
                                                                       float *C, long ldc, __m256i last, int acc)
 {
-    __m256 c[8][2];
-#pragma GCC unroll 8
+    __m256 c[12][2];
+#pragma GCC unroll 12
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 2
         for (int j = 0; j < NV; j++) c[i][j] = _mm256_setzero_ps();
-    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     for (long g = 0; g < nseg; g++) {
-        const ds_bf16 *as = A + g * seg_a, *bs = B + g * seg_b;
+        const float *ws = W + g * kseg;
+        const ds_bf16 *bs = B + g * seg_b;
         for (long t = 0; t < kseg / 2; t++) {
-            const ds_bf16 *b = bs + t * ldb, *a = as + 2 * t;
-            __m256 bo[2], be[2];
+            const ds_bf16 *b = bs + t * ldb;
+            const float *w = ws + 2 * t;
 #pragma GCC unroll 2
-            for (int j = 0; j < NV; j++) {
-                const __m256i v = j == NV - 1 ? _mm256_maskload_epi32((const int *)(b + 16 * j), last)
-                                              : _mm256_loadu_si256((const __m256i *)(b + 16 * j));
-                bo[j] = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
-                be[j] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-            }
-#pragma GCC unroll 8
-            for (int i = 0; i < MR; i++) {
-                uint32_t pair;
-                memcpy(&pair, a + i * sai, sizeof pair);
-                const __m256 ao = _mm256_castsi256_ps(_mm256_set1_epi32((int)(pair & 0xffff0000u)));
-                const __m256 ae = _mm256_castsi256_ps(_mm256_set1_epi32((int)(pair << 16)));
+            for (int half = 1; half >= 0; half--) {  /* the odd elements, then the even */
+                __m256 bv[2];
 #pragma GCC unroll 2
-                for (int j = 0; j < NV; j++) c[i][j] = _mm256_fmadd_ps(ao, bo[j], c[i][j]);
+                for (int j = 0; j < NV; j++) bv[j] = b_half(b, j, j == NV - 1, FULL, last, half);
+#pragma GCC unroll 12
+                for (int i = 0; i < MR; i++) {
+                    const __m256 av = _mm256_broadcast_ss(w + i * ldw + half);
 #pragma GCC unroll 2
-                for (int j = 0; j < NV; j++) c[i][j] = _mm256_fmadd_ps(ae, be[j], c[i][j]);
+                    for (int j = 0; j < NV; j++) c[i][j] = _mm256_fmadd_ps(av, bv[j], c[i][j]);
+                }
             }
         }
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 12
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 2
         for (int j = 0; j < NV; j++) {
             float *cp = C + i * ldc + 8 * j;
             __m256 v = c[i][j];
-            if (j == NV - 1) {
+            if (j == NV - 1 && !FULL) {
                 if (acc) v = _mm256_add_ps(_mm256_maskload_ps(cp, last), v);
                 _mm256_maskstore_ps(cp, last, v);
             } else {
@@ -181,37 +204,77 @@ static inline AVX2 __attribute__((always_inline)) void avx2_bf16_tile(const int 
         }
 }
 
-#define AVX2_CASE(mr, nv) \
-    case mr: avx2_bf16_tile(mr, nv, A, sai, seg_a, B, ldb, seg_b, nseg, kseg, C, ldc, last, acc); break;
-static AVX2 void avx2_bf16_tiles(int mr, int nv, const ds_bf16 *A, long sai, long seg_a, const ds_bf16 *B, long ldb,
-                                 long seg_b, long nseg, long kseg, float *C, long ldc, __m256i last, int acc)
-{
-    if (nv == 1)
-        switch (mr) { AVX2_CASE(1, 1) AVX2_CASE(2, 1) AVX2_CASE(3, 1) AVX2_CASE(4, 1) AVX2_CASE(5, 1)
-                      AVX2_CASE(6, 1) AVX2_CASE(7, 1) AVX2_CASE(8, 1) }
-    else
-        switch (mr) { AVX2_CASE(1, 2) AVX2_CASE(2, 2) AVX2_CASE(3, 2) AVX2_CASE(4, 2) AVX2_CASE(5, 2)
-                      AVX2_CASE(6, 2) }
-}
+#define AVX2_CASE(mr, nv, full) \
+    case mr: avx2_bf16_tile(mr, nv, full, W, ldw, B, ldb, seg_b, nseg, kseg, C, ldc, last, acc); break;
+#define AVX2_TILES(name, full)                                                                                      \
+    static AVX2 void name(int mr, int nv, const float *W, long ldw, const ds_bf16 *B, long ldb, long seg_b,        \
+                          long nseg, long kseg, float *C, long ldc, __m256i last, int acc)                          \
+    {                                                                                                               \
+        if (nv == 1)                                                                                                \
+            switch (mr) { AVX2_CASE(1, 1, full) AVX2_CASE(2, 1, full) AVX2_CASE(3, 1, full) AVX2_CASE(4, 1, full)  \
+                          AVX2_CASE(5, 1, full) AVX2_CASE(6, 1, full) AVX2_CASE(7, 1, full) AVX2_CASE(8, 1, full)  \
+                          AVX2_CASE(9, 1, full) AVX2_CASE(10, 1, full) AVX2_CASE(11, 1, full)                      \
+                          AVX2_CASE(12, 1, full) }                                                                  \
+        else                                                                                                        \
+            switch (mr) { AVX2_CASE(1, 2, full) AVX2_CASE(2, 2, full) AVX2_CASE(3, 2, full) AVX2_CASE(4, 2, full)  \
+                          AVX2_CASE(5, 2, full) AVX2_CASE(6, 2, full) }                                             \
+    }
+AVX2_TILES(avx2_bf16_tiles, 0)
+AVX2_TILES(avx2_bf16_tiles_full, 1)
+#undef AVX2_TILES
 #undef AVX2_CASE
 
+/* rows x (nseg segments of kseg) bf16 of A (rows sai apart, segments seg_a apart) as float32
+ * in W, each row's segments one after another. */
+static AVX2 void widen_rows(float *W, const ds_bf16 *A, long sai, long seg_a, long rows, long nseg, long kseg)
+{
+    for (long i = 0; i < rows; i++)
+        for (long g = 0; g < nseg; g++) {
+            const ds_bf16 *src = A + i * sai + g * seg_a;
+            float *dst = W + (i * nseg + g) * kseg;
+            long p = 0;
+            for (; p + 8 <= kseg; p += 8)
+                _mm256_storeu_si256((__m256i *)(dst + p),
+                                    _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + p))), 16));
+            for (; p < kseg; p++) dst[p] = ds_bf16_value(src[p]);
+        }
+}
+
+/* Blocks of A's rows widened in turn (a block: about AW_L1 floats, at least 12 rows); in a
+ * block, C walked 64 columns at a time, each row tile serving the panel's 16-column tiles
+ * one after another; heights balanced as cpu_sgemm_avx2.c balances them. */
 AVX2 void ds_bgemm_avx2(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
                         const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
 {
     static const int32_t lane_mask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    const long kd = nseg * kseg;
+    if (m <= 0 || n <= 0) return;
+    long rb = kd ? AW_L1 / kd / 12 * 12 : m;
+    if (rb < 12) rb = 12;
+    if (rb > m) rb = m;
+    float stack[AW_MAX], *W = rb * kd <= AW_MAX ? stack : ds_xmalloc((size_t)(rb * kd) * sizeof *W);
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | 0x8040);  /* FTZ, DAZ */
-    for (int n0 = 0; n0 < n; n0 += 16) {
-        const int cols = n - n0 < 16 ? n - n0 : 16, nv = (cols + 7) / 8, MR = nv == 1 ? 8 : 6;
-        const __m256i last = _mm256_loadu_si256((const __m256i *)(lane_mask + 8 - (cols - 8 * (nv - 1))));
-        const long tiles = (m + MR - 1) / MR, h = tiles ? m / tiles : 0, taller = tiles ? m % tiles : 0;
-        for (long t = 0, i0 = 0; t < tiles; t++) {
-            const int mr = (int)(h + (t < taller));
-            avx2_bf16_tiles(mr, nv, A + i0 * sai, sai, seg_a, B + 2 * n0, ldb, seg_b, nseg, kseg, C + i0 * ldc + n0,
-                            ldc, last, accumulate);
-            i0 += mr;
+    for (long b0 = 0; b0 < m; b0 += rb) {
+        const long rows = m - b0 < rb ? m - b0 : rb;
+        widen_rows(W, A + b0 * sai, sai, seg_a, rows, nseg, kseg);
+        for (int n0 = 0; n0 < n; n0 += 64) {
+            const int cols = n - n0 < 64 ? n - n0 : 64, MR = cols <= 8 ? 12 : 6;
+            const long tiles = (rows + MR - 1) / MR, h = rows / tiles, taller = rows % tiles;
+            for (long t = 0, i0 = 0; t < tiles; t++) {
+                const int mr = (int)(h + (t < taller));
+                for (int j0 = 0; j0 < cols; j0 += 16) {
+                    const int w = cols - j0 < 16 ? cols - j0 : 16, nv = (w + 7) / 8;
+                    const __m256i last = _mm256_loadu_si256((const __m256i *)(lane_mask + 8 - (w - 8 * (nv - 1))));
+                    (w % 8 ? avx2_bf16_tiles : avx2_bf16_tiles_full)(mr, nv, W + i0 * kd, kd, B + 2 * (n0 + j0), ldb,
+                                                                     seg_b, nseg, kseg, C + (b0 + i0) * ldc + n0 + j0,
+                                                                     ldc, last, accumulate);
+                }
+                i0 += mr;
+            }
         }
     }
     _mm_setcsr(csr);
+    if (W != stack) free(W);
 }
 #endif
