@@ -6,6 +6,9 @@
  *   ops_bench step ARCH BATCH SIZE [steps]    whole training steps of the engine (model.c):
  *                                             forward, backward, SGD; images/s
  *   ops_bench infer ARCH BATCH SIZE [steps]   inference forward passes
+ *   ops_bench gemm [repeats]                  the GEMM kernels of the kernel set (float32 and
+ *                                             bf16) on one thread, on convolution shapes:
+ *                                             GFLOP/s and the share of one thread's FMA peak
  *   ops_bench input [repeats]                 the input ops on 64 images of 256x256 to 224:
  *                                             normalize_u8 (a crop) and resized_crop_u8
  *                                             (RandomResizedCrop boxes, scale 0.08-1, ratio
@@ -17,6 +20,8 @@
  * multiply-add). The totals weight each shape by its count: the convolution time of one
  * training step. */
 #include "backend.h"
+#include "backend/cpu_bf16.h"
+#include "backend/cpu_sgemm.h"
 #include "cpu_isa.h"
 #include "log.h"
 #include "model.h"
@@ -291,6 +296,57 @@ static int bench_input(int reps)
     return 0;
 }
 
+/* The kernel set's GEMMs (cpu_sgemm.h, cpu_bf16.h) on one thread, on the products the
+ * convolutions hand them: a 3x3 convolution's implicit GEMM (the rows are a padded image's
+ * pixels, c apart; the segments its three window rows, a padded row apart) and a 1x1's, over a
+ * chunk of 512 pixels of a 16x16 image; best of `reps` runs of about 0.1 s each. The rate
+ * against one thread's FMA peak (bf16's VDPBF16PS does twice the FMA's multiply-adds). */
+static int bench_gemm(int reps)
+{
+    static const struct { int r, c, k; } shapes[] = {{3, 16, 16}, {3, 32, 32}, {3, 64, 64}, {1, 64, 64}, {1, 256, 64}, {1, 64, 256}};
+    const ds_cpu_isa isa = ds_cpu_isa_get();
+    omp_set_num_threads(1);
+    const double peak = measure_peak();
+    printf("gemm kernels of the %s set, one thread (FMA peak %.1f GFLOP/s), best of %d:\n", ds_cpu_isa_name(isa), peak,
+           reps);
+    ds_rng rng;
+    ds_rng_init(&rng, 1, 0, 0);
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const int r = shapes[s].r, c = shapes[s].c, n = shapes[s].k, q = 16;
+        const long m = 512, row = (long)(q + r - 1) * c, nseg = r, kseg = (long)r * c;
+        const long seg_a = r == 1 ? 0 : row, a_len = m * c + nseg * row + kseg, kd = nseg * kseg;
+        const long ldb = 2L * n, seg_b = ldb * kseg / 2;
+        float *Af = randn((size_t)a_len, &rng), *Bf = randn((size_t)(kd * n), &rng), *C = randn((size_t)(m * n), &rng);
+        ds_bf16 *A16 = ds_backend_cpu.alloc((size_t)a_len * sizeof *A16), *B16 = ds_backend_cpu.alloc((size_t)(kd * n) * sizeof *B16);
+        if (!A16 || !B16) ds_die("out of memory");
+        ds_bf16_round_n(A16, Af, (size_t)a_len);
+        ds_bf16_round_n(B16, Bf, (size_t)(kd * n));
+        const double flop = 2.0 * m * n * kd;
+        double best[2] = {1e30, 1e30};
+        for (int prec = 0; prec < 2; prec++) {
+            long iters = 1;
+            for (int rep = 0; rep < reps + 1; rep++) {
+                double t = ds_now();
+                for (long it = 0; it < iters; it++)
+                    if (prec == 0)
+                        ds_sgemm_seg_isa(isa, m, n, nseg, kseg, Af, c, 1, seg_a, Bf, n, (long)n * kseg, C, n, 0);
+                    else
+                        ds_bgemm_seg_isa(isa, m, n, nseg, kseg, A16, c, seg_a, B16, ldb, seg_b, C, n, 0);
+                t = (ds_now() - t) / iters;
+                if (rep == 0) iters = (long)(0.1 / t) + 1;  /* the first run sizes the others */
+                else if (t < best[prec]) best[prec] = t;
+            }
+        }
+        char shape[64];
+        snprintf(shape, sizeof shape, "%dx%d %d->%d (m %ld, %ld x %ld)", r, r, c, n, m, nseg, kseg);
+        printf("  %-30s fp32 %6.1f GFLOP/s (%3.0f%%)  bf16 %6.1f GFLOP/s (%3.0f%%)\n", shape, flop / best[0] / 1e9,
+               100 * flop / best[0] / 1e9 / peak, flop / best[1] / 1e9, 100 * flop / best[1] / 1e9 / peak);
+        ds_backend_cpu.free(Af), ds_backend_cpu.free(Bf), ds_backend_cpu.free(C);
+        ds_backend_cpu.free(A16), ds_backend_cpu.free(B16);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     ds_log_init("ops_bench");
@@ -314,6 +370,7 @@ int main(int argc, char **argv)
     int reps = argc > 2 ? atoi(argv[2]) : 3;
     if (reps < 1) reps = 1;
     if (!strcmp(which, "input")) return bench_input(reps < 5 ? 5 : reps);
+    if (!strcmp(which, "gemm")) return bench_gemm(reps);
     double peak = measure_peak();
     printf("peak fp32 FMA: %.0f GFLOP/s on %d threads (cpu kernels: %s; convolutions in %s)\n", peak,
            omp_get_max_threads(), ds_cpu_isa_name(ds_cpu_isa_get()), ds_precision_name(be_run->precision));

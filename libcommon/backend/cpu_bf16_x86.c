@@ -130,19 +130,19 @@ __attribute__((target("avx2"))) void ds_bf16_interleave_avx2(ds_bf16 *dst, const
 
 /* ---- AVX2 + FMA: tiles of MR rows by NV 8-column vectors (16 registers) ----
  * AVX2 has no broadcast from a general register, so a pair of A taken apart in the tile
- * would cost two shuffles and two ALU operations a row (more than half the FMAs' slots).
+ * costs a move and a shuffle per half and row, as many operations as the FMAs they feed.
  * Instead a block of A's rows is widened to float32 first (each element to its own 32-bit
- * lane, a pass of loads and shifts, into a buffer on the stack that stays in L1), and the
- * tile broadcasts a row's element from there, a plain load. A step of the reduction (one
- * pair row) takes the odd elements first, then the even ones: B's NV vectors of that half as
- * float32 (masked, or shifted up), then each row's element of that half, NV FMAs. One half at
- * a time keeps MR x NV accumulators, NV vectors of B and one of A in the registers (6 x 2
- * at most); each accumulator still takes a pair's odd product, then its even one. */
+ * lane, a pass of loads and shifts into a buffer that stays in L1), and the tile broadcasts a
+ * row's element from there, a plain load. A step of the reduction (one pair row) takes the
+ * odd elements first, then the even ones: B's NV vectors of that half as float32 (masked, or
+ * shifted up), then each row's element of that half, NV FMAs. One half at a time keeps
+ * MR x NV accumulators, NV vectors of B and one of A in the registers (6 x 2 at most); each
+ * accumulator still takes a pair's odd product, then its even one. */
 
 #define AVX2 __attribute__((target("avx2,fma")))
 
-/* Floats of the widened block of A: at most AW_MAX (on the stack), about AW_L1 when its
- * rows are short. A reduction too long for AW_MAX / 6 rows takes the kernel of bf16 A. */
+/* Floats of the widened block of A: about AW_L1; on the stack up to AW_MAX, on the heap past
+ * it (a block has at least 12 rows, however long the reduction). */
 #define AW_MAX 12288
 #define AW_L1 6144
 
@@ -159,7 +159,7 @@ static inline AVX2 __attribute__((always_inline)) __m256 b_half(const ds_bf16 *b
 /* One MR x (8 NV) tile of C over the widened rows W (ldw floats apart, segment g at
  * g kseg). */
 static inline AVX2 __attribute__((always_inline)) void avx2_bf16_tile(const int MR, const int NV, const int FULL,
-                                                                      const float *W, long ldw, const ds_bf16 *B,
+                                                                      const float *W, long ldw, long seg_w, const ds_bf16 *B,
                                                                       long ldb, long seg_b, long nseg, long kseg,
                                                                       float *C, long ldc, __m256i last, int acc)
 {
@@ -169,7 +169,7 @@ static inline AVX2 __attribute__((always_inline)) void avx2_bf16_tile(const int 
 #pragma GCC unroll 2
         for (int j = 0; j < NV; j++) c[i][j] = _mm256_setzero_ps();
     for (long g = 0; g < nseg; g++) {
-        const float *ws = W + g * kseg;
+        const float *ws = W + g * seg_w;
         const ds_bf16 *bs = B + g * seg_b;
         for (long t = 0; t < kseg / 2; t++) {
             const ds_bf16 *b = bs + t * ldb;
@@ -205,10 +205,10 @@ static inline AVX2 __attribute__((always_inline)) void avx2_bf16_tile(const int 
 }
 
 #define AVX2_CASE(mr, nv, full) \
-    case mr: avx2_bf16_tile(mr, nv, full, W, ldw, B, ldb, seg_b, nseg, kseg, C, ldc, last, acc); break;
+    case mr: avx2_bf16_tile(mr, nv, full, W, ldw, seg_w, B, ldb, seg_b, nseg, kseg, C, ldc, last, acc); break;
 #define AVX2_TILES(name, full)                                                                                      \
-    static AVX2 void name(int mr, int nv, const float *W, long ldw, const ds_bf16 *B, long ldb, long seg_b,        \
-                          long nseg, long kseg, float *C, long ldc, __m256i last, int acc)                          \
+    static AVX2 void name(int mr, int nv, const float *W, long ldw, long seg_w, const ds_bf16 *B, long ldb,         \
+                          long seg_b, long nseg, long kseg, float *C, long ldc, __m256i last, int acc)              \
     {                                                                                                               \
         if (nv == 1)                                                                                                \
             switch (mr) { AVX2_CASE(1, 1, full) AVX2_CASE(2, 1, full) AVX2_CASE(3, 1, full) AVX2_CASE(4, 1, full)  \
@@ -224,40 +224,54 @@ AVX2_TILES(avx2_bf16_tiles_full, 1)
 #undef AVX2_TILES
 #undef AVX2_CASE
 
-/* rows x (nseg segments of kseg) bf16 of A (rows sai apart, segments seg_a apart) as float32
- * in W, each row's segments one after another. */
-static AVX2 void widen_rows(float *W, const ds_bf16 *A, long sai, long seg_a, long rows, long nseg, long kseg)
+/* n bf16 as float32. */
+static AVX2 void avx2_widen(float *dst, const ds_bf16 *src, long n)
 {
-    for (long i = 0; i < rows; i++)
-        for (long g = 0; g < nseg; g++) {
-            const ds_bf16 *src = A + i * sai + g * seg_a;
-            float *dst = W + (i * nseg + g) * kseg;
-            long p = 0;
-            for (; p + 8 <= kseg; p += 8)
-                _mm256_storeu_si256((__m256i *)(dst + p),
-                                    _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + p))), 16));
-            for (; p < kseg; p++) dst[p] = ds_bf16_value(src[p]);
-        }
+    long p = 0;
+    for (; p + 8 <= n; p += 8)
+        _mm256_storeu_si256((__m256i *)(dst + p),
+                            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + p))), 16));
+    for (; p < n; p++) dst[p] = ds_bf16_value(src[p]);
 }
 
-/* Blocks of A's rows widened in turn (a block: about AW_L1 floats, at least 12 rows); in a
- * block, C walked 64 columns at a time, each row tile serving the panel's 16-column tiles
- * one after another; heights balanced as cpu_sgemm_avx2.c balances them. */
+/* The elements a block of `rows` rows of A spans: from its first row's start to its last
+ * row's last segment's end. */
+static long span(long rows, long sai, long seg_a, long nseg, long kseg)
+{
+    return (rows - 1) * sai + (nseg - 1) * seg_a + kseg;
+}
+
+/* Blocks of A's rows widened in turn, at least 12 rows (a whole tile of either height) and
+ * about AW_L1 floats: either the span the rows cover, A's layout kept (rows that overlap, as a
+ * convolution's pixels in its padded image do, are widened once), or each row's segments
+ * packed (rows far apart), whichever is less to widen. In a block, C walked 64 columns at a
+ * time, each row tile serving the panel's 16-column tiles one after another; heights balanced
+ * as cpu_sgemm_avx2.c balances them. */
 AVX2 void ds_bgemm_avx2(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
                         const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
 {
     static const int32_t lane_mask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
     const long kd = nseg * kseg;
-    if (m <= 0 || n <= 0) return;
-    long rb = kd ? AW_L1 / kd / 12 * 12 : m;
+    if (m <= 0 || n <= 0 || kd <= 0) return;
+    long rb = AW_L1 / kd / 12 * 12, rs = sai > 0 ? (AW_L1 - span(1, sai, seg_a, nseg, kseg)) / sai + 1 : 0;
     if (rb < 12) rb = 12;
+    if (rs < 12) rs = 12;
+    const int spans = sai >= 0 && seg_a >= 0 && span(rs, sai, seg_a, nseg, kseg) < rs * kd;
+    if (spans) rb = rs;
     if (rb > m) rb = m;
-    float stack[AW_MAX], *W = rb * kd <= AW_MAX ? stack : ds_xmalloc((size_t)(rb * kd) * sizeof *W);
+    const long ldw = spans ? sai : kd, seg_w = spans ? seg_a : kseg;
+    const long floats = spans ? span(rb, sai, seg_a, nseg, kseg) : rb * kd;
+    float stack[AW_MAX], *W = floats <= AW_MAX ? stack : ds_xmalloc((size_t)floats * sizeof *W);
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | 0x8040);  /* FTZ, DAZ */
     for (long b0 = 0; b0 < m; b0 += rb) {
         const long rows = m - b0 < rb ? m - b0 : rb;
-        widen_rows(W, A + b0 * sai, sai, seg_a, rows, nseg, kseg);
+        const ds_bf16 *a = A + b0 * sai;
+        if (spans)
+            avx2_widen(W, a, span(rows, sai, seg_a, nseg, kseg));
+        else
+            for (long i = 0; i < rows; i++)
+                for (long g = 0; g < nseg; g++) avx2_widen(W + i * kd + g * kseg, a + i * sai + g * seg_a, kseg);
         for (int n0 = 0; n0 < n; n0 += 64) {
             const int cols = n - n0 < 64 ? n - n0 : 64, MR = cols <= 8 ? 12 : 6;
             const long tiles = (rows + MR - 1) / MR, h = rows / tiles, taller = rows % tiles;
@@ -266,9 +280,10 @@ AVX2 void ds_bgemm_avx2(long m, int n, long nseg, long kseg, const ds_bf16 *A, l
                 for (int j0 = 0; j0 < cols; j0 += 16) {
                     const int w = cols - j0 < 16 ? cols - j0 : 16, nv = (w + 7) / 8;
                     const __m256i last = _mm256_loadu_si256((const __m256i *)(lane_mask + 8 - (w - 8 * (nv - 1))));
-                    (w % 8 ? avx2_bf16_tiles : avx2_bf16_tiles_full)(mr, nv, W + i0 * kd, kd, B + 2 * (n0 + j0), ldb,
-                                                                     seg_b, nseg, kseg, C + (b0 + i0) * ldc + n0 + j0,
-                                                                     ldc, last, accumulate);
+                    (w % 8 ? avx2_bf16_tiles : avx2_bf16_tiles_full)(mr, nv, W + i0 * ldw, ldw, seg_w,
+                                                                     B + 2 * (n0 + j0), ldb, seg_b, nseg, kseg,
+                                                                     C + (b0 + i0) * ldc + n0 + j0, ldc, last,
+                                                                     accumulate);
                 }
                 i0 += mr;
             }
