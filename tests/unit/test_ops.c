@@ -427,7 +427,11 @@ static void test_ops_bf16_storage(int m, int c)
     CHECK(memcmp(st, stf, 3 * c * sizeof *st) == 0, "the statistics differ from float32's on the same values");
     size_t off = off16("bn forward", out, outf, n);
     CHECK(off == 0, "bn forward: %zu of %zu elements are not float32's rounded", off, n);
-    /* backward from the bf16 forward's output (its ReLU mask), both widened the same */
+    /* backward from the bf16 forward's output (its ReLU mask), both widened the same; with
+     * a few values at the mask's edges planted (NaN, sNaN and -NaN, -0, the smallest
+     * denormal, +-Inf): masked where float32's `> 0` is false */
+    static const ds_bf16 edge[] = {0x7fc0, 0x7f81, 0xffc0, 0x8000, 0x0001, 0x7f80, 0xff80, 0x0000};
+    for (size_t e = 0; e < sizeof edge / sizeof *edge && 3 * e < n; e++) out[3 * e] = edge[e];
     widen(outf, out, n);
     ds_bf16 *g1 = malloc(n * sizeof *g1);
     memcpy(g1, g, n * sizeof *g1);
