@@ -157,10 +157,11 @@ static inline AVX2 __attribute__((always_inline)) __m256 b_half(const ds_bf16 *b
 }
 
 /* One MR x (8 NV) tile of C over the widened rows W (ldw floats apart, segment g at
- * g kseg). */
+ * g seg_w). */
 static inline AVX2 __attribute__((always_inline)) void avx2_bf16_tile(const int MR, const int NV, const int FULL,
-                                                                      const float *W, long ldw, long seg_w, const ds_bf16 *B,
-                                                                      long ldb, long seg_b, long nseg, long kseg,
+                                                                      const float *W, long ldw, long seg_w,
+                                                                      const ds_bf16 *B, long ldb, long seg_b,
+                                                                      long nseg, long kseg,
                                                                       float *C, long ldc, __m256i last, int acc)
 {
     __m256 c[12][2];
