@@ -310,7 +310,7 @@ static int bench_gemm(int reps)
     printf("gemm kernels of the %s set, one thread (FMA peak %.1f GFLOP/s), best of %d:\n", ds_cpu_isa_name(isa), peak,
            reps);
     ds_rng rng;
-    ds_rng_init(&rng, 1, 0, 0);
+    ds_rng_init(&rng, 1, DS_RNG_DATA, 2);
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         const int r = shapes[s].r, c = shapes[s].c, n = shapes[s].k, q = 16;
         const long m = 512, row = (long)(q + r - 1) * c, nseg = r, kseg = (long)r * c;

@@ -74,6 +74,10 @@ static inline float ds_bf16_value(ds_bf16 h)
     return v.f;
 }
 
+/* Whether a bf16 is > 0 as a float: 0x0001 to 0x7f80, the positive values and +Inf (zeros,
+ * negatives and NaNs are not, as float32's `x > 0` says): the ReLU's mask. */
+static inline int ds_bf16_positive(ds_bf16 h) { return (uint16_t)(h - 1) < 0x7f80; }
+
 /* dst[i] = round(src[i]) for n elements (the vector kernels where the CPU has them). */
 void ds_bf16_round_n(ds_bf16 *dst, const float *src, size_t n);
 

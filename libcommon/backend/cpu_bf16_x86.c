@@ -112,6 +112,9 @@ __attribute__((target("avx2"))) void ds_bf16_interleave_avx2(ds_bf16 *dst, const
     }
 }
 
+/* A pair of bf16 read as one 32-bit element (the native kernel's broadcast operand). */
+typedef int32_t __attribute__((may_alias)) bg_pair;
+
 #define BG_NAME ds_bgemm_avx512
 #define BG_TARGET __attribute__((target("avx512f,avx2,fma")))
 #define BG_NATIVE 0
