@@ -50,6 +50,14 @@ void ds_ckpt_meta_set_config(ds_ckpt_meta *meta, const char *json)
     meta->config = json ? ds_xstrdup(json) : NULL;
 }
 
+void ds_ckpt_meta_add_history(ds_ckpt_meta *meta, const char *json)
+{
+    size_t had = meta->history ? strlen(meta->history) : 0, len = strlen(json);
+    meta->history = ds_xrealloc(meta->history, had + len + 2);
+    if (had) meta->history[had++] = '\n';
+    memcpy(meta->history + had, json, len + 1);
+}
+
 void ds_ckpt_meta_set_classes(ds_ckpt_meta *meta, char *const *classes, int n)
 {
     if (meta->classes)

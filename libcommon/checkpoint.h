@@ -71,6 +71,8 @@ typedef struct {
                               < 0: not recorded, not written */
     char *device, *precision, *kernels, *reduction;  /* for people: what computed the run
                               (ds_ckpt_meta_set_backend); NULL: not recorded, not written */
+    uint64_t train_digest; /* ds_source_digest of the training set; 0: not recorded, not written */
+    char *history;         /* JSON lines, one per resume (dstrain); NULL: none, not written */
     char **classes;        /* [num_classes] or NULL (then "class<i>" names are written) */
     ds_metrics_row *metrics;
     int nmetrics;
@@ -87,6 +89,8 @@ void ds_ckpt_meta_free(ds_ckpt_meta *meta);
  * may not take the name of a member's attribute (the save fails). */
 void ds_ckpt_meta_set_config(ds_ckpt_meta *meta, const char *json);
 void ds_ckpt_meta_set_classes(ds_ckpt_meta *meta, char *const *classes, int n);
+/* Appends one line (a JSON object) to the run's history. */
+void ds_ckpt_meta_add_history(ds_ckpt_meta *meta, const char *json);
 /* Records what computes the run: the backend's name, its precision, its CPU kernel set (none
  * where it has none) and how it sums the gradients. */
 void ds_ckpt_meta_set_backend(ds_ckpt_meta *meta, const ds_backend *be);

@@ -91,7 +91,8 @@ static const ckpt_attr attrs[] = {
     {.name = "global_batch", .kind = K_I32, .count = 1, .offset = M(global_batch), .rule = R_ZERO,
      .max = 2147483647, .uses = USE_RESUME, .type = "int32", .meaning = "batch × ranks × accum (0: not recorded)"},
     {.name = "config", .kind = K_STRPTR, .count = 1, .offset = M(config), .rule = R_OPTIONAL, .type = "string",
-     .meaning = "every dstrain option as JSON", .used_by = "people"},
+     .meaning = "every dstrain option as JSON (`train`, `val` as absolute paths)",
+     .used_by = "`--resume` (taken when not given again)"},
     {.name = "data_height", .kind = K_I64_INT, .count = 1, .offset = M(data_height), .rule = R_IF_SET, .min = 1,
      .max = 65535, .type = "int64", .meaning = "the training shards' stored height (default: `input_size` × 8/7)",
      .used_by = "dseval on a manifest"},
@@ -127,6 +128,16 @@ static const ckpt_attr attrs[] = {
     {.name = "epoch_seconds", .kind = K_F64, .count = 1, .offset = M(epoch_seconds), .rule = R_OPTIONAL,
      .max = 1e300, .uses = USE_RESUME, .after_extras = 1, .type = "float64",
      .meaning = "its training seconds, likewise"},
+    {.name = "train_digest", .kind = K_U64, .count = 1, .offset = M(train_digest), .rule = R_IF_SET,
+     .max = 18446744073709551616.0,
+     .after_extras = 1, .type = "uint64",
+     .meaning = "XXH3-64 of the training set: its count, size, fit, classes, labels, paths and pixel checksums",
+     .used_by = "`--resume` (another training set is a change)"},
+    {.name = "history", .kind = K_STRPTR, .count = 1, .offset = M(history), .rule = R_IF_SET, .after_extras = 1,
+     .type = "string",
+     .meaning = "one JSON line per resume: its step, the checkpoint it took, the options it changed (`from`, `to`), "
+                "the later checkpoints it moved aside",
+     .used_by = "people"},
 };
 #undef M
 #define NATTRS (int)(sizeof attrs / sizeof attrs[0])

@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include "cpu_isa.h"
+#include "fsutil.h"
 #include "json.h"
 #include "testhook.h"
 #include "log.h"
@@ -278,4 +279,133 @@ int ds_cli_range(const char *s, double out[2])
     const char *p;
     if (range_number(s, ',', &p, &out[0]) || range_number(p + 1, 0, &p, &out[1])) return -1;
     return 0;
+}
+
+/* The shortest decimal that reads back as x. */
+static void shortest(double x, char *buf, size_t len)
+{
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, len, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x) return;
+    }
+}
+
+/* An option's value as --help prints it, a number in full (the shortest decimal that is
+ * exactly it), into buf. */
+static void value_text(const ds_option *o, char *buf, size_t len)
+{
+    switch (o->type) {
+    case DS_OPT_FLAG: snprintf(buf, len, "%s", *(int *)o->value ? "on" : "off"); break;
+    case DS_OPT_INT: snprintf(buf, len, "%lld", *(long long *)o->value); break;
+    case DS_OPT_DOUBLE: shortest(*(double *)o->value, buf, len); break;
+    default: {
+        const char *s = *(const char **)o->value;
+        snprintf(buf, len, "%s", s ? s : "none");
+    }
+    }
+}
+
+typedef struct {
+    ds_cli *cli;
+    const char *const *fresh;
+    const char *what;
+    ds_cli_change *changes;
+    int nchanges;
+} restore_ctx;
+
+static int is_fresh(const restore_ctx *r, const char *name)
+{
+    for (const char *const *f = r->fresh; f && *f; f++)
+        if (!strcmp(*f, name)) return 1;
+    return 0;
+}
+
+/* The saved value of o, from v, into the option's variable (when take) or into saved_text. */
+static int restore_member(void *ctx, const char *key, const ds_json_value *v)
+{
+    restore_ctx *r = ctx;
+    const ds_option *o = NULL;
+    for (const ds_option *p = r->cli->opts; p->name; p++)
+        if (!strcmp(p->name, key)) o = p;
+    if (!o || is_fresh(r, key)) return 0;   /* an option of another version, or one of this process's */
+    /* the saved value, in the option's type */
+    int flag = 0;
+    long long integer = 0;
+    double number = 0;
+    const char *string = NULL;
+    int ok;
+    switch (o->type) {
+    case DS_OPT_FLAG: ok = v->kind == DS_JSON_BOOL, flag = (int)v->number; break;
+    case DS_OPT_INT: {
+        char num[32], *e;
+        ok = v->kind == DS_JSON_NUMBER && v->raw_len < sizeof num;
+        if (ok) {
+            memcpy(num, v->raw, v->raw_len);
+            num[v->raw_len] = 0;
+            errno = 0;
+            integer = strtoll(num, &e, 10);
+            ok = !errno && !*e;
+        }
+        break;
+    }
+    case DS_OPT_DOUBLE: ok = v->kind == DS_JSON_NUMBER, number = v->number; break;
+    default:
+        ok = v->kind == DS_JSON_STRING || v->kind == DS_JSON_NULL;
+        string = v->kind == DS_JSON_STRING ? v->string : NULL;
+        if (ok && o->type == DS_OPT_CHOICE && string) ok = choice_index(o->choices, string) >= 0;
+    }
+    if (!ok) {   /* -2: said here, apart from the reader's -1 for malformed text */
+        ds_err("%s: its recorded --%s (%.*s) is not a value %s takes", r->what, key, (int)v->raw_len, v->raw,
+               r->cli->prog);
+        return -2;
+    }
+    int given = ds_cli_given(r->cli, key);
+    int same;
+    switch (o->type) {
+    case DS_OPT_FLAG: same = *(int *)o->value == flag; break;
+    case DS_OPT_INT: same = *(long long *)o->value == integer; break;
+    case DS_OPT_DOUBLE: same = *(double *)o->value == number; break;
+    default: {
+        const char *now = *(const char **)o->value;
+        same = now && string ? !strcmp(now, string) : now == string;
+    }
+    }
+    if (same) return 0;
+    if (given) {
+        r->changes = ds_xrealloc(r->changes, (size_t)(r->nchanges + 1) * sizeof *r->changes);
+        ds_cli_change *c = &r->changes[r->nchanges++];
+        c->opt = o;
+        value_text(o, c->now, sizeof c->now);
+        /* the saved value as the same function prints it */
+        switch (o->type) {
+        case DS_OPT_FLAG: snprintf(c->saved, sizeof c->saved, "%s", flag ? "on" : "off"); break;
+        case DS_OPT_INT: snprintf(c->saved, sizeof c->saved, "%lld", integer); break;
+        case DS_OPT_DOUBLE: shortest(number, c->saved, sizeof c->saved); break;
+        default: snprintf(c->saved, sizeof c->saved, "%s", string ? string : "none");
+        }
+        return 0;
+    }
+    switch (o->type) {
+    case DS_OPT_FLAG: *(int *)o->value = flag; break;
+    case DS_OPT_INT: *(long long *)o->value = integer; break;
+    case DS_OPT_DOUBLE: *(double *)o->value = number; break;
+    default:
+        *(const char **)o->value = string ? ds_xstrdup(string) : NULL;
+        if (o->type == DS_OPT_CHOICE && o->index) *o->index = string ? choice_index(o->choices, string) : -1;
+    }
+    return 0;
+}
+
+int ds_cli_restore(ds_cli *cli, const char *json, const char *const *fresh, const char *what,
+                   ds_cli_change **changes)
+{
+    restore_ctx r = {.cli = cli, .fresh = fresh, .what = what};
+    int rc = ds_json_read_members(json ? json : "{}", restore_member, &r);
+    if (rc == -1) ds_err("%s: its recorded options (config) are not a JSON object", what);
+    if (rc) {
+        free(r.changes);
+        return -1;
+    }
+    *changes = r.changes;
+    return r.nchanges;
 }

@@ -73,6 +73,22 @@ void ds_usage_error(const ds_cli *cli, const char *fmt, ...)
 /* Every option's value as one JSON object, for the `config` attribute. Caller frees. */
 char *ds_cli_json(const ds_cli *cli);
 
+/* Taking back the options a run was started with (dstrain --resume): json is ds_cli_json's
+ * text as a checkpoint recorded it. Every option of the table that it holds, that is not
+ * named in `fresh` (a NULL-ended list of options that belong to one process, such as
+ * --max-steps) and that was not given on this command line takes the recorded value;
+ * each one that was given with another value is listed in *changes (caller frees; NULL when
+ * none), with both values as --help prints them (numbers in full). Members the table does
+ * not know (options of another version) are passed over. Returns the number of changes, or
+ * -1 with a message naming `what` when the text is malformed or holds a value the option
+ * cannot take. */
+typedef struct {
+    const ds_option *opt;
+    char saved[256], now[256];
+} ds_cli_change;
+int ds_cli_restore(ds_cli *cli, const char *json, const char *const *fresh, const char *what,
+                   ds_cli_change **changes);
+
 /* The progress setting for ds_progress_start: 1 with --progress, else -1 (terminal only). */
 int ds_cli_progress_mode(void);
 

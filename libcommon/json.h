@@ -57,4 +57,19 @@ void ds_json_double(ds_json *j, const char *key, double value, const char *fmt);
 void ds_json_bool(ds_json *j, const char *key, int value);
 void ds_json_null(ds_json *j, const char *key);
 
+/* Reading a JSON object back (a `config` attribute, a metrics row): fn is called for each
+ * member in order with its key and value; a nested object or array is passed whole, as
+ * DS_JSON_NESTED, its text in raw. The pointers are valid during the call only. Returns 0,
+ * -1 when the text is not one JSON object, or fn's first non-zero return. */
+typedef enum { DS_JSON_STRING, DS_JSON_NUMBER, DS_JSON_BOOL, DS_JSON_NULL, DS_JSON_NESTED } ds_json_kind;
+typedef struct {
+    ds_json_kind kind;
+    const char *raw;       /* the value's text as written, raw_len bytes (a string with its quotes) */
+    size_t raw_len;
+    const char *string;    /* DS_JSON_STRING: the unescaped value */
+    double number;         /* DS_JSON_NUMBER: its value; DS_JSON_BOOL: 1 or 0 */
+} ds_json_value;
+typedef int (*ds_json_member_fn)(void *ctx, const char *key, const ds_json_value *v);
+int ds_json_read_members(const char *text, ds_json_member_fn fn, void *ctx);
+
 #endif

@@ -1,5 +1,6 @@
 #include "log.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,12 @@ void ds_log_set_rank(int rank) { log_rank = rank; }
 int ds_log_rank(void) { return log_rank; }
 void ds_set_abort_hook(void (*hook)(int)) { abort_hook = hook; }
 
+/* The bar on the screen, if any: a message clears its line first and draws it again after,
+ * so lines and the bar never share a line. */
+static ds_progress *shown;
+static pthread_mutex_t screen = PTHREAD_MUTEX_INITIALIZER;   /* the bar's state and its line */
+static void draw(ds_progress *p, double now, int final);
+
 /* One fprintf per message so lines from threads or ranks do not interleave mid-line. */
 static void emit(const char *kind, const char *fmt, va_list ap)
 {
@@ -26,10 +33,14 @@ static void emit(const char *kind, const char *fmt, va_list ap)
         snprintf(who, sizeof who, "%s (rank %d)", prog_name, log_rank);
     else
         snprintf(who, sizeof who, "%s", prog_name);
+    pthread_mutex_lock(&screen);
+    const char *clear = shown && shown->t_drawn > 0 ? "\r\033[K" : "";
     if (kind)
-        fprintf(stderr, "%s: %s: %s\n", who, kind, msg);
+        fprintf(stderr, "%s%s: %s: %s\n", clear, who, kind, msg);
     else
-        fprintf(stderr, "%s: %s\n", who, msg);
+        fprintf(stderr, "%s%s: %s\n", clear, who, msg);
+    if (*clear) draw(shown, ds_now(), 0);
+    pthread_mutex_unlock(&screen);
 }
 
 int ds_err(const char *fmt, ...)
@@ -112,6 +123,11 @@ void ds_progress_start(ds_progress *p, const char *label, const char *unit, int6
     p->t_start = ds_now();
     if (enabled < 0) enabled = isatty(STDERR_FILENO) && ds_verbosity >= 0;
     p->enabled = enabled;
+    if (enabled) {
+        pthread_mutex_lock(&screen);
+        shown = p;
+        pthread_mutex_unlock(&screen);
+    }
 }
 
 static void draw(ds_progress *p, double now, int final)
@@ -145,14 +161,34 @@ static void draw(ds_progress *p, double now, int final)
 
 void ds_progress_update(ds_progress *p, int64_t done)
 {
+    if (!p->enabled) {
+        p->done = done;
+        return;
+    }
+    pthread_mutex_lock(&screen);
     p->done = done;
-    if (!p->enabled) return;
     double now = ds_now();
     if (now - p->t_drawn >= 0.1) draw(p, now, 0);
+    pthread_mutex_unlock(&screen);
 }
 
 void ds_progress_end(ds_progress *p)
 {
+    pthread_mutex_lock(&screen);
     if (p->enabled) draw(p, ds_now(), 1);
     p->enabled = 0;
+    if (shown == p) shown = NULL;
+    pthread_mutex_unlock(&screen);
+}
+
+void ds_progress_close(ds_progress *p)
+{
+    pthread_mutex_lock(&screen);
+    if (p->enabled && p->t_drawn > 0) {
+        fputs("\r\033[K", stderr);
+        fflush(stderr);
+    }
+    p->enabled = 0;
+    if (shown == p) shown = NULL;
+    pthread_mutex_unlock(&screen);
 }

@@ -56,6 +56,9 @@ typedef struct {
 void ds_progress_start(ds_progress *p, const char *label, const char *unit, int64_t total, int enabled);
 void ds_progress_update(ds_progress *p, int64_t done);
 void ds_progress_end(ds_progress *p);
+/* Takes the bar off the screen without a final line. While a bar is shown, every message
+ * clears its line first and draws the bar again after. */
+void ds_progress_close(ds_progress *p);
 
 /* "1:02:03" or "4:05" into buf. */
 void ds_format_duration(char *buf, int len, double seconds);

@@ -6,10 +6,13 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 char *ds_rundir_ckpt_path(const char *dir, int64_t step)
@@ -84,6 +87,137 @@ int ds_rundir_has_checkpoints(const char *dir)
     while (!found && (e = readdir(d))) found = is_ckpt_name(e->d_name) || !strcmp(e->d_name, "last.h5");
     closedir(d);
     return found;
+}
+
+int ds_rundir_lock(const char *dir)
+{
+    if (ds_mkdirs(dir)) return ds_err("%s: cannot create the run directory", dir);
+    char *path = ds_path_join(dir, ".lock");
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        ds_err("%s: %s", path, strerror(errno));
+        free(path);
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+        int e = errno;
+        char holder[256] = "";
+        ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+        holder[n > 0 ? n : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            ds_err("%s is in use by another dstrain (%s): one run directory takes one run at a time", dir,
+                   holder[0] ? holder : "its holder wrote nothing yet");
+        else
+            ds_err("%s: cannot lock: %s", path, strerror(e));
+        free(path);
+        return -1;
+    }
+    /* who holds it, for the message above; the lock itself is the flock, held until exit */
+    char host[128] = "?", when[64] = "?", line[320];
+    gethostname(host, sizeof host - 1);
+    time_t now = time(NULL);
+    struct tm tm;
+    if (localtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    int len = snprintf(line, sizeof line, "pid %ld on %s, since %s\n", (long)getpid(), host, when);
+    if (ftruncate(fd, 0) || pwrite(fd, line, (size_t)len, 0) != len)
+        ds_warn("%s: cannot write who holds the lock: %s", path, strerror(errno));
+    free(path);
+    return 0;   /* fd stays open: the lock lasts as long as the process */
+}
+
+/* The step of a checkpoint's name, -1 for any other name. */
+static int64_t ckpt_step(const char *name)
+{
+    return is_ckpt_name(name) ? strtoll(name + 5, NULL, 10) : -1;
+}
+
+/* Whether DIR/link is a symlink whose target is one of the names[n]. */
+static int links_to_any(const char *dir, const char *link, char *const *names, size_t n)
+{
+    char target[PATH_MAX], *p = ds_path_join(dir, link);
+    ssize_t len = readlink(p, target, sizeof target - 1);
+    free(p);
+    if (len <= 0) return 0;
+    target[len] = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(target, names[i])) return 1;
+    return 0;
+}
+
+static int move_into(const char *dir, const char *name, const char *aside)
+{
+    char *from = ds_path_join(dir, name), *to = ds_path_join(aside, name);
+    int rc = rename(from, to) ? ds_err("cannot move %s to %s: %s", from, to, strerror(errno)) : 0;
+    free(from);
+    free(to);
+    return rc;
+}
+
+char *ds_rundir_set_aside(const char *dir, int64_t step, int *moved)
+{
+    *moved = 0;
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (ckpt_step(e->d_name) > step) {
+            if (n == cap) names = ds_xrealloc(names, (cap = cap ? 2 * cap : 8) * sizeof *names);
+            names[n++] = ds_xstrdup(e->d_name);
+        }
+    closedir(d);
+    if (!n) return NULL;
+    qsort(names, n, sizeof *names, cmp_str);
+    /* superseded-<step>[-k]: a name no earlier rewind took */
+    char base[64];
+    snprintf(base, sizeof base, "superseded-%08lld", (long long)step);
+    char *aside = ds_path_join(dir, base);
+    for (int k = 2; mkdir(aside, 0755); k++) {
+        if (errno != EEXIST) {
+            ds_err("%s: %s", aside, strerror(errno));
+            free(aside);
+            aside = NULL;
+            goto out;
+        }
+        char numbered[80];
+        snprintf(numbered, sizeof numbered, "%s-%d", base, k);
+        free(aside);
+        aside = ds_path_join(dir, numbered);
+    }
+    int rc = 0;
+    /* links first while their targets are still beside them; moved together they stay valid */
+    static const char *const links[] = {"last.h5", "best.h5"};
+    for (int i = 0; i < 2 && !rc; i++)
+        if (links_to_any(dir, links[i], names, n)) rc = move_into(dir, links[i], aside);
+    for (size_t i = 0; i < n && !rc; i++)
+        if (!(rc = move_into(dir, names[i], aside))) (*moved)++;
+    /* the metrics as they were: the resumed run rewrites its lines after `step` */
+    char *log = ds_path_join(dir, "metrics.jsonl"), *copy = ds_path_join(aside, "metrics.jsonl");
+    if (!rc && access(log, F_OK) == 0) {
+        size_t len;
+        char *text = ds_read_file(log, &len);
+        ds_atomic a;
+        if (!text || ds_atomic_open(&a, copy)) rc = -1;
+        else if (fwrite(text, 1, len, a.f) != len) rc = ds_err("%s: %s", a.tmp, strerror(errno)), ds_atomic_abort(&a);
+        else rc = ds_atomic_commit(&a);
+        free(text);
+    }
+    if (!rc) rc = ds_fsync_dir_of(copy) || ds_fsync_dir_of(aside);
+    free(log);
+    free(copy);
+    if (rc) {
+        ds_err("%s: the later checkpoints were only partly moved aside", dir);
+        free(aside);
+        aside = NULL;
+    }
+out:
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    if (!aside) *moved = -1;
+    return aside;
 }
 
 /* DIR/ckpt-<largest step>.h5, or NULL when there is none; caller frees. */

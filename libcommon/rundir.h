@@ -25,6 +25,17 @@ int ds_rundir_has_checkpoints(const char *dir);
  * NULL with a message. */
 char *ds_rundir_resolve(const char *arg);
 
+/* One run at a time in DIR (created if need be): an exclusive flock on DIR/.lock, held until
+ * the process exits, with the holder's pid, host and start written in the file. -1 with a
+ * message naming the holder when another process holds it. */
+int ds_rundir_lock(const char *dir);
+/* A run resumed from an older checkpoint of DIR: its checkpoints after `step` (and last.h5,
+ * best.h5 where they name one of those, and a copy of metrics.jsonl) move into a new
+ * DIR/superseded-<step>[-k]/, which is returned (caller frees), with *moved the number of
+ * checkpoints moved. NULL with *moved 0 when there are none; NULL with *moved -1 (and a
+ * message) when they could not be moved. */
+char *ds_rundir_set_aside(const char *dir, int64_t step, int *moved);
+
 /* metrics.jsonl: appended, each line flushed and fsynced. */
 typedef struct {
     FILE *f;

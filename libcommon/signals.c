@@ -28,8 +28,12 @@ int ds_signals_install(void)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGINT, &sa, NULL) || sigaction(SIGTERM, &sa, NULL))
+    /* SIGHUP: a closed terminal or ssh session stops the run as SIGTERM does, with a checkpoint */
+    if (sigaction(SIGINT, &sa, NULL) || sigaction(SIGTERM, &sa, NULL) || sigaction(SIGHUP, &sa, NULL))
         return ds_err("cannot install signal handlers: %s", strerror(errno));
+    /* A reader of stderr that went away (`| head`, a dead tee) ends the printing, not the
+     * run: writes then fail with EPIPE, which the messages ignore. */
+    signal(SIGPIPE, SIG_IGN);
     return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 /* Descriptors kept open at most; past this a read opens and closes its shard, so a set of
  * many thousands of shards never hits the process's file limit. */
@@ -273,4 +274,30 @@ int ds_classes_match(char *const *a, int na, const char *name_a, char *const *b,
             return ds_err("class %d is '%s' in %s but '%s' in %s: they must be the same classes in the same order", i,
                           a[i], name_a, b[i], name_b);
     return 0;
+}
+
+static void digest_add(XXH3_state_t *st, const void *data, size_t len) { XXH3_64bits_update(st, data, len); }
+
+uint64_t ds_source_digest(const ds_source *s)
+{
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) ds_die("out of memory");
+    XXH3_64bits_reset(st);
+    uint64_t head[4] = {s->n, (uint64_t)s->height, (uint64_t)s->width, (uint64_t)s->fit};
+    digest_add(st, head, sizeof head);
+    for (int c = 0; c < s->num_classes; c++) digest_add(st, s->classes[c], strlen(s->classes[c]) + 1);
+    digest_add(st, s->labels, s->n * sizeof *s->labels);
+    for (size_t i = 0; i < s->n; i++) {
+        const char *p = s->path(s, i);
+        digest_add(st, p, strlen(p) + 1);
+    }
+    if (!s->decodes) {   /* a shard set: its pixels, by the checksums dspack wrote (where it did) */
+        const shard_impl *im = s->impl;
+        for (int k = 0; k < im->set.count; k++)
+            if (im->set.shards[k].checksums)
+                digest_add(st, im->set.shards[k].checksums, im->set.shards[k].n * sizeof(uint64_t));
+    }
+    uint64_t d = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return d;
 }

@@ -48,6 +48,12 @@ int ds_source_open(ds_source *s, const char *data, int size, ds_fit fit);
 int ds_source_prepare(ds_source *s, int workers);
 void ds_source_close(ds_source *s);
 
+/* The identity of a source's data, for a resumed run to check that it trains on the same
+ * images: XXH3-64 over the count, stored size and fit, class names, labels, paths and (for
+ * shards) the pixels' checksums. A shard set repacked from the same manifest at the same
+ * size gives the same digest; one image, label or name different gives another. */
+uint64_t ds_source_digest(const ds_source *s);
+
 /* 0 when both class lists are identical; otherwise -1 with a message naming both sources
  * and the first difference. */
 int ds_classes_match(char *const *a, int na, const char *name_a, char *const *b, int nb,

@@ -35,6 +35,9 @@ typedef struct {
     int64_t saved_step;      /* global step of the newest checkpoint, -1: none this run */
     double epoch_t0, epoch_wait0; /* wall clock and loader wait when this process began the epoch */
     char last_path[4096];    /* newest checkpoint written (or resumed from), for messages */
+    ds_progress bar;         /* images of the steps this process runs, on a terminal */
+    double t_start;          /* when this process began training */
+    int said_first;          /* the first progress line (before --log-every's) is out */
 } run;
 
 /* The step's last backward has handed its buckets (gradients + BN statistics) to the
@@ -279,6 +282,28 @@ static void log_progress(run *r, window *w, int64_t e, int64_t g, double lr, dou
     w->wait0 = ds_loader_wait_seconds(r->train_loader);
 }
 
+/* Without a bar, the first progress line comes after this many seconds of training even when
+ * --log-every's first is further away (ResNet-50 on a CPU: 100 steps are tens of minutes). */
+#define FIRST_LINE_SECONDS 10.0
+
+/* That line: the step, its loss, the rate so far and the run's ETA (no metrics row: the
+ * rows keep --log-every's cadence). */
+static void first_line(run *r, const window *w, int64_t g, int64_t e, double loss, double now)
+{
+    const ds_train_plan *p = r->p;
+    int64_t end = p->max_steps > 0 && p->max_steps < r->total ? p->max_steps : r->total;
+    double per_step = (now - w->t_run) / (double)(g - w->g_run);
+    char eta[32];
+    ds_format_duration(eta, sizeof eta, per_step * (double)(end - g));
+    char then[48];
+    if (p->log_every > 0) snprintf(then, sizeof then, "then a line every %d steps", p->log_every);
+    else snprintf(then, sizeof then, "then a line per epoch");
+    ds_info("epoch %lld/%lld  step %lld/%lld  crop %d  loss %.4f  %.0f img/s  ETA %s  (%s)", (long long)(e + 1),
+            (long long)p->epochs, (long long)(g - e * r->S), (long long)r->S, r->crop, loss,
+            (double)((g - w->g_run) * r->G) / (now - w->t_run), eta, then);
+    r->said_first = 1;
+}
+
 /* A step whose work is queued and whose loss is not read yet: the device runs it while the
  * host queues the next one (model.h: the loss read late). */
 typedef struct {
@@ -312,7 +337,14 @@ static int finish_step(run *r, window *w, open_step *s)
     r->epoch_loss_sum += step_loss;
     w->loss += step_loss;
     w->steps++;
-    if (p->log_every > 0 && s->g % p->log_every == 0) log_progress(r, w, s->e, s->g, s->lr, ds_now());
+    double now = ds_now();
+    ds_progress_update(&r->bar, (s->g - w->g_run) * r->G);
+    if (p->log_every > 0 && s->g % p->log_every == 0) {
+        log_progress(r, w, s->e, s->g, s->lr, now);
+        r->said_first = 1;
+    } else if (!r->said_first && !r->bar.enabled && now - r->t_start >= FIRST_LINE_SECONDS) {
+        first_line(r, w, s->g, s->e, step_loss, now);
+    }
     return 0;
 }
 
@@ -396,6 +428,9 @@ static int train_loop(run *r)
             (long long)p->epochs, (long long)r->S, (long long)r->G, lc->batch, lc->world, lc->accum, (long long)g);
     double lr = 0;
     window w = {.t_run = ds_now(), .g_run = g, .t0 = ds_now(), .wait0 = ds_loader_wait_seconds(r->train_loader)};
+    r->t_start = w.t_run;
+    int64_t end = p->max_steps > 0 && p->max_steps < r->total ? p->max_steps : r->total;
+    ds_progress_start(&r->bar, "train", "img", (end - g) * r->G, lc->rank == 0 ? p->progress : 0);
     open_step last = {0};
     for (int64_t e = g / r->S; e < p->epochs; e++) {
         /* progressive resizing: the crop is a function of e alone (resume and ranks agree) */
@@ -469,15 +504,36 @@ static int train_loop(run *r)
     return 0;
 }
 
+/* The run's last line: where it ended, its best validation and how long this process took. */
+static void summary(const run *r)
+{
+    const ds_train_plan *p = r->p;
+    const ds_ckpt_meta *meta = p->meta;
+    char took[32], best[160] = "";
+    ds_format_duration(took, sizeof took, ds_now() - r->t_start);
+    int b = -1;
+    for (int i = 0; i < meta->nmetrics; i++)
+        if (isfinite(meta->metrics[i].val_top1) && (b < 0 || meta->metrics[i].val_top1 > meta->metrics[b].val_top1))
+            b = i;
+    if (b >= 0)
+        snprintf(best, sizeof best, "; best val top-1 %.2f%% (top-5 %.2f%%) after epoch %lld: %s/best.h5",
+                 100 * meta->metrics[b].val_top1, 100 * meta->metrics[b].val_top5, (long long)meta->metrics[b].epoch,
+                 p->out);
+    ds_info("done: %lld epochs, %lld steps, in %s%s; the last checkpoint: %s", (long long)p->epochs,
+            (long long)r->total, took, best, r->last_path);
+}
+
 int ds_train(ds_model *m, const ds_train_plan *p)
 {
     run r;
     int rc = setup(&r, m, p);
     if (!rc) rc = train_loop(&r);
+    ds_progress_close(&r.bar);
+    if (rc == 0 && r.saved_step >= 0) summary(&r);
     if (rc == 1) {
         /* The ranks stop together, but a signal may have reached another rank only. */
         int sig = ds_signals_pending();
-        const char *why = sig == SIGINT ? "on SIGINT" : sig ? "on SIGTERM"
+        const char *why = sig == SIGINT ? "on SIGINT" : sig == SIGHUP ? "on SIGHUP" : sig ? "on SIGTERM"
                           : p->max_steps > 0 && r.saved_step >= p->max_steps ? "(--max-steps)"
                                                                              : "on a signal to another rank";
         ds_info("stopped at step %lld %s; checkpoint %s (continue with --resume %s)", (long long)r.saved_step, why,

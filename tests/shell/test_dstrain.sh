@@ -69,7 +69,7 @@ PY
 import json, re, sys
 rows = {r["step"]: r["data_wait"] for r in map(json.loads, open(sys.argv[1])) if "seconds" not in r}
 lines = [re.search(r"step (\d+)/\d+ .*?(?:input-bound: (\d+)% of step time waiting for data)?$", l)
-         for l in open(sys.argv[2]) if " step " in l]
+         for l in open(sys.argv[2]) if " step " in l and "(then a line" not in l]
 said = {int(m.group(1)): m.group(2) for m in lines if m}
 assert sorted(said) == sorted(rows), (said, rows)
 for step, share in rows.items():

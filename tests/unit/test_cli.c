@@ -15,6 +15,7 @@ static int flag, nesterov_like, deterministic_like;
 static const char *mode, *unset;
 static int mode_index, unset_index;
 static long long n;
+static double x;
 
 static ds_option opts[] = {
     DS_OPT("flag", DS_OPT_FLAG, &flag, NULL, "a flag"),
@@ -23,13 +24,14 @@ static ds_option opts[] = {
     DS_CHOICE_INDEX("mode", &mode, &mode_index, "a|bb|c", "a choice"),
     DS_CHOICE_INDEX("unset", &unset, &unset_index, "x|y", "a choice without default"),
     DS_NUM("n", DS_OPT_INT, &n, "N", "a number", 0, 10),
+    DS_NUM("x", DS_OPT_DOUBLE, &x, "X", "a real number", 0, 10),
     {0},
 };
 
 /* Parses the NULL-terminated words after a program name with fresh defaults. */
 static ds_cli parse(const char *const *words)
 {
-    flag = 0, nesterov_like = 1, deterministic_like = 0, mode = "bb", unset = NULL, n = 3;
+    flag = 0, nesterov_like = 1, deterministic_like = 0, mode = "bb", unset = NULL, n = 3, x = 0.1;
     mode_index = unset_index = 99;
     char *argv[16] = {"prog"};
     int argc = 1;
@@ -79,9 +81,9 @@ static void test_json(void)
     check_begin("cli_json");
     const char *want[] = {
         "{\"flag\": false, \"on\": true, \"no-thing\": false, \"mode\": \"bb\", "
-        "\"unset\": null, \"n\": 3}",
+        "\"unset\": null, \"n\": 3, \"x\": 0.10000000000000001}",
         "{\"flag\": true, \"on\": false, \"no-thing\": false, \"mode\": \"a\", "
-        "\"unset\": \"x\", \"n\": 7}",
+        "\"unset\": \"x\", \"n\": 7, \"x\": 0.10000000000000001}",
     };
     const char *const *lines[] = {(const char *[]){NULL},
                                   (const char *[]){"--on", "--no-on", "--flag", "--mode=a", "--unset", "x",
@@ -92,6 +94,48 @@ static void test_json(void)
         CHECK(j && !strcmp(j, want[i]), "got %s\nwant %s", j ? j : "NULL", want[i]);
         free(j);
     }
+    check_end();
+}
+
+/* --resume's taking back of a recorded config: what was not given comes from the record,
+ * exactly (a double to the bit); what was given again with another value is a change with
+ * both values; options named fresh are left alone; a malformed record or a value the
+ * option cannot take is an error. */
+static void test_restore(void)
+{
+    check_begin("cli_restore");
+    ds_cli c = parse((const char *[]){"--flag", "--no-on", "--mode=a", "--n", "7", "--unset", "y", "--x", "0.3", NULL});
+    char *saved = ds_cli_json(&c);
+    static const char *const fresh[] = {"unset", NULL};
+    c = parse((const char *[]){"--n", "7", "--mode", "c", NULL});
+    ds_cli_change *ch = NULL;
+    int k = ds_cli_restore(&c, saved, fresh, "a.h5", &ch);
+    CHECK(k == 1 && ch && !strcmp(ch[0].opt->name, "mode") && !strcmp(ch[0].saved, "a") && !strcmp(ch[0].now, "c"),
+          "changes: %d (%s %s -> %s)", k, k > 0 ? ch[0].opt->name : "", k > 0 ? ch[0].saved : "", k > 0 ? ch[0].now : "");
+    CHECK(flag == 1 && nesterov_like == 0 && n == 7 && x == 0.3, "taken back: flag %d on %d n %lld x %.17g", flag,
+          nesterov_like, n, x);
+    CHECK(!strcmp(mode, "c") && mode_index == 2, "the given value stays: %s (%d)", mode, mode_index);
+    CHECK(unset == NULL, "a fresh option is not taken back: %s", unset ? unset : "NULL");
+    free(ch);
+    /* a choice taken back gets its index too; the double's change is said in its shortest form */
+    c = parse((const char *[]){"--x", "0.25", NULL});
+    ch = NULL;
+    k = ds_cli_restore(&c, saved, NULL, "a.h5", &ch);
+    CHECK(k == 1 && !strcmp(ch[0].saved, "0.3") && !strcmp(ch[0].now, "0.25"), "double change: %d %s -> %s", k,
+          k > 0 ? ch[0].saved : "", k > 0 ? ch[0].now : "");
+    CHECK(!strcmp(mode, "a") && mode_index == 0 && unset && !strcmp(unset, "y") && unset_index == 1,
+          "choices taken back: %s (%d), %s (%d)", mode, mode_index, unset ? unset : "NULL", unset_index);
+    free(ch);
+    /* an option the record lacks keeps its default; one the table lacks is passed over */
+    c = parse((const char *[]){NULL});
+    CHECK(ds_cli_restore(&c, "{\"n\": 9, \"gone\": 1}", NULL, "a.h5", &ch) == 0 && n == 9 && x == 0.1,
+          "n %lld x %g", n, x);
+    const char *bad[] = {"{\"mode\": \"zz\"}", "{\"n\": 1.5}", "{\"flag\": 1}", "{\"n\": \"3\"}", "not json"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        c = parse((const char *[]){NULL});
+        CHECK(ds_cli_restore(&c, bad[i], NULL, "a.h5", &ch) == -1, "%s accepted", bad[i]);
+    }
+    free(saved);
     check_end();
 }
 
@@ -202,5 +246,6 @@ int main(void)
     test_precision_choices();
     test_device_and_fit_choices();
     test_range();
+    test_restore();
     return check_exit();
 }

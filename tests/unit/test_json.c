@@ -1,11 +1,81 @@
 /* json: the one writer of every JSON text (json.h): separators per style, nesting, string
  * escaping, numbers at the precision asked, non-finite numbers as null, texts that
- * outgrow the first buffer, and nesting deeper than the first counts hold. */
+ * outgrow the first buffer, and nesting deeper than the first counts hold; and the reader
+ * of an object's members, which gives back what the writer wrote and refuses what is not
+ * one JSON object. */
 #include "../check.h"
 #include "json.h"
 
 #include <math.h>
 #include <string.h>
+
+/* The members a read gave, as "key=kind:value;" (strings unescaped, numbers as %.17g,
+ * nested values as their text). */
+static int collect(void *ctx, const char *key, const ds_json_value *v)
+{
+    char *out = ctx;
+    size_t n = strlen(out);
+    switch (v->kind) {
+    case DS_JSON_STRING: snprintf(out + n, 4096 - n, "%s=s:%s;", key, v->string); break;
+    case DS_JSON_NUMBER: snprintf(out + n, 4096 - n, "%s=n:%.17g;", key, v->number); break;
+    case DS_JSON_BOOL: snprintf(out + n, 4096 - n, "%s=b:%g;", key, v->number); break;
+    case DS_JSON_NULL: snprintf(out + n, 4096 - n, "%s=null;", key); break;
+    case DS_JSON_NESTED: snprintf(out + n, 4096 - n, "%s=o:%.*s;", key, (int)v->raw_len, v->raw); break;
+    }
+    return 0;
+}
+
+static int stop_at_b(void *ctx, const char *key, const ds_json_value *v)
+{
+    (void)v;
+    (*(int *)ctx)++;
+    return strcmp(key, "b") ? 0 : 7;
+}
+
+static void test_reader(void)
+{
+    /* what the writer wrote comes back, member by member */
+    ds_json j;
+    ds_json_init(&j, DS_JSON_SPACED);
+    ds_json_begin(&j, NULL);
+    ds_json_string(&j, "path", "a\"b\\c\nd\te\x01/é");
+    ds_json_double(&j, "lr", 0.1, "%.17g");
+    ds_json_int(&j, "seed", -42);
+    ds_json_bool(&j, "on", 1);
+    ds_json_bool(&j, "off", 0);
+    ds_json_string(&j, "none", NULL);
+    ds_json_begin(&j, "inner");
+    ds_json_string(&j, "x", "}],");
+    ds_json_end(&j);
+    ds_json_int(&j, "after", 3);
+    ds_json_end(&j);
+    char got[4096] = "";
+    int rc = ds_json_read_members(ds_json_text(&j), collect, got);
+    check_begin("json_reader_reads_the_writer");
+    CHECK(rc == 0, "rc %d", rc);
+    CHECK(!strcmp(got, "path=s:a\"b\\c\nd\te\x01/é;lr=n:0.10000000000000001;seed=n:-42;on=b:1;off=b:0;none=null;"
+                       "inner=o:{\"x\": \"}],\"};after=n:3;"),
+          "got %s", got);
+    check_end();
+    ds_json_free(&j);
+
+    check_begin("json_reader_refuses_what_is_no_object");
+    const char *bad[] = {"", "[]", "{", "{\"a\"}", "{\"a\": }", "{\"a\": 1,}", "{\"a\": 1} x", "{\"a\": \"b}",
+                         "{\"a\": \"\\q\"}", "{a: 1}", "{\"a\": 1 \"b\": 2}", "{\"a\": {\"b\": 1}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char ignored[4096] = "";
+        CHECK(ds_json_read_members(bad[i], collect, ignored) == -1, "'%s' read as %s", bad[i], ignored);
+    }
+    char empty[4096] = "";
+    CHECK(ds_json_read_members(" { } ", collect, empty) == 0 && !empty[0], "the empty object: %s", empty);
+    check_end();
+
+    check_begin("json_reader_stops_where_told");
+    int seen = 0;
+    CHECK(ds_json_read_members("{\"a\": 1, \"b\": 2, \"c\": 3}", stop_at_b, &seen) == 7 && seen == 2,
+          "seen %d", seen);
+    check_end();
+}
 
 static void expect(const char *name, const char *got, const char *want)
 {
@@ -100,5 +170,6 @@ int main(void)
     CHECK(!strcmp(ds_json_text(&g.j), deep_want), "got  %s\n  want %s", ds_json_text(&g.j), deep_want);
     check_end();
     ds_json_free(&g.j);
+    test_reader();
     return check_exit();
 }

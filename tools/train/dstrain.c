@@ -7,6 +7,7 @@
 #include "compute.h"
 #include "evaluate.h"
 #include "fsutil.h"
+#include "json.h"
 #include "loader.h"
 #include "log.h"
 #include "model.h"
@@ -34,7 +35,7 @@ static long long epochs = 90, batch = 64, accum = 1, crop = 224, pad = 0, seed =
                  val_crop = 0, val_every = 1;
 static double lr = 0.1, momentum = 0.9, wd = 1e-4, warmup_epochs = 5, step_epochs = 30, step_gamma = 0.1,
               label_smoothing = 0.1, bucket_mb = 25, comm_timeout = DS_COMM_TIMEOUT;
-static int nesterov = 1, bn_bias_decay = 1;
+static int nesterov = 1, bn_bias_decay = 1, override;
 static ds_compute_options compute = DS_COMPUTE_DEFAULTS;
 
 static ds_option options[] = {
@@ -91,6 +92,9 @@ static ds_option options[] = {
     DS_NUM("seed", DS_OPT_INT, &seed, "N", "seed of initialisation, epoch order and augmentation", 0, 9.2e18),
     DS_OPT("resume", DS_OPT_STRING, &resume, "RUN_DIR|FILE",
            "continue exactly from a checkpoint (a run directory: its last.h5), with the same options"),
+    DS_OPT("override", DS_OPT_FLAG, &override, NULL,
+           "--resume: continue with options given again that change the run's result (its data, schedule, "
+           "seed, ...; each is printed and recorded in the checkpoint's history); without it they are refused"),
     DS_OPT("init", DS_OPT_STRING, &init, "FILE",
            "start from a checkpoint's weights only (fc re-initialised when its class count differs)"),
     DS_COMPUTE_OPTIONS(compute, "background reader threads (0: 2, or threads / 4 past 8 threads)"),
@@ -130,26 +134,81 @@ static ds_cli cli = {
     .opts = options,
 };
 
-/* The checkpoint a run starts from decides the architecture when --arch is not given. */
-static int check_resume(const char *path, ds_ckpt_meta *rm, const ds_source *tr, int G)
+/* Options that belong to one process, never taken back from a checkpoint by --resume. */
+static const char *const per_process[] = {"resume", "init", "out", "override", "max-steps", "threads",
+                                          "loader-threads", "comm-timeout", NULL};
+/* Options that --resume may change without --override: what is looked at, logged and kept, not
+ * what is trained (--train is compared by its images, not its path: check_resume). */
+static const char *const free_to_change[] = {"val", "val-every", "val-crop", "log-every", "ckpt-steps", "keep",
+                                             "bucket-mb", "tensorboard", "train", NULL};
+
+static int listed(const char *const *list, const char *name)
 {
-    if (ds_ckpt_read_meta(path, rm) || ds_ckpt_meta_require(rm, path, DS_CKPT_FOR_RESUME)) return -1;
+    for (; *list; list++)
+        if (!strcmp(*list, name)) return 1;
+    return 0;
+}
+
+/* --resume: every option of the run that is not given again is taken from the checkpoint's
+ * config; one given again with another value is printed, and refused when it changes what is
+ * trained unless --override says it is meant. The changes go into the run's history (hist). */
+static void restore_options(const char *path, const ds_ckpt_meta *rm, ds_json *hist)
+{
+    ds_cli_change *ch = NULL;
+    int n = ds_cli_restore(&cli, rm->config, per_process, path, &ch);
+    if (n < 0) ds_die("cannot resume from %s", path);
+    char refused[2048] = "";
+    size_t used = 0;
+    for (int i = 0; i < n; i++) {
+        const char *name = ch[i].opt->name;
+        if (!strcmp(name, "train")) {   /* the same directory by another name is no change */
+            char *now = ds_realpath(ch[i].now), *was = ds_realpath(ch[i].saved);
+            int same = now && was && !strcmp(now, was);
+            free(now);
+            free(was);
+            if (same) continue;
+        }
+        ds_json_begin(hist, name);
+        ds_json_string(hist, "from", ch[i].saved);
+        ds_json_string(hist, "to", ch[i].now);
+        ds_json_end(hist);
+        if (listed(free_to_change, name) || override) {
+            ds_warn("resuming with --%s %s (the run had %s)%s", name, ch[i].now, ch[i].saved,
+                    listed(free_to_change, name) ? "" : ", by --override");
+            continue;
+        }
+        if (used < sizeof refused)
+            used += (size_t)snprintf(refused + used, sizeof refused - used, "%s--%s %s (the run's: %s)", used ? ", " : "",
+                                     name, ch[i].now, ch[i].saved);
+    }
+    free(ch);
+    if (used)
+        ds_die("%s: %s: an exact resume continues with the run's own options, which it takes from the checkpoint "
+               "when they are not given; leave these out, or add --override to continue with them", path, refused);
+}
+
+/* The checkpoint a run resumes from decides the architecture, and must agree with the data
+ * and the global batch. */
+static int check_resume(const char *path, ds_ckpt_meta *rm, const ds_source *tr, uint64_t digest, int G,
+                        ds_json *hist)
+{
     if (ds_cli_given(&cli, "arch") && strcmp(arch, rm->arch))
         return ds_err("%s: a %s checkpoint cannot resume an --arch %s run", path, rm->arch, arch);
     arch = rm->arch;
     if (rm->global_batch != G)
         return ds_err("%s: saved with global batch %d, but these options make %d (batch x ranks x accum must match "
                       "to resume)", path, rm->global_batch, G);
-    if (rm->seed != (uint64_t)seed)
+    if (rm->seed != (uint64_t)seed && !override)
         return ds_err("%s: saved with --seed %llu, not %lld: an exact resume needs the same seed", path,
                       (unsigned long long)rm->seed, seed);
-    /* The training options a checkpoint records (checkpoint_attrs.c's table says which) are taken
-     * from it when not given again; given again, they must agree. */
+    /* The training options a checkpoint records as attributes (checkpoint_attrs.c's table says
+     * which) are taken from it when not given again, like the config's. */
     for (ds_option *o = options; o->name; o++) {
         long long saved;
         if (ds_ckpt_meta_recorded(rm, o->name, &saved) != 1) continue;
         long long now = o->type == DS_OPT_FLAG ? *(int *)o->value : *(long long *)o->value;
         if (ds_cli_given(&cli, o->name) && now != saved) {
+            if (override) continue;
             if (o->type == DS_OPT_FLAG)
                 return ds_err("%s: saved with --%s%s: an exact resume needs the same", path, saved ? "" : "no-",
                               o->name);
@@ -159,7 +218,53 @@ static int check_resume(const char *path, ds_ckpt_meta *rm, const ds_source *tr,
         if (o->type == DS_OPT_FLAG) *(int *)o->value = (int)saved;
         else *(long long *)o->value = saved;
     }
-    return ds_classes_match(tr->classes, tr->num_classes, tr->name, rm->classes, rm->num_classes, path);
+    if (ds_classes_match(tr->classes, tr->num_classes, tr->name, rm->classes, rm->num_classes, path)) return -1;
+    /* the images themselves: another set (or the same one changed) is a change like any option */
+    if (!rm->train_digest) {
+        ds_info("%s records no digest of its training set (an older dstrain): --train %s is not checked", path,
+                tr->name);
+    } else if (rm->train_digest != digest) {
+        char was[24], now[24];
+        snprintf(was, sizeof was, "%016llx", (unsigned long long)rm->train_digest);
+        snprintf(now, sizeof now, "%016llx", (unsigned long long)digest);
+        ds_json_begin(hist, "train_digest");
+        ds_json_string(hist, "from", was);
+        ds_json_string(hist, "to", now);
+        ds_json_end(hist);
+        if (!override)
+            return ds_err("%s: --train %s holds other images than the run trained on (%zu images, digest %s; the "
+                          "run's: %s): add --override to continue on them", path, tr->name, tr->n, now, was);
+        ds_warn("resuming on another training set (%zu images, digest %s; the run's: %s), by --override", tr->n, now,
+                was);
+    }
+    return 0;
+}
+
+/* Whether the run directory is the one the checkpoint resumed from lies in. */
+static int same_dir(const char *dir, const char *ckpt)
+{
+    char *parent = ds_xstrdup(ckpt), *slash = strrchr(parent, '/');
+    if (slash) *slash = 0;
+    else strcpy(parent, ".");
+    char *a = ds_realpath(dir), *b = ds_realpath(parent);
+    int same = a && b && !strcmp(a, b);
+    free(a);
+    free(b);
+    free(parent);
+    return same;
+}
+
+/* srun without an MPI plugin (or an array of jobs) starts copies that each see a world of
+ * one: N runs into one directory. A task of a Slurm step of several that sees itself alone
+ * says so instead. */
+static void check_launcher(int world)
+{
+    const char *procid = getenv("SLURM_PROCID"), *tasks = getenv("SLURM_STEP_NUM_TASKS");
+    if (!tasks) tasks = getenv("SLURM_NTASKS");
+    if (world != 1 || !procid || !tasks || atoi(tasks) <= 1) return;
+    ds_die("Slurm started this step as %s tasks (SLURM_PROCID %s), but MPI sees this process alone: each task "
+           "would train a run of its own into the same directory. Launch with srun --mpi=pmix (or pmi2), or "
+           "mpirun, so the tasks form one job", tasks, procid);
 }
 
 int main(int argc, char **argv)
@@ -170,8 +275,28 @@ int main(int argc, char **argv)
     ds_comm_set_timeout(comm_timeout);
     int world = ds_comm_world(), rank = ds_comm_rank();
     if (rank != 0) ds_verbosity = -1;
-    if (!train_dir) ds_usage_error(&cli, "--train DIR is required");
+    check_launcher(world);
     if (resume && init) ds_usage_error(&cli, "--resume and --init exclude each other");
+
+    /* --resume first: the run's own options fill in what is not given again, before any check */
+    char *resume_path = NULL;
+    ds_ckpt_meta meta;
+    ds_ckpt_meta_init(&meta);
+    ds_json hist;   /* this resume's line of the run's history */
+    ds_json_init(&hist, DS_JSON_COMPACT);
+    if (resume) {
+        if (!(resume_path = ds_rundir_resolve(resume))) ds_die("cannot resume");
+        if (ds_ckpt_read_meta(resume_path, &meta) || ds_ckpt_meta_require(&meta, resume_path, DS_CKPT_FOR_RESUME))
+            ds_die("cannot resume from %s", resume_path);
+        const char *base = strrchr(resume_path, '/');
+        ds_json_begin(&hist, NULL);
+        ds_json_int(&hist, "step", meta.step);
+        ds_json_string(&hist, "checkpoint", base ? base + 1 : resume_path);
+        ds_json_begin(&hist, "changed");
+        restore_options(resume_path, &meta, &hist);
+    }
+
+    if (!train_dir) ds_usage_error(&cli, "--train DIR is required%s", resume ? " (the checkpoint records none)" : "");
     if (!out_dir && !resume) ds_usage_error(&cli, "-o/--out RUN_DIR is required");
     if (!ds_arch_known(arch)) ds_usage_error(&cli, "unknown --arch '%s' (known: %s)", arch, ds_arch_names());
     if (nesterov && momentum == 0) ds_usage_error(&cli, "--nesterov needs a non-zero --momentum");
@@ -197,6 +322,11 @@ int main(int argc, char **argv)
     if (have_val && ds_source_open_shards(&va, val_dir)) ds_die("cannot use --val %s", val_dir);
     if (have_val && ds_classes_match(tr.classes, tr.num_classes, train_dir, va.classes, va.num_classes, val_dir))
         ds_die("--train and --val must hold the same classes");
+    /* before the model is planned for it (a crop of 1000 would first ask for 100 GB) */
+    int room = augment_kind == DS_AUGMENT_CROP ? (int)pad : 0;
+    if (augment_kind != DS_AUGMENT_RRC && (crop > tr.height + 2 * room || crop > tr.width + 2 * room))
+        ds_die("--crop %lld is larger than the stored %dx%d images of --train %s%s", crop, tr.height, tr.width,
+               train_dir, room ? " plus padding" : "");
     if (have_val && (val_crop > va.height || val_crop > va.width))
         ds_die("--val-crop %lld is larger than the %dx%d images of --val %s", val_crop, va.height, va.width, val_dir);
     /* The standard protocol is always measured where the val images allow it: beside
@@ -204,13 +334,14 @@ int main(int argc, char **argv)
     int standard_crop = have_val ? ds_eval_standard_crop(&va) : 0;
     if (standard_crop == val_crop) standard_crop = 0;
     int G = (int)(batch * world * accum);
+    uint64_t digest = ds_source_digest(&tr);
+    /* The config records the data by absolute paths, so that --resume RUN alone finds them
+     * from any directory. */
+    train_dir = ds_realpath(train_dir);
+    if (have_val) val_dir = ds_realpath(val_dir);
 
-    char *resume_path = NULL;
-    ds_ckpt_meta meta;
-    ds_ckpt_meta_init(&meta);
     if (resume) {
-        if (!(resume_path = ds_rundir_resolve(resume))) ds_die("cannot resume");
-        if (check_resume(resume_path, &meta, &tr, G)) ds_die("cannot resume from %s", resume_path);
+        if (check_resume(resume_path, &meta, &tr, digest, G, &hist)) ds_die("cannot resume from %s", resume_path);
         if (!out_dir) {
             char *dir = ds_xstrdup(resume_path), *slash = strrchr(dir, '/');
             if (slash) *slash = 0;
@@ -223,7 +354,8 @@ int main(int argc, char **argv)
      * given now (the check above saw the command line only, a usage error). */
     if (min_crop > crop) ds_die("--min-crop %lld is larger than --crop %lld", min_crop, crop);
 
-    if (!resume && ds_rundir_has_checkpoints(out_dir))
+    if (rank == 0 && ds_rundir_lock(out_dir)) ds_die("cannot use -o %s", out_dir);
+    if ((!resume || !same_dir(out_dir, resume_path)) && ds_rundir_has_checkpoints(out_dir))
         ds_die("%s already holds a run's checkpoints: continue it with --resume %s, or choose another -o", out_dir,
                out_dir);
 
@@ -265,7 +397,29 @@ int main(int argc, char **argv)
         ds_ckpt_meta_free(&im);
     }
 
+    if (resume) {   /* later checkpoints of the same directory are kept, apart, and said */
+        int moved = 0;
+        char *aside = rank == 0 ? ds_rundir_set_aside(out_dir, start_step, &moved) : NULL;
+        if (ds_comm_any(moved < 0)) ds_die("cannot resume from %s", resume_path);
+        ds_json_end(&hist);   /* "changed" */
+        if (aside) {
+            ds_warn("%s went on past step %lld: its %d later checkpoint%s and metrics.jsonl as they were are moved "
+                    "to %s; this run continues from step %lld", out_dir, (long long)start_step, moved,
+                    moved == 1 ? "" : "s", aside, (long long)start_step);
+            const char *base = strrchr(aside, '/');
+            ds_json_string(&hist, "moved_aside", base ? base + 1 : aside);
+        }
+        free(aside);
+        ds_json_end(&hist);
+        ds_ckpt_meta_add_history(&meta, ds_json_text(&hist));
+    }
+    ds_json_free(&hist);
+
     double base_lr = lr_scaling_kind == LR_SCALING_LINEAR ? lr * G / 256.0 : lr;
+    if (warmup_epochs >= (double)epochs && warmup_epochs > 0)
+        ds_warn("--warmup-epochs %g is not shorter than the %lld-epoch run: the learning rate rises all run long and "
+                "never reaches its peak %g; a short run wants a short warmup (e.g. --warmup-epochs %g)", warmup_epochs,
+                epochs, base_lr, epochs / 10.0);
     char *config = ds_cli_json(&cli);
     ds_ckpt_meta_set_config(&meta, config);
     ds_ckpt_meta_set_classes(&meta, tr.classes, tr.num_classes);
@@ -277,6 +431,7 @@ int main(int argc, char **argv)
     meta.data_width = tr.width;
     meta.data_fit = tr.fit;
     meta.lr_effective = base_lr;
+    meta.train_digest = digest;
     ds_ckpt_meta_set_backend(&meta, be);
     for (const ds_option *o = options; o->name; o++)   /* the settings a checkpoint records */
         if (o->type == DS_OPT_FLAG || o->type == DS_OPT_INT)
@@ -303,11 +458,16 @@ int main(int argc, char **argv)
         .smoothing = (float)label_smoothing, .log_every = (int)log_every, .ckpt_steps = ckpt_steps,
         .max_steps = max_steps, .keep = (int)keep, .start_step = start_step, .meta = &meta,
         .pause_after_step = ds_test_hooks_get()->pause_after_step,
+        .progress = ds_cli_progress_mode(),
     };
-    char computes[128];
-    ds_info("%s on %s, %d rank%s, gradients summed %s; %zu training images of %dx%d, %d classes; lr %g", arch,
+    char computes[128], lr_how[96];
+    if (lr_scaling_kind == LR_SCALING_LINEAR)
+        snprintf(lr_how, sizeof lr_how, " = %g x %d/256 (--lr-scaling linear)", lr, G);
+    else
+        snprintf(lr_how, sizeof lr_how, " (--lr as given)");
+    ds_info("%s on %s, %d rank%s, gradients summed %s; %zu training images of %dx%d, %d classes; lr %g%s", arch,
             ds_backend_describe(be, nthreads, computes, sizeof computes), world, world > 1 ? "s" : "",
-            be->reduction ? be->reduction() : "?", tr.n, tr.height, tr.width, tr.num_classes, base_lr);
+            be->reduction ? be->reduction() : "?", tr.n, tr.height, tr.width, tr.num_classes, base_lr, lr_how);
     if (ds_signals_install()) ds_die("cannot handle signals");
     int rc = ds_train(m, &plan);
     if (rc >= 0 && ds_test_hooks_get()->pause_before_exit) ds_test_pause("dstrain is done");
