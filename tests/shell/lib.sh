@@ -28,6 +28,10 @@ expect_status() {
     if [ "$rc" -eq "$want" ]; then pass "$name"; else
         fail "$name" "exit $rc, want $want: $*"; sed 's/^/      /' "$T/err" | head -5; fi
 }
+# same_state A B: two checkpoints' /model and /optimizer identical, value for value.
+same_state() {
+    h5diff -r "$1" "$2" /model /model >/dev/null 2>&1 && h5diff -r "$1" "$2" /optimizer /optimizer >/dev/null 2>&1
+}
 # standin_ncu FILE CSV: FILE becomes a stand-in for Nsight Compute's ncu: it copies CSV (what
 # ncu --csv would log) to the file its --log-file names, skips its other options, and runs
 # the program it was given.

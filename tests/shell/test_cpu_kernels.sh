@@ -16,10 +16,6 @@
 # set and the resnet50 steps (together ~25 s of the test's ~35 s).
 . "$(dirname "$0")/lib.sh"
 
-same_state() {  # A B: /model and /optimizer identical, value for value
-    h5diff -r "$1" "$2" /model /model >/dev/null && h5diff -r "$1" "$2" /optimizer /optimizer >/dev/null
-}
-
 # A set's name in DS_CPU_KERNELS, and as the tools print it.
 long_name() {
     case $1 in avx2) echo avx2+fma ;; avx512bf16) echo avx512+bf16 ;; amx) echo avx512+bf16+amx ;; *) echo "$1" ;; esac

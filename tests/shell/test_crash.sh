@@ -28,10 +28,6 @@ check reference_has_every_step test -f "$T/ref/ckpt-00000018.h5" -a -f "$T/ref/c
 PACK=(-q --size 64 --shard-size 6 --threads 1 "$T/split2/train.txt")
 dspack "${PACK[@]}" -o "$T/pref" || { fail reference_pack "dspack failed"; finish; }
 
-same_state() {  # A B: /model and /optimizer identical, value for value
-    h5diff -r "$1" "$2" /model /model >/dev/null 2>&1 && h5diff -r "$1" "$2" /optimizer /optimizer >/dev/null 2>&1
-}
-
 # Starts CMD in the background, waits until PROBE (the run's progress: steps logged, shards
 # written) has gone K past what it printed at the start, then D milliseconds more, and kills it
 # with SIGKILL. Moments are set by progress, not wall time, so they land inside the run on a

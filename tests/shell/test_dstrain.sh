@@ -85,10 +85,6 @@ if command -v gnuplot >/dev/null; then
     check plot_draws_curves sh -c "file '$T/full/curves.png' | grep -q 'PNG image'"
 fi
 
-same_state() {  # A B: /model and /optimizer identical, value for value
-    h5diff -r "$1" "$2" /model /model >/dev/null && h5diff -r "$1" "$2" /optimizer /optimizer >/dev/null
-}
-
 # Stop after step 7 (mid-epoch), resume: bitwise equal to the uninterrupted run.
 dstrain "${COMMON[@]}" -o "$T/part" --max-steps 7
 check max_steps_checkpoint test -f "$T/part/ckpt-00000007.h5" -a ! -e "$T/part/ckpt-00000012.h5"

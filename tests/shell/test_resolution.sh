@@ -30,9 +30,6 @@ assert [r["crop"] for r in steps] == [8] * 3 + [12] * 3 + [16] * 3, steps
 assert all(r["val_crop"] == 20 and r["protocol"] == "resize 20, centre crop 20" for r in epochs), epochs
 PY
 
-same_state() {  # A B: /model and /optimizer identical, value for value
-    h5diff -r "$1" "$2" /model /model >/dev/null && h5diff -r "$1" "$2" /optimizer /optimizer >/dev/null
-}
 # Stop at step 15, inside epoch 1 (crop 12), resume without repeating the ramp (the
 # checkpoint's crop_ramp is taken): bitwise the uninterrupted run.
 dstrain "${COMMON[@]}" "${RAMP[@]}" -o "$T/part" --max-steps 15 2>/dev/null
