@@ -137,10 +137,12 @@ static ds_cli cli = {
 /* Options that belong to one process, never taken back from a checkpoint by --resume. */
 static const char *const per_process[] = {"resume", "init", "out", "override", "max-steps", "threads",
                                           "loader-threads", "comm-timeout", NULL};
-/* Options that --resume may change without --override: what is looked at, logged and kept, not
- * what is trained (--train is compared by its images, not its path: check_resume). */
+/* Options that --resume may change without --override: what is looked at, logged and kept;
+ * --train, compared by its images, not its path (check_resume); and how the same global batch
+ * is computed, for a run that goes on with fewer GPUs (G itself is checked: check_resume). */
 static const char *const free_to_change[] = {"val", "val-every", "val-crop", "log-every", "ckpt-steps", "keep",
-                                             "bucket-mb", "tensorboard", "train", NULL};
+                                             "bucket-mb", "tensorboard", "train", "batch", "accum", "device",
+                                             "deterministic", NULL};
 
 static int listed(const char *const *list, const char *name)
 {
