@@ -97,7 +97,7 @@ while read -r kind name field path; do
         # dseval reads only /model: a damaged /optimizer concerns dstrain --resume alone.
         [ "$name" != momentum_shape ] &&
             refused "dseval_refuses_ckpt_$name" "$path" "$field" dseval -q "$path" "$T/train"
-        refused "dstrain_resume_refuses_ckpt_$name" "$path" "$field" dstrain "${TRAIN[@]}" --train "$T/train" \
+        refused "dstrain_resume_refuses_ckpt_$name" "$path" "$field" dstrain -q --threads 1 --train "$T/train" \
             --resume "$path" -o "$dir/run"
     fi
 done <"$T/cases"

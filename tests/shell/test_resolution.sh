@@ -35,7 +35,7 @@ PY
 dstrain "${COMMON[@]}" "${RAMP[@]}" -o "$T/part" --max-steps 15 2>/dev/null
 check ramp_recorded "$PYTHON" -c "import h5py, sys; a = h5py.File(sys.argv[1], 'r').attrs['crop_ramp']; sys.exit(list(a) != [8, 0, 2, 4])" "$T/part/ckpt-00000015.h5"
 expect_status ramp_resume_refuses_other_ramp 1 dstrain "${COMMON[@]}" --min-crop 12 --resume "$T/part"
-check ramp_resume_message_names_option grep -q "min-crop 8" "$T/err"
+check ramp_resume_message_names_option grep -q -- "--min-crop 12 (the run's: 8)" "$T/err"
 dstrain "${COMMON[@]}" --resume "$T/part" 2>/dev/null
 check ramp_resume_is_bitwise same_state "$T/full/ckpt-00000036.h5" "$T/part/ckpt-00000036.h5"
 
