@@ -86,6 +86,7 @@ const char *ds_backend_describe(const ds_backend *be, int threads, char *buf, si
 {
     char kernels[64] = "";
     if (be->kernel_set) snprintf(kernels, sizeof kernels, ", %s kernels", be->kernel_set());
-    snprintf(buf, len, "%s in %s (%d threads%s)", be->name, ds_precision_name(be->precision), threads, kernels);
+    snprintf(buf, len, "%s in %s (%d thread%s%s)", be->name, ds_precision_name(be->precision), threads,
+             threads == 1 ? "" : "s", kernels);
     return buf;
 }

@@ -4,7 +4,8 @@
 # stops with a checkpoint as SIGTERM does; a reader of stderr that goes away ends the
 # printing, not the run; a warmup as long as the run is warned of; the start line says how
 # the lr was derived; the progress bar on --progress and the summary line at the end; an
-# impossible --crop refused before the model is planned.
+# impossible --crop refused before the model is planned; --val equal to --train and an empty
+# class said.
 . "$(dirname "$0")/lib.sh"
 
 make_bar_images "$T/tree" 32 4 1 || { fail data "cannot make the synthetic set"; finish; }
@@ -78,5 +79,14 @@ check summary_without_val grep -q "done: 2 epochs, 24 steps, in [0-9:]*; the las
 # 5000x5000 the plan alone would ask for terabytes).
 expect_status impossible_crop_refused 1 dstrain "${COMMON[@]}" -o "$T/crop" --crop 5000
 check impossible_crop_named grep -q -- "--crop 5000 is larger than the stored 16x16 images" "$T/err"
+
+# Said, not refused: --val that is --train (validation would measure the training set), and a
+# class folder without images (an output nothing teaches).
+dstrain "${COMMON[@]}" --val "$T/train" -o "$T/same" --max-steps 1 -q 2>"$T/same.err"
+check val_same_as_train_warned grep -q "holds the same images as --train" "$T/same.err"
+check val_other_not_warned sh -c "! grep -q 'same images' '$T/bar.err'"
+mkdir -p "$T/tree/class9" && split_pack "$T/tree" 0.25 "$T/split9" "$T/train9" 2>/dev/null
+dstrain "${COMMON[@]}" --train "$T/train9" -o "$T/empty" --max-steps 1 -q 2>"$T/empty.err"
+check empty_class_warned grep -q "1 of the 5 classes of --train .* have no training image (class9)" "$T/empty.err"
 
 finish

@@ -242,6 +242,26 @@ static int check_resume(const char *path, ds_ckpt_meta *rm, const ds_source *tr,
     return 0;
 }
 
+/* A class the training set has no image of (an empty class folder) still has an output. */
+static void warn_empty_classes(const ds_source *tr)
+{
+    size_t *count = ds_xcalloc((size_t)tr->num_classes, sizeof *count);
+    for (size_t i = 0; i < tr->n; i++) count[tr->labels[i]]++;
+    char names[512] = "";
+    size_t used = 0;
+    int empty = 0;
+    for (int c = 0; c < tr->num_classes; c++)
+        if (!count[c]) {
+            empty++;
+            if (used < sizeof names)
+                used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "", tr->classes[c]);
+        }
+    if (empty)
+        ds_warn("%d of the %d classes of --train %s have no training image (%s): the network still has an output "
+                "for each, which nothing teaches", empty, tr->num_classes, tr->name, names);
+    free(count);
+}
+
 /* Whether the run directory is the one the checkpoint resumed from lies in. */
 static int same_dir(const char *dir, const char *ckpt)
 {
@@ -296,6 +316,15 @@ int main(int argc, char **argv)
         ds_json_string(&hist, "checkpoint", base ? base + 1 : resume_path);
         ds_json_begin(&hist, "changed");
         restore_options(resume_path, &meta, &hist);
+        /* On another number of ranks the run's global batch needs another --accum: derived when
+         * not given and the micro-batch divides it (Continuing on fewer GPUs, docs/TOOLS.md). */
+        if (meta.world_size != world && !ds_cli_given(&cli, "accum") && meta.global_batch % (batch * world) == 0 &&
+            meta.global_batch / (batch * world) != accum) {
+            long long a = meta.global_batch / (batch * world);
+            ds_info("the run's global batch of %d on %d rank%s: --accum %lld (the run had %lld on %d)",
+                    meta.global_batch, world, world > 1 ? "s" : "", a, accum, meta.world_size);
+            accum = a;
+        }
     }
 
     if (!train_dir) ds_usage_error(&cli, "--train DIR is required%s", resume ? " (the checkpoint records none)" : "");
@@ -337,6 +366,9 @@ int main(int argc, char **argv)
     if (standard_crop == val_crop) standard_crop = 0;
     int G = (int)(batch * world * accum);
     uint64_t digest = ds_source_digest(&tr);
+    if (have_val && ds_source_digest(&va) == digest)
+        ds_warn("--val %s holds the same images as --train: validation measures the training set", val_dir);
+    warn_empty_classes(&tr);
     /* The config records the data by absolute paths, so that --resume RUN alone finds them
      * from any directory. */
     train_dir = ds_realpath(train_dir);
