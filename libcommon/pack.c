@@ -112,7 +112,8 @@ static int shard_reusable(packer *pk, int k, size_t first, size_t count, size_t 
     }
     if (s.shard_index != k || s.shard_count != pk->shard_count || s.height != pk->o->size || s.width != pk->o->size ||
         s.fit != pk->o->fit || s.num_classes != pk->num_classes || s.n > count ||
-        s.contiguous != (pk->o->compress == 0) || !s.checksums) /* no /checksums: packed before them */
+        s.contiguous != (pk->o->compress == 0) || !s.checksums || !s.label_checksums || !s.path_checksums)
+        /* a missing checksum dataset: packed before dspack wrote it; rewritten to get it */
         goto out;
     for (int c = 0; c < s.num_classes; c++)
         if (strcmp(s.classes[c], pk->classes[c])) goto out;
