@@ -63,6 +63,10 @@ static int load_one(packer *pk, ds_decoder *dec, size_t idx, uint8_t *out, char 
         snprintf(reason, REASON_LEN, "path outside the root");
         return -1;
     }
+    if (!ds_utf8_valid(e->path)) {
+        snprintf(reason, REASON_LEN, "path is not UTF-8 (a shard's /paths holds UTF-8 strings; rename the file)");
+        return -1;
+    }
     char *full = ds_path_join(pk->o->root, e->path);
     int rc = ds_image_load_resized(dec, full, pk->o->size, pk->o->fit, pk->o->max_pixels, out, reason, REASON_LEN);
     free(full);

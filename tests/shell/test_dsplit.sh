@@ -171,6 +171,25 @@ if [ -d /dev/shm ] && [ -w /dev/shm ] && [ "$(stat -c %d /dev/shm)" != "$(stat -
     rm -rf "$XD"
 fi
 
+# ---- names a manifest or a shard cannot hold ---------------------------------------------
+# A TAB, a newline, or bytes that are not UTF-8 (/paths is UTF-8): skipped as bad_name,
+# counted, warned about; never in a manifest. A valid UTF-8 name (café, in make_tree) stays.
+BN=$T/badnames
+mkdir -p "$BN/a" "$BN/b"
+for i in 1 2 3; do echo $i >"$BN/a/$i.jpg"; echo $i >"$BN/b/$i.jpg"; done
+echo latin1 >"$BN/a/caf"$'\xe9'".jpg"
+echo tab >"$BN/b/x"$'\t'"y.jpg"
+printf 'c' >"$BN/a/ok_caf"$'\xc3\xa9'".jpg"
+expect_status "bad names split" 0 dsplit --json --val 0 "$BN" -o "$T/bn"
+[[ $(cat "$T/out") == *'"bad_name": 2'* ]] && grep -q "warning: 2 entries are left out because their names hold .*not UTF-8" "$T/err" &&
+    [ "$(tail -n +2 "$T/bn/train.txt" | wc -l)" = 7 ] && grep -qF "a/ok_caf"$'\xc3\xa9'".jpg" "$T/bn/train.txt" &&
+    ! grep -q $'caf\xe9' "$T/bn/train.txt" && pass "non-UTF-8 and TAB names: skipped, counted, warned" ||
+    fail "non-UTF-8 and TAB names: skipped, counted, warned" "$(cat "$T/out" "$T/err")"
+# A non-UTF-8 class directory is left out the same way.
+mkdir "$BN/cl"$'\xff' && echo 1 >"$BN/cl"$'\xff'"/1.jpg"
+dsplit -q --val 0 "$BN" -o "$T/bn2" 2>"$T/err" && [ "$(wc -l <"$T/bn2/classes.txt")" = 2 ] && pass "non-UTF-8 class left out" ||
+    fail "non-UTF-8 class left out" "$(cat "$T/bn2/classes.txt")"
+
 # ---- bad input ----------------------------------------------------------------------------
 expect_status "missing root exits 1" 1 dsplit "$T/nope" -o "$T/b1"
 grep -q "dsplit: error: .*nope" "$T/err" && [ ! -e "$T/b1" ] && pass "missing root: message, nothing written" \

@@ -278,6 +278,10 @@ int main(int argc, char **argv)
 
     for (size_t i = 0; i < t.nskipped; i++)
         ds_debug("skipped %s/%s (%s)", t.root, t.skipped_paths[i], ds_split_skip_name(t.skipped_kind[i]));
+    if (t.skipped[DS_SKIP_BAD_NAME])
+        ds_warn("%zu entries are left out because their names hold a TAB, a newline or bytes that are not UTF-8 "
+                "(a manifest line and a shard's /paths cannot hold them): rename them to include them%s",
+                t.skipped[DS_SKIP_BAD_NAME], ds_verbosity > 0 ? "" : " (-v lists them)");
     int empty = 0;
     for (int c = 0; c < t.nclasses; c++) {
         if (t.classes[c].n) continue;
