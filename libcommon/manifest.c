@@ -160,3 +160,32 @@ char *ds_classes_path_for(const char *manifest_file)
     memcpy(p + d, "classes.txt", sizeof "classes.txt");
     return p;
 }
+
+int ds_utf8_valid(const char *str)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    while (*s) {
+        unsigned c = *s;
+        int more;
+        uint32_t cp, min;
+        if (c < 0x80) {
+            s++;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) {
+            more = 1, cp = c & 0x1F, min = 0x80;
+        } else if ((c & 0xF0) == 0xE0) {
+            more = 2, cp = c & 0x0F, min = 0x800;
+        } else if ((c & 0xF8) == 0xF0) {
+            more = 3, cp = c & 0x07, min = 0x10000;
+        } else {
+            return 0;
+        }
+        s++;
+        for (int k = 0; k < more; k++, s++) {
+            if ((*s & 0xC0) != 0x80) return 0; /* also stops at the terminating NUL */
+            cp = cp << 6 | (*s & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    }
+    return 1;
+}

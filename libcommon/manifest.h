@@ -37,6 +37,10 @@ int ds_classes_read(const char *file, char ***names, int *n);
 int ds_classes_parse(const char *text, size_t len, const char *name, char ***names, int *n);
 int ds_classes_write(const char *file, char *const *names, int n);
 void ds_classes_free(char **names, int n);
+/* Whether s is well-formed UTF-8 (no overlong forms, surrogates or code points past
+ * U+10FFFF): shards and logits files store paths and class names as UTF-8 strings, which
+ * h5py and h5dump decode. */
+int ds_utf8_valid(const char *s);
 /* The classes.txt beside a manifest file (same directory); caller frees. */
 char *ds_classes_path_for(const char *manifest_file);
 

@@ -109,7 +109,9 @@ static int exists_differs(const char *dst, const char *src)
     return ds_err("%s already exists and is not %s (remove it, or materialize into a new directory)", dst, src);
 }
 
-int ds_materialize_file(const char *src, const char *dst, const char *other, ds_materialize_how how)
+/* ds_materialize_file; with `dry`, only its checks: nothing is created, moved or removed,
+ * and 0 means "would be placed". */
+static int place(const char *src, const char *dst, const char *other, ds_materialize_how how, int dry)
 {
     struct stat ss, ds;
     int have_dst = lstat(dst, &ds) == 0;
@@ -130,14 +132,14 @@ int ds_materialize_file(const char *src, const char *dst, const char *other, ds_
         if (have_dst) {
             if (ss.st_dev == ds.st_dev && ss.st_ino == ds.st_ino) {
                 /* Two names of one file: rename(2) would do nothing, so drop the source name. */
-                if (unlink(src)) return ds_err("cannot remove %s: %s", src, strerror(errno));
+                if (!dry && unlink(src)) return ds_err("cannot remove %s: %s", src, strerror(errno));
                 return 1;
             }
             /* A whole copy left by a move across file systems that stopped before the
              * unlink: replacing it with the source finishes that move. */
             if (!S_ISREG(ds.st_mode) || ds.st_size != ss.st_size) return exists_differs(dst, src);
         }
-        if (rename(src, dst) == 0) return 0;
+        if (dry || rename(src, dst) == 0) return 0;
         if (errno != EXDEV) return ds_err("cannot move %s to %s: %s", src, dst, strerror(errno));
         if (copy_file(src, dst, 1)) return -1;
         if (unlink(src)) return ds_err("cannot remove %s after copying it: %s", src, strerror(errno));
@@ -154,6 +156,7 @@ int ds_materialize_file(const char *src, const char *dst, const char *other, ds_
             target[l] = 0;
             return strcmp(target, src) ? exists_differs(dst, src) : 1;
         }
+        if (dry) return 0;
         if (symlink(src, dst)) return ds_err("cannot link %s to %s: %s", dst, src, strerror(errno));
         return 0;
     case DS_MATERIALIZE_HARDLINK:
@@ -161,6 +164,7 @@ int ds_materialize_file(const char *src, const char *dst, const char *other, ds_
             if (stat(dst, &ds) == 0 && ds.st_dev == ss.st_dev && ds.st_ino == ss.st_ino) return 1;
             return exists_differs(dst, src);
         }
+        if (dry) return 0;
         if (link(src, dst)) {
             if (errno == EXDEV)
                 return ds_err("cannot hard-link %s to %s: they are on different file systems "
@@ -173,10 +177,45 @@ int ds_materialize_file(const char *src, const char *dst, const char *other, ds_
             if (S_ISREG(ds.st_mode) && ds.st_size == ss.st_size) return 1;
             return exists_differs(dst, src);
         }
-        return copy_file(src, dst, 0) ? -1 : 0;
+        return dry ? 0 : copy_file(src, dst, 0) ? -1 : 0;
     default:
         return ds_err("unknown materialize mode %d", (int)how);
     }
+}
+
+int ds_materialize_file(const char *src, const char *dst, const char *other, ds_materialize_how how)
+{
+    return place(src, dst, other, how, 0);
+}
+
+int ds_materialize_check(const char *dir, const char *split, const char *other_split, const char *root,
+                         const ds_manifest_entry *e, size_t n, ds_materialize_how how)
+{
+    struct stat dir_st;
+    if (stat(dir, &dir_st)) return ds_err("%s: %s", dir, strerror(errno));
+    char *base = ds_path_join(dir, split);
+    char *obase = other_split ? ds_path_join(dir, other_split) : NULL;
+    atomic_int failed = 0;
+#pragma omp parallel for schedule(dynamic, 64)
+    for (size_t i = 0; i < n; i++) {
+        if (atomic_load(&failed)) continue;
+        char *src = ds_path_join(root, e[i].path);
+        char *dst = ds_path_join(base, e[i].path);
+        char *other = obase ? ds_path_join(obase, e[i].path) : NULL;
+        int rc = place(src, dst, other, how, 1);
+        struct stat ss;
+        /* link(2) fails across file systems: found here, before anything is written. */
+        if (rc == 0 && how == DS_MATERIALIZE_HARDLINK && stat(src, &ss) == 0 && ss.st_dev != dir_st.st_dev)
+            rc = ds_err("cannot hard-link %s to %s: they are on different file systems (use --how copy or symlink)",
+                        dst, src);
+        if (rc < 0) atomic_store(&failed, 1);
+        free(src);
+        free(dst);
+        free(other);
+    }
+    free(base);
+    free(obase);
+    return failed ? -1 : 0;
 }
 
 int ds_materialize(const char *dir, const char *split, const char *other_split, const char *root,

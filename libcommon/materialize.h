@@ -41,6 +41,14 @@ int ds_materialize(const char *dir, const char *split, const char *other_split, 
                    char *const *classes, int nclasses, const ds_manifest_entry *e, size_t n,
                    ds_materialize_how how, ds_progress *p, size_t *placed, size_t *present);
 
+/* Every check ds_materialize would make for these entries (a different file at a
+ * destination, a file in the other split's tree, a missing source, a hard link across file
+ * systems), without creating, moving or removing anything: dsplit runs it before it writes
+ * its manifests, so a refused run leaves them as they were. 0, or -1 with the first
+ * conflict printed. */
+int ds_materialize_check(const char *dir, const char *split, const char *other_split, const char *root,
+                         const ds_manifest_entry *e, size_t n, ds_materialize_how how);
+
 /* For a rerun after an interrupted move: the paths of the manifests train.txt and val.txt
  * in out_dir (when there are any) whose source root/<path> is gone but which sit at
  * dir/train/<path> or dir/val/<path>. Those files belong to the split although the scan

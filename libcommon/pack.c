@@ -63,6 +63,10 @@ static int load_one(packer *pk, ds_decoder *dec, size_t idx, uint8_t *out, char 
         snprintf(reason, REASON_LEN, "path outside the root");
         return -1;
     }
+    if (!ds_utf8_valid(e->path)) {
+        snprintf(reason, REASON_LEN, "path is not UTF-8 (a shard's /paths holds UTF-8 strings; rename the file)");
+        return -1;
+    }
     char *full = ds_path_join(pk->o->root, e->path);
     int rc = ds_image_load_resized(dec, full, pk->o->size, pk->o->fit, pk->o->max_pixels, out, reason, REASON_LEN);
     free(full);
@@ -112,7 +116,8 @@ static int shard_reusable(packer *pk, int k, size_t first, size_t count, size_t 
     }
     if (s.shard_index != k || s.shard_count != pk->shard_count || s.height != pk->o->size || s.width != pk->o->size ||
         s.fit != pk->o->fit || s.num_classes != pk->num_classes || s.n > count ||
-        s.contiguous != (pk->o->compress == 0) || !s.checksums) /* no /checksums: packed before them */
+        s.contiguous != (pk->o->compress == 0) || !s.checksums || !s.label_checksums || !s.path_checksums)
+        /* a missing checksum dataset: packed before dspack wrote it; rewritten to get it */
         goto out;
     for (int c = 0; c < s.num_classes; c++)
         if (strcmp(s.classes[c], pk->classes[c])) goto out;
@@ -331,6 +336,37 @@ static int pack_shard(packer *pk, int k, size_t first, size_t count, size_t *pac
     return rc;
 }
 
+/* Refuses an output directory that already holds shards, unless --resume (which keeps the
+ * ones that match) or --overwrite says to replace them; a new or shard-less one passes. */
+static int check_out_dir(const ds_pack_options *o)
+{
+    DIR *d = opendir(o->out);
+    /* Absent: created later; not a directory: ds_mkdirs says so. */
+    if (!d) return errno == ENOENT || errno == ENOTDIR ? 0 : ds_err("%s: %s", o->out, strerror(errno));
+    int shards = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        shards += ds_shard_file_index(e->d_name) >= 0;
+    closedir(d);
+    if (shards == 0 || o->resume) return 0;
+    if (o->overwrite) {
+        ds_info("replacing the %d shard%s in %s (--overwrite)", shards, shards == 1 ? "" : "s", o->out);
+        return 0;
+    }
+    /* What the set is, from its first shard alone (cheap whatever the set's size). */
+    char what[160] = "", why[256];
+    char *first = ds_path_join(o->out, "shard-00000.h5");
+    ds_shard s;
+    if (ds_shard_open_quiet(&s, first, why, sizeof why) == 0) {
+        snprintf(what, sizeof what, " (shard-00000.h5: %zu images of %dx%d, fit %s, 1 of %d)", s.n, s.height, s.width,
+                 ds_fit_name(s.fit), s.shard_count);
+        ds_shard_close(&s);
+    }
+    free(first);
+    return ds_err("%s already holds a shard set of %d shard file%s%s: replace it with --overwrite, continue an "
+                  "interrupted run with --resume, or choose another -o", o->out, shards, shards == 1 ? "" : "s", what);
+}
+
 /* Removes shard files (and leftover .tmp files) a previous run with another plan left
  * beyond this plan's last shard, so the directory is one consistent set. */
 static int remove_stale(const char *out, int shard_count)
@@ -377,6 +413,7 @@ int ds_pack_run(const ds_pack_options *o, const ds_manifest *m, char *const *cla
     double t0 = ds_now();
     packer pk = {.o = o, .m = m, .classes = classes, .num_classes = num_classes};
     pk.shard_count = (int)((m->n + o->shard_size - 1) / o->shard_size);
+    if (check_out_dir(o)) return -1;
     if (ds_mkdirs(o->out)) return -1;
     if (remove_stale(o->out, pk.shard_count)) return -1;
 

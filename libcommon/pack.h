@@ -27,6 +27,8 @@ typedef struct {
     int shuffle;
     uint64_t max_pixels;
     int resume;               /* keep complete, valid shards that match the plan */
+    int overwrite;            /* replace the shards already in `out` (else they are refused,
+                                 unless resume) */
     int progress;             /* ds_progress_start's `enabled` */
 } ds_pack_options;
 
@@ -38,7 +40,8 @@ typedef struct {
 
 /* Packs every manifest entry (labels already checked against classes). Rejected images are
  * not an error: they are counted in r and listed in OUT/rejected.txt. Returns -1 on an
- * error that stops the run (an unwritable output, out of memory). */
+ * error that stops the run (an unwritable output, out of memory), and, before writing
+ * anything, when `out` already holds shard files and neither resume nor overwrite is set. */
 int ds_pack_run(const ds_pack_options *o, const ds_manifest *m, char *const *classes, int num_classes,
                 ds_pack_result *r);
 

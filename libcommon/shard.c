@@ -76,6 +76,15 @@ out:
 
 uint64_t ds_shard_checksum(const uint8_t *image, size_t bytes) { return XXH3_64bits(image, bytes); }
 
+uint64_t ds_shard_label_checksum(int32_t label)
+{
+    uint8_t le[4];
+    for (int b = 0; b < 4; b++) le[b] = (uint8_t)((uint32_t)label >> (8 * b));
+    return XXH3_64bits(le, sizeof le);
+}
+
+uint64_t ds_shard_path_checksum(const char *path) { return XXH3_64bits(path, strlen(path)); }
+
 /* /checksums: contiguous and allocated early like a streamed /images, so a streamed shard
  * can write the values last at *offset (offset non-NULL: nothing is written). */
 static int write_checksums(hid_t f, const uint64_t *sums, size_t n, uint64_t *offset)
@@ -100,6 +109,31 @@ out:
     if (d >= 0) H5Dclose(d);
     if (dcpl >= 0) H5Pclose(dcpl);
     if (sp >= 0) H5Sclose(sp);
+    return rc;
+}
+
+/* A uint64 [n] dataset of checksums with its `algorithm` attribute. */
+static int write_sum_dataset(hid_t f, const char *name, const uint64_t *sums, size_t n)
+{
+    hsize_t dims[1] = {n};
+    if (ds_h5_write_dataset(f, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, 1, dims, sums)) return -1;
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    if (d < 0) return -1;
+    int rc = ds_h5_attr_write_str(d, "algorithm", DS_SHARD_CHECKSUM_NAME);
+    H5Dclose(d);
+    return rc;
+}
+
+/* /label_checksums and /path_checksums: computed here from the labels and paths being
+ * written (a few bytes per image), so every writer stores the same values. */
+static int write_entry_checksums(hid_t f, const int32_t *labels, char *const *paths, size_t n)
+{
+    uint64_t *sums = ds_xmalloc((n ? n : 1) * sizeof *sums);
+    for (size_t i = 0; i < n; i++) sums[i] = ds_shard_label_checksum(labels[i]);
+    int rc = write_sum_dataset(f, "label_checksums", sums, n);
+    for (size_t i = 0; i < n && rc == 0; i++) sums[i] = ds_shard_path_checksum(paths[i]);
+    if (rc == 0) rc = write_sum_dataset(f, "path_checksums", sums, n);
+    free(sums);
     return rc;
 }
 
@@ -135,6 +169,8 @@ static int write_file(const char *tmp, const ds_shard_meta *meta, const uint8_t 
     if (write_1d(f, "classes", str_t, str_t, meta->classes, (size_t)meta->num_classes)) goto out;
     what = "/checksums";
     if (write_checksums(f, sums, n, sums_offset)) goto out;
+    what = "/label_checksums";
+    if (write_entry_checksums(f, labels, paths, n)) goto out;
     ok = 1;
 out:
     if (str_t >= 0) H5Tclose(str_t);
@@ -355,36 +391,41 @@ void ds_shard_close(ds_shard *s)
     free(s->labels);
     free(s->config);
     free(s->checksums);
+    free(s->label_checksums);
+    free(s->path_checksums);
     free(s->path);
     memset(s, 0, sizeof *s);
     s->hid = -1;
 }
 
-/* /checksums when the shard has one: uint64 [n] of a known algorithm. NULL with *bad set
- * when it is there but unusable; NULL with *bad unset when it is absent (an older shard). */
-static uint64_t *read_checksums(hid_t f, size_t n, const char **bad)
+/* A checksum dataset (/checksums, /label_checksums, /path_checksums) when the shard has it:
+ * uint64 [n] of a known algorithm. NULL with err set when it is there but unusable; NULL
+ * with err empty when it is absent (a shard packed before it). */
+static uint64_t *read_checksums(hid_t f, const char *name, size_t n, char *err, size_t err_len)
 {
-    if (H5Lexists(f, "checksums", H5P_DEFAULT) <= 0) return NULL;
-    hid_t d = H5Dopen2(f, "checksums", H5P_DEFAULT), t = -1, sp = -1;
+    err[0] = 0;
+    if (H5Lexists(f, name, H5P_DEFAULT) <= 0) return NULL;
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT), t = -1, sp = -1;
     hsize_t dims[1];
     uint64_t *sums = NULL;
     char *alg = NULL;
-    *bad = "/checksums is not a uint64 [N] dataset";
+    snprintf(err, err_len, "/%s is not a uint64 [N] dataset", name);
     if (d < 0 || (t = H5Dget_type(d)) < 0 || (sp = H5Dget_space(d)) < 0) goto out;
     if (H5Tget_class(t) != H5T_INTEGER || H5Tget_size(t) != 8 || H5Tget_sign(t) != H5T_SGN_NONE ||
         H5Sget_simple_extent_ndims(sp) != 1 || H5Sget_simple_extent_dims(sp, dims, NULL) != 1 || dims[0] != n)
         goto out;
     alg = ds_h5_attr_read_str(d, "algorithm");
-    *bad = "/checksums has no 'algorithm' attribute or not '" DS_SHARD_CHECKSUM_NAME "' (written by a newer dspack?)";
+    snprintf(err, err_len, "/%s has no 'algorithm' attribute or not '" DS_SHARD_CHECKSUM_NAME
+             "' (written by a newer dspack?)", name);
     if (!alg || strcmp(alg, DS_SHARD_CHECKSUM_NAME)) goto out;
     sums = ds_xmalloc((n ? n : 1) * sizeof *sums);
-    *bad = "/checksums cannot be read";
+    snprintf(err, err_len, "/%s cannot be read", name);
     if (n && H5Dread(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, sums) < 0) {
         free(sums);
         sums = NULL;
         goto out;
     }
-    *bad = NULL;
+    err[0] = 0;
 out:
     free(alg);
     if (sp >= 0) H5Sclose(sp);
@@ -393,24 +434,66 @@ out:
     return sums;
 }
 
+#define CHANGED_HINT "the file changed after dspack wrote it: repack it or restore it from a copy"
+
 int ds_shard_check_image(const ds_shard *s, size_t i, const uint8_t *pixels)
 {
     if (!s->checksums || i >= s->n) return 0;
     uint64_t got = ds_shard_checksum(pixels, (size_t)s->height * s->width * 3);
     if (got == s->checksums[i]) return 0;
-    return ds_err("%s: image %zu (%s) is corrupt: its pixels hash to %llu, /checksums[%zu] holds %llu (the file "
-                  "changed after dspack wrote it: repack it or restore it from a copy)",
-                  s->path, i, s->paths[i], (unsigned long long)got, i, (unsigned long long)s->checksums[i]);
+    return ds_err("%s: image %zu (%s) is corrupt: its pixels hash to %llu, /checksums[%zu] holds %llu (" CHANGED_HINT
+                  ")", s->path, i, s->paths[i], (unsigned long long)got, i, (unsigned long long)s->checksums[i]);
 }
 
-int ds_shard_open(ds_shard *s, const char *path)
+/* The problems of image i's label and path, each field on its own (`field` 0: the label
+ * against /label_checksums, then its range; 1: the path against /path_checksums): 1 with
+ * msg set when that field is bad. A label that fails its checksum is not also reported as
+ * out of range. */
+static int entry_problem(const ds_shard *s, size_t i, int field, char *msg, size_t len)
 {
-    char why[256];
-    if (ds_shard_open_quiet(s, path, why, sizeof why) == 0) return 0;
-    return ds_err("%s", why);
+    int32_t label = s->labels[i];
+    if (field == 0 && s->label_checksums && ds_shard_label_checksum(label) != s->label_checksums[i]) {
+        snprintf(msg, len, "%s: image %zu (%s) has a damaged label: /labels[%zu] = %d does not match "
+                 "/label_checksums[%zu] (" CHANGED_HINT ")", s->path, i, s->paths[i], i, (int)label, i);
+        return 1;
+    }
+    if (field == 0 && (label < 0 || label >= s->num_classes)) {
+        snprintf(msg, len, "%s: not a valid shard: /labels has a label outside [0, num_classes = %d): /labels[%zu] = "
+                 "%d (image %zu, %s)", s->path, s->num_classes, i, (int)label, i, s->paths[i]);
+        return 1;
+    }
+    if (field == 1 && s->path_checksums && ds_shard_path_checksum(s->paths[i]) != s->path_checksums[i]) {
+        snprintf(msg, len, "%s: image %zu has a damaged path: /paths[%zu] = \"%s\" does not match "
+                 "/path_checksums[%zu] (" CHANGED_HINT ")", s->path, i, i, s->paths[i], i);
+        return 1;
+    }
+    return 0;
 }
 
-int ds_shard_open_quiet(ds_shard *s, const char *path, char *why, size_t why_len)
+/* Prints at most this many damaged entries of one shard, then how many more there are. */
+#define MAX_ENTRY_ERRORS 10
+
+size_t ds_shard_check_entries(const ds_shard *s, uint8_t *bad)
+{
+    size_t images = 0, printed = 0, more = 0;
+    char msg[1536];
+    for (size_t i = 0; i < s->n; i++) {
+        int any = 0;
+        for (int field = 0; field < 2; field++) {
+            if (!entry_problem(s, i, field, msg, sizeof msg)) continue;
+            any = 1;
+            if (printed < MAX_ENTRY_ERRORS) ds_err("%s", msg), printed++;
+            else more++;
+        }
+        images += any;
+        if (bad && any) bad[i] = 1;
+    }
+    if (more) ds_err("%s: %zu more damaged labels or paths", s->path, more);
+    return images;
+}
+
+/* Opens and validates everything but the labels' and paths' values (entry_problem). */
+static int open_structure(ds_shard *s, const char *path, char *why, size_t why_len)
 {
     memset(s, 0, sizeof *s);
     s->hid = -1;
@@ -427,7 +510,7 @@ int ds_shard_open_quiet(ds_shard *s, const char *path, char *why, size_t why_len
     const char *bad = NULL;
     hid_t f = -1, d = -1;
     hsize_t dims[4];
-    char header_why[128];
+    char header_why[128], sums_why[160];
     if (H5Fis_hdf5(path) <= 0 || (f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT)) < 0) {
         bad = "not an HDF5 file";
         goto out;
@@ -499,8 +582,6 @@ int ds_shard_open_quiet(ds_shard *s, const char *path, char *why, size_t why_len
         bad = "/labels cannot be read";
         goto out;
     }
-    for (size_t i = 0; i < s->n; i++)
-        if (s->labels[i] < 0 || s->labels[i] >= s->num_classes) { bad = "/labels has a label outside [0, num_classes)"; goto out; }
     H5Dclose(d);
 
     if ((d = open_dataset(f, "paths", H5T_STRING, 1, dims)) < 0 || dims[0] != s->n) {
@@ -518,8 +599,14 @@ int ds_shard_open_quiet(ds_shard *s, const char *path, char *why, size_t why_len
     H5Dclose(d);
     d = -1;
 
-    s->checksums = read_checksums(f, s->n, &bad);
-    if (bad) goto out;
+    bad = sums_why;
+    s->checksums = read_checksums(f, "checksums", s->n, sums_why, sizeof sums_why);
+    if (sums_why[0]) goto out;
+    s->label_checksums = read_checksums(f, "label_checksums", s->n, sums_why, sizeof sums_why);
+    if (sums_why[0]) goto out;
+    s->path_checksums = read_checksums(f, "path_checksums", s->n, sums_why, sizeof sums_why);
+    if (sums_why[0]) goto out;
+    bad = NULL;
 
     /* A contiguous shard is read by pread: keep no HDF5 handle (and no descriptor) open, so
      * a set of thousands of shards stays under the process's file limit. */
@@ -536,6 +623,38 @@ out:
         return -1;
     }
     return 0;
+}
+
+int ds_shard_open_structure(ds_shard *s, const char *path)
+{
+    char why[1024];
+    if (open_structure(s, path, why, sizeof why) == 0) return 0;
+    return ds_err("%s", why);
+}
+
+int ds_shard_open(ds_shard *s, const char *path)
+{
+    if (ds_shard_open_structure(s, path)) return -1;
+    if (ds_shard_check_entries(s, NULL) == 0) return 0;
+    ds_shard_close(s);
+    return -1;
+}
+
+int ds_shard_open_quiet(ds_shard *s, const char *path, char *why, size_t why_len)
+{
+    if (open_structure(s, path, why, why_len)) return -1;
+    /* why keeps the first problem; the rest are counted (snprintf into NULL, 0 writes nothing). */
+    size_t bad = 0;
+    for (size_t i = 0; i < s->n; i++)
+        for (int field = 0; field < 2; field++)
+            if (entry_problem(s, i, field, bad ? NULL : why, bad ? 0 : why_len)) bad++;
+    if (bad == 0) return 0;
+    if (bad > 1) {
+        size_t l = strlen(why);
+        snprintf(why + l, why_len - l, "; %zu more damaged labels or paths", bad - 1);
+    }
+    ds_shard_close(s);
+    return -1;
 }
 
 int ds_shard_read_images(ds_shard *s, size_t start, size_t count, uint8_t *out)

@@ -6,6 +6,10 @@
  *   /classes  vlen UTF-8 string [C]   all class names, the same in every shard
  *   /checksums uint64 [N]              XXH3-64 of each image's H*W*3 stored bytes (attribute
  *                                      algorithm = "xxh3-64"); absent in shards packed before it
+ *   /label_checksums uint64 [N]        XXH3-64 of each label as 4 little-endian bytes
+ *   /path_checksums  uint64 [N]        XXH3-64 of each path's bytes (no terminating NUL); both
+ *                                      with algorithm = "xxh3-64", absent in shards packed
+ *                                      before them (their labels and paths are not covered)
  *   root attributes: ds_format (int 1), ds_kind ("shard"), height, width, fit ("crop" or
  *   "squash"), shard_index, shard_count, num_classes
  *
@@ -64,6 +68,9 @@ void ds_shard_stream_abort(ds_shard_stream *s);
 /* The checksum stored for an image: XXH3-64 (seed 0) of its H*W*3 bytes. */
 #define DS_SHARD_CHECKSUM_NAME "xxh3-64"
 uint64_t ds_shard_checksum(const uint8_t *image, size_t bytes);
+/* The checksums stored for a label (its 4 bytes, little-endian) and a path (its bytes). */
+uint64_t ds_shard_label_checksum(int32_t label);
+uint64_t ds_shard_path_checksum(const char *path);
 
 /* ---- reading (loader, dseval, dspack --resume, dspack --verify) ---- */
 
@@ -85,15 +92,28 @@ typedef struct {
     int64_t images_offset;       /* byte offset of /images in the file when contiguous */
     char *config;                /* the `config` attribute (dspack's options as JSON); NULL if absent */
     uint64_t *checksums;         /* [n] from /checksums; NULL: a shard packed before checksums */
+    uint64_t *label_checksums;   /* [n] from /label_checksums; NULL: packed before them */
+    uint64_t *path_checksums;    /* [n] from /path_checksums; NULL: packed before them */
 } ds_shard;
 
 /* Opens and validates a shard: kind, version, every dataset's type, rank and shape, the
- * attributes' ranges, labels in range, the checksums' algorithm. Errors name the file and
- * the field. Pixels are not read: ds_shard_check_image checks them as they are read. */
+ * attributes' ranges, the checksums' algorithm, and every image's label and path: each
+ * against /label_checksums and /path_checksums when the shard has them, each label in
+ * range. Errors name the file and the field (for a damaged label or path: the image index,
+ * the field and its value). Pixels are not read: ds_shard_check_image checks them as they
+ * are read. */
 int ds_shard_open(ds_shard *s, const char *path);
-/* The same without printing: on failure `why` gets the message ds_shard_open would print
- * (dspack --resume uses it to decide, quietly, whether a shard can be kept). */
+/* The same without printing: on failure `why` gets the first message ds_shard_open would
+ * print (dspack --resume uses it to decide, quietly, whether a shard can be kept). */
 int ds_shard_open_quiet(ds_shard *s, const char *path, char *why, size_t why_len);
+/* ds_shard_open without the labels' and paths' check: the labels may be out of range until
+ * ds_shard_check_entries has passed. dspack --verify opens shards so, to report every
+ * damaged entry and still check the pixels. */
+int ds_shard_open_structure(ds_shard *s, const char *path);
+/* Checks every image's label and path (as ds_shard_open does), prints each damaged one
+ * (at most 10 per shard, then a count), and returns how many images have one; bad ([n], or
+ * NULL) gets 1 at each such image. */
+size_t ds_shard_check_entries(const ds_shard *s, uint8_t *bad);
 /* A shard may hold 0 images (every image planned for it was rejected); then images_offset
  * is -1 and there is nothing to read. */
 /* Reads images [start, start + count) into out ([count, H, W, 3]) through HDF5; thread-safe

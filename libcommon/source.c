@@ -133,11 +133,17 @@ int ds_source_open_shards(ds_source *s, const char *dir)
     s->labels = ds_xmalloc(s->n * sizeof *s->labels);
     for (int k = 0; k < im->set.count; k++)
         memcpy(s->labels + im->set.first[k], im->set.shards[k].labels, im->set.shards[k].n * sizeof *s->labels);
-    int unchecked = 0;
-    for (int k = 0; k < im->set.count; k++) unchecked += !im->set.shards[k].checksums;
+    int unchecked = 0, entries_unchecked = 0;
+    for (int k = 0; k < im->set.count; k++) {
+        unchecked += !im->set.shards[k].checksums;
+        entries_unchecked += !im->set.shards[k].label_checksums || !im->set.shards[k].path_checksums;
+    }
     if (unchecked)
         ds_debug("%s: %d of %d shards have no /checksums (packed before dspack wrote them): their images are read "
                  "unverified", dir, unchecked, im->set.count);
+    if (entries_unchecked)
+        ds_debug("%s: %d of %d shards have no /label_checksums and /path_checksums (packed before dspack wrote them): "
+                 "their labels are checked for range only", dir, entries_unchecked, im->set.count);
     im->verified = ds_xcalloc(s->n, 1);
     im->fds = ds_xmalloc((size_t)im->set.count * sizeof *im->fds);
     for (int k = 0; k < im->set.count; k++) im->fds[k] = -1;

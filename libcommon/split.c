@@ -17,7 +17,7 @@ const char *ds_split_skip_name(int kind)
 {
     static const char *names[DS_SKIP_KINDS] = {
         [DS_SKIP_HIDDEN] = "hidden",
-        [DS_SKIP_BAD_NAME] = "name with TAB or newline",
+        [DS_SKIP_BAD_NAME] = "name with TAB or newline or not UTF-8",
         [DS_SKIP_NOT_IMAGE] = "not an image file",
         [DS_SKIP_DIR] = "nested directory",
         [DS_SKIP_ROOT_FILE] = "file outside a class directory",
@@ -106,7 +106,9 @@ static void skip_add(skip_list *s, const char *dir, const char *name, int kind)
     s->count[kind]++;
 }
 
-static int bad_name(const char *name) { return strpbrk(name, "\t\n") != NULL; }
+/* A TAB or newline cannot be written as a manifest line; bytes that are not UTF-8 cannot be
+ * stored in a shard's /paths or /classes, which are UTF-8 strings. */
+static int bad_name(const char *name) { return strpbrk(name, "\t\n") != NULL || !ds_utf8_valid(name); }
 
 /* The file type of an entry: d_type when the file system gives it, else one stat (which
  * follows a symlink, so a link to an image counts as that image). 0 when it cannot be

@@ -3,7 +3,8 @@
  * A class is a directory directly under the root; its images are the regular files
  * directly inside it whose names end in .jpg/.jpeg/.png (any case). Everything else is
  * skipped and counted: hidden entries, other files, nested directories, and names with a
- * TAB or newline (they cannot be written as a manifest line).
+ * TAB or newline (they cannot be written as a manifest line) or that are not UTF-8 (a
+ * shard's /paths and /classes are UTF-8 strings).
  *
  * The split of a class is a pure function of (seed, fraction, class name, its file names):
  * the names are sorted bytewise, shuffled with Philox keyed by (seed, class name), and the
@@ -19,7 +20,7 @@
 /* Why an entry was left out of the image set. */
 enum {
     DS_SKIP_HIDDEN,     /* name starts with '.' */
-    DS_SKIP_BAD_NAME,   /* contains TAB or newline */
+    DS_SKIP_BAD_NAME,   /* contains TAB or newline, or is not UTF-8 */
     DS_SKIP_NOT_IMAGE,  /* a file without an image extension, a dangling link, a socket ... */
     DS_SKIP_DIR,        /* a directory inside a class directory */
     DS_SKIP_ROOT_FILE,  /* a non-directory directly under the root */

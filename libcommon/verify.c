@@ -45,8 +45,9 @@ static const char *set_mismatch(const ds_shard *s, int k, int count, const ds_sh
     return NULL;
 }
 
-/* Reads every image of a contiguous shard with pread and checks it; bad images counted. */
-static size_t check_contiguous(const ds_shard *s, uint8_t *buf, int *failed)
+/* Reads every image of a contiguous shard with pread and checks it; bad images counted,
+ * except those already marked in bad[] (a damaged label or path). */
+static size_t check_contiguous(const ds_shard *s, const uint8_t *marked, uint8_t *buf, int *failed)
 {
     size_t bytes = (size_t)s->height * s->width * 3, bad = 0;
     int fd = open(s->path, O_RDONLY | O_CLOEXEC);
@@ -74,7 +75,8 @@ static size_t check_contiguous(const ds_shard *s, uint8_t *buf, int *failed)
             *failed = 1;
             break;
         }
-        for (size_t j = 0; j < count; j++) bad += ds_shard_check_image(s, i + j, buf + j * bytes) != 0;
+        for (size_t j = 0; j < count; j++)
+            bad += ds_shard_check_image(s, i + j, buf + j * bytes) != 0 && !marked[i + j];
     }
     close(fd);
     return bad;
@@ -83,14 +85,14 @@ static size_t check_contiguous(const ds_shard *s, uint8_t *buf, int *failed)
 /* Reads every image of a compressed shard through HDF5 (not thread-safe: one reader at a
  * time) and checks it outside the lock; an image HDF5 cannot read (a damaged deflate
  * stream) is a bad image. */
-static size_t check_chunked(ds_shard *s, uint8_t *buf)
+static size_t check_chunked(ds_shard *s, const uint8_t *marked, uint8_t *buf)
 {
     size_t bad = 0;
     for (size_t i = 0; i < s->n; i++) {
         int rc;
 #pragma omp critical(ds_verify_hdf5)
         rc = ds_shard_read_images(s, i, 1, buf);
-        if (rc || ds_shard_check_image(s, i, buf)) bad++;
+        if ((rc || ds_shard_check_image(s, i, buf)) && !marked[i]) bad++;
     }
     return bad;
 }
@@ -115,7 +117,7 @@ int ds_verify_shards(const char *dir, int threads, ds_verify_result *r)
         shards[k].hid = -1;
         if (access(p, F_OK)) {
             ds_err("%s: missing (the set has shards up to shard-%05d.h5)", p, hi);
-        } else if (ds_shard_open(&shards[k], p) == 0) {
+        } else if (ds_shard_open_structure(&shards[k], p) == 0) {
             const char *bad = set_mismatch(&shards[k], k, count, ref);
             if (bad) {
                 ds_err("%s: %s", p, bad);
@@ -127,6 +129,21 @@ int ds_verify_shards(const char *dir, int threads, ds_verify_result *r)
         }
         free(p);
         if (!ok[k]) r->shards_bad++;
+    }
+    /* Labels and paths: each damaged one printed; its shard is still checked for pixels. */
+    uint8_t **marked = ds_xcalloc((size_t)count, sizeof *marked);
+    size_t entries_bad = 0;
+    int shards_entries_bad = 0;
+    for (int k = 0; k < count; k++) {
+        if (!ok[k]) continue;
+        marked[k] = ds_xcalloc(shards[k].n ? shards[k].n : 1, 1);
+        size_t bad = ds_shard_check_entries(&shards[k], marked[k]);
+        entries_bad += bad;
+        shards_entries_bad += bad > 0;
+        if (!shards[k].label_checksums || !shards[k].path_checksums) {
+            r->shards_entries_unchecked++;
+            r->images_entries_unchecked += shards[k].n;
+        }
     }
     for (int k = 0; k < count; k++) {
         if (!ok[k]) continue;
@@ -140,7 +157,7 @@ int ds_verify_shards(const char *dir, int threads, ds_verify_result *r)
         }
     }
     /* Pixels: shards in parallel; each thread closes the shards it is done with. */
-    size_t images_bad = 0, block = ref ? (size_t)BLOCK_IMAGES * ref->height * ref->width * 3 : 0;
+    size_t images_bad = entries_bad, block = ref ? (size_t)BLOCK_IMAGES * ref->height * ref->width * 3 : 0;
     int shards_failed = 0;
     int nt = threads > 0 ? threads : omp_get_max_threads();
 #pragma omp parallel num_threads(nt) reduction(+ : images_bad, shards_failed)
@@ -152,9 +169,12 @@ int ds_verify_shards(const char *dir, int threads, ds_verify_result *r)
             if (!ok[k] || s->n == 0) continue;
             if (!buf) buf = ds_xmalloc(block);
             int failed = 0;
-            size_t bad = s->contiguous ? check_contiguous(s, buf, &failed) : check_chunked(s, buf);
+            size_t bad = s->contiguous ? check_contiguous(s, marked[k], buf, &failed) : check_chunked(s, marked[k], buf);
             images_bad += bad;
-            shards_failed += failed || bad;
+            /* A shard whose labels or paths are damaged is already counted. */
+            int entries = 0;
+            for (size_t i = 0; i < s->n && !entries; i++) entries = marked[k][i];
+            shards_failed += (failed || bad) && !entries;
 #pragma omp critical(ds_verify_hdf5)
             ds_shard_close(s); /* a compressed shard holds its HDF5 file open until here */
             ok[k] = 2;
@@ -162,7 +182,9 @@ int ds_verify_shards(const char *dir, int threads, ds_verify_result *r)
         free(buf);
     }
     r->images_bad = images_bad;
-    r->shards_bad += shards_failed;
+    r->shards_bad += shards_failed + shards_entries_bad;
+    for (int k = 0; k < count; k++) free(marked[k]);
+    free(marked);
     for (int k = 0; k < count; k++)
         if (ok[k] == 1) ds_shard_close(&shards[k]);
     free(shards);

@@ -44,7 +44,8 @@ done_stage "dsplit"
 
 stage "dspack: 28x28 shards"
 for s in train val; do
-    dspack -q --size 28 --fit squash -o "$OUT/packed/$s" "$OUT/split/$s.txt" >/dev/null
+    # A rerun of the demo makes the same set again: replacing the last run's is intended.
+    dspack -q --overwrite --size 28 --fit squash -o "$OUT/packed/$s" "$OUT/split/$s.txt" >/dev/null
 done
 done_stage "dspack"
 

@@ -1,8 +1,10 @@
 #!/bin/bash
-# Per-image checksums end to end: dspack writes /checksums (XXH3-64 of each image's pixels),
-# dspack --verify passes an intact set and names every bad shard and image, dstrain and
-# dseval stop on a flipped pixel byte naming shard, index and source path, in both layouts
-# (contiguous, --compress); shards packed before checksums still read, unchecked.
+# Per-image checksums end to end: dspack writes /checksums (XXH3-64 of each image's pixels)
+# and /label_checksums, /path_checksums, dspack --verify passes an intact set and names every
+# bad shard, image and field, dstrain and dseval stop on a flipped pixel byte naming shard,
+# index and source path, in both layouts (contiguous, --compress), and on a flipped label bit
+# or path byte naming the image and the field; shards packed before checksums still read,
+# unchecked.
 . "$(dirname "$0")/lib.sh"
 
 make_bar_images "$T/tree" 16 4 1 || { fail data "cannot make the synthetic set"; finish; }
@@ -54,6 +56,13 @@ names() { grep -qF "$2: image $3 ($4)" "$1"; }
 h5dump -H -A -d checksums "$T/c/shard-00000.h5" >"$T/h" 2>&1
 if grep -q 'H5T_STD_U64LE' "$T/h" && grep -q '( 12 )' "$T/h" && h5dump -a checksums/algorithm "$T/c/shard-00000.h5" |
     grep -q '"xxh3-64"'; then pass checksums_schema; else fail checksums_schema "$(cat "$T/h")"; fi
+ok=1
+for d in label_checksums path_checksums; do
+    h5dump -H -A -d $d "$T/c/shard-00000.h5" 2>&1 | grep -q 'H5T_STD_U64LE' &&
+        h5dump -a $d/algorithm "$T/c/shard-00000.h5" | grep -q '"xxh3-64"' || ok=0
+done
+# (their values: tests/unit/test_shard.c)
+[ $ok = 1 ] && pass label_path_checksums_schema || fail label_path_checksums_schema
 # The values are the same whichever layout stored the pixels.
 h5dump -d checksums -y "$T/c/shard-00001.h5" | sed -n '/DATA/,$p' >"$T/sc"
 h5dump -d checksums -y "$T/z/shard-00001.h5" | sed -n '/DATA/,$p' >"$T/sz"
@@ -126,21 +135,63 @@ head -c 2000 "$T/c/shard-00002.h5" >"$T/s/shard-00002.h5"
 pl=$(flip "$T/s/shard-00003.h5" 4)
 "$PYTHON" -c "import h5py,sys; f=h5py.File(sys.argv[1],'r+'); f['labels'][0]=99; f.close()" "$T/s/shard-00000.h5"
 expect_status verify_structure 1 dspack --verify "$T/s"
-if grep -q 'shard-00000.h5: not a valid shard: /labels has a label outside' "$T/err" &&
+if grep -q 'shard-00000.h5: image 0 (.*) has a damaged label: /labels\[0\] = 99 does not match' "$T/err" &&
     grep -q 'shard-00001.h5: missing' "$T/err" && grep -q 'shard-00002.h5: not a valid shard' "$T/err" &&
-    names "$T/err" shard-00003.h5 4 "$pl" && grep -q '4 bad shards, 1 bad images' "$T/err"; then
+    names "$T/err" shard-00003.h5 4 "$pl" && grep -q '4 bad shards, 2 bad images' "$T/err"; then
     pass verify_names_every_bad_shard; else fail verify_names_every_bad_shard "$(cat "$T/err")"; fi
+
+# --- a flipped bit in /labels and a flipped byte in a /paths string: each named ---
+# FILE LABEL_INDEX PATH_INDEX: flips bit 0 of /labels[LABEL_INDEX] (at the dataset's file
+# offset) and one letter of /paths[PATH_INDEX] (where its bytes sit in the file's heap);
+# prints that path as it reads after the flip.
+flip_entries() {
+    "$PYTHON" - "$@" <<'PY'
+import sys, h5py
+p, li, pi = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with h5py.File(p, "r") as f:
+    off = f["labels"].id.get_offset() + 4 * li
+    path = f["paths"][pi]
+b = bytearray(open(p, "rb").read())
+b[off] ^= 1
+assert b.count(path) == 1, path
+at = b.find(path) + len(path) - 5    # a letter of the name, before its extension
+b[at] ^= 1
+open(p, "wb").write(b)
+print(bytes(b[b.find(path[:-5]):][:len(path)]).decode())
+PY
+}
+cp -r "$T/c" "$T/e"
+pe=$(flip_entries "$T/e/shard-00002.h5" 3 6) || fail flip_entries
+le=$("$PYTHON" -c "import h5py,sys; print(h5py.File(sys.argv[1],'r')['paths'][3].decode())" "$T/e/shard-00002.h5")
+expect_status verify_finds_label_and_path 1 dspack --verify "$T/e"
+if grep -qF "shard-00002.h5: image 3 ($le) has a damaged label: /labels[3] =" "$T/err" &&
+    grep -qF "shard-00002.h5: image 6 has a damaged path: /paths[6] = \"$pe\" does not match /path_checksums[6]" "$T/err" &&
+    grep -q '1 bad shards, 2 bad images' "$T/err"; then
+    pass verify_names_label_and_path; else fail verify_names_label_and_path "$(cat "$T/err")"; fi
+expect_status dstrain_stops_on_label 1 dstrain --train "$T/e" "${TRAIN[@]}" -o "$T/run_e"
+if grep -qF "shard-00002.h5: image 3 ($le) has a damaged label" "$T/err" &&
+    grep -qF "shard-00002.h5: image 6 has a damaged path" "$T/err" && [ ! -e "$T/run_e/last.h5" ]; then
+    pass dstrain_names_label_and_path; else fail dstrain_names_label_and_path "$(cat "$T/err")"; fi
+expect_status dseval_stops_on_label 1 dseval "$T/run/last.h5" "$T/e"
+grep -qF "shard-00002.h5: image 3 ($le) has a damaged label" "$T/err" && pass dseval_names_label ||
+    fail dseval_names_label "$(cat "$T/err")"
+# --resume does not keep a shard whose label or path changed: the set equals a fresh run's.
+dspack -q --size 16 --shard-size 12 --resume -o "$T/e" "$T/split/train.txt"
+cmp -s "$T/c/shard-00002.h5" "$T/e/shard-00002.h5" && pass resume_rewrites_damaged_entries ||
+    fail resume_rewrites_damaged_entries
 
 # --- shards packed before checksums: read, unchecked, said so ---
 cp -r "$T/c" "$T/old"
 "$PYTHON" -c "
 import h5py, sys
 for p in sys.argv[1:]:
-    with h5py.File(p, 'r+') as f: del f['checksums']
+    with h5py.File(p, 'r+') as f: del f['checksums'], f['label_checksums'], f['path_checksums']
 " "$T"/old/shard-0000[013].h5
 expect_status verify_old_shards 0 dspack --verify "$T/old"
 grep -q '3 of 4 shards (36 images) have no /checksums' "$T/err" && pass verify_says_unchecked ||
     fail verify_says_unchecked "$(cat "$T/err")"
+grep -q '3 of 4 shards (36 images) have no /label_checksums and /path_checksums .*not covered' "$T/err" &&
+    pass verify_says_labels_uncovered || fail verify_says_labels_uncovered "$(cat "$T/err")"
 expect_status dseval_old_shards 0 dseval -v "$T/run/last.h5" "$T/old"
 grep -q '3 of 4 shards have no /checksums' "$T/err" && pass dseval_verbose_says_unchecked ||
     fail dseval_verbose_says_unchecked "$(cat "$T/err")"

@@ -188,11 +188,57 @@ if [ "$(grep -c 'path outside the root' "$T/e/rejected.txt")" -eq 2 ]; then pass
     fail outside_root_rejected "$(cat "$T/e/rejected.txt")"; fi
 h5dump -a fit "$T/e/shard-00000.h5" | grep -q '"squash"' && pass fit_squash_recorded || fail fit_squash_recorded
 
+# A hand-written manifest path that is not UTF-8 (dsplit skips such names): rejected, as
+# /paths holds UTF-8 strings that h5py must decode.
+cp "$T/tree/ant/0.JPEG" "$T/tree/ant/caf"$'\xe9'".JPEG"
+printf '# ds-manifest 1 root=%s\n0\tant/caf\xe9.JPEG\n0\tant/0.JPEG\n' "$T/tree" >"$T/split/latin1.txt"
+expect_status non_utf8_path_runs 0 dspack -q -o "$T/u" --size 16 "$T/split/latin1.txt"
+grep -q $'^ant/caf\xe9.JPEG\tpath is not UTF-8' "$T/u/rejected.txt" &&
+    "$PYTHON" -c "import h5py,sys; assert list(h5py.File(sys.argv[1],'r')['paths'].asstr()[()]) == ['ant/0.JPEG']" \
+        "$T/u/shard-00000.h5" && pass non_utf8_path_rejected || fail non_utf8_path_rejected "$(cat "$T/u/rejected.txt")"
+rm "$T/tree/ant/caf"$'\xe9'".JPEG"
+
 # --- --max-reject: exit 1, but everything is written ---
 expect_status max_reject_exceeded 1 dspack -q -o "$T/m" --size 16 --max-reject 1 "$T/split/evil.txt"
 grep -q "more than --max-reject 1" "$T/err" && [ -e "$T/m/shard-00000.h5" ] && [ "$(wc -l <"$T/m/rejected.txt")" -eq 2 ] \
     && pass max_reject_writes_everything || fail max_reject_writes_everything "$(cat "$T/err")"
-expect_status max_reject_not_exceeded 0 dspack -q -o "$T/m" --size 16 --max-reject 2 "$T/split/evil.txt"
+expect_status max_reject_not_exceeded 0 dspack -q -o "$T/m" --size 16 --max-reject 2 --overwrite "$T/split/evil.txt"
+
+# --- an -o that already holds shards: refused, nothing touched; --overwrite replaces ---
+# (the slip: the val manifest packed into the training set's directory)
+dspack -q -o "$T/w" --size 32 --shard-size 5 "$M" && dspack -q -o "$T/w2" --size 32 --shard-size 5 "$M" &&
+    touch "$T/w/shard-00099.h5" || fail setup_w
+before=$(cd "$T/w" && ls -l --time-style=+%s.%N && md5sum *)
+expect_status refuses_other_shard_set 1 dspack -o "$T/w" --size 16 "$T/split/val.txt"
+n_w=$(ls "$T/w" | grep -c '^shard-.*\.h5$')
+if grep -qF "$T/w already holds a shard set of $n_w shard files (shard-00000.h5: 5 images of 32x32, fit crop" \
+    "$T/err" && grep -q -- "--overwrite" "$T/err" && grep -q -- "--resume" "$T/err" &&
+    [ "$(cd "$T/w" && ls -l --time-style=+%s.%N && md5sum *)" = "$before" ]; then
+    pass refusal_names_the_set_and_touches_nothing; else fail refusal_names_the_set_and_touches_nothing "$(cat "$T/err")"; fi
+expect_status refuses_same_manifest_too 1 dspack -o "$T/w2" --size 32 --shard-size 5 "$M"
+expect_status overwrite_replaces 0 dspack -o "$T/w" --size 16 --overwrite "$T/split/val.txt"
+grep -qF "replacing the $n_w shards in $T/w (--overwrite)" "$T/err" && [ "$(ls "$T/w" | grep -c '^shard-')" = 1 ] &&
+    h5dump -a height "$T/w/shard-00000.h5" | grep -q '(0): 16' && pass overwrite_says_so_and_replaces ||
+    fail overwrite_says_so_and_replaces "$(cat "$T/err"; ls "$T/w")"
+# --resume keeps its meaning: into a complete set of the same plan it rewrites nothing.
+expect_status resume_into_a_set_allowed 0 dspack -o "$T/w2" --size 32 --shard-size 5 --resume "$M"
+grep -q "kept $(ls "$T/w2" | grep -c '^shard-') of" "$T/err" && pass resume_keeps_matching_shards ||
+    fail resume_keeps_matching_shards "$(cat "$T/err")"
+# A directory with no shard (only a stale temporary, or nothing) is not a set.
+mkdir -p "$T/w3" && touch "$T/w3/shard-00000.h5.123.tmp" "$T/w3/notes.txt"
+expect_status dir_without_shards_packs 0 dspack -q -o "$T/w3" --size 16 "$T/split/val.txt"
+
+# --- nothing to pack is an error, not "packed 0 images" ---
+printf '# ds-manifest 1 root=%s
+' "$T/tree" >"$T/split/empty.txt"
+expect_status header_only_manifest 1 dspack -o "$T/hdr0" --size 16 "$T/split/empty.txt"
+grep -q "empty.txt lists no images" "$T/err" && [ ! -e "$T/hdr0" ] && pass header_only_named ||
+    fail header_only_named "$(cat "$T/err")"
+printf '# ds-manifest 1 root=%s
+0\t../tree/ant/1.JPEG\n' "$T/tree" >"$T/split/none.txt"
+expect_status nothing_packed 1 dspack -o "$T/n0" --size 16 "$T/split/none.txt"
+grep -q "none of the 1 images of .*none.txt could be packed" "$T/err" && pass nothing_packed_named ||
+    fail nothing_packed_named "$(cat "$T/err")"
 
 # --- usage and runtime errors ---
 expect_status size_zero 2 dspack -o "$T/x" --size 0 "$M"

@@ -82,6 +82,14 @@ for f in train val; do
 done
 dsplit -q --seed 7 "$R" -o "$T/s7" && ! cmp -s "$T/s1/val.txt" "$T/s7/val.txt" && pass "--seed changes the split" \
     || fail "--seed changes the split"
+# Into an -o holding another split's manifests: replaced, and said so in one line; a rerun
+# with the same options changes nothing and says nothing.
+cp -a "$T/s7" "$T/s7b"
+dsplit --seed 7 "$R" -o "$T/s7b" 2>"$T/err" && ! grep -q replaced "$T/err" && pass "same split again: silent" ||
+    fail "same split again: silent" "$(cat "$T/err")"
+dsplit --seed 8 "$R" -o "$T/s7b" 2>"$T/err" && grep -qF "replaced train.txt, val.txt in $T/s7b: they held another split" \
+    "$T/err" && pass "another split into the same -o says which files it replaced" ||
+    fail "another split into the same -o says which files it replaced" "$(cat "$T/err")"
 
 # A new class (sorting first, so every label shifts) leaves every other class's split alone.
 mkdir "$R/a_new"; for i in 1 2 3 4 5 6; do echo $i >"$R/a_new/$i.jpg"; done
@@ -118,6 +126,13 @@ for how in symlink hardlink copy; do
 done
 expect_status "materialize with another seed into the same tree is refused" 1 dsplit -q --seed 8 "$R" -o "$T/m_seed" --materialize "$T/mat_symlink"
 grep -q 'earlier run with other --seed' "$T/err" && pass "the refusal names the cause" || fail "the refusal names the cause"
+[ ! -e "$T/m_seed/train.txt" ] && pass "a refused materialize writes no manifest" ||
+    fail "a refused materialize writes no manifest"
+# The same refusal into the first run's -o leaves its manifests as they were.
+cp -a "$T/m_symlink" "$T/m_symlink_keep"
+expect_status "rerun with another seed refused" 1 dsplit -q --seed 8 "$R" -o "$T/m_symlink" --materialize "$T/mat_symlink"
+same_outputs "$T/m_symlink" "$T/m_symlink_keep" && pass "a refused rerun keeps the earlier manifests" ||
+    fail "a refused rerun keeps the earlier manifests"
 first=$(tail -n +2 "$T/m_copy/train.txt" | head -1 | cut -f2)
 echo different >"$T/mat_copy/train/$first"
 expect_status "materialize refuses to overwrite a different file" 1 dsplit -q "$R" -o "$T/m_copy" --materialize "$T/mat_copy" --how copy
@@ -135,9 +150,9 @@ mkdir -p "$T/mat_move/val/n05"
 blocker=$(dsplit -q "$MV" -o "$T/probe" && tail -n +2 "$T/probe/val.txt" | tail -1 | cut -f2)
 echo "in the way" >"$T/mat_move/val/$blocker"
 expect_status "move stops at a conflict" 1 dsplit -q "$MV" -o "$T/m_move" --materialize "$T/mat_move" --how move
-moved=$(images_of "$T/mat_move/train" | wc -l)
-[ "$moved" -gt 0 ] && [ -n "$(images_of "$MV")" ] && pass "the move was interrupted half-way ($moved moved)" \
-    || fail "the move was interrupted half-way" "moved=$moved"
+# Every conflict is found before anything moves or any manifest is written.
+[ ! -e "$T/mat_move/train" ] && [ "$(images_of "$MV")" = "$orig" ] && [ ! -e "$T/m_move/train.txt" ] &&
+    pass "a conflict stops the move before any file moves" || fail "a conflict stops the move before any file moves"
 rm "$T/mat_move/val/$blocker"
 [ "$(all_files | uniq)" = "$orig" ] && pass "no file lost by the interruption" || fail "no file lost by the interruption"
 expect_status "rerun finishes the move" 0 dsplit -q "$MV" -o "$T/m_move" --materialize "$T/mat_move" --how move
@@ -153,9 +168,13 @@ tail -n +2 "$T/m_move/train.txt" | cut -f2 | grep '^n05/' | head -5 | while IFS=
 dsplit -q "$MV" -o "$T/m_move" --materialize "$T/mat_move" --how move --json >"$T/j" \
     && grep -q '"placed": 5, "present": 118' "$T/j" && [ -z "$(images_of "$MV")" ] && cmp -s "$T/val_before" "$T/m_move/val.txt" \
     && pass "rerun after a partial move moves only the rest" || fail "rerun after a partial move moves only the rest" "$(cat "$T/j")"
+cp -a "$T/m_move" "$T/m_move_keep"
 expect_status "rerun with another seed refuses to scramble a finished move" 1 \
     dsplit -q --seed 9 "$MV" -o "$T/m_move" --materialize "$T/mat_move" --how move
 grep -q 'earlier run with other --seed' "$T/err" && pass "the refusal says why" || fail "the refusal says why"
+# ... and leaves the manifests pointing at the moved files, as they were.
+same_outputs "$T/m_move" "$T/m_move_keep" && pass "the refused move rerun keeps the manifests" ||
+    fail "the refused move rerun keeps the manifests"
 
 # A move to another file system copies, fsyncs, then unlinks the source.
 if [ -d /dev/shm ] && [ -w /dev/shm ] && [ "$(stat -c %d /dev/shm)" != "$(stat -c %d "$T")" ]; then
@@ -170,6 +189,25 @@ if [ -d /dev/shm ] && [ -w /dev/shm ] && [ "$(stat -c %d /dev/shm)" != "$(stat -
     grep -q 'different file systems' "$T/err" && pass "the hardlink refusal says why" || fail "the hardlink refusal says why"
     rm -rf "$XD"
 fi
+
+# ---- names a manifest or a shard cannot hold ---------------------------------------------
+# A TAB, a newline, or bytes that are not UTF-8 (/paths is UTF-8): skipped as bad_name,
+# counted, warned about; never in a manifest. A valid UTF-8 name (café, in make_tree) stays.
+BN=$T/badnames
+mkdir -p "$BN/a" "$BN/b"
+for i in 1 2 3; do echo $i >"$BN/a/$i.jpg"; echo $i >"$BN/b/$i.jpg"; done
+echo latin1 >"$BN/a/caf"$'\xe9'".jpg"
+echo tab >"$BN/b/x"$'\t'"y.jpg"
+printf 'c' >"$BN/a/ok_caf"$'\xc3\xa9'".jpg"
+expect_status "bad names split" 0 dsplit --json --val 0 "$BN" -o "$T/bn"
+[[ $(cat "$T/out") == *'"bad_name": 2'* ]] && grep -q "warning: 2 entries are left out because their names hold .*not UTF-8" "$T/err" &&
+    [ "$(tail -n +2 "$T/bn/train.txt" | wc -l)" = 7 ] && grep -qF "a/ok_caf"$'\xc3\xa9'".jpg" "$T/bn/train.txt" &&
+    ! grep -q $'caf\xe9' "$T/bn/train.txt" && pass "non-UTF-8 and TAB names: skipped, counted, warned" ||
+    fail "non-UTF-8 and TAB names: skipped, counted, warned" "$(cat "$T/out" "$T/err")"
+# A non-UTF-8 class directory is left out the same way.
+mkdir "$BN/cl"$'\xff' && echo 1 >"$BN/cl"$'\xff'"/1.jpg"
+dsplit -q --val 0 "$BN" -o "$T/bn2" 2>"$T/err" && [ "$(wc -l <"$T/bn2/classes.txt")" = 2 ] && pass "non-UTF-8 class left out" ||
+    fail "non-UTF-8 class left out" "$(cat "$T/bn2/classes.txt")"
 
 # ---- bad input ----------------------------------------------------------------------------
 expect_status "missing root exits 1" 1 dsplit "$T/nope" -o "$T/b1"

@@ -262,6 +262,74 @@ static void test_checksum_formats(void)
     check_end();
 }
 
+/* Edits for test_entry_checksums: one label, one path changed as a damaged file would be. */
+static int relabel(hid_t f)
+{
+    hid_t d = H5Dopen2(f, "labels", H5P_DEFAULT);
+    int32_t v[3];
+    int rc = d < 0 || H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0 ? -1 : 0;
+    v[1] ^= 1; /* 0 -> 1: still a valid class, so only the checksum can tell */
+    if (rc == 0 && H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0) rc = -1;
+    if (d >= 0) H5Dclose(d);
+    return rc;
+}
+static int rename_path(hid_t f)
+{
+    hid_t d = H5Dopen2(f, "paths", H5P_DEFAULT), t = H5Dget_type(d);
+    const char *v[3] = {"emu/a.jpg", "cat/b.JPEG", "dog/c.pnf"};
+    int rc = d < 0 || H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0 ? -1 : 0;
+    if (t >= 0) H5Tclose(t);
+    if (d >= 0) H5Dclose(d);
+    return rc;
+}
+static int drop_entry_checksums(hid_t f)
+{
+    return H5Ldelete(f, "label_checksums", H5P_DEFAULT) < 0 || H5Ldelete(f, "path_checksums", H5P_DEFAULT) < 0 ? -1
+                                                                                                               : 0;
+}
+
+/* /label_checksums and /path_checksums: XXH3-64 of each label's 4 little-endian bytes and of
+ * each path's bytes; a changed label or path is refused naming the image and the field, and
+ * ds_shard_check_entries finds every one; a shard without them (packed before them) opens. */
+static void test_entry_checksums(void)
+{
+    check_begin("shard_label_path_checksums");
+    uint8_t img[3 * 60];
+    fill(img, 3, 3);
+    int32_t labels[3] = {2, 0, 1};
+    char *paths[3] = {"emu/a.jpg", "cat/b.JPEG", "dog/c.png"};
+    char p[300], why[1024];
+    ds_shard s;
+    for (int compress = 0; compress <= 1; compress++) {
+        snprintf(p, sizeof p, "%s/entries%d.h5", dir, compress);
+        ds_shard_meta m = meta_for(0, 1, compress);
+        CHECK(ds_shard_write(p, &m, img, labels, paths, 3) == 0, "write");
+        CHECK(ds_shard_open(&s, p) == 0, "open");
+        CHECK(s.label_checksums && s.path_checksums, "no /label_checksums or /path_checksums");
+        for (int i = 0; i < 3 && s.label_checksums && s.path_checksums; i++) {
+            uint8_t le[4] = {(uint8_t)labels[i], 0, 0, 0};
+            CHECK(s.label_checksums[i] == XXH3_64bits(le, 4), "label checksum %d", i);
+            CHECK(s.path_checksums[i] == XXH3_64bits(paths[i], strlen(paths[i])), "path checksum %d", i);
+        }
+        ds_shard_close(&s);
+    }
+    CHECK(h5_edit(p, relabel) == 0 && h5_edit(p, rename_path) == 0, "edit");
+    CHECK(ds_shard_open(&s, p) != 0, "a changed label and path were accepted");
+    CHECK(ds_shard_open_quiet(&s, p, why, sizeof why) != 0, "accepted quietly");
+    CHECK(strstr(why, "image 1 (cat/b.JPEG) has a damaged label: /labels[1] = 1 does not match /label_checksums[1]") &&
+          strstr(why, "1 more damaged"), "first problem not named: %s", why);
+    CHECK(ds_shard_open_structure(&s, p) == 0, "structure refused");
+    uint8_t bad[3] = {0, 0, 0};
+    CHECK(ds_shard_check_entries(&s, bad) == 2 && !bad[0] && bad[1] && bad[2], "bad %d %d %d", bad[0], bad[1], bad[2]);
+    ds_shard_close(&s);
+
+    /* Packed before them: opens, uncovered, labels still range-checked. */
+    CHECK(h5_edit(p, drop_entry_checksums) == 0, "drop");
+    CHECK(ds_shard_open(&s, p) == 0 && !s.label_checksums && !s.path_checksums, "older shard refused");
+    ds_shard_close(&s);
+    check_end();
+}
+
 static void test_set(void)
 {
     check_begin("shardset_open_locate");
@@ -317,6 +385,7 @@ int main(void)
     test_stream();
     test_refusals();
     test_checksum_formats();
+    test_entry_checksums();
     test_set();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

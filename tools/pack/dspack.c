@@ -31,6 +31,10 @@ static int verify_dir(const char *dir, int nthreads, int as_json)
         ds_info("%d of %d shards (%zu images) have no /checksums (packed before dspack wrote them): their structure and "
                 "labels are checked, their pixels are not (repack them to get checksums)",
                 r.shards_unchecked, r.shards, r.images_unchecked);
+    if (r.shards_entries_unchecked)
+        ds_info("%d of %d shards (%zu images) have no /label_checksums and /path_checksums (packed before dspack wrote "
+                "them): their labels are checked for range, their labels and paths are not covered by checksums "
+                "(repack them to get those)", r.shards_entries_unchecked, r.shards, r.images_entries_unchecked);
     if (as_json) {
         ds_json j;
         ds_json_init(&j, DS_JSON_SPACED);
@@ -41,6 +45,8 @@ static int verify_dir(const char *dir, int nthreads, int as_json)
         ds_json_uint(&j, "images", r.images);
         ds_json_uint(&j, "images_bad", r.images_bad);
         ds_json_uint(&j, "images_unchecked", r.images_unchecked);
+        ds_json_int(&j, "shards_entries_unchecked", r.shards_entries_unchecked);
+        ds_json_uint(&j, "images_entries_unchecked", r.images_entries_unchecked);
         ds_json_uint(&j, "bytes", (unsigned long long)r.bytes);
         ds_json_double(&j, "seconds", r.seconds, "%.3f");
         ds_json_string(&j, "dir", dir);
@@ -55,7 +61,7 @@ static const char *out, *root, *fit = "crop";
 static int fit_index;   /* a ds_fit */
 static long long size = 256, shard_size = 1024, compress = 0, threads = 0, seed = 42, max_reject = 100,
                  max_pixels = (long long)DS_DEFAULT_MAX_PIXELS;
-static int no_shuffle, resume, json, verify;
+static int no_shuffle, resume, overwrite, json, verify;
 
 static ds_option options[] = {
     {.name = "out", .short_name = 'o', .type = DS_OPT_STRING, .value = &out, .arg = "DIR",
@@ -73,6 +79,7 @@ static ds_option options[] = {
     DS_NUM("max-pixels", DS_OPT_INT, &max_pixels, "N", "reject images with more pixels (read from the header)", 1,
            9.2e18),
     DS_OPT("resume", DS_OPT_FLAG, &resume, NULL, "keep the complete shards of an interrupted run that match this one"),
+    DS_OPT("overwrite", DS_OPT_FLAG, &overwrite, NULL, "replace the shards already in -o DIR (else refused)"),
     DS_OPT("json", DS_OPT_FLAG, &json, NULL, "print the summary as JSON on stdout"),
     DS_OPT("verify", DS_OPT_FLAG, &verify, NULL, "check the shard directory DIR instead of packing (see below)"),
     {0},
@@ -83,10 +90,12 @@ static ds_cli cli = {
     .args = "[options] MANIFEST  |  --verify [--threads N] [--json] DIR",
     .summary = "Decode, resize and pack the images of a dsplit manifest into HDF5 shards.",
     .epilog = "Images are recognised by content (JPEG, PNG). Undecodable ones are skipped and listed in\n"
-              "OUT/rejected.txt with the reason; packed + rejected = manifest entries. The output does not\n"
+              "OUT/rejected.txt with the reason; packed + rejected = manifest entries. An OUT that already\n"
+              "holds shards is refused unless --overwrite (replace them) or --resume. The output does not\n"
               "depend on --threads, and a --resume'd run equals an uninterrupted one byte for byte.\n"
-              "--verify DIR reads every shard in DIR: structure, labels, the set's agreement, and every image\n"
-              "against its /checksums entry (XXH3-64 of its pixels); exit 1 naming each bad shard and image.",
+              "--verify DIR reads every shard in DIR: structure, the set's agreement, every image's label and\n"
+              "path against /label_checksums and /path_checksums, and its pixels against /checksums (XXH3-64\n"
+              "each); exit 1 naming each bad shard, image and field.",
     .min_pos = 1,
     .max_pos = 1,
     .opts = options,
@@ -105,6 +114,11 @@ int main(int argc, char **argv)
 
     ds_manifest m;
     if (ds_manifest_read(&m, manifest_file)) return 1;
+    if (m.n == 0) {
+        ds_err("%s lists no images: nothing to pack", manifest_file);
+        ds_manifest_free(&m);
+        return 1;
+    }
     char *classes_file = ds_classes_path_for(manifest_file);
     char **classes = NULL;
     int num_classes = 0, status = 1;
@@ -131,6 +145,7 @@ int main(int argc, char **argv)
         .root = root, .out = out, .size = (int)size, .fit = (ds_fit)fit_index,
         .shard_size = (size_t)shard_size, .compress = (int)compress, .threads = (int)threads,
         .seed = (uint64_t)seed, .shuffle = !no_shuffle, .max_pixels = (uint64_t)max_pixels, .resume = resume,
+        .overwrite = overwrite,
         .progress = ds_cli_progress_mode(),
     };
     if (ds_pack_run(&o, &m, classes, num_classes, &r)) goto out;
@@ -155,7 +170,10 @@ int main(int argc, char **argv)
         ds_json_print(&j, stdout);
     }
     status = 0;
-    if ((long long)r.rejected > max_reject) {
+    if (r.packed == 0) {
+        ds_err("none of the %zu images of %s could be packed (see %s/rejected.txt)", r.rejected, manifest_file, out);
+        status = 1;
+    } else if ((long long)r.rejected > max_reject) {
         ds_err("%zu images rejected, more than --max-reject %lld (see %s/rejected.txt)", r.rejected, max_reject, out);
         status = 1;
     }

@@ -97,9 +97,23 @@ static char *prepare_dir(const char *dir, const char *root, const char *what)
     return abs;
 }
 
+/* Whether file a exists and holds other bytes than file b. */
+static int replaced(const char *a, const char *b)
+{
+    size_t la, lb;
+    if (access(a, F_OK)) return 0;
+    char *x = ds_read_file(a, &la), *y = ds_read_file(b, &lb);
+    int differs = !x || !y || la != lb || memcmp(x, y, la);
+    free(x);
+    free(y);
+    return differs;
+}
+
 /* The three files appear together: each is written whole under a ".new" name first, and
- * only when all three exist are they renamed over the old ones. */
-static int write_outputs(const char *out, const ds_split_tree *t, const char *train_root,
+ * only when all three exist are they renamed over the old ones. Files of an earlier run
+ * that this one changes (another seed, --val or tree) are named in one line: they are
+ * cheap to make again, but whatever was packed from them no longer matches. */
+static int write_outputs(const char *out_name, const char *out, const ds_split_tree *t, const char *train_root,
                          const char *val_root, const ds_manifest_entry *train, size_t ntrain,
                          const ds_manifest_entry *val, size_t nval)
 {
@@ -115,7 +129,14 @@ static int write_outputs(const char *out, const ds_split_tree *t, const char *tr
     int rc = ds_classes_write(fresh[0], classes, t->nclasses);
     if (rc == 0) rc = ds_manifest_write(fresh[1], train_root, train, ntrain);
     if (rc == 0) rc = ds_manifest_write(fresh[2], val_root, val, nval);
+    char changed[64] = "";
+    for (int i = 0; i < 3 && rc == 0; i++)
+        if (replaced(final[i], fresh[i])) snprintf(changed + strlen(changed), sizeof changed - strlen(changed), "%s%s",
+                                                   changed[0] ? ", " : "", names[i]);
     for (int i = 0; i < 3 && rc == 0; i++) rc = ds_commit_file(fresh[i], final[i]);
+    if (rc == 0 && changed[0])
+        ds_info("replaced %s in %s: they held another split (an earlier run with other --seed, --val or ROOT)",
+                changed, out_name);
     for (int i = 0; i < 3; i++) {
         if (rc) unlink(fresh[i]);
         free(final[i]);
@@ -278,6 +299,10 @@ int main(int argc, char **argv)
 
     for (size_t i = 0; i < t.nskipped; i++)
         ds_debug("skipped %s/%s (%s)", t.root, t.skipped_paths[i], ds_split_skip_name(t.skipped_kind[i]));
+    if (t.skipped[DS_SKIP_BAD_NAME])
+        ds_warn("%zu entries are left out because their names hold a TAB, a newline or bytes that are not UTF-8 "
+                "(a manifest line and a shard's /paths cannot hold them): rename them to include them%s",
+                t.skipped[DS_SKIP_BAD_NAME], ds_verbosity > 0 ? "" : " (-v lists them)");
     int empty = 0;
     for (int c = 0; c < t.nclasses; c++) {
         if (t.classes[c].n) continue;
@@ -296,7 +321,15 @@ int main(int argc, char **argv)
         train_root = ds_path_join(mat_abs, "train");
         val_root = ds_path_join(mat_abs, "val");
     }
-    int rc = write_outputs(out_abs, &t, train_root, val_root, train, ntrain, val, nval);
+    /* Every --materialize conflict is found before the manifests are written, so a refused
+     * rerun leaves the earlier run's manifests (and a half-done move's record) as they were. */
+    int rc = 0;
+    if (mat_abs)
+        rc = ds_materialize_check(mat_abs, "train", "val", t.root, train, ntrain, how) ||
+                     ds_materialize_check(mat_abs, "val", "train", t.root, val, nval, how)
+                 ? -1
+                 : 0;
+    if (rc == 0) rc = write_outputs(out_dir, out_abs, &t, train_root, val_root, train, ntrain, val, nval);
 
     size_t placed = 0, present = 0;
     if (rc == 0 && mat_abs) {
