@@ -303,6 +303,7 @@ int main(int argc, char **argv)
         .smoothing = (float)label_smoothing, .log_every = (int)log_every, .ckpt_steps = ckpt_steps,
         .max_steps = max_steps, .keep = (int)keep, .start_step = start_step, .meta = &meta,
         .pause_after_step = ds_test_hooks_get()->pause_after_step,
+        .nan_val_epoch = ds_test_hooks_get()->nan_val_epoch,
     };
     char computes[128];
     ds_info("%s on %s, %d rank%s, gradients summed %s; %zu training images of %dx%d, %d classes; lr %g", arch,
