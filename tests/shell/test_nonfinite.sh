@@ -65,6 +65,15 @@ done
 expect_status dseval_nan_text 1 dseval "$T/nan.h5" "$T/val"
 grep -q "^top-1 0.00%  top-5 0.00%  loss nan  count 16 " "$T/out" && grep -q "error: 16 of 16 images" "$T/err" &&
     pass dseval_nan_text_result || fail dseval_nan_text_result "$(cat "$T/out" "$T/err")"
+# Under mpirun the ranks' counts are summed: every image once, each of them non-finite, exit 1.
+if command -v mpirun >/dev/null; then
+    expect_status dseval_nan_3_ranks 1 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 3 dseval --json \
+        --threads 1 "$T/nan.h5" "$T/val"
+    [ "$(field "$T/out" nonfinite)" = 16 ] && [ "$(field "$T/out" count)" = 16 ] && pass nonfinite_summed_over_ranks ||
+        fail nonfinite_summed_over_ranks "$(cat "$T/out" "$T/err")"
+else
+    echo "SKIP nonfinite_summed_over_ranks: mpirun not found"
+fi
 # the same Inf with the checksum dstrain wrote: named as damage before anything is evaluated
 poison "$T/run/last.h5" "$T/stale.h5" model/conv1.weight inf stale || fail poison
 expect_status dseval_stale_checksum 1 dseval --json "$T/stale.h5" "$T/val"
