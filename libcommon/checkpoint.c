@@ -3,7 +3,12 @@
  *
  * HDF5's automatic error printing is off while these functions run; each failure becomes one
  * ds_err line naming the file and the object. Loading reads and checks every tensor into
- * host memory before it touches the model, so a refused file leaves the model as it was. */
+ * host memory before it touches the model, so a refused file leaves the model as it was.
+ *
+ * Every numeric dataset (each /model/<name> and /optimizer/<name>, /metrics) carries its
+ * checksum, the attribute CHECKSUM_ATTR: XXH3-64 (seed 0) of its elements as the file stores
+ * them (its file type, row-major). The writer hashes the buffer it writes, the reader the bytes it
+ * reads before any conversion, so a flipped bit anywhere in a tensor is named at load. */
 #include "checkpoint_internal.h"
 
 #include <errno.h>
@@ -17,6 +22,14 @@
 #include "fsutil.h"
 #include "h5util.h"
 #include "log.h"
+
+#if defined(__x86_64__)
+#include <xxh_x86dispatch.h>   /* XXH3 at the widest vector width this CPU has, as shard.c */
+#else
+#include <xxhash.h>
+#endif
+
+#define CHECKSUM_ATTR "xxh3_64"
 
 /* ---- meta ---- */
 
@@ -149,6 +162,85 @@ static hid_t metrics_type(void)
     return t;
 }
 
+/* ---- checksums ---- */
+
+/* *h = XXH3-64 of the n elements of mem_t at data as a file stores them in file_t. */
+static int stored_hash(hid_t file_t, hid_t mem_t, const void *data, size_t n, uint64_t *h)
+{
+    size_t fs = H5Tget_size(file_t), ms = H5Tget_size(mem_t);
+    htri_t same = H5Tequal(file_t, mem_t);
+    if (!fs || !ms || same < 0) return -1;
+    if (n == 0 || same) {
+        *h = XXH3_64bits(n ? data : "", n * fs);
+        return 0;
+    }
+    /* the file's byte order or width is not the host's: hash what HDF5 will store */
+    void *buf = ds_xmalloc(n * (fs > ms ? fs : ms));
+    memcpy(buf, data, n * ms);
+    int rc = H5Tconvert(mem_t, file_t, n, buf, NULL, H5P_DEFAULT) < 0 ? -1 : 0;
+    if (!rc) *h = XXH3_64bits(buf, n * fs);
+    free(buf);
+    return rc;
+}
+
+/* ds_h5_write_dataset, and the dataset's checksum attribute. */
+static int write_checked(hid_t loc, const char *name, hid_t file_t, hid_t mem_t, int rank, const hsize_t *dims,
+                         const void *data)
+{
+    size_t n = 1;
+    for (int i = 0; i < rank; i++) n *= (size_t)dims[i];
+    uint64_t h;
+    if (stored_hash(file_t, mem_t, data, n, &h) || ds_h5_write_dataset(loc, name, file_t, mem_t, rank, dims, data))
+        return -1;
+    hid_t d = H5Dopen2(loc, name, H5P_DEFAULT);
+    if (d < 0) return -1;
+    int rc = ds_h5_attr_write(d, CHECKSUM_ATTR, H5T_STD_U64LE, H5T_NATIVE_UINT64, 0, &h);
+    if (H5Dclose(d) < 0) rc = -1;
+    return rc;
+}
+
+/* Reads the n elements of dataset d (/obj of path) into out as mem_t. When d carries a
+ * checksum, the stored bytes are read unconverted, hashed and compared before they are
+ * converted into out; *checked says whether it had one. -1 with a message naming the file
+ * and the dataset. */
+static int read_checked(hid_t d, const char *path, const char *obj, hid_t mem_t, size_t n, void *out, int *checked)
+{
+    htri_t has = H5Aexists(d, CHECKSUM_ATTR);
+    *checked = has > 0;
+    if (has < 0) return ds_err("%s: cannot read /%s (truncated or damaged file)", path, obj);
+    if (!has) {
+        if (n && H5Dread(d, mem_t, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
+            return ds_err("%s: cannot read /%s (truncated or damaged file)", path, obj);
+        return 0;
+    }
+    uint64_t want;
+    if (ds_h5_attr_read(d, CHECKSUM_ATTR, H5T_INTEGER, H5T_NATIVE_UINT64, 1, &want))
+        return ds_err("%s: /%s: its %s attribute is not an integer scalar", path, obj, CHECKSUM_ATTR);
+    hid_t ft = H5Dget_type(d);
+    size_t fs = ft >= 0 ? H5Tget_size(ft) : 0, ms = H5Tget_size(mem_t);
+    htri_t same = ft >= 0 ? H5Tequal(ft, mem_t) : -1;
+    int rc = 0;
+    void *raw = same > 0 ? out : ds_xmalloc(n * (fs > ms ? fs : ms) + 1);
+    if (same < 0 || !fs || !ms || (n && H5Dread(d, ft, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw) < 0))
+        rc = ds_err("%s: cannot read /%s (truncated or damaged file)", path, obj);
+    uint64_t got = rc ? 0 : XXH3_64bits(raw, n * fs);
+    if (!rc && got != want)
+        rc = ds_err("%s: /%s is corrupt: its stored bytes hash to %llu, its %s attribute holds %llu (the file "
+                    "changed after dstrain wrote it: restore it from a copy)",
+                    path, obj, (unsigned long long)got, CHECKSUM_ATTR, (unsigned long long)want);
+    if (!rc && same == 0 && n) {   /* another width or byte order than the host's */
+        void *bkg = ds_xcalloc(n, ms);
+        if (H5Tconvert(ft, mem_t, n, raw, bkg, H5P_DEFAULT) < 0)
+            rc = ds_err("%s: cannot convert /%s from its stored type", path, obj);
+        else
+            memcpy(out, raw, n * ms);
+        free(bkg);
+    }
+    if (raw != out) free(raw);
+    if (ft >= 0) H5Tclose(ft);
+    return rc;
+}
+
 /* ---- save ---- */
 
 /* One group of tensors: /model (params, buffers, counters) or /optimizer (momentum). */
@@ -168,13 +260,13 @@ static int write_tensors(hid_t f, const char *group, ds_model *m, int momentum, 
         if (t->kind == DS_TENSOR_COUNTER) {
             int64_t v;
             ds_model_tensor_get(m, i, &v);
-            rc = ds_h5_write_dataset(g, t->name, H5T_STD_I64LE, H5T_NATIVE_INT64, 0, dims, &v);
+            rc = write_checked(g, t->name, H5T_STD_I64LE, H5T_NATIVE_INT64, 0, dims, &v);
             continue;
         }
         if (t->count > cap) buf = ds_xrealloc(buf, (cap = t->count) * sizeof *buf);
         if (momentum) rc = ds_model_momentum_get(m, i, buf);
         else ds_model_tensor_get(m, i, buf);
-        if (!rc) rc = ds_h5_write_dataset(g, t->name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, t->ndim, dims, buf);
+        if (!rc) rc = write_checked(g, t->name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, t->ndim, dims, buf);
     }
     free(buf);
     if (H5Gclose(g) < 0) rc = -1;
@@ -226,7 +318,7 @@ static int write_meta(hid_t f, ds_model *m, const ds_ckpt_meta *meta, const char
     hid_t mt = metrics_type();
     if (mt < 0) return -1;
     dims[0] = (hsize_t)meta->nmetrics;
-    rc = ds_h5_write_dataset(f, "metrics", mt, mt, 1, dims, meta->metrics);
+    rc = write_checked(f, "metrics", mt, mt, 1, dims, meta->metrics);
     H5Tclose(mt);
     return rc;
 }
@@ -308,17 +400,17 @@ static int read_metrics(hid_t f, const char *path, ds_ckpt_meta *meta)
     hid_t mt = metrics_type(), d = H5Dopen2(f, "metrics", H5P_DEFAULT);
     hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
     hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
-    int rc = -1;
+    int rc = -1, checked;
     if (mt >= 0 && n >= 0) {
         meta->metrics = ds_xcalloc((size_t)(n ? n : 1), sizeof *meta->metrics);
         meta->nmetrics = (int)n;
-        rc = n == 0 || H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, meta->metrics) >= 0 ? 0 : -1;
+        rc = read_checked(d, path, "metrics", mt, (size_t)n, meta->metrics, &checked) ? -2 : 0;
     }
     if (sp >= 0) H5Sclose(sp);
     if (d >= 0) H5Dclose(d);
     if (mt >= 0) H5Tclose(mt);
-    if (rc) return ds_err("%s: /metrics unreadable", path);
-    return 0;
+    if (rc == -1) return ds_err("%s: /metrics unreadable", path);
+    return rc ? -1 : 0;
 }
 
 static int read_meta(hid_t f, const char *path, ds_ckpt_meta *meta)
@@ -376,8 +468,9 @@ int ds_ckpt_read_meta(const char *path, ds_ckpt_meta *meta)
 }
 
 /* Reads /group/<name> into host (float[count], or int64 for a counter) after checking it
- * exists with the tensor's shape and type class. */
-static int read_tensor(hid_t f, const char *path, const char *group, const ds_tensor_info *t, void *host)
+ * exists with the tensor's shape and type class, and its checksum where it has one (*checked). */
+static int read_tensor(hid_t f, const char *path, const char *group, const ds_tensor_info *t, void *host,
+                       int *checked)
 {
     char obj[160];
     snprintf(obj, sizeof obj, "%s/%s", group, t->name);
@@ -403,11 +496,13 @@ static int read_tensor(hid_t f, const char *path, const char *group, const ds_te
                 o += snprintf(got + o, sizeof got - o, "%s%llu", i ? ", " : "", (unsigned long long)dims[i]);
         }
     }
-    if (ok) ok = H5Dread(d, counter ? H5T_NATIVE_INT64 : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, host) >= 0 ? 1 : -1;
+    if (ok)
+        ok = read_checked(d, path, obj, counter ? H5T_NATIVE_INT64 : H5T_NATIVE_FLOAT, counter ? 1 : t->count, host,
+                          checked) ? -1 : 1;
     if (sp >= 0) H5Sclose(sp);
     if (ty >= 0) H5Tclose(ty);
     H5Dclose(d);
-    if (ok == -1) return ds_err("%s: cannot read /%s (truncated or damaged file)", path, obj);
+    if (ok == -1) return -1;
     if (!ok && counter) return ds_err("%s: /%s is not an integer scalar", path, obj);
     if (!ok && !got[0] && !want[0]) return ds_err("%s: /%s is not a float dataset", path, obj);
     if (!ok) return ds_err("%s: /%s has shape [%s], the model expects float [%s]", path, obj, got, want);
@@ -424,7 +519,8 @@ int ds_ckpt_load(const char *path, ds_model *m, ds_ckpt_meta *meta_out, int flag
     int nt = ds_model_tensor_count(m), rc = -1;
     void **host = ds_xcalloc((size_t)nt, sizeof *host);
     void **mom = ds_xcalloc((size_t)nt, sizeof *mom);
-    int with_mom = 0;
+    int with_mom = 0, checked, nchecked = 0, nunchecked = 0;
+    char unchecked[160] = "";   /* the first tensor without a checksum */
     hid_t f = open_checkpoint(path);
     if (f < 0 || read_meta(f, path, &meta)) goto out;
     if (strcmp(meta.arch, cfg->arch)) {
@@ -441,12 +537,26 @@ int ds_ckpt_load(const char *path, ds_model *m, ds_ckpt_meta *meta_out, int flag
         const ds_tensor_info *t = ds_model_tensor(m, i);
         if ((flags & DS_CKPT_SKIP_FC) && !strncmp(t->name, "fc.", 3)) continue;
         host[i] = ds_xmalloc(t->kind == DS_TENSOR_COUNTER ? sizeof(int64_t) : t->count * sizeof(float));
-        if (read_tensor(f, path, "model", t, host[i])) goto out;
+        if (read_tensor(f, path, "model", t, host[i], &checked)) goto out;
+        nchecked += checked, nunchecked += !checked;
+        if (!checked && !unchecked[0]) snprintf(unchecked, sizeof unchecked, "/model/%s", t->name);
         if (with_mom && t->kind == DS_TENSOR_PARAM) {
             mom[i] = ds_xmalloc(t->count * sizeof(float));
-            if (read_tensor(f, path, "optimizer", t, mom[i])) goto out;
+            if (read_tensor(f, path, "optimizer", t, mom[i], &checked)) goto out;
+            nchecked += checked, nunchecked += !checked;
+            if (!checked && !unchecked[0]) snprintf(unchecked, sizeof unchecked, "/optimizer/%s", t->name);
         }
     }
+    /* dstrain checksums every tensor it writes: one without, beside others with, lost its
+     * attribute to damage. A file with none (an older build's, or an import) loads unverified. */
+    if (nchecked && nunchecked) {
+        ds_err("%s: tensor %s has no %s checksum where %d others have one (the file changed after dstrain wrote "
+               "it: restore it from a copy)", path, unchecked, CHECKSUM_ATTR, nchecked);
+        goto out;
+    }
+    if (nunchecked)
+        ds_debug("%s: its tensors carry no %s checksums (written by an older build or an import): loaded unverified",
+                 path, CHECKSUM_ATTR);
     /* Everything is read and checked: now the model changes. */
     for (int i = 0; i < nt; i++) {
         if (host[i]) ds_model_tensor_set(m, i, host[i]);

@@ -3,6 +3,7 @@
 #include "fsutil.h"
 #include "log.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +61,8 @@ static void count_batch(const ds_backend *be, eval_slot *s, const ds_eval_option
     be->mark_wait(s->mark);
     if (o->flip)   /* the mean of the two passes, in one order: the same bits on every device */
         for (size_t i = 0; i < (size_t)s->n * C; i++) s->logits[i] = 0.5f * (s->logits[i] + s->mirrored[i]);
+    if (o->nan_first && *done == 0)
+        for (int c = 0; c < C; c++) s->logits[c] = NAN;
     ds_topk_add(t, s->logits, s->labels, s->valid, s->n);
     if (o->logits) memcpy(o->logits + *done * C, s->logits, (size_t)s->n * C * sizeof *s->logits);
     if (o->valid) memcpy(o->valid + *done, s->valid, (size_t)s->n);

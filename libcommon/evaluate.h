@@ -18,6 +18,8 @@ typedef struct {
     int progress;            /* ds_progress_start's `enabled` */
     int flip;                /* test-time augmentation: each batch also runs mirrored left to right, and
                                 an image's logits are the mean of its two passes' (FFCV's evaluation) */
+    int nan_first;           /* DS_TESTHOOK_NAN_VAL_EPOCH (testhook.h): this rank's first image is
+                                scored from NaN logits */
 } ds_eval_options;
 
 /* What an evaluation of src's images at crop measures, by name, into buf: the stored images

@@ -315,6 +315,7 @@ int ds_metrics_log_epoch(ds_metrics_log *m, const ds_metrics_epoch *r)
         ds_json_double(&j, "val_top1", r->val_top1, "%.6f");
         ds_json_double(&j, "val_top5", r->val_top5, "%.6f");
         ds_json_double(&j, "val_loss", r->val_loss, "%.6g");
+        ds_json_int(&j, "val_nonfinite", r->val_nonfinite);
         ds_json_int(&j, "val_crop", r->val_crop);
         ds_json_string(&j, "protocol", r->protocol);
     }
@@ -326,6 +327,7 @@ int ds_metrics_log_epoch(ds_metrics_log *m, const ds_metrics_epoch *r)
         ds_json_double(&j, "top1", r->std_top1, "%.6f");
         ds_json_double(&j, "top5", r->std_top5, "%.6f");
         ds_json_double(&j, "loss", r->std_loss, "%.6g");
+        ds_json_int(&j, "nonfinite", r->std_nonfinite);
         ds_json_string(&j, "protocol", r->std_protocol);
         ds_json_end(&j);
     }

@@ -66,10 +66,12 @@ typedef struct {
     long rss_kb;
     int have_val;
     double val_top1, val_top5, val_loss;
+    int64_t val_nonfinite;   /* images whose logits held a NaN or an Inf (counted wrong) */
     int val_crop;
     const char *protocol;
     int have_standard;
     double std_top1, std_top5, std_loss;
+    int64_t std_nonfinite;
     const char *std_protocol;
 } ds_metrics_epoch;
 int ds_metrics_log_epoch(ds_metrics_log *m, const ds_metrics_epoch *r);

@@ -28,6 +28,8 @@ static const hook_spec specs[] = {
     {"DS_TESTHOOK_PAUSE_AFTER_STEP", &hooks.pause_after_step, 0, INT64_MAX,
      "dstrain waits for a signal once that step is done"},
     {"DS_TESTHOOK_PAUSE_BEFORE_EXIT", &hooks.pause_before_exit, 0, 1, "the tool waits for a signal before it exits"},
+    {"DS_TESTHOOK_NAN_VAL_EPOCH", &hooks.nan_val_epoch, 0, INT64_MAX,
+     "dstrain's validation after that epoch scores each rank's first image from NaN logits"},
 };
 #define NSPECS (sizeof specs / sizeof specs[0])
 

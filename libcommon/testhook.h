@@ -16,7 +16,9 @@
  *                                   checkpoint and epoch end written when due), wait for
  *                                   SIGINT or SIGTERM, then stop as for that signal
  *   DS_TESTHOOK_PAUSE_BEFORE_EXIT=1 dstrain or dspack, its work done and written, waits for a
- *                                   signal before it exits (a kill then always finds it alive) */
+ *                                   signal before it exits (a kill then always finds it alive)
+ *   DS_TESTHOOK_NAN_VAL_EPOCH=N     dstrain: the validation after epoch N scores each rank's first
+ *                                   image from NaN logits, as a model gone non-finite would give */
 #ifndef DS_TESTHOOK_H
 #define DS_TESTHOOK_H
 
@@ -26,6 +28,7 @@ typedef struct {
     int64_t read_delay_ms;     /* DS_TESTHOOK_READ_DELAY_MS (0-10000); 0: off */
     int64_t pause_after_step;  /* DS_TESTHOOK_PAUSE_AFTER_STEP; 0: off */
     int64_t pause_before_exit; /* DS_TESTHOOK_PAUSE_BEFORE_EXIT (0 or 1); 0: off */
+    int64_t nan_val_epoch;     /* DS_TESTHOOK_NAN_VAL_EPOCH; 0: off */
 } ds_test_hooks;
 
 /* Reads every DS_TESTHOOK_* variable (once; later calls return the first answer): 0, or -1 with a

@@ -33,17 +33,22 @@ void ds_topk_add(ds_topk *t, const float *logits, const int32_t *labels, const u
         const float *z = logits + (size_t)i * C;
         int y = labels[i];
         float zy = z[y], zmax = z[0];
-        int rank = 0;
+        int rank = 0, finite = 1;
         for (int c = 0; c < C; c++) {
             if (z[c] > zy || (z[c] == zy && c < y)) rank++;
             if (z[c] > zmax) zmax = z[c];
+            finite &= isfinite(z[c]) != 0;
+        }
+        t->count++;
+        t->class_count[y]++;
+        if (!finite) {   /* wrong whatever the comparisons said: a NaN label logit has rank 0 */
+            t->nonfinite++;
+            continue;
         }
         /* log-sum-exp in double: the loss of a confident wrong answer stays finite */
         double s = 0;
         for (int c = 0; c < C; c++) s += exp((double)z[c] - zmax);
         t->loss_sum += log(s) + zmax - zy;
-        t->count++;
-        t->class_count[y]++;
         if (rank < 1) t->top1++, t->class_top1[y]++;
         if (rank < 5) t->top5++, t->class_top5[y]++;
     }
@@ -52,24 +57,28 @@ void ds_topk_add(ds_topk *t, const float *logits, const int32_t *labels, const u
 void ds_topk_reduce(ds_topk *t)
 {
     int C = t->num_classes;
-    size_t n = 3 + 3 * (size_t)C;
+    size_t n = 4 + 3 * (size_t)C;
     int64_t *v = ds_xmalloc(n * sizeof *v);
-    v[0] = t->count, v[1] = t->top1, v[2] = t->top5;
-    memcpy(v + 3, t->class_count, (size_t)C * sizeof *v);
-    memcpy(v + 3 + C, t->class_top1, (size_t)C * sizeof *v);
-    memcpy(v + 3 + 2 * C, t->class_top5, (size_t)C * sizeof *v);
+    v[0] = t->count, v[1] = t->top1, v[2] = t->top5, v[3] = t->nonfinite;
+    memcpy(v + 4, t->class_count, (size_t)C * sizeof *v);
+    memcpy(v + 4 + C, t->class_top1, (size_t)C * sizeof *v);
+    memcpy(v + 4 + 2 * C, t->class_top5, (size_t)C * sizeof *v);
     ds_comm_allreduce_sum_i64(v, n);
-    t->count = v[0], t->top1 = v[1], t->top5 = v[2];
-    memcpy(t->class_count, v + 3, (size_t)C * sizeof *v);
-    memcpy(t->class_top1, v + 3 + C, (size_t)C * sizeof *v);
-    memcpy(t->class_top5, v + 3 + 2 * C, (size_t)C * sizeof *v);
+    t->count = v[0], t->top1 = v[1], t->top5 = v[2], t->nonfinite = v[3];
+    memcpy(t->class_count, v + 4, (size_t)C * sizeof *v);
+    memcpy(t->class_top1, v + 4 + C, (size_t)C * sizeof *v);
+    memcpy(t->class_top5, v + 4 + 2 * C, (size_t)C * sizeof *v);
     free(v);
     ds_comm_allreduce_sum_f64(&t->loss_sum, 1);
 }
 
 double ds_topk_top1(const ds_topk *t) { return t->count ? (double)t->top1 / t->count : 0; }
 double ds_topk_top5(const ds_topk *t) { return t->count ? (double)t->top5 / t->count : 0; }
-double ds_topk_loss(const ds_topk *t) { return t->count ? t->loss_sum / t->count : 0; }
+double ds_topk_loss(const ds_topk *t)
+{
+    if (t->nonfinite) return NAN;
+    return t->count ? t->loss_sum / t->count : 0;
+}
 
 int ds_topk_write_csv(const ds_topk *t, const char *path, char *const *classes)
 {
@@ -90,8 +99,11 @@ int ds_topk_write_csv(const ds_topk *t, const char *path, char *const *classes)
             fputs(name, a.f);
         }
         int64_t n = t->class_count[c];
-        fprintf(a.f, ",%d,%lld,%.6f,%.6f\n", c, (long long)n, n ? (double)t->class_top1[c] / n : 0.0,
-                n ? (double)t->class_top5[c] / n : 0.0);
+        if (n)
+            fprintf(a.f, ",%d,%lld,%.6f,%.6f\n", c, (long long)n, (double)t->class_top1[c] / n,
+                    (double)t->class_top5[c] / n);
+        else
+            fprintf(a.f, ",%d,0,,\n", c);
     }
     return ds_atomic_commit(&a);
 }

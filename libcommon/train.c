@@ -133,11 +133,12 @@ static int save(run *r, int64_t g, int best)
 static int logging(const run *r) { return r->p->loader.rank == 0 && r->log.f; }
 static void log_failed(void) { ds_warn("metrics.jsonl could not be written; training goes on"); }
 
-/* One validation pass at crop x crop centre crops into t (summed over the ranks). */
-static int validate(run *r, ds_topk *t, int crop)
+/* One validation pass at crop x crop centre crops into t (summed over the ranks); nan_first:
+ * the test hook's poisoned first image. */
+static int validate(run *r, ds_topk *t, int crop, int nan_first)
 {
     const ds_train_plan *p = r->p;
-    ds_eval_options o = {.progress = 0};
+    ds_eval_options o = {.progress = 0, .nan_first = nan_first};
     if (ds_loader_set_crop(r->val_loader, crop)) return -1;
     memcpy(o.mean, p->meta->mean, sizeof o.mean);
     memcpy(o.std, p->meta->std, sizeof o.std);
@@ -197,7 +198,8 @@ static int end_epoch(run *r, int64_t e, int64_t g, double lr)
     int have_val = p->val != NULL && (p->val_every <= 1 || (e + 1) % p->val_every == 0 || e + 1 == p->epochs);
     int have_std = have_val && p->standard_crop > 0;
     ds_comm_set_where("validation of epoch %lld", (long long)e + 1);
-    if ((have_val && validate(r, &t, p->val_crop)) || (have_std && validate(r, &st, p->standard_crop))) {
+    if ((have_val && validate(r, &t, p->val_crop, p->nan_val_epoch == e + 1)) ||
+        (have_std && validate(r, &st, p->standard_crop, 0))) {
         ds_topk_free(&t);
         ds_topk_free(&st);
         return -1;
@@ -207,7 +209,6 @@ static int end_epoch(run *r, int64_t e, int64_t g, double lr)
     ds_metrics_row row = {.epoch = e + 1, .train_loss = loss, .val_top1 = have_val ? ds_topk_top1(&t) : NAN,
                           .val_top5 = have_val ? ds_topk_top5(&t) : NAN, .images_per_s = ips,
                           .seconds = r->epoch_seconds};
-    ds_ckpt_meta_add_metrics(p->meta, &row);
     ds_metrics_epoch er = {.step = g, .epoch = e + 1, .crop = r->crop, .loss = loss, .lr = lr, .images_per_sec = ips,
                            .seconds = r->epoch_seconds, .data_wait = wait, .rss_kb = rss_kb(), .have_val = have_val};
     /* the standard protocol, when measured beside another, in its own words and field */
@@ -218,10 +219,13 @@ static int end_epoch(run *r, int64_t e, int64_t g, double lr)
                  100 * ds_topk_top1(&st), 100 * ds_topk_top5(&st));
         er.have_standard = 1, er.std_protocol = std_name;
         er.std_top1 = ds_topk_top1(&st), er.std_top5 = ds_topk_top5(&st), er.std_loss = ds_topk_loss(&st);
+        er.std_nonfinite = st.nonfinite;
     }
+    int64_t nonfinite = t.nonfinite + st.nonfinite, scored = t.count + st.count;
     ds_topk_free(&st);
     if (have_val) {
         er.val_top1 = row.val_top1, er.val_top5 = row.val_top5, er.val_loss = ds_topk_loss(&t);
+        er.val_nonfinite = t.nonfinite;
         er.val_crop = p->val_crop, er.protocol = r->protocol;
         ds_info("epoch %lld/%lld  crop %d  train loss %.4f  val top-1 %.2f%%  top-5 %.2f%%  loss %.4f  (%lld images, "
                 "%s; %.0f img/s, %.0f s, RSS %.1f MB)%s%s",
@@ -232,8 +236,16 @@ static int end_epoch(run *r, int64_t e, int64_t g, double lr)
         ds_info("epoch %lld/%lld  crop %d  train loss %.4f  (%.0f img/s, %.0f s, RSS %.1f MB)%s", (long long)(e + 1),
                 (long long)p->epochs, r->crop, loss, ips, r->epoch_seconds, er.rss_kb / 1024.0, note);
     }
+    if (nonfinite)
+        ds_warn("epoch %lld: %lld of %lld validation images gave non-finite outputs (NaN or Inf logits), counted "
+                "as wrong: this epoch has no val score and never becomes best.h5",
+                (long long)(e + 1), (long long)nonfinite, (long long)scored);
     if (logging(r) && ds_metrics_log_epoch(&r->log, &er)) log_failed();
-    int best = have_val && row.val_top1 > r->best_top1;
+    /* the checkpoint's row records no score for such a validation, so a resume never takes it
+     * for the best either */
+    if (nonfinite) row.val_top1 = row.val_top5 = NAN;
+    ds_ckpt_meta_add_metrics(p->meta, &row);
+    int best = have_val && !nonfinite && row.val_top1 > r->best_top1;
     if (best) r->best_top1 = row.val_top1;
     ds_topk_free(&t);
     r->epoch_loss_sum = r->epoch_seconds = 0;
@@ -373,8 +385,10 @@ static int setup(run *r, ds_model *m, const ds_train_plan *p)
     r->be = ds_model_backend(m);
     r->saved_step = -1;
     r->best_top1 = -1;
-    for (int i = 0; i < p->meta->nmetrics; i++)
-        if (p->meta->metrics[i].val_top1 > r->best_top1) r->best_top1 = p->meta->metrics[i].val_top1;
+    for (int i = 0; i < p->meta->nmetrics; i++) {   /* NaN: not validated, or no score (non-finite) */
+        double v = p->meta->metrics[i].val_top1;
+        if (v >= 0 && v <= 1 && v > r->best_top1) r->best_top1 = v;
+    }
     const ds_loader_config *tc = &p->loader;
     if (!(r->train_loader = ds_loader_new(p->train, tc))) return -1;
     ds_loader_config vc = *tc;

@@ -50,6 +50,8 @@ typedef struct {
     int64_t pause_after_step; /* DS_TESTHOOK_PAUSE_AFTER_STEP (testhook.h): once this step is done,
                                 wait for a signal; 0: never */
     int progress;            /* the bar over the whole run: 1 always, -1 on a terminal (rank 0) */
+    int64_t nan_val_epoch;   /* DS_TESTHOOK_NAN_VAL_EPOCH (testhook.h): the validation after this
+                                epoch scores each rank's first image from NaN logits; 0: never */
     ds_ckpt_meta *meta;      /* everything a checkpoint records besides the tensors: config,
                                 classes, data size and fit, metrics rows so far; updated */
 } ds_train_plan;

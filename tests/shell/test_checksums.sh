@@ -4,7 +4,9 @@
 # bad shard, image and field, dstrain and dseval stop on a flipped pixel byte naming shard,
 # index and source path, in both layouts (contiguous, --compress), and on a flipped label bit
 # or path byte naming the image and the field; shards packed before checksums still read,
-# unchecked.
+# unchecked. Checkpoint tensors: each carries the XXH3-64 of its stored bytes, and a flipped
+# bit in one is named by dseval, dstrain --init and --resume; a checkpoint without checksums
+# still loads.
 . "$(dirname "$0")/lib.sh"
 
 make_bar_images "$T/tree" 16 4 1 || { fail data "cannot make the synthetic set"; finish; }
@@ -208,6 +210,53 @@ cp -r "$T/c" "$T/alg"
 expect_status dseval_unknown_algorithm 1 dseval "$T/run/last.h5" "$T/alg"
 grep -q "shard-00001.h5: not a valid shard: /checksums has no 'algorithm' attribute or not 'xxh3-64'" "$T/err" &&
     pass unknown_algorithm_named || fail unknown_algorithm_named "$(cat "$T/err")"
+
+# --- checkpoint tensors ---
+# ckflip FILE DATASET: flips one exponent bit of the dataset's second float where the file
+# holds its bytes (below HDF5, as a disk or a copy would).
+ckflip() {
+    "$PYTHON" - "$1" "$2" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    at = f[sys.argv[2]].id.get_offset() + 4 + 3   # little-endian float32: byte 3 holds the exponent
+with open(sys.argv[1], "r+b") as f:
+    f.seek(at)
+    b = f.read(1)
+    f.seek(at)
+    f.write(bytes([b[0] ^ 0x40]))
+PY
+}
+h5dump -A -a model/conv1.weight/xxh3_64 "$T/run/last.h5" >"$T/h" 2>&1
+grep -q 'H5T_STD_U64LE' "$T/h" && h5dump -A -a optimizer/fc.weight/xxh3_64 -a metrics/xxh3_64 "$T/run/last.h5"     >/dev/null 2>&1 && pass checkpoint_checksum_schema || fail checkpoint_checksum_schema "$(cat "$T/h")"
+cp "$T/run/last.h5" "$T/wflip.h5"
+ckflip "$T/wflip.h5" model/layer2.0.conv1.weight || fail ckflip
+ckbad() { grep -q "$2: /$3 is corrupt: its stored bytes hash to [0-9]*, its xxh3_64 attribute holds [0-9]* (the file changed after dstrain wrote it" "$1"; }
+expect_status dseval_refuses_flipped_weight 1 dseval "$T/wflip.h5" "$T/c"
+ckbad "$T/err" wflip.h5 model/layer2.0.conv1.weight && pass dseval_names_flipped_tensor ||
+    fail dseval_names_flipped_tensor "$(cat "$T/err")"
+expect_status init_refuses_flipped_weight 1 dstrain --train "$T/c" "${TRAIN[@]}" --init "$T/wflip.h5" -o "$T/run_init"
+ckbad "$T/err" wflip.h5 model/layer2.0.conv1.weight && pass init_names_flipped_tensor ||
+    fail init_names_flipped_tensor "$(cat "$T/err")"
+# --resume reads the momentum too: a flip there is named, where dseval (weights only) reads none of it
+cp -r "$T/run" "$T/run_m"
+last=$(readlink "$T/run_m/last.h5")
+ckflip "$T/run_m/$last" optimizer/fc.weight || fail ckflip
+expect_status resume_refuses_flipped_momentum 1 dstrain --train "$T/c" "${TRAIN[@]}" --epochs 2 --resume "$T/run_m"
+ckbad "$T/err" "$last" optimizer/fc.weight && pass resume_names_flipped_tensor ||
+    fail resume_names_flipped_tensor "$(cat "$T/err")"
+expect_status dseval_reads_no_momentum 0 dseval "$T/run_m/$last" "$T/c"
+# A checkpoint without checksums (an older build's, or an import's) loads, unverified; --verbose says so.
+cp "$T/run/last.h5" "$T/nosum.h5"
+"$PYTHON" -c "
+import h5py, sys
+with h5py.File(sys.argv[1], 'r+') as f:
+    for g in ('model', 'optimizer'):
+        for d in f[g].values(): del d.attrs['xxh3_64']
+    del f['metrics'].attrs['xxh3_64']
+" "$T/nosum.h5"
+expect_status dseval_loads_unchecked_checkpoint 0 dseval -v "$T/nosum.h5" "$T/c"
+grep -q "nosum.h5: its tensors carry no xxh3_64 checksums" "$T/err" && pass dseval_verbose_says_unverified ||
+    fail dseval_verbose_says_unverified "$(cat "$T/err")"
 
 # --- usage ---
 expect_status verify_with_out 2 dspack --verify -o "$T/x" "$T/c"

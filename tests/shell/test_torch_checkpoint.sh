@@ -105,7 +105,9 @@ for v in ws0 bare; do
     # --lr 0: one step leaves the convolution weights as loaded.
     expect_status "dstrain_init_accepts_$v" 0 dstrain "${TRAIN[@]}" --init "$F" --max-steps 1 -o "$T/init-$v"
     check "dstrain_init_says_initialised_$v" grep -q "initialised from" "$T/err"
-    check "dstrain_init_loads_weights_$v" h5diff "$F" "$T/init-$v/ckpt-00000001.h5" /model/layer4.1.conv2.weight \
+    # (the values: dstrain adds the tensor's xxh3_64 checksum, which the converted file lacks)
+    check "dstrain_init_loads_weights_$v" h5diff --exclude-attribute /model/layer4.1.conv2.weight "$F" \
+        "$T/init-$v/ckpt-00000001.h5" /model/layer4.1.conv2.weight \
         /model/layer4.1.conv2.weight
     expect_status "dstrain_resume_refuses_$v" 1 dstrain "${TRAIN[@]}" --resume "$F" -o "$T/resume-$v"
     check "dstrain_resume_names_world_size_$v" grep -q "error: .*$v.h5: --resume needs the .*world_size" "$T/err"

@@ -1,13 +1,17 @@
 /* test_checkpoint: save -> load gives identical bytes of every tensor, momentum and meta;
  * the typed fields keep the attribute names and types they had as extras, and those left
  * unset are not written; each use asks for its own attributes; the same state saves to the
- * same file bytes; every refusal names the file and leaves the model unchanged; DESIGN §2's
- * attribute table is the code's. */
+ * same file bytes; every refusal names the file and leaves the model unchanged; every numeric
+ * dataset carries the XXH3-64 of its stored bytes, and a flipped byte, a lost checksum or one
+ * of other bytes is named at load while a file with none loads; DESIGN §2's attribute table
+ * is the code's. */
+#include <fcntl.h>
 #include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "../check.h"
 #include "backend.h"
@@ -336,6 +340,233 @@ static void test_refusals(void)
     check_end();
 }
 
+/* A copy of src at dst. */
+static int copy_file(const char *src, const char *dst)
+{
+    size_t len;
+    char *bytes = ds_read_file(src, &len);
+    FILE *f = fopen(dst, "wb");
+    int rc = bytes && f && fwrite(bytes, 1, len, f) == len ? 0 : -1;
+    if (f && fclose(f)) rc = -1;
+    free(bytes);
+    return rc;
+}
+
+/* The stored bytes of dataset d (its own type, unconverted): what the checksum covers. */
+static void *stored_bytes(hid_t d, size_t *len)
+{
+    hid_t t = H5Dget_type(d), sp = H5Dget_space(d);
+    *len = (size_t)H5Sget_simple_extent_npoints(sp) * H5Tget_size(t);
+    void *buf = malloc(*len + 1);
+    if (*len && H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) *len = 0;
+    H5Tclose(t);
+    H5Sclose(sp);
+    return buf;
+}
+
+/* Checks every dataset of group g: its xxh3_64 attribute is the XXH3-64 of its stored bytes. */
+static int checked_datasets(hid_t f, const char *group)
+{
+    hid_t g = H5Gopen2(f, group, H5P_DEFAULT);
+    hsize_t n = 0;
+    H5Gget_num_objs(g, &n);
+    int good = 0;
+    for (hsize_t i = 0; i < n; i++) {
+        char name[128];
+        H5Gget_objname_by_idx(g, i, name, sizeof name);
+        hid_t d = H5Dopen2(g, name, H5P_DEFAULT);
+        size_t len;
+        void *bytes = stored_bytes(d, &len);
+        uint64_t want = XXH3_64bits(bytes, len), got = 0;
+        int has = H5Aexists(d, "xxh3_64") > 0;
+        if (has) {
+            hid_t a = H5Aopen(d, "xxh3_64", H5P_DEFAULT);
+            H5Aread(a, H5T_NATIVE_UINT64, &got);
+            H5Aclose(a);
+        }
+        CHECK(has && got == want, "/%s/%s: xxh3_64 %s %llu, its stored bytes hash to %llu", group, name,
+              has ? "holds" : "missing", (unsigned long long)got, (unsigned long long)want);
+        good += has && got == want;
+        free(bytes);
+        H5Dclose(d);
+    }
+    H5Gclose(g);
+    return good;
+}
+
+/* Flips bits `mask` of byte `at` of dataset obj's data where the file holds it (a contiguous
+ * dataset's offset): a disk's or a copy's damage, below HDF5. */
+static int flip_stored_byte(const char *path, const char *obj, size_t at, unsigned char mask)
+{
+    hid_t h = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = h >= 0 ? H5Dopen2(h, obj, H5P_DEFAULT) : -1;
+    haddr_t off = d >= 0 ? H5Dget_offset(d) : HADDR_UNDEF;
+    if (d >= 0) H5Dclose(d);
+    if (h >= 0) H5Fclose(h);
+    int fd = open(path, O_RDWR);
+    unsigned char c;
+    int rc = off == HADDR_UNDEF || fd < 0 || pread(fd, &c, 1, (off_t)(off + at)) != 1 ? -1 : 0;
+    c ^= mask;
+    if (!rc && pwrite(fd, &c, 1, (off_t)(off + at)) != 1) rc = -1;
+    if (fd >= 0) close(fd);
+    return rc;
+}
+
+/* Runs the load, expecting a refusal whose message holds `want`; the model unchanged. */
+static void refused_saying(ds_model *m, ds_model *orig, const char *path, int flags, const char *want)
+{
+    char *msg_path = path_in("stderr.txt");
+    fflush(stderr);
+    int saved = dup(2), fd = open(msg_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    close(fd);
+    int rc = ds_ckpt_load(path, m, NULL, flags);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    size_t len;
+    char *msg = ds_read_file(msg_path, &len);
+    fprintf(stderr, "  %s", msg ? msg : "(no message)\n");
+    CHECK(rc != 0, "%s accepted", path);
+    CHECK(msg && strstr(msg, want), "the message does not say '%s'", want);
+    CHECK(differing(m, orig) == 0, "%s: model changed by a refused load", path);
+    free(msg);
+}
+
+/* Removes the checksum attribute of every dataset of group (all: a file of an older build) or of
+ * one dataset. */
+static int drop_checksums(const char *path, const char *group, const char *only)
+{
+    hid_t h = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t g = h >= 0 ? H5Gopen2(h, group, H5P_DEFAULT) : -1;
+    hsize_t n = 0;
+    int rc = g >= 0 && H5Gget_num_objs(g, &n) >= 0 ? 0 : -1;
+    for (hsize_t i = 0; !rc && i < n; i++) {
+        char name[128];
+        H5Gget_objname_by_idx(g, i, name, sizeof name);
+        if (only && strcmp(name, only)) continue;
+        if (H5Adelete_by_name(g, name, "xxh3_64", H5P_DEFAULT) < 0) rc = -1;
+    }
+    if (g >= 0) H5Gclose(g);
+    if (h >= 0 && H5Fclose(h) < 0) rc = -1;
+    return rc;
+}
+
+/* Rewrites /model/<tensor> as float64 (as an importer may store it) with a checksum of
+ * `bytes_of`'s bytes: the float64 ones stored, or the float32 ones the reader converts to. */
+static int store_as_double(const char *path, const char *tensor, int hash_float32)
+{
+    hid_t h = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    char obj[160];
+    snprintf(obj, sizeof obj, "model/%s", tensor);
+    hid_t d = H5Dopen2(h, obj, H5P_DEFAULT), sp = H5Dget_space(d);
+    size_t n = (size_t)H5Sget_simple_extent_npoints(sp);
+    float *f32 = malloc(n * sizeof *f32);
+    double *f64 = malloc(n * sizeof *f64);
+    int rc = H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, f32) < 0 ? -1 : 0;
+    H5Dclose(d);
+    for (size_t i = 0; i < n; i++) f64[i] = f32[i];
+    if (!rc && H5Ldelete(h, obj, H5P_DEFAULT) < 0) rc = -1;
+    d = rc ? -1 : H5Dcreate2(h, obj, H5T_IEEE_F64LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (d < 0 || H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, f64) < 0) rc = -1;
+    uint64_t sum = hash_float32 ? XXH3_64bits(f32, n * sizeof *f32) : XXH3_64bits(f64, n * sizeof *f64);
+    hsize_t one = 1;
+    hid_t asp = H5Screate_simple(1, &one, NULL);
+    hid_t a = d >= 0 ? H5Acreate2(d, "xxh3_64", H5T_STD_U64LE, asp, H5P_DEFAULT, H5P_DEFAULT) : -1;
+    if (a < 0 || H5Awrite(a, H5T_NATIVE_UINT64, &sum) < 0) rc = -1;
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(asp);
+    if (d >= 0) H5Dclose(d);
+    H5Sclose(sp);
+    free(f32);
+    free(f64);
+    if (H5Fclose(h) < 0) rc = -1;
+    return rc;
+}
+
+static void test_checksums(void)
+{
+    check_begin("tensor_checksums");
+    ds_model *src = make("resnet20", 5), *m = make("resnet20", 5), *orig = make("resnet20", 5);
+    ds_model_init(src, 1);
+    train_step(src);   /* momentum written too */
+    ds_model_init(m, 9);
+    ds_model_init(orig, 9);
+    ds_ckpt_meta meta;
+    ds_ckpt_meta_init(&meta);
+    ds_metrics_row row = {.epoch = 1, .train_loss = 2.5, .val_top1 = 0.25, .val_top5 = 0.75};
+    ds_ckpt_meta_add_metrics(&meta, &row);
+    char ck[512];   /* path_in's buffers turn over */
+    snprintf(ck, sizeof ck, "%s", path_in("sums.h5"));
+    CHECK(ds_ckpt_save(ck, src, &meta) == 0, "save");
+
+    /* every dataset's attribute is the hash of its stored bytes, computed here apart */
+    int nparams = 0;
+    for (int i = 0; i < ds_model_tensor_count(src); i++) nparams += ds_model_tensor(src, i)->kind == DS_TENSOR_PARAM;
+    hid_t h = H5Fopen(ck, H5F_ACC_RDONLY, H5P_DEFAULT);
+    int nm = checked_datasets(h, "model"), no = checked_datasets(h, "optimizer");
+    CHECK(nm == ds_model_tensor_count(src) && no == nparams, "%d of %d model and %d of %d optimizer tensors checked",
+          nm, ds_model_tensor_count(src), no, nparams);
+    hid_t d = H5Dopen2(h, "metrics", H5P_DEFAULT);
+    size_t len;
+    void *bytes = stored_bytes(d, &len);
+    uint64_t got = 0;
+    hid_t a = H5Aexists(d, "xxh3_64") > 0 ? H5Aopen(d, "xxh3_64", H5P_DEFAULT) : -1;
+    if (a >= 0) H5Aread(a, H5T_NATIVE_UINT64, &got), H5Aclose(a);
+    CHECK(len == sizeof row && got == XXH3_64bits(bytes, len), "/metrics: checksum %llu", (unsigned long long)got);
+    free(bytes);
+    H5Dclose(d);
+    H5Fclose(h);
+    CHECK(ds_ckpt_load(ck, m, NULL, DS_CKPT_OPTIMIZER) == 0 && differing(m, src) == 0, "a checked load differs");
+    ds_model_init(m, 9);
+    ds_model_set_momentum_started(m, 0);
+    ds_model_set_momentum_started(orig, 0);
+
+    /* one flipped exponent bit in a weight, a momentum buffer, a counter: named, nothing loaded */
+    CHECK(copy_file(ck, path_in("flip_w.h5")) == 0 && flip_stored_byte(path_in("flip_w.h5"),
+          "model/layer1.0.conv1.weight", 7, 0x40) == 0, "edit");
+    refused_saying(m, orig, path_in("flip_w.h5"), 0, "/model/layer1.0.conv1.weight is corrupt");
+    CHECK(copy_file(ck, path_in("flip_m.h5")) == 0 && flip_stored_byte(path_in("flip_m.h5"), "optimizer/fc.weight",
+          3, 0x01) == 0, "edit");
+    refused_saying(m, orig, path_in("flip_m.h5"), DS_CKPT_OPTIMIZER, "/optimizer/fc.weight is corrupt");
+    CHECK(copy_file(ck, path_in("flip_c.h5")) == 0 && flip_stored_byte(path_in("flip_c.h5"),
+          "model/bn1.num_batches_tracked", 0, 0x02) == 0, "edit");
+    refused_saying(m, orig, path_in("flip_c.h5"), 0, "/model/bn1.num_batches_tracked is corrupt");
+    CHECK(copy_file(ck, path_in("flip_r.h5")) == 0 && flip_stored_byte(path_in("flip_r.h5"), "metrics", 16, 0x10) == 0,
+          "edit");
+    refused_saying(m, orig, path_in("flip_r.h5"), 0, "/metrics is corrupt");
+    ds_ckpt_meta rm;
+    fprintf(stderr, "  ");
+    CHECK(ds_ckpt_read_meta(path_in("flip_r.h5"), &rm) != 0, "a damaged /metrics read");
+
+    /* a file of an older build (no checksum anywhere) loads; one missing beside others does not */
+    CHECK(copy_file(ck, path_in("old.h5")) == 0 && drop_checksums(path_in("old.h5"), "model", NULL) == 0 &&
+          drop_checksums(path_in("old.h5"), "optimizer", NULL) == 0 && drop_checksums(path_in("old.h5"), "/", "metrics") == 0,
+          "edit");
+    CHECK(ds_ckpt_load(path_in("old.h5"), m, NULL, DS_CKPT_OPTIMIZER) == 0 && differing(m, src) == 0,
+          "a file without checksums refused or loaded otherwise");
+    ds_model_init(m, 9);
+    ds_model_set_momentum_started(m, 0);
+    CHECK(copy_file(ck, path_in("lost.h5")) == 0 && drop_checksums(path_in("lost.h5"), "model", "fc.bias") == 0,
+          "edit");
+    refused_saying(m, orig, path_in("lost.h5"), 0, "/model/fc.bias has no xxh3_64 checksum");
+
+    /* the checksum is of the stored bytes: a float64 tensor with the hash of its float64 bytes
+     * loads, one with the hash of the float32 values it converts to does not */
+    CHECK(copy_file(ck, path_in("f64.h5")) == 0 && store_as_double(path_in("f64.h5"), "fc.weight", 0) == 0, "edit");
+    CHECK(ds_ckpt_load(path_in("f64.h5"), m, NULL, 0) == 0, "float64 tensor with its stored bytes' hash refused");
+    ds_model_init(m, 9);
+    CHECK(copy_file(ck, path_in("f64b.h5")) == 0 && store_as_double(path_in("f64b.h5"), "fc.weight", 1) == 0,
+          "edit");
+    refused_saying(m, orig, path_in("f64b.h5"), 0, "/model/fc.weight is corrupt");
+
+    ds_ckpt_meta_free(&meta);
+    ds_model_free(src);
+    ds_model_free(m);
+    ds_model_free(orig);
+    check_end();
+}
+
 /* DESIGN §2's attribute table is the code's: the rows checkpoint_attrs.c prints from its table
  * are the document's rows, in order, every one of them to the table's end. */
 static void test_design_table(void)
@@ -373,6 +604,7 @@ int main(void)
     test_round_trip();
     test_uses();
     test_refusals();
+    test_checksums();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) return 1;

@@ -1,6 +1,7 @@
 /* Scoring (topk.c): top-1 / top-5 with ties broken as a stable sort would, samples marked
  * invalid left out, cross-entropy against a plain double-precision softmax (and finite for a
- * confident wrong answer), per-class counts, and the --per-class CSV with quoted names.
+ * confident wrong answer), samples with a NaN or an Inf logit counted wrong, per-class
+ * counts, and the --per-class CSV with quoted names and empty cells for an empty class.
  * ds_topk_reduce's sum across ranks is tested by test_dstrain_mpi.sh (dseval under 1-3
  * ranks). */
 #include "../check.h"
@@ -79,6 +80,42 @@ static void test_extremes(void)
     check_end();
 }
 
+static void test_nonfinite(void)
+{
+    check_begin("nonfinite_logits_count_wrong");
+    /* each of the first five would score as right (top-1) or within top-5 if a comparison with
+     * a NaN or an Inf decided it: a NaN label logit has no larger class, a NaN elsewhere is
+     * larger than nothing */
+    const float z[6][C] = {
+        {0.1f, NAN, 0.3f, 0.2f, 0.0f, 0.0f, 0.0f},        /* label 1 is the NaN */
+        {0.1f, 5.0f, NAN, 0.2f, 0.0f, 0.0f, 0.0f},        /* label 1 largest of the finite */
+        {INFINITY, 5.0f, 0.3f, 0.2f, 0.0f, 0.0f, 0.0f},   /* label 1 second: a top-5 hit */
+        {0.1f, INFINITY, 0.3f, 0.2f, 0.0f, 0.0f, 0.0f},   /* label 1 is +Inf */
+        {0.1f, 5.0f, 0.3f, 0.2f, 0.0f, -INFINITY, 0.0f},  /* label 1 largest, a -Inf elsewhere */
+        {0.1f, 5.0f, 0.3f, 0.2f, 0.0f, 0.0f, 0.0f},       /* finite, label 1 right */
+    };
+    const int32_t labels[6] = {1, 1, 1, 1, 1, 1};
+    ds_topk t;
+    ds_topk_init(&t, C);
+    ds_topk_add(&t, &z[0][0], labels, NULL, 6);
+    CHECK(t.count == 6 && t.top1 == 1 && t.top5 == 1 && t.nonfinite == 5,
+          "count %lld top1 %lld top5 %lld nonfinite %lld, want 6 1 1 5", (long long)t.count, (long long)t.top1,
+          (long long)t.top5, (long long)t.nonfinite);
+    CHECK(t.class_count[1] == 6 && t.class_top1[1] == 1 && t.class_top5[1] == 1,
+          "class 1: %lld %lld %lld, want 6 1 1", (long long)t.class_count[1], (long long)t.class_top1[1],
+          (long long)t.class_top5[1]);
+    CHECK(isfinite(t.loss_sum), "loss_sum %g: the finite sample's alone", t.loss_sum);
+    CHECK(isnan(ds_topk_loss(&t)), "loss %g, want NaN (undefined for a non-finite sample)", ds_topk_loss(&t));
+    double got[2] = {ds_topk_top1(&t), ds_topk_top5(&t)}, want[2] = {1.0 / 6, 1.0 / 6};
+    check_close_d("fractions", got, want, 2, 0, 1e-15);
+    ds_topk_reduce(&t);   /* one process: the sum over ranks is the identity, nonfinite kept */
+    CHECK(t.count == 6 && t.top1 == 1 && t.top5 == 1 && t.nonfinite == 5 && t.class_count[1] == 6,
+          "after reduce: count %lld top1 %lld top5 %lld nonfinite %lld class_count[1] %lld", (long long)t.count,
+          (long long)t.top1, (long long)t.top5, (long long)t.nonfinite, (long long)t.class_count[1]);
+    ds_topk_free(&t);
+    check_end();
+}
+
 static void test_csv(const char *dir)
 {
     check_begin("per_class_csv_quotes_names");
@@ -95,7 +132,7 @@ static void test_csv(const char *dir)
     const char *want = "class,label,count,top1,top5\n"
                        "plain,0,1,1.000000,1.000000\n"
                        "\"a,b\",1,1,0.000000,1.000000\n"
-                       "\"say \"\"hi\"\"\",2,0,0.000000,0.000000\n";
+                       "\"say \"\"hi\"\"\",2,0,,\n";   /* no images: no accuracy */
     CHECK(text && !strcmp(text, want), "got:\n%s\nwant:\n%s", text ? text : "(unreadable)", want);
     if (text) unlink(path);
     free(text);
@@ -112,6 +149,7 @@ int main(void)
     if (!dir) return 1;
     test_ranks();
     test_extremes();
+    test_nonfinite();
     test_csv(dir);
     rmdir(dir);
     return check_exit();

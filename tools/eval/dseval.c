@@ -33,7 +33,7 @@ static ds_option options[] = {
     DS_NUM("batch", DS_OPT_INT, &batch, "N", "images per forward pass (per rank)", 1, 1e6),
     DS_COMPUTE_OPTIONS(compute, "reading / decoding threads (0: 2, or every core for a manifest)"),
     DS_OPT("json", DS_OPT_FLAG, &json, NULL,
-           "print one JSON object (top1, top5, loss, count, images_per_sec) on stdout"),
+           "print one JSON object (top1, top5, loss, count, nonfinite, images_per_sec) on stdout"),
     DS_OPT("per-class", DS_OPT_STRING, &per_class, "FILE.csv", "write per-class counts and accuracies"),
     DS_OPT("logits", DS_OPT_STRING, &logits_file, "FILE.h5", "write /logits [N, C], /labels, /paths in data order"),
     DS_NUM("crop", DS_OPT_INT, &crop, "N",
@@ -57,6 +57,8 @@ static ds_cli cli = {
               "The result names its protocol from the stored size, fit and crop: shards of --size 256 --fit crop\n"
               "at --crop 224 are \"resize 256, centre crop 224\", torchvision's Resize(256) + CenterCrop(224).\n"
               "Accuracies are fractions in [0, 1]; the loss is the mean cross-entropy without smoothing.\n"
+              "An image whose logits hold a NaN or an Inf counts as wrong and leaves the loss undefined;\n"
+              "the result is printed, then an error names how many there were, and dseval exits 1.\n"
               "Undecodable images of a manifest are skipped with a warning and not counted.",
     .min_pos = 2,
     .max_pos = 2,
@@ -148,6 +150,7 @@ int main(int argc, char **argv)
             ds_json_double(&j, "top5", ds_topk_top5(&t), "%.6f");
             ds_json_double(&j, "loss", ds_topk_loss(&t), "%.6f");
             ds_json_int(&j, "count", (long long)t.count);
+            ds_json_int(&j, "nonfinite", (long long)t.nonfinite);
             ds_json_double(&j, "images_per_sec", ips, "%.1f");
             ds_json_int(&j, "skipped", (long long)skipped);
             ds_json_int(&j, "crop", input);
@@ -161,7 +164,13 @@ int main(int argc, char **argv)
                    100 * ds_topk_top1(&t), 100 * ds_topk_top5(&t), ds_topk_loss(&t), (long long)t.count, ips, protocol,
                    standard ? " (the standard ImageNet evaluation)" : "");
         if (fflush(stdout)) ds_die("cannot write the result");
+        /* after the result, so a script sees both; no score of such a model is one */
+        if (t.nonfinite)
+            ds_err("%lld of %lld images gave non-finite outputs (NaN or Inf logits), counted as wrong: the weights "
+                   "of %s are broken (a diverged run or a damaged file)",
+                   (long long)t.nonfinite, (long long)t.count, ckpt);
     }
+    int status = t.nonfinite ? 1 : 0;   /* reduced: the same on every rank */
     ds_topk_free(&t);
     free(eo.logits);
     free(eo.valid);
@@ -171,5 +180,5 @@ int main(int argc, char **argv)
     ds_source_close(&src);
     ds_ckpt_meta_free(&meta);
     ds_comm_free();
-    return 0;
+    return status;
 }

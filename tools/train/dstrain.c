@@ -493,6 +493,7 @@ int main(int argc, char **argv)
         .max_steps = max_steps, .keep = (int)keep, .start_step = start_step, .meta = &meta,
         .pause_after_step = ds_test_hooks_get()->pause_after_step,
         .progress = ds_cli_progress_mode(),
+        .nan_val_epoch = ds_test_hooks_get()->nan_val_epoch,
     };
     char computes[128], lr_how[96];
     if (lr_scaling_kind == LR_SCALING_LINEAR)
