@@ -241,7 +241,7 @@ ckbad "$T/err" wflip.h5 model/layer2.0.conv1.weight && pass init_names_flipped_t
 cp -r "$T/run" "$T/run_m"
 last=$(readlink "$T/run_m/last.h5")
 ckflip "$T/run_m/$last" optimizer/fc.weight || fail ckflip
-expect_status resume_refuses_flipped_momentum 1 dstrain --train "$T/c" "${TRAIN[@]}" --epochs 2 --resume "$T/run_m"
+expect_status resume_refuses_flipped_momentum 1 dstrain --train "$T/c" "${TRAIN[@]}" --epochs 2 --override --resume "$T/run_m"
 ckbad "$T/err" "$last" optimizer/fc.weight && pass resume_names_flipped_tensor ||
     fail resume_names_flipped_tensor "$(cat "$T/err")"
 expect_status dseval_reads_no_momentum 0 dseval "$T/run_m/$last" "$T/c"

@@ -106,7 +106,7 @@ DS_TESTHOOK_NAN_VAL_EPOCH=1 dstrain "${TRAIN[@]}" --epochs 1 -o "$T/hook1" 2>"$T
     fail hook1_run "$(tail -3 "$T/hook1.err")"
 check nonfinite_only_validation_no_best test -e "$T/hook1/last.h5" -a ! -e "$T/hook1/best.h5"
 # Resumed from there, the next clean validation becomes best (the NaN row is no best to beat).
-dstrain "${TRAIN[@]}" --epochs 2 --resume "$T/hook1" 2>"$T/hook1r.err" || fail hook1_resume "$(tail -3 "$T/hook1r.err")"
+dstrain "${TRAIN[@]}" --epochs 2 --override --resume "$T/hook1" 2>"$T/hook1r.err" || fail hook1_resume "$(tail -3 "$T/hook1r.err")"
 check resume_after_nonfinite_best test "$(readlink "$T/hook1/best.h5")" = ckpt-00000012.h5
 
 [ -n "${KEEP_T:-}" ] || rm -rf "$T"
