@@ -35,6 +35,7 @@ static long long epochs = 90, batch = 64, accum = 1, crop = 224, pad = 0, seed =
 static double lr = 0.1, momentum = 0.9, wd = 1e-4, warmup_epochs = 5, step_epochs = 30, step_gamma = 0.1,
               label_smoothing = 0.1, bucket_mb = 25, comm_timeout = DS_COMM_TIMEOUT;
 static int nesterov = 1, bn_bias_decay = 1;
+static int tensorboard;
 static ds_compute_options compute = DS_COMPUTE_DEFAULTS;
 
 static ds_option options[] = {
@@ -102,6 +103,8 @@ static ds_option options[] = {
            "after S seconds of waiting for it, instead of leaving the others waiting forever; 0: wait forever", 0, 1e9),
     DS_NUM("log-every", DS_OPT_INT, &log_every, "N",
            "a log line (and metrics.jsonl line) every N steps; 0: per epoch only", 0, 1e9),
+    DS_OPT("tensorboard", DS_OPT_FLAG, &tensorboard, NULL,
+           "also write the metrics as TensorBoard event files (events.out.tfevents.*) into RUN_DIR"),
     DS_NUM("ckpt-steps", DS_OPT_INT, &ckpt_steps, "N", "also checkpoint every N steps (0: at epoch ends only)",
            0, 1e12),
     DS_NUM("max-steps", DS_OPT_INT, &max_steps, "N", "stop after global step N, with a checkpoint (0: no limit)",
@@ -303,6 +306,7 @@ int main(int argc, char **argv)
         .smoothing = (float)label_smoothing, .log_every = (int)log_every, .ckpt_steps = ckpt_steps,
         .max_steps = max_steps, .keep = (int)keep, .start_step = start_step, .meta = &meta,
         .pause_after_step = ds_test_hooks_get()->pause_after_step,
+        .tensorboard = tensorboard,
     };
     char computes[128];
     ds_info("%s on %s, %d rank%s, gradients summed %s; %zu training images of %dx%d, %d classes; lr %g", arch,
