@@ -168,7 +168,7 @@ int ds_tb_open(ds_tb_writer *w, const char *dir, int64_t purge_step)
         pb_key(&log, 1, WIRE_VARINT);
         pb_varint(&log, 1);  /* SessionLog.START */
         event_head(&ev, purge_step);
-        pb_len(&ev, 6, log.p, log.n);
+        pb_len(&ev, 7, log.p, log.n);
         free(log.p);
         rc = write_record(w, &ev);
     }

@@ -5,7 +5,7 @@
  * (little-endian; mask(c) = ((c >> 15) | (c << 17)) + 0xa282ead8), and each record's data is
  * one serialized tensorflow.Event (tensorflow/core/util/event.proto):
  *     Event      { double wall_time = 1; int64 step = 2; string file_version = 3;
- *                  Summary summary = 5; SessionLog session_log = 6; }
+ *                  Summary summary = 5; SessionLog session_log = 7; }   (6: the deprecated LogMessage)
  *     Summary    { repeated Value value = 1; }   Value { string tag = 1; float simple_value = 2; }
  *     SessionLog { SessionStatus status = 1; }    START = 1
  * encoded here by hand (varints, fixed64/fixed32, length-delimited fields): no protobuf

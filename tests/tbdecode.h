@@ -6,7 +6,7 @@
  * data, uint32 masked CRC32C of the data; little-endian); each record's data is a
  * tensorflow.Event: wall_time (1, double), step (2, int64), file_version (3, string), summary
  * (5: Summary { repeated Value value = 1 { string tag = 1; float simple_value = 2; } }),
- * session_log (6: SessionLog { status = 1 }). Fields the reader does not know are skipped by
+ * session_log (7: SessionLog { status = 1 }; 6 is the deprecated log_message). Fields the reader does not know are skipped by
  * their wire type, as protobuf does; a known field of the wrong wire type is an error. */
 #ifndef DS_TBDECODE_H
 #define DS_TBDECODE_H
@@ -168,7 +168,7 @@ static inline int tbd_event_parse(tbd_reader *r, tbd_buf b, tbd_event *e)
                 if (e->nvalues == TBD_MAX_VALUES) return tbd_fail(r, "more values than this reader holds");
                 if (tbd_value_parse(r, val, &e->values[e->nvalues++])) return -1;
             }
-        } else if (field == 6) {
+        } else if (field == 7) {
             if (wire != 2) return tbd_fail(r, "Event.session_log is not a message");
             e->session_status = 0;
             while (sub.p < sub.end) {

@@ -113,6 +113,12 @@ int main(void)
     static const uint8_t head[12] = {0x18, 0, 0, 0, 0, 0, 0, 0, 0xa3, 0x7f, 0x4b, 0x22};
     CHECK(bytes && len >= 12 && !memcmp(bytes, head, 12), "the first 12 bytes differ from TensorFlow's");
     CHECK(bytes && len >= 40 && !memcmp(bytes + 12 + 9, "\x1a\x0d" "brain.Event:2", 15), "file_version bytes");
+    /* The second record, SessionLog START at step 1: wall_time, step (field 2, varint 1), then
+     * session_log (field 7: key 0x3a, 2 bytes) { status (field 1) = START (1) }, as TensorBoard's
+     * event.proto numbers them. */
+    static const uint8_t start[] = {0x10, 0x01, 0x3a, 0x02, 0x08, 0x01};
+    CHECK(bytes && len == 71 && tbd_le(bytes + 40, 8) == 15 && !memcmp(bytes + 40 + 12 + 9, start, sizeof start),
+          "the SessionLog START record's bytes (file of %zu bytes)", len);
     free(bytes);
     check_end();
 
