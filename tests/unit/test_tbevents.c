@@ -254,6 +254,30 @@ int main(void)
     CHECK(ds_metrics_log_open(&m, sub, 0, 48) == 0, "open without tensorboard");
     ds_metrics_log_close(&m);
     CHECK(event_files(sub, names, 4) == 1, "a log without tensorboard made an event file");
+    check_end();
+
+    check_begin("a_failed_event_write_spares_the_metrics");
+    /* The event file's stream swapped for /dev/full (every flush: ENOSPC): the row still goes
+     * to metrics.jsonl and succeeds, the event file is closed, later rows go on. */
+    CHECK(ds_metrics_log_open(&m, sub, 1, 48) == 0, "open");
+    FILE *full = fopen("/dev/full", "w");
+    CHECK(full != NULL, "/dev/full");
+    if (full && m.tb.f) {
+        fclose(m.tb.f);
+        m.tb.f = full;
+        sr.step = 50;
+        CHECK(ds_metrics_log_step(&m, &sr) == 0, "a step row whose event could not be written failed");
+        CHECK(m.tb.f == NULL, "the event file is still open");
+        sr.step = 52;
+        CHECK(ds_metrics_log_step(&m, &sr) == 0, "the next row failed");
+    }
+    ds_metrics_log_close(&m);
+    char *mp = ds_path_join(sub, "metrics.jsonl");
+    size_t mlen = 0;
+    char *text = ds_read_file(mp, &mlen);
+    CHECK(text && strstr(text, "{\"step\":50,") && strstr(text, "{\"step\":52,"), "metrics.jsonl lost a row");
+    free(text);
+    free(mp);
     free(sub);
     check_end();
     return check_exit();
