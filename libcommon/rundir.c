@@ -261,8 +261,10 @@ char *ds_rundir_resolve(const char *arg)
     return real;
 }
 
-int ds_metrics_log_open(ds_metrics_log *m, const char *dir)
+int ds_metrics_log_open(ds_metrics_log *m, const char *dir, int tensorboard, int64_t start_step)
 {
+    m->tb.f = NULL;
+    m->tb.path = NULL;
     m->path = ds_path_join(dir, "metrics.jsonl");
     m->f = fopen(m->path, "a");
     if (!m->f) {
@@ -272,7 +274,21 @@ int ds_metrics_log_open(ds_metrics_log *m, const char *dir)
         m->path = NULL;
         return -1;
     }
+    /* TensorBoard drops what it read at the purge step or later: start_step's own rows were
+     * written before its checkpoint and stay, as in metrics.jsonl. */
+    if (tensorboard && ds_tb_open(&m->tb, dir, start_step + 1)) {
+        ds_metrics_log_close(m);
+        return -1;
+    }
     return 0;
+}
+
+/* One row's scalars as one Event; a failure ends the event file, never the run's metrics. */
+static void tb_row(ds_metrics_log *m, int64_t step, const ds_tb_scalar *s, int n)
+{
+    if (!m->tb.f || !ds_tb_write_scalars(&m->tb, step, s, n)) return;
+    ds_warn("%s: no more TensorBoard events are written to it; metrics.jsonl goes on", m->tb.path);
+    ds_tb_close(&m->tb);
 }
 
 int ds_metrics_log_write(ds_metrics_log *m, const char *json)
@@ -297,6 +313,11 @@ int ds_metrics_log_step(ds_metrics_log *m, const ds_metrics_step *r)
     ds_json_end(&j);
     int rc = ds_metrics_log_write(m, ds_json_text(&j));
     ds_json_free(&j);
+    ds_tb_scalar s[] = {{"train/loss", r->loss},
+                        {"train/lr", r->lr},
+                        {"train/images_per_sec", r->images_per_sec},
+                        {"train/data_wait", r->data_wait}};
+    tb_row(m, r->step, s, 4);
     return rc;
 }
 
@@ -334,11 +355,25 @@ int ds_metrics_log_epoch(ds_metrics_log *m, const ds_metrics_epoch *r)
     ds_json_end(&j);
     int rc = ds_metrics_log_write(m, ds_json_text(&j));
     ds_json_free(&j);
+    ds_tb_scalar s[8] = {{"train/epoch_loss", r->loss}, {"train/epoch_images_per_sec", r->images_per_sec}};
+    int n = 2;
+    if (r->have_val) {
+        s[n++] = (ds_tb_scalar){"val/top1", r->val_top1};
+        s[n++] = (ds_tb_scalar){"val/top5", r->val_top5};
+        s[n++] = (ds_tb_scalar){"val/loss", r->val_loss};
+    }
+    if (r->have_val && r->have_standard) {
+        s[n++] = (ds_tb_scalar){"val_standard/top1", r->std_top1};
+        s[n++] = (ds_tb_scalar){"val_standard/top5", r->std_top5};
+        s[n++] = (ds_tb_scalar){"val_standard/loss", r->std_loss};
+    }
+    tb_row(m, r->step, s, n);
     return rc;
 }
 
 void ds_metrics_log_close(ds_metrics_log *m)
 {
+    ds_tb_close(&m->tb);
     if (m->f) fclose(m->f);
     free(m->path);
     m->f = NULL;

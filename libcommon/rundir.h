@@ -5,12 +5,16 @@
  *   last.h5 -> the newest checkpoint  relative symlinks, replaced atomically (a new link is
  *   best.h5 -> the best val top-1     made under a temporary name, then renamed over the old)
  *   metrics.jsonl                     one JSON object per line, each line fsynced
+ *   events.out.tfevents.<time>.<host> with --tensorboard: the same rows as TensorBoard scalars
+ *                                     (tbevents.h), one file per run or resumed part of one
  */
 #ifndef DS_RUNDIR_H
 #define DS_RUNDIR_H
 
 #include <stdint.h>
 #include <stdio.h>
+
+#include "tbevents.h"
 
 /* "DIR/ckpt-00001234.h5"; caller frees. */
 char *ds_rundir_ckpt_path(const char *dir, int64_t step);
@@ -36,19 +40,32 @@ int ds_rundir_lock(const char *dir);
  * message) when they could not be moved. */
 char *ds_rundir_set_aside(const char *dir, int64_t step, int *moved);
 
-/* metrics.jsonl: appended, each line flushed and fsynced. */
+/* metrics.jsonl: appended, each line flushed and fsynced; with an event writer, each row also
+ * goes to a new TensorBoard event file in the same directory. */
 typedef struct {
     FILE *f;
     char *path;
+    ds_tb_writer tb;  /* .f NULL: no event file (not asked for, or it failed and was closed) */
 } ds_metrics_log;
 
-int ds_metrics_log_open(ds_metrics_log *m, const char *dir);
+/* Opens DIR/metrics.jsonl for appending; with `tensorboard`, also a new event file whose rows
+ * after step start_step replace the ones earlier files logged there (a resumed run's; see
+ * tbevents.h), so TensorBoard shows what metrics.jsonl holds after ds_metrics_log_truncate. An
+ * event row that cannot be written is warned about once and the event file closed: the
+ * metrics.jsonl row stands. */
+int ds_metrics_log_open(ds_metrics_log *m, const char *dir, int tensorboard, int64_t start_step);
 /* Appends one line (a complete JSON object without the newline). */
 int ds_metrics_log_write(ds_metrics_log *m, const char *json);
 
 /* The two kinds of row (docs/DESIGN.md §2), each written by one function. A step row every
  * --log-every steps: the window's mean loss, lr, images/s and the share of its time spent
- * waiting for data; epoch is fractional. */
+ * waiting for data; epoch is fractional.
+ *
+ * In the event file each row is one Event at its global step, tagged as a PyTorch script
+ * would: a step row's train/loss, train/lr, train/images_per_sec, train/data_wait; an epoch
+ * row's train/epoch_loss, train/epoch_images_per_sec, with a val set val/top1, val/top5,
+ * val/loss, and with the standard protocol val_standard/top1, val_standard/top5,
+ * val_standard/loss (accuracies as fractions, as in metrics.jsonl). */
 typedef struct {
     int64_t step;
     double epoch;

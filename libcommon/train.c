@@ -414,7 +414,7 @@ static int setup(run *r, ds_model *m, const ds_train_plan *p)
     r->epoch_seconds = p->start_step % r->S ? p->meta->epoch_seconds : 0;
     if (p->loader.rank == 0) {
         if (ds_mkdirs(p->out)) return ds_err("%s: cannot create the run directory", p->out);
-        if (ds_metrics_log_truncate(p->out, p->start_step) || ds_metrics_log_open(&r->log, p->out)) return -1;
+        if (ds_metrics_log_truncate(p->out, p->start_step) || ds_metrics_log_open(&r->log, p->out, p->tensorboard, p->start_step)) return -1;
     }
     return 0;
 }

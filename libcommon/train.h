@@ -43,6 +43,7 @@ typedef struct {
     ds_sgd sgd;              /* momentum, weight decay, nesterov (lr from the schedule) */
     float smoothing;
     int log_every;           /* steps between log lines (0: only epoch lines) */
+    int tensorboard;         /* 1: the metrics rows also go to a TensorBoard event file (rundir.h) */
     int64_t ckpt_steps;      /* 0: checkpoints at epoch ends only */
     int64_t max_steps;       /* 0: no limit; else stop after global step max_steps */
     int keep;                /* newest checkpoints kept */

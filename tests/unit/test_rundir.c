@@ -86,7 +86,7 @@ int main(void)
 
     check_begin("metrics_log_append_and_truncate");
     ds_metrics_log m;
-    CHECK(ds_metrics_log_open(&m, dir) == 0, "open");
+    CHECK(ds_metrics_log_open(&m, dir, 0, 0) == 0, "open");
     for (int s = 1; s <= 5; s++) {
         char line[64];
         snprintf(line, sizeof line, "{\"step\":%d,\"loss\":1}", s * 10);

@@ -35,7 +35,7 @@ static long long epochs = 90, batch = 64, accum = 1, crop = 224, pad = 0, seed =
                  val_crop = 0, val_every = 1;
 static double lr = 0.1, momentum = 0.9, wd = 1e-4, warmup_epochs = 5, step_epochs = 30, step_gamma = 0.1,
               label_smoothing = 0.1, bucket_mb = 25, comm_timeout = DS_COMM_TIMEOUT;
-static int nesterov = 1, bn_bias_decay = 1, override;
+static int nesterov = 1, bn_bias_decay = 1, override, tensorboard;
 static ds_compute_options compute = DS_COMPUTE_DEFAULTS;
 
 static ds_option options[] = {
@@ -106,6 +106,8 @@ static ds_option options[] = {
            "after S seconds of waiting for it, instead of leaving the others waiting forever; 0: wait forever", 0, 1e9),
     DS_NUM("log-every", DS_OPT_INT, &log_every, "N",
            "a log line (and metrics.jsonl line) every N steps; 0: per epoch only", 0, 1e9),
+    DS_OPT("tensorboard", DS_OPT_FLAG, &tensorboard, NULL,
+           "also write the metrics as TensorBoard event files (events.out.tfevents.*) into RUN_DIR"),
     DS_NUM("ckpt-steps", DS_OPT_INT, &ckpt_steps, "N", "also checkpoint every N steps (0: at epoch ends only)",
            0, 1e12),
     DS_NUM("max-steps", DS_OPT_INT, &max_steps, "N", "stop after global step N, with a checkpoint (0: no limit)",
@@ -494,6 +496,7 @@ int main(int argc, char **argv)
         .pause_after_step = ds_test_hooks_get()->pause_after_step,
         .progress = ds_cli_progress_mode(),
         .nan_val_epoch = ds_test_hooks_get()->nan_val_epoch,
+        .tensorboard = tensorboard,
     };
     char computes[128], lr_how[96];
     if (lr_scaling_kind == LR_SCALING_LINEAR)
