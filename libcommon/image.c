@@ -72,8 +72,9 @@ void ds_decoder_free(ds_decoder *d)
 static int too_many_pixels(uint64_t w, uint64_t h, uint64_t max_pixels, char *reason, size_t cap)
 {
     if (w * h > max_pixels)
-        return fail(reason, cap, "%llux%llu = %llu pixels exceeds --max-pixels %llu", (unsigned long long)w,
-                    (unsigned long long)h, (unsigned long long)(w * h), (unsigned long long)max_pixels);
+        return fail(reason, cap, "%llux%llu = %llu pixels exceeds the limit of %llu (dspack's --max-pixels)",
+                    (unsigned long long)w, (unsigned long long)h, (unsigned long long)(w * h),
+                    (unsigned long long)max_pixels);
     return 0;
 }
 

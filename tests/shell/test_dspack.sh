@@ -98,7 +98,7 @@ quirk alpha.png packed
 quirk truncated.JPEG "truncated JPEG"
 quirk zero.JPEG "empty file"
 quirk text.JPEG "not a JPEG or PNG"
-quirk huge.JPEG "65000x65000 = 4225000000 pixels exceeds --max-pixels"
+quirk huge.JPEG "65000x65000 = 4225000000 pixels exceeds the limit of"
 check rejected_is_exactly_the_bad_files test "$(wc -l <"$all_rej")" -eq 4
 
 # --- same bytes whatever the thread count ---

@@ -228,4 +228,26 @@ expect_status dstrain_needs_train 2 dstrain -o "$T/x4"
 expect_status dstrain_nan_loss 1 dstrain --train "$T/train" -o "$T/nan" --arch resnet20 --crop 12 --batch 8 \
     --threads 2 --lr 1000 --lr-scaling none --warmup-epochs 0 --ckpt-steps 1 --label-smoothing 0
 check nan_message_names_step grep -q "step [0-9]*.*the loss is" "$T/err"
+
+# dseval takes a run directory (its best.h5, named), refuses --size/--fit on shards (they are
+# evaluated as stored), and writes a path that is not UTF-8 into --logits escaped, said.
+dseval -q --json "$T/full/best.h5" "$T/val" >"$T/best.json" 2>/dev/null
+dseval --json "$T/full" "$T/val" >"$T/dir.json" 2>"$T/dir.err"
+check dseval_run_dir_is_best sh -c "sed 's/\"images_per_sec\": [0-9.]*//' '$T/best.json' >'$T/a' &&
+    sed 's/\"images_per_sec\": [0-9.]*//' '$T/dir.json' >'$T/b' && cmp -s '$T/a' '$T/b'"
+check dseval_run_dir_named grep -q "is a run directory: evaluating its best.h5" "$T/dir.err"
+expect_status dseval_refuses_size_on_shards 2 dseval --size 32 "$T/full/best.h5" "$T/val"
+check dseval_size_on_shards_named grep -q -- "--size and --fit say how to decode a manifest" "$T/err"
+odd=$(printf 'caf\xe9.png')
+mkdir -p "$T/odd" && cp "$T/split/val.txt" "$T/odd/val.txt" && cp "$T/split/classes.txt" "$T/odd/" &&
+    first=$(sed -n 2p "$T/odd/val.txt" | cut -f 2) && root=$(sed -n '1s/.*root=//p' "$T/odd/val.txt") &&
+    cp "$root/$first" "$T/odd/$odd" && sed -i "1s|root=.*|root=$T/odd|; 2s|\t[^\t]*$|\t$odd|" "$T/odd/val.txt"
+dseval -q --logits "$T/odd.h5" "$T/full/best.h5" "$T/odd/val.txt" 2>"$T/odd.err" >/dev/null
+check dseval_logits_non_utf8_said grep -q "1 path of .* is not UTF-8" "$T/odd.err"
+"$PYTHON" - "$T/odd.h5" <<'PY' && pass dseval_logits_non_utf8_readable || fail dseval_logits_non_utf8_readable
+import sys
+import h5py
+paths = list(h5py.File(sys.argv[1], "r")["paths"].asstr()[()])
+assert "caf\\xe9.png" in paths, paths[:3]
+PY
 finish

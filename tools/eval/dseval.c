@@ -12,6 +12,7 @@
 #include "loader.h"
 #include "log.h"
 #include "logits.h"
+#include "manifest.h"
 #include "model.h"
 #include "source.h"
 #include "testhook.h"
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *per_class, *logits_file, *fit, *tta = "none";
 static int fit_index;   /* a ds_fit; DS_FIT_UNSET without --fit */
@@ -50,7 +52,7 @@ static ds_option options[] = {
 
 static ds_cli cli = {
     .prog = "dseval",
-    .args = "[options] CHECKPOINT DATA",
+    .args = "[options] CHECKPOINT|RUN_DIR DATA",
     .summary = "Evaluate a checkpoint on DATA: a shard directory, or a manifest decoded on the fly.",
     .epilog = "A manifest is decoded exactly as dspack would store it, at the size and fit recorded in the\n"
               "checkpoint (dstrain records its training shards'), then centre-cropped to the network's input.\n"
@@ -65,15 +67,50 @@ static ds_cli cli = {
     .opts = options,
 };
 
+/* A path that is not UTF-8 as ASCII: each byte past 0x7f written \xNN. Caller frees. */
+static char *escape_bytes(const char *p)
+{
+    char *out = ds_xmalloc(4 * strlen(p) + 1), *o = out;
+    for (const unsigned char *c = (const unsigned char *)p; *c; c++)
+        o += *c < 0x80 ? sprintf(o, "%c", *c) : sprintf(o, "\\x%02x", *c);
+    *o = 0;
+    return out;
+}
+
+/* CHECKPOINT as given: a file, or a run directory, whose best.h5 (the checkpoint the run chose
+ * by validation) or, without one, last.h5 is taken and named. Caller frees. */
+static char *checkpoint_of(const char *arg)
+{
+    struct stat st;
+    if (stat(arg, &st) || !S_ISDIR(st.st_mode)) return ds_xstrdup(arg);
+    for (int i = 0; i < 2; i++) {
+        char *link = ds_path_join(arg, i == 0 ? "best.h5" : "last.h5");
+        if (stat(link, &st) == 0) {
+            char *real = ds_realpath(link);
+            ds_info("%s is a run directory: evaluating its %s (%s)", arg, i == 0 ? "best.h5" : "last.h5",
+                    real ? real : link);
+            free(real);
+            return link;
+        }
+        free(link);
+    }
+    ds_die("%s is a directory with neither best.h5 nor last.h5: give a checkpoint file", arg);
+}
+
 int main(int argc, char **argv)
 {
     if (ds_comm_init(&argc, &argv)) return 1;
     char **pos;
     ds_cli_parse(&cli, argc, argv, &pos);
-    const char *ckpt = pos[0], *data = pos[1];
+    const char *data = pos[1];
     int world = ds_comm_world(), rank = ds_comm_rank();
     if (rank != 0) ds_verbosity = -1;
     if (logits_file && world > 1) ds_usage_error(&cli, "--logits needs a single process (run without mpirun)");
+    struct stat st;
+    if ((size || fit) && stat(data, &st) == 0 && S_ISDIR(st.st_mode))
+        ds_usage_error(&cli, "--size and --fit say how to decode a manifest; the shards of %s are evaluated as stored",
+                       data);
+    char *ckpt = checkpoint_of(pos[0]);
 
     ds_ckpt_meta meta;
     ds_ckpt_meta_init(&meta);
@@ -136,9 +173,20 @@ int main(int argc, char **argv)
         if (per_class && ds_topk_write_csv(&t, per_class, src.classes)) ds_die("cannot write --per-class");
         if (logits_file) {
             const char **paths = ds_xmalloc(count * sizeof *paths);
-            for (size_t i = 0; i < count; i++) paths[i] = src.path(&src, i);
+            char **escaped = ds_xcalloc(count, sizeof *escaped);
+            size_t odd = 0;
+            for (size_t i = 0; i < count; i++) {
+                paths[i] = src.path(&src, i);
+                if (!ds_utf8_valid(paths[i])) paths[i] = escaped[i] = escape_bytes(paths[i]), odd++;
+            }
+            if (odd)
+                ds_warn("%zu path%s of %s %s not UTF-8: --logits' /paths (UTF-8 strings) holds %s with each byte past "
+                        "0x7f written as \\xNN", odd, odd == 1 ? "" : "s", data, odd == 1 ? "is" : "are",
+                        odd == 1 ? "it" : "them");
             if (ds_logits_write(logits_file, eo.logits, src.labels, paths, count, src.classes, src.num_classes))
                 ds_die("cannot write --logits");
+            for (size_t i = 0; i < count; i++) free(escaped[i]);
+            free(escaped);
             free(paths);
         }
         if (skipped) ds_warn("%lld undecodable image%s skipped (not counted)", (long long)skipped, skipped == 1 ? "" : "s");
@@ -179,6 +227,7 @@ int main(int argc, char **argv)
     ds_model_free(m);
     ds_source_close(&src);
     ds_ckpt_meta_free(&meta);
+    free(ckpt);
     ds_comm_free();
     return status;
 }
