@@ -4,8 +4,8 @@
 # against what must hold: the categories add up to the totals; bf16 moves fewer bytes than
 # fp32 and launches the same kernels but for the casts; batch norm's and the casts' bytes
 # and launches, and the elementwise launches, equal a count by hand from ResNet-20's layer
-# shapes (no kernel adds a gradient: the convolutions accumulate in cuDNN, batch norm's dx
-# kernel writes the residual's gradient).
+# shapes (no kernel adds a gradient: the convolutions accumulate in cuDNN, the residual's gradient is
+# batch norm's masked dout itself, by the memory plan).
 . "$(dirname "$0")/lib.sh"
 census="$BUILD_DIR/drivers/step_census"
 
@@ -66,8 +66,8 @@ done
 # One layer's bytes in storage of es bytes (cuda_kernels.cu), E = m c elements:
 #   forward: in read by the partial sums and by apply, the residual read, out written: 3 + res
 #   backward: in and dout read by the partial sums, out read and dout written back (ReLU mask),
-#             dout and in read and din written by dx, and dresidual (= dout) written there:
-#             5 + 2 relu + res
+#             dout and in read and din written by dx: 5 + 2 relu (the residual's gradient is
+#             dout itself, the memory plan's alias: nothing copied)
 #   the partial sums, [2][chunks][c] doubles, written and read in each pass: 4 x 16 chunks c
 #   per channel: in's row 0 (the shift), and 22 float32 vectors read or written: 88 bytes
 # chunks = 8 x min(256, ceil(m / 256)) (bn_chunks; the scratch is far from full here).
@@ -76,7 +76,7 @@ bn_bytes() {
     for l in "${bn[@]}"; do
         read -r m c relu res <<<"$l"
         g=$(((m + 255) / 256)); [ $g -gt 256 ] && g=256
-        total=$((total + es * m * c * (8 + 2 * relu + 2 * res) + 64 * 8 * g * c + c * (es + 88)))
+        total=$((total + es * m * c * (8 + 2 * relu + res) + 64 * 8 * g * c + c * (es + 88)))
     done
     echo $total
 }

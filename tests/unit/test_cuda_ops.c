@@ -333,6 +333,13 @@ static void test_bn(const ops_bn *t)
     if (residual) cmp("bn_bwd dresidual", g_dres, dres, mc);
     cmp("bn_bwd dgamma (accumulated)", g_dg, dg, c);
     cmp("bn_bwd dbeta (accumulated)", g_db, db, c);
+    if (residual) {   /* the memory plan's alias: the residual's gradient is dout itself */
+        float *g_dy2 = to_dev(dout, mc * 4), *g_dg2 = to_dev(dg0, c * 4), *g_db2 = to_dev(db0, c * 4);
+        G->bn_bwd(g_din, g_dy2, g_dg2, g_db2, g_dy2, g_out, g_in, g_gam, g_mean, g_is, relu, m, c, DS_F32);
+        cmp("bn_bwd din, dresidual == dout", g_din, din, mc);
+        cmp("bn_bwd dresidual == dout", g_dy2, dres, mc);
+        dev_free(g_dy2), dev_free(g_dg2), dev_free(g_db2);
+    }
     case_end();
     float *gs[] = {g_in, g_res, g_gam, g_bet, g_dy, g_rm, g_rv, g_dg, g_db, g_out, g_mean, g_var, g_is, g_inf, g_din, g_dres};
     for (size_t i = 0; i < sizeof gs / sizeof *gs; i++) dev_free(gs[i]);
@@ -659,6 +666,14 @@ static void test_bn_bf16(const ops_bn *t)
     if (residual) cmp_as("bn_bwd dresidual", g_dres, dres, mc, DS_BF16, TOL_BF16);
     cmp_as("bn_bwd dgamma (accumulated)", g_dg, dg, c, DS_F32, TOL_F32);
     cmp_as("bn_bwd dbeta (accumulated)", g_db, db, c, DS_F32, TOL_F32);
+    if (residual) {   /* the memory plan's alias: the residual's gradient is dout itself */
+        void *g_dy2 = to_dev(dout, mc * 2);
+        float *g_dg2 = to_dev(dg0, c * 4), *g_db2 = to_dev(db0, c * 4);
+        G->bn_bwd(g_din, g_dy2, g_dg2, g_db2, g_dy2, g_out, g_in, g_gam, g_mean, g_is, relu, m, c, DS_BF16);
+        cmp_as("bn_bwd din, dresidual == dout", g_din, din, mc, DS_BF16, TOL_BF16);
+        cmp_as("bn_bwd dresidual == dout", g_dy2, dres, mc, DS_BF16, TOL_BF16);
+        dev_free(g_dy2), dev_free(g_dg2), dev_free(g_db2);
+    }
     case_end();
     void *gs[] = {g_in, g_res, g_dy, g_gam, g_bet, g_rm, g_rv, g_dg, g_db, g_out, g_inf, g_din, g_dres,
                   g_mean, g_var, g_is};
