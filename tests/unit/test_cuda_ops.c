@@ -309,7 +309,9 @@ static void test_bn(const ops_bn *t)
     float *inf = xmalloc(mc * 4), *din = xmalloc(mc * 4), *dres = xmalloc(mc * 4), *dy = dup(dout, mc);
     float *dg = dup(dg0, c), *db = dup(db0, c);
     const float *r = residual ? res : NULL;
-    C->bn_fwd_train(out, mean, var, is, in, gam, bet, r, relu, m, c, 1e-5f, DS_F32);
+    /* the running statistics' sums from rm, rv (any start will do) */
+    float *ms = dup(rm, c), *vs = dup(rv, c);
+    C->bn_fwd_train(out, mean, var, is, ms, vs, in, gam, bet, r, relu, m, c, 1e-5f, DS_F32);
     C->bn_fwd_infer(inf, in, gam, bet, rm, rv, r, relu, m, c, 1e-5f, DS_F32);
     C->bn_bwd(din, residual ? dres : NULL, dg, db, dy, out, in, gam, mean, is, relu, m, c, DS_F32);
 
@@ -320,13 +322,17 @@ static void test_bn(const ops_bn *t)
           *g_is = dev_alloc(c * 4), *g_inf = dev_alloc(mc * 4), *g_din = dev_alloc(mc * 4),
           *g_dres = dev_alloc(mc * 4);
     const float *gr = residual ? g_res : NULL;
-    G->bn_fwd_train(g_out, g_mean, g_var, g_is, g_in, g_gam, g_bet, gr, relu, m, c, 1e-5f, DS_F32);
+    float *g_ms = to_dev(rm, c * 4), *g_vs = to_dev(rv, c * 4);
+    G->bn_fwd_train(g_out, g_mean, g_var, g_is, g_ms, g_vs, g_in, g_gam, g_bet, gr, relu, m, c, 1e-5f, DS_F32);
     G->bn_fwd_infer(g_inf, g_in, g_gam, g_bet, g_rm, g_rv, gr, relu, m, c, 1e-5f, DS_F32);
     G->bn_bwd(g_din, residual ? g_dres : NULL, g_dg, g_db, g_dy, g_out, g_in, g_gam, g_mean, g_is, relu, m, c, DS_F32);
     cmp("bn_fwd_train out", g_out, out, mc);
     cmp("bn mean", g_mean, mean, c);
     cmp("bn var (biased)", g_var, var, c);
     cmp("bn invstd", g_is, is, c);
+    cmp("bn mean_sum += mean", g_ms, ms, c);
+    cmp("bn var_sum += unbiased var", g_vs, vs, c);
+    dev_free(g_ms), dev_free(g_vs), free(ms), free(vs);
     cmp("bn_fwd_infer out", g_inf, inf, mc);
     cmp("bn_bwd din", g_din, din, mc);
     cmp("bn_bwd dout after the ReLU mask", g_dy, dy, mc);
@@ -641,7 +647,8 @@ static void test_bn_bf16(const ops_bn *t)
     float *mean = xmalloc(c * 4), *var = xmalloc(c * 4), *is = xmalloc(c * 4), *dg = dup(dg0, c), *db = dup(db0, c);
     memcpy(dy, dout, mc * 2);
     const bf16 *r = residual ? res : NULL;
-    C->bn_fwd_train(out, mean, var, is, in, gam, bet, r, relu, m, c, 1e-5f, DS_BF16);
+    float *ms = dup(rm, c), *vs = dup(rv, c);
+    C->bn_fwd_train(out, mean, var, is, ms, vs, in, gam, bet, r, relu, m, c, 1e-5f, DS_BF16);
     C->bn_fwd_infer(inf, in, gam, bet, rm, rv, r, relu, m, c, 1e-5f, DS_BF16);
     C->bn_bwd(din, residual ? dres : NULL, dg, db, dy, out, in, gam, mean, is, relu, m, c, DS_BF16);
 
@@ -652,7 +659,8 @@ static void test_bn_bf16(const ops_bn *t)
          *g_dres = dev_alloc(mc * 2);
     float *g_mean = dev_alloc(c * 4), *g_var = dev_alloc(c * 4), *g_is = dev_alloc(c * 4);
     const void *gr = residual ? g_res : NULL;
-    G->bn_fwd_train(g_out, g_mean, g_var, g_is, g_in, g_gam, g_bet, gr, relu, m, c, 1e-5f, DS_BF16);
+    float *g_ms = to_dev(rm, c * 4), *g_vs = to_dev(rv, c * 4);
+    G->bn_fwd_train(g_out, g_mean, g_var, g_is, g_ms, g_vs, g_in, g_gam, g_bet, gr, relu, m, c, 1e-5f, DS_BF16);
     G->bn_fwd_infer(g_inf, g_in, g_gam, g_bet, g_rm, g_rv, gr, relu, m, c, 1e-5f, DS_BF16);
     G->bn_bwd(g_din, residual ? g_dres : NULL, g_dg, g_db, g_dy, g_out, g_in, g_gam, g_mean, g_is, relu, m, c,
               DS_BF16);
@@ -660,6 +668,9 @@ static void test_bn_bf16(const ops_bn *t)
     cmp_as("bn mean", g_mean, mean, c, DS_F32, TOL_F32);
     cmp_as("bn var (biased)", g_var, var, c, DS_F32, TOL_F32);
     cmp_as("bn invstd", g_is, is, c, DS_F32, TOL_F32);
+    cmp_as("bn mean_sum += mean", g_ms, ms, c, DS_F32, TOL_F32);
+    cmp_as("bn var_sum += unbiased var", g_vs, vs, c, DS_F32, TOL_F32);
+    dev_free(g_ms), dev_free(g_vs), free(ms), free(vs);
     cmp_as("bn_fwd_infer out", g_inf, inf, mc, DS_BF16, TOL_BF16);
     cmp_as("bn_bwd din", g_din, din, mc, DS_BF16, TOL_BF16);
     cmp_as("bn_bwd dout after the ReLU mask", g_dy, dy, mc, DS_BF16, TOL_BF16);
@@ -735,9 +746,25 @@ static void test_elementwise_bf16(void)
     G->add(g_y, g_x, n, DS_BF16);
     cmp_as("add", g_y, y, n, DS_BF16, TOL_BF16);
     CHECK(same_bits(g_y, y, n, DS_BF16), "add: not bitwise the CPU's");
-    C->to_bf16(h, f, n);
-    G->to_bf16(g_h, g_f, n);
+    C->to_bf16(h, f, &(ds_bf16_run){0, 0, n}, 1);
+    G->to_bf16(g_h, g_f, &(ds_bf16_run){0, 0, n}, 1);
     CHECK(same_bits(g_h, h, n, DS_BF16), "to_bf16: not bitwise the CPU's");
+    /* runs as the model's weight copy has them, more than one launch takes (a second launch
+     * past DS_CUDA_BF16_RUNS), some of no values, into a buffer whose gaps keep their bits */
+    enum { NRUNS = 70 };
+    ds_bf16_run runs[NRUNS];
+    size_t at = 0, from = 0;
+    for (int k = 0; k < NRUNS; k++) {
+        size_t len = k % 9 == 4 ? 0 : 17 * (size_t)k + 1;
+        runs[k] = (ds_bf16_run){at, from, len};
+        at += (len + 127) / 128 * 128 + 128, from += len + 3;
+    }
+    CHECK(at <= n && from <= n, "the runs fit the case's buffers");
+    memcpy(h, y, n * 2);
+    G->upload(g_h, y, n * 2);
+    C->to_bf16(h, f, runs, NRUNS);
+    G->to_bf16(g_h, g_f, runs, NRUNS);
+    CHECK(same_bits(g_h, h, n, DS_BF16), "to_bf16 over %d runs: not bitwise the CPU's", NRUNS);
     case_end();
     dev_free(g_y), dev_free(g_x), dev_free(g_h), dev_free(g_f);
     free(y), free(x), free(h), free(f);
