@@ -133,7 +133,7 @@ static void *rand_as(size_t n, ds_dtype t, ds_rng *r)
     if (t == DS_F32) return x;
     void *h = ds_backend_cpu.alloc(n * ds_dtype_size(t));
     if (!h) ds_die("out of memory (%zu values)", n);
-    ds_backend_cpu.to_bf16(h, x, n);
+    ds_backend_cpu.to_bf16(h, x, &(ds_bf16_run){0, 0, n}, 1);
     ds_backend_cpu.free(x);
     return h;
 }
@@ -195,7 +195,7 @@ static void bench_net(const char *net, unsigned which, int reps, double peak)
         void *bno = be->alloc(no * sa), *bnd = be->alloc(no * sa), *bndin = be->alloc(no * sa);
         int m = d.n * d.p * d.q;
         double tb[2];
-        TIME_BEST(tb[0], reps, be->bn_fwd_train(bno, mean, var, is, out, gam, bet, NULL, 1, m, d.k, 1e-5f, at));
+        TIME_BEST(tb[0], reps, be->bn_fwd_train(bno, mean, var, is, NULL, NULL, out, gam, bet, NULL, 1, m, d.k, 1e-5f, at));
         TIME_BEST(tb[1], reps, (memcpy(bnd, g, no * sa),
                                 be->bn_bwd(bndin, NULL, dg, db, bnd, bno, out, gam, mean, is, 1, m, d.k, at)));
         bn_total += (tb[0] + tb[1]) * s->count;

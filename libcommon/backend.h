@@ -98,6 +98,11 @@ enum { DS_STREAM_COMPUTE, DS_STREAM_INPUT };
 
 typedef struct ds_clock ds_clock;   /* a backend's own (clock_alloc) */
 
+/* A run of the to_bf16 op, in elements: n values from src + src_off to dst + dst_off. */
+typedef struct {
+    size_t dst_off, src_off, n;
+} ds_bf16_run;
+
 typedef struct ds_backend {
     const char *name;        /* "cpu", "cuda" */
     int host_memory;         /* 1: its pointers are host memory, readable by the caller */
@@ -189,9 +194,13 @@ typedef struct ds_backend {
      * t is the storage of out, in, residual and their gradients (arithmetic is float32, a
      * bf16 result rounded once); gamma, beta and the statistics are float32. ---- */
     /* Training: batch statistics. Writes mean[c], var[c] (biased, divided by m) and
-     * invstd[c] = 1/sqrt(var + eps) for the backward pass and the running-stat update. */
-    void (*bn_fwd_train)(void *out, float *mean, float *var, float *invstd, const void *in,
-                         const float *gamma, const float *beta, const void *residual, int relu,
+     * invstd[c] = 1/sqrt(var + eps) for the backward pass. mean_sum and var_sum (both or
+     * neither; NULL: none), the running statistics' sums over micro-batches, get
+     * mean_sum += 1 * mean and var_sum += (float)(m / (m - 1.0)) * var (the unbiased
+     * variance, m > 1), each the product rounded, then the sum: axpy's bits, without its
+     * launches. */
+    void (*bn_fwd_train)(void *out, float *mean, float *var, float *invstd, float *mean_sum, float *var_sum,
+                         const void *in, const float *gamma, const float *beta, const void *residual, int relu,
                          int m, int c, float eps, ds_dtype t);
     /* Inference: running statistics. */
     void (*bn_fwd_infer)(void *out, const void *in, const float *gamma, const float *beta,
@@ -241,9 +250,12 @@ typedef struct ds_backend {
     /* y += x for n elements of storage t (activation gradients from two consumers); a bf16
      * sum is rounded once */
     void (*add)(void *y, const void *x, size_t n, ds_dtype t);
-    /* dst[i] = src[i] rounded to bf16, to nearest even (the CPU also flushes denormals to
-     * zero: cpu_bf16.h's rule): the model's bf16 copy of its weights, made once per step */
-    void (*to_bf16)(void *dst, const float *src, size_t n);
+    /* For each of the nruns runs, dst[dst_off + i] = src[src_off + i] rounded to bf16 (i <
+     * n), to nearest even (the CPU also flushes denormals to zero: cpu_bf16.h's rule): the
+     * model's bf16 copy of its convolution weights, made once per step, every tensor a run
+     * of one call (CUDA: one launch for up to DS_CUDA_BF16_RUNS runs). Runs must not
+     * overlap in dst. */
+    void (*to_bf16)(void *dst, const float *src, const ds_bf16_run *runs, int nruns);
     /* Input batch: uint8 NHWC [n, H, W, 3] -> float NHWC [n, ch, cw, 3], crop at (y0[i], x0[i]),
      * optional horizontal flip per sample, then (x/255 - mean) / std. */
     void (*normalize_u8)(float *out, const uint8_t *in, int n, int H, int W, int ch, int cw,

@@ -309,12 +309,16 @@ static void *W(ds_model *m, int t)
 }
 
 /* The bf16 copy of the convolution weights, made when they changed (once per step: after
- * SGD). */
+ * SGD), every convolution's tensor a run of one to_bf16 call. */
 static void weights16_update(ds_model *m)
 {
     if (!m->weights16 || !m->weights16_stale) return;
+    ds_bf16_run *runs = ds_xmalloc((size_t)m->ntensors * sizeof *runs);
+    int n = 0;
     for (int i = 0; i < m->ntensors; i++)
-        if (m->tloc[i].conv) m->be->to_bf16(W(m, i), P(m, i), m->tinfo[i].count);
+        if (m->tloc[i].conv) runs[n++] = (ds_bf16_run){m->tloc[i].off16, m->tloc[i].off, m->tinfo[i].count};
+    m->be->to_bf16(m->weights16, m->params, runs, n);
+    free(runs);
     m->weights16_stale = 0;
 }
 
@@ -370,11 +374,10 @@ const float *ds_model_forward(ds_model *m, int n, int training)
                 return NULL;
             }
             float *mean = m->act + L->stats, *var = mean + c, *invstd = var + c;
-            be->bn_fwd_train(y, mean, var, invstd, x, P(m, L->weight), P(m, L->bias), res, L->relu,
-                             rows, c, DS_BN_EPS, in->t);
-            /* The step averages these over micro-batches for the running statistics. */
-            be->axpy(G(m, L->rmean), 1.0f, mean, (size_t)c);
-            be->axpy(G(m, L->rvar), (float)((double)rows / (rows - 1)), var, (size_t)c);
+            /* The batch's mean and unbiased variance are added into the reduction buffer: the
+             * step averages them over micro-batches for the running statistics. */
+            be->bn_fwd_train(y, mean, var, invstd, G(m, L->rmean), G(m, L->rvar), x, P(m, L->weight),
+                             P(m, L->bias), res, L->relu, rows, c, DS_BN_EPS, in->t);
             break;
         }
         case L_MAXPOOL: {

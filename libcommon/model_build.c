@@ -272,22 +272,31 @@ int ds_model_plan_memory(ds_model *m)
     }
 
     /* Gradient slots, by liveness over the backward walk: an activation's gradient lives
-     * from its first consumer in backward order to its producer. */
+     * from its first consumer in backward order to its producer. A batch norm's residual
+     * whose gradient this layer is the first to write takes over the output's slot: its
+     * gradient is the output's (after the ReLU mask, which bn_bwd writes into dout), and
+     * nothing reads the output's gradient after this layer, so bn_bwd is given dresidual ==
+     * dout and copies nothing. */
     if (m->cfg.training) {
         ds_slots s = {0};
         m->acts[m->logits].grad_slot = -2;
         for (int l = m->nlayers - 1; l >= 0; l--) {
             ds_layer *L = &m->layers[l];
-            int ins[2] = {L->in, L->res}, *acc[2] = {&L->in_acc, &L->res_acc};
+            int ins[2] = {L->in, L->res}, *acc[2] = {&L->in_acc, &L->res_acc}, out_kept = 0;
             for (int j = 0; j < 2; j++) {
                 if (ins[j] <= 0) continue;   /* none, or the model input: no gradient */
                 ds_act *a = &m->acts[ins[j]];
                 *acc[j] = a->grad_slot >= 0;
-                if (!*acc[j] && (a->grad_slot = slot_take(&s)) < 0)
+                if (*acc[j]) continue;
+                if (j == 1 && L->type == L_BN && m->acts[L->out].grad_slot >= 0) {
+                    a->grad_slot = m->acts[L->out].grad_slot;
+                    out_kept = 1;
+                } else if ((a->grad_slot = slot_take(&s)) < 0) {
                     return ds_err("model: memory plan: too many live gradients");
+                }
             }
             if (L->in_acc && L->res_acc) return ds_err("model: memory plan: two accumulating inputs");
-            if (m->acts[L->out].grad_slot >= 0) s.busy[m->acts[L->out].grad_slot] = 0;
+            if (m->acts[L->out].grad_slot >= 0 && !out_kept) s.busy[m->acts[L->out].grad_slot] = 0;
         }
         /* The scratch slot, for a layer other than a convolution whose input (or BN's residual)
          * has another consumer; a convolution adds into the gradient itself (none in a

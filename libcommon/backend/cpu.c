@@ -140,8 +140,8 @@ static float act_value(const void *x, long i, ds_dtype t)
     return t == DS_BF16 ? ds_bf16_value(((const ds_bf16 *)x)[i]) : ((const float *)x)[i];
 }
 
-static void cpu_bn_fwd_train(void *out, float *mean, float *var, float *invstd, const void *in,
-                             const float *gamma, const float *beta, const void *residual, int relu,
+static void cpu_bn_fwd_train(void *out, float *mean, float *var, float *invstd, float *mean_sum, float *var_sum,
+                             const void *in, const float *gamma, const float *beta, const void *residual, int relu,
                              int m, int c, float eps, ds_dtype t)
 {
     float sa[c];
@@ -161,6 +161,13 @@ static void cpu_bn_fwd_train(void *out, float *mean, float *var, float *invstd, 
             var[c0 + j] = (float)v;
             invstd[c0 + j] = (float)is;
             sa[c0 + j] = (float)(gamma[c0 + j] * is);
+        }
+    }
+    if (mean_sum) {   /* as cpu_axpy: the product rounded, then the sum */
+        const float unbiased = (float)((double)m / (m - 1));
+        for (int j = 0; j < c; j++) {
+            mean_sum[j] += 1.0f * mean[j];
+            var_sum[j] += unbiased * var[j];
         }
     }
     bn_apply(out, in, mean, sa, beta, residual, relu, m, c, t);
@@ -417,11 +424,16 @@ static void cpu_add(void *y, const void *x, size_t n, ds_dtype t)
     for (size_t i0 = 0; i0 < n; i0 += block) L->add_bf16(y, x, i0, i0 + block < n ? i0 + block : n);
 }
 
-static void cpu_to_bf16(void *dst, const float *src, size_t n)
+static void cpu_to_bf16(void *dst, const float *src, const ds_bf16_run *runs, int nruns)
 {
     const size_t block = (size_t)1 << 16;
+    for (int r = 0; r < nruns; r++) {
+        ds_bf16 *d = (ds_bf16 *)dst + runs[r].dst_off;
+        const float *s = src + runs[r].src_off;
+        const size_t n = runs[r].n;
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i += block) ds_bf16_round_n((ds_bf16 *)dst + i, src + i, n - i < block ? n - i : block);
+        for (size_t i = 0; i < n; i += block) ds_bf16_round_n(d + i, s + i, n - i < block ? n - i : block);
+    }
 }
 
 /* As torchvision: ToTensor (x / 255) then Normalize ((x - mean) / std). A byte has 256

@@ -207,6 +207,43 @@ BODY void bn_grad_final_body(float *dgamma, float *dbeta, float *ka, float *kb, 
     kc[k] = (float)dmul_rn(-gi, mdy);
 }
 
+/* ---- the to_bf16 op: runs of float32 values rounded into bf16, one launch for many ----
+ * A launch's runs, passed by value: run k's values go from src + src[k] to dst + dst[k],
+ * and are elements start[k] .. start[k + 1] - 1 of the launch's count start[n]. */
+typedef struct {
+    int n;
+    size_t start[DS_CUDA_BF16_RUNS + 1], dst[DS_CUDA_BF16_RUNS], src[DS_CUDA_BF16_RUNS];
+} bf16_runs;
+
+/* Fills r with up to DS_CUDA_BF16_RUNS of the runs from runs[0]; returns how many it took. */
+BODY int bf16_runs_take(bf16_runs *r, const ds_bf16_run *runs, int nruns)
+{
+    size_t total = 0;
+    r->n = 0;
+    for (; r->n < nruns && r->n < DS_CUDA_BF16_RUNS; r->n++) {
+        r->start[r->n] = total;
+        r->dst[r->n] = runs[r->n].dst_off;
+        r->src[r->n] = runs[r->n].src_off;
+        total += runs[r->n].n;
+    }
+    r->start[r->n] = total;
+    return r->n;
+}
+
+/* Element i of the launch's count: its run is the last whose start is at most i (runs of no
+ * values share their start with the next), found by bisection; then narrow_body's rounding. */
+BODY void to_bf16_runs_body(body_bf16 *dst, const float *src, const bf16_runs *r, long i)
+{
+    int lo = 0, hi = r->n - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if ((long)r->start[mid] <= i) lo = mid;
+        else hi = mid - 1;
+    }
+    const long k = i - (long)r->start[lo];
+    dst[r->dst[lo] + k] = bf16_narrow(src[r->src[lo] + k]);
+}
+
 /* Inference: a = gamma / sqrt(running_var + eps), as the CPU (a division, not * invstd). */
 BODY void bn_infer_coef_body(float *ka, const float *gamma, const float *rvar, int j, float eps)
 {

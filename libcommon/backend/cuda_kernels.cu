@@ -117,15 +117,16 @@ __device__ __forceinline__ void bn_final_sums(double (*s)[BN_FINAL_ROWS][BN_CH],
 }
 
 template <typename T>
-__global__ void bn_stats_final_kernel(float *mean, float *var, float *invstd, float *ka, const double *partial,
-                                      const T *in, const float *gamma, int m, int c, int chunks, float eps)
+__global__ void bn_stats_final_kernel(float *mean, float *var, float *invstd, float *ka, float *mean_sum,
+                                      float *var_sum, float unbiased, const double *partial, const T *in,
+                                      const float *gamma, int m, int c, int chunks, float eps)
 {
     __shared__ double s[2][BN_FINAL_ROWS][BN_CH];
     bn_final_sums(s, partial, c, chunks);
     int j = blockIdx.x * BN_CH + threadIdx.x;
     if (threadIdx.y == 0 && j < c)
-        bn_stats_final_body(mean, var, invstd, ka, s[0][0][threadIdx.x], s[1][0][threadIdx.x], in, gamma, m, j,
-                            eps);
+        bn_stats_final_body(mean, var, invstd, ka, mean_sum, var_sum, unbiased, s[0][0][threadIdx.x],
+                            s[1][0][threadIdx.x], in, gamma, m, j, eps);
 }
 
 __global__ void bn_grad_final_kernel(float *dgamma, float *dbeta, float *ka, float *kb, float *kc,
@@ -184,28 +185,30 @@ static float *bn_coef(int c, int which)   /* coefficient arrays live past the pa
 }
 
 template <typename T>
-static void bn_fwd_train(T *out, float *mean, float *var, float *invstd, const T *in, const float *gamma,
-                         const float *beta, const T *residual, int relu, int m, int c, float eps)
+static void bn_fwd_train(T *out, float *mean, float *var, float *invstd, float *mean_sum, float *var_sum, const T *in,
+                         const float *gamma, const float *beta, const T *residual, int relu, int m, int c, float eps)
 {
     int chunks = bn_chunks(m, c);
     float *ka = bn_coef(c, 0);
+    /* the running statistics' sums, added by the final kernel (the model's two axpy before) */
+    const float unbiased = mean_sum ? (float)((double)m / (m - 1)) : 0;
     bn_partials(scratch, (T *)NULL, (const T *)NULL, in, NULL, BN_STATS, 0, m, c, chunks);
     DS_LAUNCH(bn_stats_final_kernel, bn_final_grid(c), bn_final_block, 0, ds_cuda_stream(), mean, var, invstd, ka,
-        scratch, in, gamma, m, c, chunks, eps);
+        mean_sum, var_sum, unbiased, scratch, in, gamma, m, c, chunks, eps);
     launchCheck();
     bn_apply(out, in, mean, ka, beta, residual, relu, m, c);
 }
 
-void ds_cuda_bn_fwd_train(void *out, float *mean, float *var, float *invstd, const void *in,
-                          const float *gamma, const float *beta, const void *residual, int relu,
+void ds_cuda_bn_fwd_train(void *out, float *mean, float *var, float *invstd, float *mean_sum, float *var_sum,
+                          const void *in, const float *gamma, const float *beta, const void *residual, int relu,
                           int m, int c, float eps, ds_dtype t)
 {
     if (t == DS_BF16)
-        bn_fwd_train((bf16 *)out, mean, var, invstd, (const bf16 *)in, gamma, beta, (const bf16 *)residual, relu,
-                     m, c, eps);
+        bn_fwd_train((bf16 *)out, mean, var, invstd, mean_sum, var_sum, (const bf16 *)in, gamma, beta,
+                     (const bf16 *)residual, relu, m, c, eps);
     else
-        bn_fwd_train((float *)out, mean, var, invstd, (const float *)in, gamma, beta, (const float *)residual, relu,
-                     m, c, eps);
+        bn_fwd_train((float *)out, mean, var, invstd, mean_sum, var_sum, (const float *)in, gamma, beta,
+                     (const float *)residual, relu, m, c, eps);
 }
 
 template <typename T>
@@ -594,6 +597,23 @@ void ds_cuda_to_bf16(void *dst, const float *src, size_t n)
     if (!n) return;
     DS_LAUNCH(to_bf16_kernel, ds_cuda_blocks(n, THREADS), THREADS, 0, ds_cuda_stream(), (bf16 *)dst, src, n);
     launchCheck();
+}
+
+__global__ void to_bf16_runs_kernel(bf16 *dst, const float *src, bf16_runs r)
+{
+    FOR_GRID(i, r.start[r.n]) to_bf16_runs_body(dst, src, &r, i);
+}
+
+void ds_cuda_to_bf16_runs(void *dst, const float *src, const ds_bf16_run *runs, int nruns)
+{
+    bf16_runs r;
+    for (int a = 0; a < nruns;) {
+        a += bf16_runs_take(&r, runs + a, nruns - a);
+        if (!r.start[r.n]) continue;
+        DS_LAUNCH(to_bf16_runs_kernel, ds_cuda_blocks(r.start[r.n], THREADS), THREADS, 0, ds_cuda_stream(), (bf16 *)dst,
+            src, r);
+        launchCheck();
+    }
 }
 
 void ds_cuda_from_bf16(float *dst, const void *src, size_t n, int accumulate)

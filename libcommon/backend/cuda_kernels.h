@@ -41,6 +41,7 @@ void ds_cuda_kernels_init(void *scratch);
 #define DS_CUDA_BN_CH 32
 #define DS_CUDA_BN_ROWS 8
 #define DS_CUDA_BN_FINAL_ROWS 32
+#define DS_CUDA_BF16_RUNS 64        /* runs of the to_bf16 op one launch takes (its parameters) */
 static inline int ds_cuda_bn_chunks(int m, int c, int flush)
 {
     size_t fit = (DS_CUDA_SCRATCH_BYTES - 3 * (size_t)c * sizeof(float)) /
@@ -55,8 +56,8 @@ static inline int ds_cuda_bn_chunks(int m, int c, int flush)
  * float as it is loaded, the arithmetic is the float32 kernels', and a bf16 result is
  * rounded once, by the CPU's rule (cpu_bf16.h: to nearest even, a denormal to a zero of its
  * sign), as it is stored. */
-void ds_cuda_bn_fwd_train(void *out, float *mean, float *var, float *invstd, const void *in,
-                          const float *gamma, const float *beta, const void *residual, int relu,
+void ds_cuda_bn_fwd_train(void *out, float *mean, float *var, float *invstd, float *mean_sum, float *var_sum,
+                          const void *in, const float *gamma, const float *beta, const void *residual, int relu,
                           int m, int c, float eps, ds_dtype t);
 void ds_cuda_bn_fwd_infer(void *out, const void *in, const float *gamma, const float *beta,
                           const float *running_mean, const float *running_var, const void *residual,
@@ -94,5 +95,7 @@ void ds_cuda_resized_crop_u8(float *out, const uint8_t *in, int n, int H, int W,
  * tensors for bf16 arithmetic); dst = src or dst += src (a bf16 result into float32). */
 void ds_cuda_to_bf16(void *dst, const float *src, size_t n);
 void ds_cuda_from_bf16(float *dst, const void *src, size_t n, int accumulate);
+/* The to_bf16 op (backend.h): the runs in launches of DS_CUDA_BF16_RUNS */
+void ds_cuda_to_bf16_runs(void *dst, const float *src, const ds_bf16_run *runs, int nruns);
 
 #endif

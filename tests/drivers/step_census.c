@@ -85,7 +85,7 @@ static struct {
     [K_CONV_TO_BF16] = {"to_bf16_kernel (a conv's operand copy)", CAT_CAST},
     [K_CONV_FROM_BF16] = {"from_bf16_kernel (a conv's operand or result)", CAT_CAST},
     [K_DW_ACCUMULATE] = {"from_bf16_kernel (bf16 dw added to float32)", CAT_CAST},
-    [K_WEIGHT_COPY] = {"to_bf16_kernel (the bf16 weight copy)", CAT_CAST},
+    [K_WEIGHT_COPY] = {"to_bf16_runs_kernel (the bf16 weight copy)", CAT_CAST},
     [K_SGD] = {"sgd_kernel", CAT_ELEMENTWISE},
     [K_SCALE] = {"scale_kernel", CAT_ELEMENTWISE},
     [K_AXPY] = {"axpy_kernel", CAT_ELEMENTWISE},
@@ -327,8 +327,9 @@ static void bn_depth(int m, int c, int chunks)
     bn_shapes[n_bn_shapes++] = (bn_shape){m, c, chunks, bn_final_depth(chunks), 1};
 }
 
-static void spy_bn_fwd_train(void *out, float *mean, float *var, float *invstd, const void *in, const float *gamma,
-                             const float *beta, const void *residual, int relu, int m, int c, float eps, ds_dtype t)
+static void spy_bn_fwd_train(void *out, float *mean, float *var, float *invstd, float *mean_sum, float *var_sum,
+                             const void *in, const float *gamma, const float *beta, const void *residual, int relu,
+                             int m, int c, float eps, ds_dtype t)
 {
     int chunks = bn_chunks(m, c);
     uint64_t E = (uint64_t)m * c * es(t), C = (uint64_t)c * F32, P = partial_bytes(chunks, c);
@@ -337,8 +338,9 @@ static void spy_bn_fwd_train(void *out, float *mean, float *var, float *invstd, 
     /* bn_partial_kernel, BN_STATS: reads in; writes the partial sums */
     launch(K_BN_PARTIAL_STATS, E + P);
     /* bn_stats_final_kernel: reads the partials, in's row 0 (the shift) and gamma; writes
-     * mean, var, invstd and the coefficient a */
-    launch(K_BN_STATS_FINAL, P + c * es(t) + C + 4 * C);
+     * mean, var, invstd and the coefficient a; reads and writes the running statistics' sums
+     * when given them */
+    launch(K_BN_STATS_FINAL, P + c * es(t) + C + 4 * C + (mean_sum ? 4 * C : 0));
     /* bn_apply_kernel: reads in, the residual, mean, a and beta; writes out */
     launch(K_BN_APPLY, E + (residual ? E : 0) + 3 * C + E);
 }
@@ -450,10 +452,15 @@ static void spy_add(void *y, const void *x, size_t n, ds_dtype t)
     if (n) launch(K_ADD, 3 * n * es(t));
 }
 
-/* The to_bf16 op (to_bf16_kernel): the model's bf16 copy of its convolution weights */
-static void spy_to_bf16(void *dst, const float *src, size_t n)
+/* The to_bf16 op (ds_cuda_to_bf16_runs): the model's bf16 copy of its convolution weights,
+ * one to_bf16_runs_kernel launch for each DS_CUDA_BF16_RUNS runs that hold a value */
+static void spy_to_bf16(void *dst, const float *src, const ds_bf16_run *runs, int nruns)
 {
-    if (n) launch(K_WEIGHT_COPY, n * (F32 + es(DS_BF16)));
+    for (int a = 0; a < nruns; a += DS_CUDA_BF16_RUNS) {
+        uint64_t n = 0;
+        for (int k = a; k < nruns && k < a + DS_CUDA_BF16_RUNS; k++) n += runs[k].n;
+        if (n) launch(K_WEIGHT_COPY, n * (F32 + es(DS_BF16)));
+    }
 }
 
 /* Ops a training step does not call (inference BN, the input ops, copy, the reduction: one

@@ -248,9 +248,11 @@ static void emu_bn_final_sums(double *s1, double *s2, const double *partial, int
 
 static int chunks_of(int m, int c) { return ds_cuda_bn_chunks(m, c, DS_BN_FLUSH); }
 
-static void emu_bn_fwd_train(void *out, float *mean, float *var, float *invstd, const void *in, const float *gamma,
-                             const float *beta, const void *residual, int relu, int m, int c, float eps, ds_dtype t)
+static void emu_bn_fwd_train(void *out, float *mean, float *var, float *invstd, float *mean_sum, float *var_sum,
+                             const void *in, const float *gamma, const float *beta, const void *residual, int relu,
+                             int m, int c, float eps, ds_dtype t)
 {
+    const float unbiased = mean_sum ? (float)((double)m / (m - 1)) : 0;
     int chunks = chunks_of(m, c);
     double *partial = nans(2 * (size_t)chunks * c, sizeof(double));
     float *ka = nans(c, 4);
@@ -260,7 +262,9 @@ static void emu_bn_fwd_train(void *out, float *mean, float *var, float *invstd, 
         emu_bn_final_sums(s1, s2, partial, c, chunks, bx);
         for (int lane = 0; lane < DS_CUDA_BN_CH; lane++) {
             int j = bx * DS_CUDA_BN_CH + lane;
-            if (j < c) BY_T(t, bn_stats_final_body, mean, var, invstd, ka, s1[lane], s2[lane], in, gamma, m, j, eps);
+            if (j < c)
+                BY_T(t, bn_stats_final_body, mean, var, invstd, ka, mean_sum, var_sum, unbiased, s1[lane], s2[lane],
+                     in, gamma, m, j, eps);
         }
     }
     emu_bn_apply_as(out, in, mean, ka, beta, residual, relu, m, c, t, 0);
@@ -301,6 +305,46 @@ static void emu_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, 
     free(partial);
 }
 
+/* ds_cuda_to_bf16_runs: a launch per DS_CUDA_BF16_RUNS runs (none for runs of no values),
+ * each a grid-stride loop over its runs' values. */
+static void emu_to_bf16_runs(void *dst, const float *src, const ds_bf16_run *runs, int nruns)
+{
+    bf16_runs r;
+    for (int a = 0; a < nruns;) {
+        a += bf16_runs_take(&r, runs + a, nruns - a);
+        FOR_GRID(i, r.start[r.n]) to_bf16_runs_body(dst, src, &r, i);
+    }
+}
+
+/* The to_bf16 op over runs as the model's weight copy lays them out (each run's destination
+ * aligned, the gaps between them untouched), more runs than one launch takes, runs of no
+ * values and of one; bitwise the CPU's, the gaps' bits kept. */
+static void test_to_bf16_runs(int nruns)
+{
+    char name[96];
+    snprintf(name, sizeof name, "to_bf16 runs=%d (%d a launch)", nruns, DS_CUDA_BF16_RUNS);
+    check_begin(name);
+    ds_bf16_run *runs = malloc((size_t)nruns * sizeof *runs);
+    size_t nsrc = 0, ndst = 0;
+    for (int k = 0; k < nruns; k++) {
+        size_t len = k % 7 == 3 ? 0 : k % 11 == 5 ? 1 : ds_rng_below(&rng, 3000);
+        runs[k] = (ds_bf16_run){ndst, nsrc + k % 3, len};
+        nsrc += len + k % 3;
+        ndst += (len + 127) / 128 * 128 + 128 * (k % 2);
+    }
+    float *src = f32_randn(nsrc ? nsrc : 1, 0, 2);
+    ds_bf16 *d_c = nans(ndst ? ndst : 1, 2), *d_g = nans(ndst ? ndst : 1, 2);
+    be->to_bf16(d_c, src, runs, nruns);
+    emu_to_bf16_runs(d_g, src, runs, nruns);
+    check_bits("runs, and the gaps kept", d_g, d_c, ndst, 2);
+    size_t values = 0, written = 0;   /* the values are finite, the gaps NaN */
+    for (int k = 0; k < nruns; k++) values += runs[k].n;
+    for (size_t i = 0; i < ndst; i++) written += (((const ds_bf16 *)d_g)[i] & 0x7fff) <= 0x7f80;
+    CHECK(written == values, "%zu values written, %zu in the runs", written, values);
+    free(runs), free(src), free(d_c), free(d_g);
+    check_end();
+}
+
 /* ---------------------------------------------------------------- batch norm */
 
 static const char *tname(ds_dtype t) { return t == DS_BF16 ? "bf16" : "f32"; }
@@ -334,8 +378,24 @@ static void test_bn_fwd(int m, int c, ds_dtype t, int relu, int residual, int da
     void *out_c = nans(n, es(t)), *out_g = nans(n, es(t));
     float *mean_c = nans(c, 4), *var_c = nans(c, 4), *is_c = nans(c, 4);
     float *mean_g = nans(c, 4), *var_g = nans(c, 4), *is_g = nans(c, 4);
-    be->bn_fwd_train(out_c, mean_c, var_c, is_c, in, gamma, beta, res, relu, m, c, eps, t);
-    emu_bn_fwd_train(out_g, mean_g, var_g, is_g, in, gamma, beta, res, relu, m, c, eps, t);
+    /* the running statistics' sums, from the same start on both sides */
+    float *ms_c = f32_randn(c, 0, 1), *vs_c = f32_randn(c, 1, 1), *ms_g = dup(ms_c, c * 4), *vs_g = dup(vs_c, c * 4);
+    float *ms_want = dup(ms_c, c * 4), *vs_want = dup(vs_c, c * 4);
+    be->bn_fwd_train(out_c, mean_c, var_c, is_c, ms_c, vs_c, in, gamma, beta, res, relu, m, c, eps, t);
+    emu_bn_fwd_train(out_g, mean_g, var_g, is_g, ms_g, vs_g, in, gamma, beta, res, relu, m, c, eps, t);
+    /* the kernel's sums are axpy_body's of its own statistics, bitwise (the model's two axpy
+     * launches before) */
+    for (int j = 0; j < c; j++) {
+        axpy_body(ms_want, 1.0f, mean_g, (size_t)j);
+        axpy_body(vs_want, (float)((double)m / (m - 1)), var_g, (size_t)j);
+    }
+    check_bits("mean_sum += mean", ms_g, ms_want, c, 4);
+    check_bits("var_sum += unbiased var", vs_g, vs_want, c, 4);
+    if (exact) {
+        check_bits("mean_sum, the CPU's", ms_g, ms_c, c, 4);
+        check_bits("var_sum, the CPU's", vs_g, vs_c, c, 4);
+    }
+    free(ms_c), free(vs_c), free(ms_g), free(vs_g), free(ms_want), free(vs_want);
 
     if (exact) {
         check_bits("mean", mean_g, mean_c, c, 4);
@@ -752,9 +812,12 @@ static void test_elementwise(size_t n)
     const size_t ns = sizeof special / sizeof *special;
     for (size_t k = 0; k < ns && k < n; k++) memcpy(&x[k], &special[k], 4);
     ds_bf16 *h_c = nans(n, 2), *h_g = nans(n, 2);
-    be->to_bf16(h_c, x, n);
+    be->to_bf16(h_c, x, &(ds_bf16_run){0, 0, n}, 1);
     FOR_GRID(i, n) narrow_body_bf16(h_g, x, i);
     check_bits("to_bf16", h_g, h_c, n, 2);
+    free(h_g), h_g = nans(n, 2);
+    emu_to_bf16_runs(h_g, x, &(ds_bf16_run){0, 0, n}, 1);
+    check_bits("to_bf16, one run", h_g, h_c, n, 2);
     /* from_bf16: the exact value, or the float sum with what is there */
     float *f_g = nans(n, 4), *f_c = calloc(n, 4), *acc = f32_randn(n, 0, 1), *acc_g = dup(acc, n * 4);
     FOR_GRID(i, n) widen_body_bf16(f_g, h_c, i, 0);
@@ -873,6 +936,9 @@ int main(void)
     test_sgd(777, 0, 0, 0, 0);
     test_elementwise(100003);
     test_elementwise(17);
+    test_to_bf16_runs(1);
+    test_to_bf16_runs(53);    /* resnet50's convolutions: one launch */
+    test_to_bf16_runs(150);   /* three launches */
     test_input(4, 40, 36, 32, 32, 1);
     test_input(3, 17, 23, 9, 11, 0);
     return check_exit();

@@ -309,7 +309,9 @@ static void test_bn(const ops_bn *t)
     float *inf = xmalloc(mc * 4), *din = xmalloc(mc * 4), *dres = xmalloc(mc * 4), *dy = dup(dout, mc);
     float *dg = dup(dg0, c), *db = dup(db0, c);
     const float *r = residual ? res : NULL;
-    C->bn_fwd_train(out, mean, var, is, in, gam, bet, r, relu, m, c, 1e-5f, DS_F32);
+    /* the running statistics' sums from rm, rv (any start will do) */
+    float *ms = dup(rm, c), *vs = dup(rv, c);
+    C->bn_fwd_train(out, mean, var, is, ms, vs, in, gam, bet, r, relu, m, c, 1e-5f, DS_F32);
     C->bn_fwd_infer(inf, in, gam, bet, rm, rv, r, relu, m, c, 1e-5f, DS_F32);
     C->bn_bwd(din, residual ? dres : NULL, dg, db, dy, out, in, gam, mean, is, relu, m, c, DS_F32);
 
@@ -320,19 +322,30 @@ static void test_bn(const ops_bn *t)
           *g_is = dev_alloc(c * 4), *g_inf = dev_alloc(mc * 4), *g_din = dev_alloc(mc * 4),
           *g_dres = dev_alloc(mc * 4);
     const float *gr = residual ? g_res : NULL;
-    G->bn_fwd_train(g_out, g_mean, g_var, g_is, g_in, g_gam, g_bet, gr, relu, m, c, 1e-5f, DS_F32);
+    float *g_ms = to_dev(rm, c * 4), *g_vs = to_dev(rv, c * 4);
+    G->bn_fwd_train(g_out, g_mean, g_var, g_is, g_ms, g_vs, g_in, g_gam, g_bet, gr, relu, m, c, 1e-5f, DS_F32);
     G->bn_fwd_infer(g_inf, g_in, g_gam, g_bet, g_rm, g_rv, gr, relu, m, c, 1e-5f, DS_F32);
     G->bn_bwd(g_din, residual ? g_dres : NULL, g_dg, g_db, g_dy, g_out, g_in, g_gam, g_mean, g_is, relu, m, c, DS_F32);
     cmp("bn_fwd_train out", g_out, out, mc);
     cmp("bn mean", g_mean, mean, c);
     cmp("bn var (biased)", g_var, var, c);
     cmp("bn invstd", g_is, is, c);
+    cmp("bn mean_sum += mean", g_ms, ms, c);
+    cmp("bn var_sum += unbiased var", g_vs, vs, c);
+    dev_free(g_ms), dev_free(g_vs), free(ms), free(vs);
     cmp("bn_fwd_infer out", g_inf, inf, mc);
     cmp("bn_bwd din", g_din, din, mc);
     cmp("bn_bwd dout after the ReLU mask", g_dy, dy, mc);
     if (residual) cmp("bn_bwd dresidual", g_dres, dres, mc);
     cmp("bn_bwd dgamma (accumulated)", g_dg, dg, c);
     cmp("bn_bwd dbeta (accumulated)", g_db, db, c);
+    if (residual) {   /* the memory plan's alias: the residual's gradient is dout itself */
+        float *g_dy2 = to_dev(dout, mc * 4), *g_dg2 = to_dev(dg0, c * 4), *g_db2 = to_dev(db0, c * 4);
+        G->bn_bwd(g_din, g_dy2, g_dg2, g_db2, g_dy2, g_out, g_in, g_gam, g_mean, g_is, relu, m, c, DS_F32);
+        cmp("bn_bwd din, dresidual == dout", g_din, din, mc);
+        cmp("bn_bwd dresidual == dout", g_dy2, dres, mc);
+        dev_free(g_dy2), dev_free(g_dg2), dev_free(g_db2);
+    }
     case_end();
     float *gs[] = {g_in, g_res, g_gam, g_bet, g_dy, g_rm, g_rv, g_dg, g_db, g_out, g_mean, g_var, g_is, g_inf, g_din, g_dres};
     for (size_t i = 0; i < sizeof gs / sizeof *gs; i++) dev_free(gs[i]);
@@ -634,7 +647,8 @@ static void test_bn_bf16(const ops_bn *t)
     float *mean = xmalloc(c * 4), *var = xmalloc(c * 4), *is = xmalloc(c * 4), *dg = dup(dg0, c), *db = dup(db0, c);
     memcpy(dy, dout, mc * 2);
     const bf16 *r = residual ? res : NULL;
-    C->bn_fwd_train(out, mean, var, is, in, gam, bet, r, relu, m, c, 1e-5f, DS_BF16);
+    float *ms = dup(rm, c), *vs = dup(rv, c);
+    C->bn_fwd_train(out, mean, var, is, ms, vs, in, gam, bet, r, relu, m, c, 1e-5f, DS_BF16);
     C->bn_fwd_infer(inf, in, gam, bet, rm, rv, r, relu, m, c, 1e-5f, DS_BF16);
     C->bn_bwd(din, residual ? dres : NULL, dg, db, dy, out, in, gam, mean, is, relu, m, c, DS_BF16);
 
@@ -645,7 +659,8 @@ static void test_bn_bf16(const ops_bn *t)
          *g_dres = dev_alloc(mc * 2);
     float *g_mean = dev_alloc(c * 4), *g_var = dev_alloc(c * 4), *g_is = dev_alloc(c * 4);
     const void *gr = residual ? g_res : NULL;
-    G->bn_fwd_train(g_out, g_mean, g_var, g_is, g_in, g_gam, g_bet, gr, relu, m, c, 1e-5f, DS_BF16);
+    float *g_ms = to_dev(rm, c * 4), *g_vs = to_dev(rv, c * 4);
+    G->bn_fwd_train(g_out, g_mean, g_var, g_is, g_ms, g_vs, g_in, g_gam, g_bet, gr, relu, m, c, 1e-5f, DS_BF16);
     G->bn_fwd_infer(g_inf, g_in, g_gam, g_bet, g_rm, g_rv, gr, relu, m, c, 1e-5f, DS_BF16);
     G->bn_bwd(g_din, residual ? g_dres : NULL, g_dg, g_db, g_dy, g_out, g_in, g_gam, g_mean, g_is, relu, m, c,
               DS_BF16);
@@ -653,12 +668,23 @@ static void test_bn_bf16(const ops_bn *t)
     cmp_as("bn mean", g_mean, mean, c, DS_F32, TOL_F32);
     cmp_as("bn var (biased)", g_var, var, c, DS_F32, TOL_F32);
     cmp_as("bn invstd", g_is, is, c, DS_F32, TOL_F32);
+    cmp_as("bn mean_sum += mean", g_ms, ms, c, DS_F32, TOL_F32);
+    cmp_as("bn var_sum += unbiased var", g_vs, vs, c, DS_F32, TOL_F32);
+    dev_free(g_ms), dev_free(g_vs), free(ms), free(vs);
     cmp_as("bn_fwd_infer out", g_inf, inf, mc, DS_BF16, TOL_BF16);
     cmp_as("bn_bwd din", g_din, din, mc, DS_BF16, TOL_BF16);
     cmp_as("bn_bwd dout after the ReLU mask", g_dy, dy, mc, DS_BF16, TOL_BF16);
     if (residual) cmp_as("bn_bwd dresidual", g_dres, dres, mc, DS_BF16, TOL_BF16);
     cmp_as("bn_bwd dgamma (accumulated)", g_dg, dg, c, DS_F32, TOL_F32);
     cmp_as("bn_bwd dbeta (accumulated)", g_db, db, c, DS_F32, TOL_F32);
+    if (residual) {   /* the memory plan's alias: the residual's gradient is dout itself */
+        void *g_dy2 = to_dev(dout, mc * 2);
+        float *g_dg2 = to_dev(dg0, c * 4), *g_db2 = to_dev(db0, c * 4);
+        G->bn_bwd(g_din, g_dy2, g_dg2, g_db2, g_dy2, g_out, g_in, g_gam, g_mean, g_is, relu, m, c, DS_BF16);
+        cmp_as("bn_bwd din, dresidual == dout", g_din, din, mc, DS_BF16, TOL_BF16);
+        cmp_as("bn_bwd dresidual == dout", g_dy2, dres, mc, DS_BF16, TOL_BF16);
+        dev_free(g_dy2), dev_free(g_dg2), dev_free(g_db2);
+    }
     case_end();
     void *gs[] = {g_in, g_res, g_dy, g_gam, g_bet, g_rm, g_rv, g_dg, g_db, g_out, g_inf, g_din, g_dres,
                   g_mean, g_var, g_is};
@@ -720,9 +746,25 @@ static void test_elementwise_bf16(void)
     G->add(g_y, g_x, n, DS_BF16);
     cmp_as("add", g_y, y, n, DS_BF16, TOL_BF16);
     CHECK(same_bits(g_y, y, n, DS_BF16), "add: not bitwise the CPU's");
-    C->to_bf16(h, f, n);
-    G->to_bf16(g_h, g_f, n);
+    C->to_bf16(h, f, &(ds_bf16_run){0, 0, n}, 1);
+    G->to_bf16(g_h, g_f, &(ds_bf16_run){0, 0, n}, 1);
     CHECK(same_bits(g_h, h, n, DS_BF16), "to_bf16: not bitwise the CPU's");
+    /* runs as the model's weight copy has them, more than one launch takes (a second launch
+     * past DS_CUDA_BF16_RUNS), some of no values, into a buffer whose gaps keep their bits */
+    enum { NRUNS = 70 };
+    ds_bf16_run runs[NRUNS];
+    size_t at = 0, from = 0;
+    for (int k = 0; k < NRUNS; k++) {
+        size_t len = k % 9 == 4 ? 0 : 17 * (size_t)k + 1;
+        runs[k] = (ds_bf16_run){at, from, len};
+        at += (len + 127) / 128 * 128 + 128, from += len + 3;
+    }
+    CHECK(at <= n && from <= n, "the runs fit the case's buffers");
+    memcpy(h, y, n * 2);
+    G->upload(g_h, y, n * 2);
+    C->to_bf16(h, f, runs, NRUNS);
+    G->to_bf16(g_h, g_f, runs, NRUNS);
+    CHECK(same_bits(g_h, h, n, DS_BF16), "to_bf16 over %d runs: not bitwise the CPU's", NRUNS);
     case_end();
     dev_free(g_y), dev_free(g_x), dev_free(g_h), dev_free(g_f);
     free(y), free(x), free(h), free(f);

@@ -422,8 +422,8 @@ static void test_ops_bf16_storage(int m, int c)
     float *outf = malloc(n * sizeof *outf), *dinf = malloc(n * sizeof *dinf), *dresf = malloc(n * sizeof *dresf);
     float st[5 * c], stf[5 * c];  /* mean, var, invstd, dgamma, dbeta */
     memset(st, 0, sizeof st), memset(stf, 0, sizeof stf);
-    be->bn_fwd_train(out, st, st + c, st + 2 * c, x, gamma, beta, r, 1, m, c, 1e-5f, DS_BF16);
-    be->bn_fwd_train(outf, stf, stf + c, stf + 2 * c, xf, gamma, beta, rf, 1, m, c, 1e-5f, DS_F32);
+    be->bn_fwd_train(out, st, st + c, st + 2 * c, NULL, NULL, x, gamma, beta, r, 1, m, c, 1e-5f, DS_BF16);
+    be->bn_fwd_train(outf, stf, stf + c, stf + 2 * c, NULL, NULL, xf, gamma, beta, rf, 1, m, c, 1e-5f, DS_F32);
     CHECK(memcmp(st, stf, 3 * c * sizeof *st) == 0, "the statistics differ from float32's on the same values");
     size_t off = off16("bn forward", out, outf, n);
     CHECK(off == 0, "bn forward: %zu of %zu elements are not float32's rounded", off, n);
@@ -543,7 +543,7 @@ static void test_bn(int m, int c, int residual, int relu, double offset, double 
     for (int j = 0; j < c; j++) gamma[j] += 1;
     float *out = malloc(n * sizeof *out), *mean = malloc(c * sizeof *mean),
           *var = malloc(c * sizeof *var), *invstd = malloc(c * sizeof *invstd);
-    be->bn_fwd_train(out, mean, var, invstd, in, gamma, beta, res, relu, m, c, eps, DS_F32);
+    be->bn_fwd_train(out, mean, var, invstd, NULL, NULL, in, gamma, beta, res, relu, m, c, eps, DS_F32);
 
     bn_ctx b = {m, c, relu, dup_d(in, n), dup_d(gamma, c), dup_d(beta, c),
                 res ? dup_d(res, n) : NULL, dup_d(g, n), eps};
@@ -562,6 +562,21 @@ static void test_bn(int m, int c, int residual, int relu, double offset, double 
     // of the mean, i.e. 6e-8 * |mean| / std after normalisation, times |gamma| < 3.
     check_close_d("forward", t, outd, n, 1e-5 + 2e-7 * offset * c / spread, 1e-4);
     free(t);
+
+    // The running statistics' sums, added by the op: axpy's bits, and nothing else changed.
+    {
+        float *ms = randn(c, 1), *vs = randn(c, 1), *ms_want = dup_f(ms, c), *vs_want = dup_f(vs, c);
+        float *out_s = malloc(n * sizeof *out_s), *st = malloc(3 * c * sizeof *st);
+        be->bn_fwd_train(out_s, st, st + c, st + 2 * c, ms, vs, in, gamma, beta, res, relu, m, c, eps, DS_F32);
+        be->axpy(ms_want, 1.0f, mean, (size_t)c);
+        be->axpy(vs_want, (float)((double)m / (m - 1)), var, (size_t)c);
+        CHECK(!memcmp(ms, ms_want, c * sizeof *ms), "mean_sum: not axpy's bits");
+        CHECK(!memcmp(vs, vs_want, c * sizeof *vs), "var_sum: not axpy's bits");
+        CHECK(!memcmp(out_s, out, n * sizeof *out) && !memcmp(st, mean, c * sizeof *st) &&
+                  !memcmp(st + c, var, c * sizeof *st) && !memcmp(st + 2 * c, invstd, c * sizeof *st),
+              "the output or statistics changed with the sums");
+        free(ms), free(vs), free(ms_want), free(vs_want), free(out_s), free(st);
+    }
 
     if (m * c <= 2000) {  // backward against finite differences
         float *din = malloc(n * sizeof *din), *dres = residual ? malloc(n * sizeof *dres) : NULL;
@@ -1171,7 +1186,7 @@ static void run_ops_bf16_storage(results *res, const ds_conv_desc *cs, size_t nc
             *o2 = malloc(n * sizeof *o2), *po = malloc(np * sizeof *po);
     float *gm = randn(c, 1), *bt = randn(c, 1), *st = take(res, 5 * c);
     memset(st, 0, 5 * c * sizeof *st);
-    be->bn_fwd_train(o, st, st + c, st + 2 * c, x, gm, bt, rs, 1, m, c, 1e-5f, DS_BF16);
+    be->bn_fwd_train(o, st, st + c, st + 2 * c, NULL, NULL, x, gm, bt, rs, 1, m, c, 1e-5f, DS_BF16);
     widen(take(res, n), o, n);
     be->bn_bwd(o2, rs, st + 3 * c, st + 4 * c, g, o, x, gm, st, st + 2 * c, 1, m, c, DS_BF16);
     widen(take(res, n), o2, n), widen(take(res, n), rs, n);
@@ -1253,7 +1268,7 @@ static float *run_ops(int threads, size_t *len)
         float *x = randn((size_t)m * c, t->spread), *gm = randn(c, 1), *bt = randn(c, 1),
               *g = randn((size_t)m * c, 1), *rs = t->residual ? randn((size_t)m * c, 1) : NULL;
         float *out = take(&res, (size_t)m * c), *st = take(&res, 5 * c);
-        be->bn_fwd_train(out, st, st + c, st + 2 * c, x, gm, bt, rs, t->relu, m, c, 1e-5f, DS_F32);
+        be->bn_fwd_train(out, st, st + c, st + 2 * c, NULL, NULL, x, gm, bt, rs, t->relu, m, c, 1e-5f, DS_F32);
         be->bn_bwd(take(&res, (size_t)m * c), rs ? take(&res, (size_t)m * c) : NULL, st + 3 * c, st + 4 * c, g, out, x,
                    gm, st, st + 2 * c, t->relu, m, c, DS_F32);
         be->bn_fwd_infer(take(&res, (size_t)m * c), x, gm, bt, st, st + c, rs, t->relu, m, c, 1e-5f, DS_F32);
