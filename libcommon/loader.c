@@ -95,8 +95,9 @@ size_t ds_loader_global_batch(const ds_loader_config *c) { return (size_t)c->bat
 
 int64_t ds_loader_accum_for(int batch, int world, int64_t G)
 {
-    int64_t per_step = (int64_t)batch * world;   /* the images of one micro-batch on every rank */
-    return per_step > 0 && G % per_step == 0 ? G / per_step : 0;
+    /* the images of one micro-batch on every rank: the global batch of accum 1 */
+    int64_t per_micro = (int64_t)ds_loader_global_batch(&(ds_loader_config){.batch = batch, .world = world, .accum = 1});
+    return per_micro > 0 && G % per_micro == 0 ? G / per_micro : 0;
 }
 
 ds_batch_shape ds_loader_shape(const ds_loader_config *c, const ds_source *src)
