@@ -12,17 +12,17 @@ static void buffer_free(const ds_backend *be, ds_feed_buffer *d)
     memset(d, 0, sizeof *d);
 }
 
-int ds_feed_init(ds_feed *f, const ds_backend *be, int batch, int height, int width)
+int ds_feed_init(ds_feed *f, const ds_backend *be, ds_batch_shape shape)
 {
     memset(f, 0, sizeof *f);
     f->be = be;
     f->host = be->host_memory;
-    f->batch = batch;
-    f->height = height;
-    f->width = width;
+    f->batch = shape.capacity;
+    f->height = shape.height;
+    f->width = shape.width;
     f->consumed[0] = f->consumed[1] = -1;
     if (f->host) return 0;
-    size_t B = (size_t)batch;
+    size_t B = (size_t)f->batch, height = (size_t)f->height, width = (size_t)f->width;
     for (int k = 0; k < 2; k++) {
         ds_feed_buffer *d = &f->buf[k];
         d->images = be->alloc(B * height * width * 3);

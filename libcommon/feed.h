@@ -39,7 +39,7 @@ typedef struct {
 typedef struct {
     const ds_backend *be;
     int host;                /* the backend computes in host memory: pass pointers through */
-    int batch, height, width;
+    int batch, height, width; /* the loader's batch shape (ds_batch_shape) */
     ds_feed_buffer buf[2];   /* device buffers, used in turn (not host) */
     int turn;                /* the buffer the next batch goes to */
     int consumed[2];         /* compute-stream mark after the normalize that read buf[k], at
@@ -51,8 +51,9 @@ typedef struct {
     int nregistered;
 } ds_feed;
 
-/* For batches of up to `batch` images of height x width (the loader's batch size). */
-int ds_feed_init(ds_feed *f, const ds_backend *be, int batch, int height, int width);
+/* For the batches of one loader: `shape` is ds_loader_batch_shape of it (the buffers hold
+ * shape.capacity images of its padded size). */
+int ds_feed_init(ds_feed *f, const ds_backend *be, ds_batch_shape shape);
 /* Gives back the device buffers and unlocks the loader's pixels: before the loader is freed. */
 void ds_feed_free(ds_feed *f);
 /* Writes batch b, cut to its crop x crop, into the model's input, first setting the model's

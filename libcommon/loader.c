@@ -91,6 +91,31 @@ static uint8_t *page_alloc(size_t bytes)
     return p;
 }
 
+size_t ds_loader_global_batch(const ds_loader_config *c) { return (size_t)c->batch * c->world * c->accum; }
+
+int64_t ds_loader_accum_for(int batch, int world, int64_t G)
+{
+    /* the images of one micro-batch on every rank: the global batch of accum 1 */
+    int64_t per_micro = (int64_t)ds_loader_global_batch(&(ds_loader_config){.batch = batch, .world = world, .accum = 1});
+    return per_micro > 0 && G % per_micro == 0 ? G / per_micro : 0;
+}
+
+ds_batch_shape ds_loader_shape(const ds_loader_config *c, const ds_source *src)
+{
+    int pad = c->train && c->augment == DS_AUGMENT_CROP ? c->pad : 0;
+    return (ds_batch_shape){.capacity = c->batch, .height = src->height + 2 * pad, .width = src->width + 2 * pad};
+}
+
+int ds_loader_check_crop(const ds_loader_config *c, const ds_source *src)
+{
+    if (c->train && c->augment == DS_AUGMENT_RRC) return 0;  /* a resized box may be any size */
+    ds_batch_shape shape = ds_loader_shape(c, src);
+    if (c->crop > shape.height || c->crop > shape.width)
+        return ds_err("%s: --crop %d is larger than the stored %dx%d images%s", src->name, c->crop, src->height,
+                      src->width, shape.height > src->height ? " plus padding" : "");
+    return 0;
+}
+
 ds_loader *ds_loader_new(ds_source *src, const ds_loader_config *cfg)
 {
     const ds_loader_config *c = cfg;
@@ -118,13 +143,12 @@ ds_loader *ds_loader_new(ds_source *src, const ds_loader_config *cfg)
     if (!L->cfg.clock) L->cfg.clock = ds_now;
     if (L->cfg.depth <= 0) L->cfg.depth = c->threads + 2;
     if (L->cfg.depth < 2) L->cfg.depth = 2;
-    L->pad = c->train && c->augment == DS_AUGMENT_CROP ? c->pad : 0;
-    L->height = src->height + 2 * L->pad;
-    L->width = src->width + 2 * L->pad;
-    L->global_batch = (size_t)c->batch * c->world * c->accum;
-    if (!rrc && (c->crop > L->height || c->crop > L->width)) {  /* a resized box may be any size */
-        ds_err("%s: --crop %d is larger than the stored %dx%d images%s", src->name, c->crop, src->height, src->width,
-               L->pad ? " plus padding" : "");
+    ds_batch_shape shape = ds_loader_shape(c, src);
+    L->height = shape.height;
+    L->width = shape.width;
+    L->pad = (shape.height - src->height) / 2;
+    L->global_batch = ds_loader_global_batch(c);
+    if (ds_loader_check_crop(c, src)) {
         free(L);
         return NULL;
     }
@@ -171,8 +195,13 @@ ds_loader *ds_loader_new(ds_source *src, const ds_loader_config *cfg)
 
 int64_t ds_loader_train_steps(const ds_loader_config *c, size_t n)
 {
-    size_t G = (size_t)c->batch * c->world * c->accum;
+    size_t G = ds_loader_global_batch(c);
     return G ? (int64_t)(n / G) : 0;
+}
+
+ds_batch_shape ds_loader_batch_shape(const ds_loader *L)
+{
+    return (ds_batch_shape){.capacity = L->cfg.batch, .height = L->height, .width = L->width};
 }
 
 int64_t ds_loader_steps_per_epoch(const ds_loader *L)

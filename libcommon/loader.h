@@ -94,15 +94,38 @@ typedef struct {
 
 typedef struct ds_loader ds_loader;
 
+/* The shape of the batches a loader makes: what a device buffer for one must hold
+ * (feed.h). The loader is its one source: the padding rule lives in ds_loader_shape. */
+typedef struct {
+    int capacity;        /* images a batch holds at most: the micro-batch */
+    int height, width;   /* of each image: the stored size, plus `pad` on every side when
+                            training with DS_AUGMENT_CROP */
+} ds_batch_shape;
+
+/* G = batch x world x accum: the images of one training step over all ranks. */
+size_t ds_loader_global_batch(const ds_loader_config *c);
+/* The accumulation that makes a global batch of G with this micro-batch on `world` ranks;
+ * 0 when the micro-batch x world does not divide G. */
+int64_t ds_loader_accum_for(int batch, int world, int64_t G);
+/* The batches' shape for this configuration on src, before any loader exists. */
+ds_batch_shape ds_loader_shape(const ds_loader_config *c, const ds_source *src);
+/* 0 when the configuration's crop fits src's (padded) images; -1 with a message naming
+ * src when it does not. ds_loader_new checks it too; a tool may ask before it plans a model
+ * for the crop. */
+int ds_loader_check_crop(const ds_loader_config *c, const ds_source *src);
+
 /* Checks the configuration against the source (crop fits, batch sizes) and allocates the
  * ring. Returns NULL with a message. */
 ds_loader *ds_loader_new(ds_source *src, const ds_loader_config *cfg);
 void ds_loader_free(ds_loader *L);
+/* The shape of L's batches (ds_loader_shape of its configuration and source). */
+ds_batch_shape ds_loader_batch_shape(const ds_loader *L);
 
-/* Training: full global batches in an epoch. Evaluation: this rank's batches. */
+/* Training: full global batches in an epoch (a run's schedule is made from it). Evaluation:
+ * this rank's batches. */
 int64_t ds_loader_steps_per_epoch(const ds_loader *L);
-/* Training steps per epoch over n samples with this configuration, before any loader exists
- * (a schedule is made from it): n / (batch x world x accum), the last partial batch dropped. */
+/* Training steps per epoch over n samples with this configuration, before any loader exists:
+ * n / (batch x world x accum), the last partial batch dropped. */
 int64_t ds_loader_train_steps(const ds_loader_config *c, size_t n);
 /* Samples this rank sees in one evaluation pass. */
 size_t ds_loader_eval_count(const ds_loader *L);

@@ -11,16 +11,15 @@ int ds_schedule_parse(const char *name)
     return -1;
 }
 
-ds_schedule ds_schedule_make(ds_schedule_kind kind, double base, double warmup_epochs, double step_epochs,
-                             double gamma, int64_t steps_per_epoch, int64_t epochs)
+ds_schedule ds_schedule_make(const ds_schedule_spec *spec, int64_t steps_per_epoch, int64_t epochs)
 {
     return (ds_schedule){
-        .kind = kind,
-        .base = base,
-        .warmup = (int64_t)llround(warmup_epochs * (double)steps_per_epoch),
+        .kind = spec->kind,
+        .base = spec->base,
+        .warmup = (int64_t)llround(spec->warmup_epochs * (double)steps_per_epoch),
         .total = steps_per_epoch * epochs,
-        .every = (int64_t)llround(step_epochs * (double)steps_per_epoch),
-        .gamma = gamma,
+        .every = (int64_t)llround(spec->step_epochs * (double)steps_per_epoch),
+        .gamma = spec->gamma,
     };
 }
 

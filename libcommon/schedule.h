@@ -29,11 +29,19 @@ typedef struct {
 /* --schedule's choices, in the order of ds_schedule_kind. */
 #define DS_SCHEDULE_CHOICES "cosine|step|constant"
 
-/* The schedule of a run of `epochs` epochs of steps_per_epoch steps, with durations given in
- * epochs as the options state them: warmup and step-every become llround(epochs x
- * steps_per_epoch) steps. */
-ds_schedule ds_schedule_make(ds_schedule_kind kind, double base, double warmup_epochs, double step_epochs,
-                             double gamma, int64_t steps_per_epoch, int64_t epochs);
+/* A schedule as the options state it, its durations in epochs: what a run's plan carries
+ * (train.h). The run makes its ds_schedule once its loader knows the steps per epoch. */
+typedef struct {
+    ds_schedule_kind kind;
+    double base;             /* peak learning rate */
+    double warmup_epochs;
+    double step_epochs;      /* step schedule: epochs between decays */
+    double gamma;            /* step schedule: factor per decay */
+} ds_schedule_spec;
+
+/* The schedule of a run of `epochs` epochs of steps_per_epoch steps: warmup and step-every
+ * become llround(epochs x steps_per_epoch) steps. */
+ds_schedule ds_schedule_make(const ds_schedule_spec *spec, int64_t steps_per_epoch, int64_t epochs);
 /* Progressive resizing (FFCV's ResNet recipe): the training crop of epoch e (0-based), up to
  * the largest crop `max`, is
  *     min        for e <= start

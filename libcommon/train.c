@@ -24,9 +24,10 @@ typedef struct {
     ds_loader *train_loader, *val_loader;
     ds_feed train_feed, val_feed;
     ds_metrics_log log;
-    int64_t S;               /* steps per epoch */
+    int64_t S;               /* steps per epoch (the training loader's) */
     int64_t total;           /* steps of the whole run */
     int64_t G;               /* global batch */
+    ds_schedule schedule;    /* the plan's, over S x epochs steps */
     int crop;                /* the running epoch's training crop */
     char protocol[96];       /* what validation measures (ds_eval_protocol) */
     double best_top1;        /* best val top-1 of any finished epoch, -1 before the first */
@@ -400,15 +401,11 @@ static int setup(run *r, ds_model *m, const ds_train_plan *p)
     if (p->val && !(r->val_loader = ds_loader_new(p->val, &vc))) return -1;
     if (p->val) ds_eval_protocol(r->protocol, sizeof r->protocol, p->val, p->val_crop, 0);
     r->S = ds_loader_steps_per_epoch(r->train_loader);
-    r->G = (int64_t)tc->batch * tc->world * tc->accum;
+    r->G = (int64_t)ds_loader_global_batch(tc);
     r->total = r->S * p->epochs;
-    if (p->schedule.total != r->total)
-        return ds_err("internal error: the schedule spans %lld steps, the run %lld", (long long)p->schedule.total,
-                      (long long)r->total);
-    int pad = tc->augment == DS_AUGMENT_CROP ? tc->pad : 0;
-    if (ds_feed_init(&r->train_feed, r->be, tc->batch, p->train->height + 2 * pad, p->train->width + 2 * pad))
-        return -1;
-    if (p->val && ds_feed_init(&r->val_feed, r->be, tc->batch, p->val->height, p->val->width)) return -1;
+    r->schedule = ds_schedule_make(&p->schedule, r->S, p->epochs);
+    if (ds_feed_init(&r->train_feed, r->be, ds_loader_batch_shape(r->train_loader))) return -1;
+    if (p->val && ds_feed_init(&r->val_feed, r->be, ds_loader_batch_shape(r->val_loader))) return -1;
     if (ds_model_defer_loss(m, tc->accum)) return -1;
     r->epoch_loss_sum = p->start_step % r->S ? p->meta->epoch_loss_sum : 0;
     r->epoch_seconds = p->start_step % r->S ? p->meta->epoch_seconds : 0;
@@ -491,7 +488,7 @@ static int train_loop(run *r)
             ds_model_backward_reduce(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing, DS_REDUCE_TO_ALL);
             ds_feed_release(&r->train_feed, r->train_loader, b);
             reduce_step(r, g, rec0.queued);
-            lr = ds_schedule_lr(&p->schedule, g);
+            lr = ds_schedule_lr(&r->schedule, g);
             ds_sgd sgd = p->sgd;
             sgd.lr = (float)lr;
             ds_model_step(m, &sgd, lc->accum * lc->world);

@@ -38,8 +38,8 @@ typedef struct {
     int standard_crop;       /* 0, or DS_STANDARD_CROP when the val images are the standard
                                 evaluation's (ds_eval_standard_crop) and val_crop is another:
                                 each epoch also evaluates that protocol, reported apart */
-    ds_schedule schedule;    /* the whole run's, from ds_schedule_make with the steps per epoch
-                                of `loader` (ds_loader_train_steps) and `epochs` */
+    ds_schedule_spec schedule; /* the learning rate's; ds_train makes the run's schedule from it
+                                with its training loader's steps per epoch and `epochs` */
     ds_sgd sgd;              /* momentum, weight decay, nesterov (lr from the schedule) */
     float smoothing;
     int log_every;           /* steps between log lines (0: only epoch lines) */

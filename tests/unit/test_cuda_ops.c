@@ -861,7 +861,7 @@ static void test_feed(void)
     }
     float *want = xmalloc(nout * 4), *g_out = dev_alloc(nout * 4);
     ds_feed f;
-    CHECK(ds_feed_init(&f, G, B, H, W) == 0, "feed init");
+    CHECK(ds_feed_init(&f, G, (ds_batch_shape){.capacity = B, .height = H, .width = W}) == 0, "feed init");
     for (int t = 0; t < 3; t++) {
         ds_batch *bt = &b[t % 2];
         for (size_t i = 0; i < pixels; i++) bt->images[i] = (uint8_t)(i * 131 + t * 71 + i / 7);

@@ -311,7 +311,7 @@ static void run_scenario(const scenario *sc, uint64_t seed, int batches)
     slot s[DEPTH];
     for (int i = 0; i < DEPTH; i++) slot_init(&s[i]);
     ds_feed f;
-    CHECK(ds_feed_init(&f, &mock, B, H, W) == 0, "feed init");
+    CHECK(ds_feed_init(&f, &mock, (ds_batch_shape){.capacity = B, .height = H, .width = W}) == 0, "feed init");
     float *out = malloc(16);
     for (int64_t t = 0; t < batches; t++) {
         slot *sl = &s[t % DEPTH];
@@ -346,7 +346,7 @@ static void test_overlap(void)
     slot s[2];
     slot_init(&s[0]), slot_init(&s[1]);
     ds_feed f;
-    ds_feed_init(&f, &mock, B, H, W);
+    ds_feed_init(&f, &mock, (ds_batch_shape){.capacity = B, .height = H, .width = W});
     float out[4];
     for (int t = 0; t < 2; t++) {
         slot_fill(&s[t], t, B, 0);

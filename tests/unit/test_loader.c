@@ -296,6 +296,57 @@ static void test_rrc(void)
     check_end();
 }
 
+/* The batch shape is the loader's to say: the global batch, the accumulation a global batch
+ * needs on another world, and the padded size, before a loader exists and from one (a feed's
+ * device buffers are sized by it); a crop that does not fit is refused before a loader. */
+static void test_shape(void)
+{
+    check_begin("loader_batch_shape");
+    ds_source src;
+    fake_source(&src, 40);
+    ds_loader_config c = config(3, 2, 1, 4, 1, 1);
+    CHECK(ds_loader_global_batch(&c) == 24, "global batch %zu, want 3 x 2 x 4", ds_loader_global_batch(&c));
+    CHECK(ds_loader_accum_for(3, 2, 24) == 4 && ds_loader_accum_for(3, 4, 24) == 2 && ds_loader_accum_for(5, 2, 24) == 0,
+          "accumulation for a global batch of 24: %lld, %lld, %lld; want 4, 2, 0",
+          (long long)ds_loader_accum_for(3, 2, 24), (long long)ds_loader_accum_for(3, 4, 24),
+          (long long)ds_loader_accum_for(5, 2, 24));
+    struct { int train, augment, pad, height; } cases[] = {
+        {1, DS_AUGMENT_CROP, 2, H + 4}, {1, DS_AUGMENT_NONE, 2, H}, {1, DS_AUGMENT_RRC, 0, H}, {0, DS_AUGMENT_CROP, 2, H},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        c = config(3, 1, 0, 1, cases[i].train, 1);
+        c.augment = cases[i].augment;
+        c.pad = cases[i].pad;
+        c.rrc_scale[0] = 0.5, c.rrc_scale[1] = 1, c.rrc_ratio[0] = 0.75, c.rrc_ratio[1] = 1.5;
+        ds_batch_shape want = {.capacity = 3, .height = cases[i].height, .width = W + cases[i].height - H};
+        ds_batch_shape s = ds_loader_shape(&c, &src);
+        CHECK(!memcmp(&s, &want, sizeof s), "case %zu: shape %d %dx%d, want %d %dx%d", i, s.capacity, s.height, s.width,
+              want.capacity, want.height, want.width);
+        ds_loader *L = ds_loader_new(&src, &c);
+        CHECK(L != NULL, "case %zu: no loader", i);
+        if (!L) continue;
+        s = ds_loader_batch_shape(L);
+        CHECK(!memcmp(&s, &want, sizeof s), "case %zu: the loader's shape %d %dx%d", i, s.capacity, s.height, s.width);
+        ds_batch *b;
+        CHECK(ds_loader_start(L, 0, 0) == 0 && ds_loader_next(L, &b) == 1, "case %zu: no batch", i);
+        CHECK(b->capacity == s.capacity && b->height == s.height && b->width == s.width,
+              "case %zu: a batch of %d %dx%d, not the shape said", i, b->capacity, b->height, b->width);
+        ds_loader_release(L, b);
+        ds_loader_free(L);
+    }
+    c = config(3, 1, 0, 1, 1, 1);
+    c.pad = 1;
+    c.crop = W + 2;   /* W < H: the width decides */
+    CHECK(ds_loader_check_crop(&c, &src) == 0, "a crop within the padding refused");
+    c.crop = W + 3;
+    CHECK(ds_loader_check_crop(&c, &src) == -1, "a crop past the padding accepted");
+    c.augment = DS_AUGMENT_RRC;
+    c.pad = 0;
+    CHECK(ds_loader_check_crop(&c, &src) == 0, "a RandomResizedCrop box refused for its size");
+    free(src.labels);
+    check_end();
+}
+
 static void test_refusals(void)
 {
     check_begin("loader_refuses_bad_configurations");
@@ -493,6 +544,7 @@ int main(void)
     test_threads_and_resume();
     test_rrc();
     test_refusals();
+    test_shape();
     test_center();
     test_wait_seconds();
     test_read_delay();

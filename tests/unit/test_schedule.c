@@ -30,14 +30,14 @@ static void test_values(void)
 static void test_make(void)
 {
     check_begin("schedule_make");
-    ds_schedule s = ds_schedule_make(DS_SCHEDULE_STEP, 0.2, 2.5, 1.5, 0.1, 3, 10);
+    ds_schedule s = ds_schedule_make(&(ds_schedule_spec){DS_SCHEDULE_STEP, 0.2, 2.5, 1.5, 0.1}, 3, 10);
     CHECK(s.kind == DS_SCHEDULE_STEP && s.base == 0.2 && s.gamma == 0.1, "kind, base or gamma not kept");
     CHECK(s.warmup == 8 && s.every == 5 && s.total == 30, "warmup %lld every %lld total %lld, not 8 5 30",
           (long long)s.warmup, (long long)s.every, (long long)s.total);
     /* 0.5 epochs of 12 steps (test_dstrain.sh's run); 5 of ImageNet's 5004 at batch 256. */
-    ds_schedule c = ds_schedule_make(DS_SCHEDULE_COSINE, 0.05, 0.5, 30, 0.1, 12, 3);
+    ds_schedule c = ds_schedule_make(&(ds_schedule_spec){DS_SCHEDULE_COSINE, 0.05, 0.5, 30, 0.1}, 12, 3);
     CHECK(c.warmup == 6 && c.total == 36, "warmup %lld total %lld", (long long)c.warmup, (long long)c.total);
-    ds_schedule big = ds_schedule_make(DS_SCHEDULE_COSINE, 0.1, 5, 30, 0.1, 5004, 90);
+    ds_schedule big = ds_schedule_make(&(ds_schedule_spec){DS_SCHEDULE_COSINE, 0.1, 5, 30, 0.1}, 5004, 90);
     ds_schedule hand = {.kind = DS_SCHEDULE_COSINE, .base = 0.1, .warmup = 25020, .total = 450360, .every = 150120,
                         .gamma = 0.1};
     int same = 1;
@@ -46,7 +46,7 @@ static void test_make(void)
         same &= memcmp(&a, &b, sizeof a) == 0;
     }
     CHECK(same, "a made schedule's rates differ from the hand-filled one's");
-    ds_schedule none = ds_schedule_make(DS_SCHEDULE_CONSTANT, 0.01, 0, 0, 0, 7, 2);
+    ds_schedule none = ds_schedule_make(&(ds_schedule_spec){DS_SCHEDULE_CONSTANT, 0.01, 0, 0, 0}, 7, 2);
     CHECK(none.warmup == 0 && none.every == 0 && ds_schedule_lr(&none, 0) == 0.01, "no warmup, no decay");
     check_end();
 }

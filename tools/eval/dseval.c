@@ -144,7 +144,7 @@ int main(int argc, char **argv)
     ds_loader *L = ds_loader_new(&src, &lc);
     if (!L) ds_die("cannot evaluate %s on %s", ckpt, data);
     ds_feed feed;
-    if (ds_feed_init(&feed, be, (int)batch, src.height, src.width)) ds_die("cannot evaluate");
+    if (ds_feed_init(&feed, be, ds_loader_batch_shape(L))) ds_die("cannot evaluate");
     size_t count = ds_loader_eval_count(L);
     char computes[128];
     ds_info("%s (%s, %d classes) on %s: %zu images, %s", ckpt, meta.arch, meta.num_classes, data, src.n,

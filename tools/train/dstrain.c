@@ -320,9 +320,8 @@ int main(int argc, char **argv)
         restore_options(resume_path, &meta, &hist);
         /* On another number of ranks the run's global batch needs another --accum: derived when
          * not given and the micro-batch divides it (Continuing on fewer GPUs, docs/TOOLS.md). */
-        if (meta.world_size != world && !ds_cli_given(&cli, "accum") && meta.global_batch % (batch * world) == 0 &&
-            meta.global_batch / (batch * world) != accum) {
-            long long a = meta.global_batch / (batch * world);
+        long long a = ds_loader_accum_for((int)batch, world, meta.global_batch);
+        if (meta.world_size != world && !ds_cli_given(&cli, "accum") && a && a != accum) {
             ds_info("the run's global batch of %d on %d rank%s: --accum %lld (the run had %lld on %d)",
                     meta.global_batch, world, world > 1 ? "s" : "", a, accum, meta.world_size);
             accum = a;
@@ -355,18 +354,23 @@ int main(int argc, char **argv)
     if (have_val && ds_source_open_shards(&va, val_dir)) ds_die("cannot use --val %s", val_dir);
     if (have_val && ds_classes_match(tr.classes, tr.num_classes, train_dir, va.classes, va.num_classes, val_dir))
         ds_die("--train and --val must hold the same classes");
+    /* The training batches' shape, the one source of the global batch and of what the model
+     * and the feed are planned for; the thread count follows the backend's set-up. */
+    ds_loader_config lc = {.batch = (int)batch, .world = world, .rank = rank, .accum = (int)accum, .crop = (int)crop,
+                           .pad = (int)pad, .train = 1, .seed = (uint64_t)seed,
+                           .augment = augment_kind,
+                           .rrc_scale = {scale_range[0], scale_range[1]},
+                           .rrc_ratio = {ratio_range[0], ratio_range[1]},
+                           .read_delay_ms = (int)ds_test_hooks_get()->read_delay_ms};
     /* before the model is planned for it (a crop of 1000 would first ask for 100 GB) */
-    int room = augment_kind == DS_AUGMENT_CROP ? (int)pad : 0;
-    if (augment_kind != DS_AUGMENT_RRC && (crop > tr.height + 2 * room || crop > tr.width + 2 * room))
-        ds_die("--crop %lld is larger than the stored %dx%d images of --train %s%s", crop, tr.height, tr.width,
-               train_dir, room ? " plus padding" : "");
+    if (ds_loader_check_crop(&lc, &tr)) ds_die("cannot use --train %s", train_dir);
     if (have_val && (val_crop > va.height || val_crop > va.width))
         ds_die("--val-crop %lld is larger than the %dx%d images of --val %s", val_crop, va.height, va.width, val_dir);
     /* The standard protocol is always measured where the val images allow it: beside
      * --val-crop when that is another crop. */
     int standard_crop = have_val ? ds_eval_standard_crop(&va) : 0;
     if (standard_crop == val_crop) standard_crop = 0;
-    int G = (int)(batch * world * accum);
+    int G = (int)ds_loader_global_batch(&lc);
     uint64_t digest = ds_source_digest(&tr);
     if (have_val && ds_source_digest(&va) == digest)
         ds_warn("--val %s holds the same images as --train: validation measures the training set", val_dir);
@@ -399,10 +403,11 @@ int main(int argc, char **argv)
     if (!be) ds_die("no usable --device %s", compute.device);
     int nthreads = omp_get_max_threads();
     if (compute.loader_threads == 0) compute.loader_threads = nthreads > 8 ? nthreads / 4 : 2;
+    lc.threads = (int)compute.loader_threads;
     /* Planned once for the largest input: training crops never exceed --crop. */
     int planned = (int)(have_val && val_crop > crop ? val_crop : crop);
     if (standard_crop > planned) planned = standard_crop;
-    ds_model_config mc = {.arch = arch, .num_classes = tr.num_classes, .max_batch = (int)batch,
+    ds_model_config mc = {.arch = arch, .num_classes = tr.num_classes, .max_batch = lc.batch,
                           .height = planned, .width = planned, .training = 1,
                           .bucket_bytes = (size_t)(bucket_mb * 1048576.0)};
     ds_model *m = ds_model_create(be, &mc);
@@ -474,17 +479,10 @@ int main(int argc, char **argv)
             ds_ckpt_meta_record(&meta, o->name, o->type == DS_OPT_FLAG ? *(int *)o->value : *(long long *)o->value);
     free(config);
 
-    ds_loader_config lc = {.batch = (int)batch, .world = world, .rank = rank, .accum = (int)accum, .crop = (int)crop,
-                           .pad = (int)pad, .train = 1, .seed = (uint64_t)seed,
-                           .threads = (int)compute.loader_threads,
-                           .augment = augment_kind,
-                           .rrc_scale = {scale_range[0], scale_range[1]},
-                           .rrc_ratio = {ratio_range[0], ratio_range[1]},
-                           .read_delay_ms = (int)ds_test_hooks_get()->read_delay_ms};
     ds_train_plan plan = {
         .train = &tr, .val = have_val ? &va : NULL, .out = out_dir, .epochs = epochs, .loader = lc,
-        .schedule = ds_schedule_make((ds_schedule_kind)schedule_kind, base_lr, warmup_epochs, step_epochs, step_gamma,
-                                     ds_loader_train_steps(&lc, tr.n), epochs),
+        .schedule = {.kind = (ds_schedule_kind)schedule_kind, .base = base_lr, .warmup_epochs = warmup_epochs,
+                     .step_epochs = step_epochs, .gamma = step_gamma},
         .ramp = meta.crop_ramp,   /* as the walk above recorded it from --min-crop .. --crop-step */
         .val_crop = (int)val_crop,
         .val_every = (int)val_every,
