@@ -97,6 +97,7 @@ enum { DS_STREAM_COMPUTE, DS_STREAM_INPUT };
 #define DS_MARKS 64   /* marks of each stream a backend holds exactly */
 
 typedef struct ds_clock ds_clock;   /* a backend's own (clock_alloc) */
+typedef struct ds_graph ds_graph;   /* a backend's own (graph_end) */
 
 /* A run of the to_bf16 op, in elements: n values from src + src_off to dst + dst_off. */
 typedef struct {
@@ -160,6 +161,25 @@ typedef struct ds_backend {
     /* Queued on DS_STREAM_COMPUTE; dst_host (host_alloc'd) holds the bytes once a mark
      * after it is passed. */
     void (*download_async)(void *dst_host, const void *src, size_t bytes);
+
+    /* ---- a sequence of ops recorded once and replayed (CUDA graphs) ----
+     * graph_begin: the ops queued on the compute stream from now until graph_end are
+     * recorded, not run; 0, or -1 where the backend will not record (switched off, or a
+     * reduction over ranks, which it does not record: said once with --verbose; where it
+     * records, reduce_start has nothing to do and a recording leaves it out). Between the two
+     * only compute-stream ops (those above and below, but none of upload, download, sync,
+     * marks, clocks, the async copies or the reduction) may be called. graph_end: the
+     * recording, or NULL (with a message) when it failed; the recorded ops never ran either
+     * way, so the caller queues them again as calls. graph_launch queues the recorded ops on
+     * the compute stream, each with the arguments it had when recorded: what differs from
+     * one launch to the next must be read from backend memory, written before the launch
+     * (sgd_step's lr). Capture after the ops have run once as calls: a first call may choose
+     * (a convolution's algorithm) or grow (a scratch buffer) on the host. All four NULL where
+     * the backend has no graphs (the CPU): the caller queues the ops each time. */
+    int (*graph_begin)(void);
+    ds_graph *(*graph_end)(void);
+    void (*graph_launch)(ds_graph *g);
+    void (*graph_free)(ds_graph *g);
 
     /* ---- convolution ---- */
     /* Bytes of scratch for the three ops at d's shape (two with d->no_dx; backward-data's
@@ -240,8 +260,10 @@ typedef struct ds_backend {
     /* ---- optimizer: torch.optim.SGD, dampening 0:
      *   g = grad + wd * w;  buf = momentum * buf + g (buf = g on the first step);
      *   step = nesterov ? g + momentum * buf : buf;  w -= lr * step
-     * `first` selects the first-step rule. ---- */
-    void (*sgd_step)(float *w, float *buf, const float *grad, size_t n, float lr, float momentum,
+     * `first` selects the first-step rule. lr is one float in backend memory, read when the
+     * update runs (not when it is queued): the one argument that changes from step to step,
+     * so that a step recorded once and replayed (graph_begin) takes each step's rate. ---- */
+    void (*sgd_step)(float *w, float *buf, const float *grad, size_t n, const float *lr, float momentum,
                      float wd, int nesterov, int first);
 
     /* ---- elementwise helpers ---- */

@@ -15,6 +15,7 @@
 /* ---- lifecycle ---- */
 
 static void late_free(ds_model *m);
+static void step_graphs_free(ds_model *m);
 
 ds_model *ds_model_create(const ds_backend *be, const ds_model_config *cfg)
 {
@@ -90,6 +91,7 @@ void ds_model_free(ds_model *m)
     free(m->bn_tracked);
     free(m->loss_host);
     late_free(m);
+    step_graphs_free(m);
     free(m->buckets);
     free(m);
 }
@@ -330,9 +332,10 @@ static void *dA(ds_model *m, int a)
     return m->act + m->grads_off + (size_t)s * m->slot_floats;
 }
 
+static int forward_queue(ds_model *m, int n, int training);
+
 const float *ds_model_forward(ds_model *m, int n, int training)
 {
-    const ds_backend *be = m->be;
     if (n < 1 || n > m->cfg.max_batch) {
         ds_err("model: batch of %d images, the model was planned for 1..%d", n, m->cfg.max_batch);
         return NULL;
@@ -342,6 +345,17 @@ const float *ds_model_forward(ds_model *m, int n, int training)
         return NULL;
     }
     weights16_update(m);
+    if (forward_queue(m, n, training)) return NULL;
+    m->last_n = n;
+    m->last_training = training;
+    return Af(m, m->logits);
+}
+
+/* Forward's ops on the first n images; -1 (with a message) when batch norm cannot train on
+ * so few values. */
+static int forward_queue(ds_model *m, int n, int training)
+{
+    const ds_backend *be = m->be;
     for (int l = 0; l < m->nlayers; l++) {
         ds_layer *L = &m->layers[l];
         const ds_act *in = &m->acts[L->in];
@@ -369,9 +383,8 @@ const float *ds_model_forward(ds_model *m, int n, int training)
             }
             if (rows < 2) {
                 /* PyTorch refuses too: the unbiased variance of one value is undefined. */
-                ds_err("model: batch norm in training needs more than 1 value per channel (batch %d, %dx%d)",
-                       n, in->h, in->w);
-                return NULL;
+                return ds_err("model: batch norm in training needs more than 1 value per channel (batch %d, %dx%d)",
+                              n, in->h, in->w);
             }
             float *mean = m->act + L->stats, *var = mean + c, *invstd = var + c;
             /* The batch's mean and unbiased variance are added into the reduction buffer: the
@@ -393,9 +406,7 @@ const float *ds_model_forward(ds_model *m, int n, int training)
             break;
         }
     }
-    m->last_n = n;
-    m->last_training = training;
-    return Af(m, m->logits);
+    return 0;
 }
 
 /* ---- the loss read late (model.h) ---- */
@@ -521,15 +532,24 @@ double ds_model_step_loss(ds_model *m, int mark)
     return loss;
 }
 
-/* late: backward of a model whose losses are read late (queued, 0 returned) */
-static double loss_and_dlogits(ds_model *m, const int32_t *labels, int n, float smoothing, float scale, int late)
+static void labels_write(ds_model *m, const int32_t *labels, int n)
+{
+    m->be->upload(m->act + m->labels_off, labels, (size_t)n * sizeof *labels);
+}
+
+/* The per-sample losses and dlogits of the last forward's logits against the labels written */
+static void xent_queue(ds_model *m, int n, float smoothing, float scale)
+{
+    m->be->softmax_xent(m->act + m->loss_off, m->act + m->dlogits_off, Af(m, m->logits),
+                        (const int32_t *)(m->act + m->labels_off), n, m->cfg.num_classes, smoothing, scale);
+}
+
+/* The summed loss of the last xent_queue; late (a model whose losses are read late): a copy
+ * into the step's slot is queued and 0 returned. */
+static double loss_fetch(ds_model *m, int n, int late)
 {
     const ds_backend *be = m->be;
-    int32_t *lab = (int32_t *)(m->act + m->labels_off);
     float *loss = m->act + m->loss_off;
-    be->upload(lab, labels, (size_t)n * sizeof *labels);
-    be->softmax_xent(loss, m->act + m->dlogits_off, Af(m, m->logits), lab, n, m->cfg.num_classes,
-                     smoothing, scale);
     if (late) {
         ds_late_step *s = late_step(m);
         if (!s) return NAN;
@@ -543,6 +563,13 @@ static double loss_and_dlogits(ds_model *m, const int32_t *labels, int n, float 
     double sum = 0;
     for (int i = 0; i < n; i++) sum += m->loss_host[i];
     return sum;
+}
+
+static double loss_and_dlogits(ds_model *m, const int32_t *labels, int n, float smoothing, float scale, int late)
+{
+    labels_write(m, labels, n);
+    xent_queue(m, n, smoothing, scale);
+    return loss_fetch(m, n, late);
 }
 
 double ds_model_loss(ds_model *m, const int32_t *labels, int n, float smoothing)
@@ -562,11 +589,12 @@ static void start_buckets(ds_model *m, int *next, int l, int to_all)
                             to_all);
 }
 
+static void backward_queue(ds_model *m, int n, int reduce, int to_all);
+
 /* reduce: 0 none; else buckets are started as they complete, to_all as given */
 static double backward(ds_model *m, const int32_t *labels, int n, float scale, float smoothing, int reduce,
                        int to_all)
 {
-    const ds_backend *be = m->be;
     int next = 0;
     if (!m->cfg.training || !m->last_training || n != m->last_n) {
         ds_err("model: backward needs a training forward of the same %d samples", n);
@@ -584,6 +612,16 @@ static double backward(ds_model *m, const int32_t *labels, int n, float scale, f
             return ds_err("model: label %d out of range [0, %d)", labels[i], m->cfg.num_classes), NAN;
         }
     double loss = loss_and_dlogits(m, labels, n, smoothing, scale, m->late.micro > 0);
+    backward_queue(m, n, reduce, to_all);
+    return loss;
+}
+
+/* Backward's ops through the layers, from the dlogits xent_queue wrote; reduce: each bucket
+ * started as it completes, to_all as given. */
+static void backward_queue(ds_model *m, int n, int reduce, int to_all)
+{
+    const ds_backend *be = m->be;
+    int next = 0;
     void *scratch = m->act + m->scratch_off;
     if (reduce) start_buckets(m, &next, m->nlayers, to_all);
     for (int l = m->nlayers - 1; l >= 0; l--) {
@@ -632,7 +670,6 @@ static double backward(ds_model *m, const int32_t *labels, int n, float scale, f
         if (dx && scratch_acc) be->add(dA(m, L->in), scratch, in_count, in->t);
         if (reduce) start_buckets(m, &next, l, to_all);
     }
-    return loss;
 }
 
 double ds_model_backward(ds_model *m, const int32_t *labels, int n, float scale, float smoothing)
@@ -682,12 +719,23 @@ int ds_model_param_decays(const ds_model *m, int i, const ds_sgd *sgd)
     return m->tinfo[i].kind == DS_TENSOR_PARAM && (sgd->bn_bias_decay || !param_skips_decay(&m->tinfo[i]));
 }
 
-void ds_model_step(ds_model *m, const ds_sgd *sgd, int micro_batches)
+/* The step's learning rate in backend memory (model_internal.h's step scalars) */
+static float *step_lr(ds_model *m) { return m->act + m->step_off; }
+
+/* Writes the step's scalars, queued before the work that reads them. */
+static void step_scalars_write(ds_model *m, const ds_sgd *sgd)
+{
+    m->be->upload(step_lr(m), &sgd->lr, sizeof sgd->lr);
+}
+
+/* The step's device work: SGD on every learnable tensor with the rate at step_lr, the
+ * running statistics, the bf16 weight copy. */
+static void step_queue(ds_model *m, const ds_sgd *sgd, int micro_batches)
 {
     const ds_backend *be = m->be;
-    if (!m->cfg.training || micro_batches < 1) return;
+    const float *lr = step_lr(m);
     if (sgd->bn_bias_decay) {
-        be->sgd_step(m->params, m->momentum, m->reduction, m->nparam, sgd->lr, sgd->momentum,
+        be->sgd_step(m->params, m->momentum, m->reduction, m->nparam, lr, sgd->momentum,
                      sgd->weight_decay, sgd->nesterov, !m->momentum_started);
     } else {
         /* The parameters lie packed in state_dict order, so the tensors with and without
@@ -701,20 +749,141 @@ void ds_model_step(ds_model *m, const ds_sgd *sgd, int micro_batches)
             size_t at = t ? m->tloc[i].off : m->nparam;
             if (decays == run_decays && t) continue;
             if (at > lo)
-                be->sgd_step(m->params + lo, m->momentum + lo, m->reduction + lo, at - lo, sgd->lr, sgd->momentum,
+                be->sgd_step(m->params + lo, m->momentum + lo, m->reduction + lo, at - lo, lr, sgd->momentum,
                              run_decays ? sgd->weight_decay : 0.0f, sgd->nesterov, !m->momentum_started);
             lo = at;
             run_decays = decays;
         }
     }
-    m->momentum_started = 1;
     /* running = (1 - momentum) running + momentum * average of the micro-batch statistics */
     be->scale(m->params + m->nparam, 1.0f - DS_BN_MOMENTUM, m->nbuffer);
     be->axpy(m->params + m->nparam, DS_BN_MOMENTUM / (float)micro_batches, m->reduction + m->nparam,
              m->nbuffer);
-    for (int i = 0; i < m->nbn; i++) m->bn_tracked[i]++;
     m->weights16_stale = 1;
     weights16_update(m);
+}
+
+/* The step's host state, once its work is queued. */
+static void step_count(ds_model *m)
+{
+    m->momentum_started = 1;
+    for (int i = 0; i < m->nbn; i++) m->bn_tracked[i]++;
+}
+
+void ds_model_step(ds_model *m, const ds_sgd *sgd, int micro_batches)
+{
+    if (!m->cfg.training || micro_batches < 1) return;
+    step_scalars_write(m, sgd);
+    step_queue(m, sgd, micro_batches);
+    step_count(m);
+}
+
+/* ---- a whole step of one micro-batch, recorded once and replayed (model.h) ---- */
+
+/* What a recorded step's ops take by value: a step that differs in any of them is another
+ * graph. The learning rate is not here: the step's scalars in backend memory (step_lr). */
+static ds_step_key step_key(const ds_model *m, int n, float scale, float smoothing, const ds_sgd *sgd, int micro)
+{
+    ds_step_key k;
+    memset(&k, 0, sizeof k);
+    k.n = n, k.h = m->in_h, k.w = m->in_w, k.micro = micro;
+    k.scale = scale, k.smoothing = smoothing, k.momentum = sgd->momentum, k.wd = sgd->weight_decay;
+    k.nesterov = sgd->nesterov, k.bn_bias_decay = sgd->bn_bias_decay;
+    return k;
+}
+
+/* The slot for key k: found, or made (the least recently used one given up when all are
+ * taken). */
+static ds_step_graph *step_graph(ds_model *m, const ds_step_key *k)
+{
+    ds_step_graph *oldest = &m->graphs[0];
+    for (int i = 0; i < DS_STEP_GRAPHS; i++) {
+        ds_step_graph *s = &m->graphs[i];
+        if (s->used && !memcmp(&s->key, k, sizeof *k)) {
+            s->used = ++m->graph_uses;
+            return s;
+        }
+        if (s->used < oldest->used) oldest = s;
+    }
+    if (oldest->graph) m->be->graph_free(oldest->graph);
+    memset(oldest, 0, sizeof *oldest);
+    oldest->key = *k;
+    oldest->used = ++m->graph_uses;
+    return oldest;
+}
+
+static void step_graphs_free(ds_model *m)
+{
+    for (int i = 0; i < DS_STEP_GRAPHS; i++)
+        if (m->graphs[i].graph) m->be->graph_free(m->graphs[i].graph);
+    memset(m->graphs, 0, sizeof m->graphs);
+}
+
+/* The step's ops between its writes (labels, the step's scalars) and its loss read: what a
+ * graph records. -1 when forward refused the batch. */
+static int train_step_queue(ds_model *m, int n, float scale, float smoothing, const ds_sgd *sgd, int micro)
+{
+    ds_model_zero_reduction(m);
+    if (forward_queue(m, n, 1)) return -1;
+    xent_queue(m, n, smoothing, scale);
+    backward_queue(m, n, 0, 1);
+    step_queue(m, sgd, micro);
+    return 0;
+}
+
+/* The step as calls: what a training loop does for a step of one micro-batch. */
+static double train_step_calls(ds_model *m, const int32_t *labels, int n, float scale, float smoothing,
+                               const ds_sgd *sgd, int micro)
+{
+    ds_model_zero_reduction(m);
+    if (!ds_model_forward(m, n, 1)) return NAN;
+    double loss = ds_model_backward_reduce(m, labels, n, scale, smoothing, DS_REDUCE_TO_ALL);
+    ds_model_reduce_wait(m);
+    ds_model_step(m, sgd, micro);
+    return loss;
+}
+
+double ds_model_train_step(ds_model *m, const int32_t *labels, int n, float scale, float smoothing,
+                           const ds_sgd *sgd, int micro_batches)
+{
+    const ds_backend *be = m->be;
+    int usable = be->graph_begin && !m->graphs_off && m->cfg.training && n >= 1 && n <= m->cfg.max_batch &&
+                 micro_batches >= 1;
+    for (int i = 0; usable && i < n; i++) usable = labels[i] >= 0 && labels[i] < m->cfg.num_classes;
+    if (!usable) return train_step_calls(m, labels, n, scale, smoothing, sgd, micro_batches);
+    ds_step_key k = step_key(m, n, scale, smoothing, sgd, micro_batches);
+    ds_step_graph *s = step_graph(m, &k);
+    /* the first step of a shape runs as calls: a convolution's first run at a size may
+     * choose another algorithm, a scratch buffer grow (backend.h); so does the first step
+     * of the momentum (SGD's first-step rule, an argument) */
+    if (!s->ran || !m->momentum_started) {
+        s->ran = 1;
+        return train_step_calls(m, labels, n, scale, smoothing, sgd, micro_batches);
+    }
+    weights16_update(m);   /* after a tensor load: as calls, before the recorded ops */
+    if (!s->graph) {
+        if (be->graph_begin()) {
+            m->graphs_off = 1;
+            return train_step_calls(m, labels, n, scale, smoothing, sgd, micro_batches);
+        }
+        int rc = train_step_queue(m, n, scale, smoothing, sgd, micro_batches);
+        s->graph = be->graph_end();
+        if (rc || !s->graph) {
+            if (s->graph) be->graph_free(s->graph);
+            s->graph = NULL;
+            m->graphs_off = 1;
+            m->weights16_stale = 1;   /* the recorded copy never ran */
+            return train_step_calls(m, labels, n, scale, smoothing, sgd, micro_batches);
+        }
+    }
+    labels_write(m, labels, n);
+    step_scalars_write(m, sgd);
+    be->graph_launch(s->graph);
+    m->last_n = n;
+    m->last_training = 1;
+    m->weights16_stale = 0;
+    step_count(m);
+    return loss_fetch(m, n, m->late.micro > 0);
 }
 
 /* The index of the layer that is the i-th to end in a ReLU, or -1. */

@@ -212,6 +212,20 @@ int ds_model_param_decays(const ds_model *m, int i, const ds_sgd *sgd);
  * SGD's first-step rule buf = g. Does not zero the reduction buffer. */
 void ds_model_step(ds_model *m, const ds_sgd *sgd, int micro_batches);
 
+/* A whole training step of one micro-batch a rank (accumulation 1): what
+ *     ds_model_zero_reduction; ds_model_forward(m, n, 1);
+ *     loss = ds_model_backward_reduce(m, labels, n, scale, smoothing, DS_REDUCE_TO_ALL);
+ *     ds_model_reduce_wait(m); ds_model_step(m, sgd, micro_batches);
+ * do, with the same bits, and returns that loss. Where the backend records graphs
+ * (backend.h's graph_begin) the ops between the step's writes (labels, learning rate) and
+ * its loss are recorded on the second step of each shape (batch n, input size and the
+ * values the ops take by value: scale, smoothing, sgd but its lr, micro_batches) and
+ * replayed from then on: one launch a step. The first step of a shape, a step before the
+ * momentum has started, a step with a label out of range, and every step of a backend that
+ * records nothing (the CPU, several CUDA ranks, DS_CUDA_GRAPHS=0) run as the calls. */
+double ds_model_train_step(ds_model *m, const int32_t *labels, int n, float scale, float smoothing,
+                           const ds_sgd *sgd, int micro_batches);
+
 /* Whether momentum buffers hold state (at least one step was taken since init). The
  * checkpoint saves momentum only then, and loading momentum sets it. */
 int ds_model_momentum_started(const ds_model *m);

@@ -322,6 +322,8 @@ int ds_model_plan_memory(ds_model *m)
     off += align_up(B);
     m->labels_off = off;
     off += align_up(B);
+    m->step_off = off;
+    off += align_up(DS_STEP_SCALARS);
     m->act_floats = off;
 
     m->ws_bytes = 0;

@@ -64,6 +64,23 @@ typedef struct {
     int timed;             /* begun by ds_model_begin_step: clock[0] holds its start */
 } ds_late_step;
 
+/* What a step recorded as a graph took by value (ds_model_train_step): 4-byte fields only,
+ * compared whole */
+typedef struct {
+    int n, h, w, micro;
+    float scale, smoothing, momentum, wd;
+    int nesterov, bn_bias_decay;
+} ds_step_key;
+
+#define DS_STEP_GRAPHS 8           /* step shapes kept recorded (input sizes, a short last batch) */
+
+typedef struct {
+    ds_step_key key;
+    uint64_t used;                 /* when last asked for (0: the slot is free) */
+    int ran;                       /* a step of this shape has run as calls */
+    ds_graph *graph;               /* recorded on the second step of the shape; NULL: not yet */
+} ds_step_graph;
+
 struct ds_model {
     const ds_backend *be;
     ds_model_config cfg;   /* the planned (largest) input size */
@@ -95,6 +112,9 @@ struct ds_model {
                                        grads_off + k slot_floats */
     size_t slot_floats;
     size_t dlogits_off, loss_off, labels_off;
+    size_t step_off;               /* the step's scalars (DS_STEP_SCALARS floats): what changes
+                                      from step to step is read from here by the kernels, never
+                                      passed by value, so a recorded step replays right */
     int logits;                    /* act id */
     float *loss_host;              /* [max_batch] */
     /* Losses read late (ds_model_defer_loss): two steps' per-sample losses in host memory
@@ -110,6 +130,9 @@ struct ds_model {
 
     int momentum_started;
     int last_n, last_training;     /* the last forward, for backward's checks */
+    ds_step_graph graphs[DS_STEP_GRAPHS];
+    uint64_t graph_uses;
+    int graphs_off;                /* the backend would not record a step: every step runs as calls */
 
     struct {
         size_t lo, hi;             /* floats of the reduction buffer */
@@ -119,6 +142,11 @@ struct ds_model {
     double last_layer_t;           /* ds_now() as the last reducing backward began layer 0 */
     uint64_t last_layer_event;     /* ds_event_seq() then */
 };
+
+/* The step's scalars at step_off: [0] the learning rate (sgd_step's lr). The other values a
+ * step passes by value (the loss scale 1/G, the smoothing, momentum, weight decay, the
+ * running statistics' 0.1 / micro-batches) are the run's, fixed from step to step. */
+#define DS_STEP_SCALARS 1
 
 #define ALIGN_FLOATS 64            /* 256 bytes: every region starts aligned for any backend */
 static inline size_t align_up(size_t x) { return (x + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS; }

@@ -465,7 +465,7 @@ static int train_loop(run *r)
                     ds_loader_release(r->train_loader, b);
                     return -1;
                 }
-                ds_model_zero_reduction(m);
+                if (lc->accum > 1) ds_model_zero_reduction(m);   /* ds_model_train_step's own otherwise */
                 ds_comm_reduce_stats(&rec0);
             } else if (each_micro) {
                 ds_model_reduce_wait(m);
@@ -475,23 +475,31 @@ static int train_loop(run *r)
                 ds_feed_release(&r->train_feed, r->train_loader, b);
                 return -1;
             }
-            ds_model_forward(m, b->n, 1);
-            /* the losses are read with the step's (finish_step) */
-            if (b->micro < lc->accum - 1) {
-                if (each_micro)
-                    ds_model_backward_reduce(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing, DS_REDUCE_TO_ROOT);
-                else
-                    ds_model_backward(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing);
-                ds_feed_release(&r->train_feed, r->train_loader, b);
-                continue;
-            }
-            ds_model_backward_reduce(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing, DS_REDUCE_TO_ALL);
-            ds_feed_release(&r->train_feed, r->train_loader, b);
-            reduce_step(r, g, rec0.queued);
             lr = ds_schedule_lr(&r->schedule, g);
             ds_sgd sgd = p->sgd;
             sgd.lr = (float)lr;
-            ds_model_step(m, &sgd, lc->accum * lc->world);
+            /* the losses are read with the step's (finish_step) */
+            if (lc->accum == 1) {
+                /* one call: on a device, the step recorded as a graph once and replayed */
+                ds_model_train_step(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing, &sgd, lc->world);
+                ds_feed_release(&r->train_feed, r->train_loader, b);
+                reduce_step(r, g, rec0.queued);
+            } else {
+                ds_model_forward(m, b->n, 1);
+                if (b->micro < lc->accum - 1) {
+                    if (each_micro)
+                        ds_model_backward_reduce(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing,
+                                                 DS_REDUCE_TO_ROOT);
+                    else
+                        ds_model_backward(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing);
+                    ds_feed_release(&r->train_feed, r->train_loader, b);
+                    continue;
+                }
+                ds_model_backward_reduce(m, b->labels, b->n, 1.0f / (float)r->G, p->smoothing, DS_REDUCE_TO_ALL);
+                ds_feed_release(&r->train_feed, r->train_loader, b);
+                reduce_step(r, g, rec0.queued);
+                ds_model_step(m, &sgd, lc->accum * lc->world);
+            }
             g++;
             /* Step g is queued: the previous one's loss is read now, while the device runs
              * this one; this one's is read after the next is queued, or now where what

@@ -388,10 +388,11 @@ static void cpu_softmax_xent(float *loss, float *dlogits, const float *logits,
 
 /* ---- optimizer ---- */
 
-static void cpu_sgd_step(float *w, float *buf, const float *grad, size_t n, float lr,
+static void cpu_sgd_step(float *w, float *buf, const float *grad, size_t n, const float *rate,
                          float momentum, float wd, int nesterov, int first)
 {
     const ds_cpu_loops *L = loops();
+    const float lr = *rate;
     const size_t block = 16384;
 #pragma omp parallel for schedule(static)
     for (size_t i0 = 0; i0 < n; i0 += block)

@@ -437,6 +437,70 @@ static const char *cuda_reduction(void)
     return g.ordered ? "ordered" : g.nccl ? "nccl-allreduce" : "accumulate";
 }
 
+/* ---- the step as a CUDA graph (backend.h's graph_begin) ----
+ * Stream capture of the compute stream, in thread-local mode: a call of this thread that
+ * CUDA cannot record (a synchronisation, an allocation, a pageable copy) fails loudly in
+ * its check instead of running outside the graph. The multi-rank reduction is not
+ * recorded (its NCCL stream, events and, under --deterministic, its staging): such a step
+ * runs as calls. */
+
+struct ds_graph {
+    cudaGraphExec_t exec;
+};
+
+static int graph_refuse(const char *why)
+{
+    if (!g.graphs_said) ds_debug("CUDA: the training step runs as separate launches, not a CUDA graph: %s", why);
+    g.graphs_said = 1;
+    return -1;
+}
+
+static int cuda_graph_begin(void)
+{
+    if (!g.graphs) return graph_refuse("DS_CUDA_GRAPHS=0");
+    if (g.nccl) return graph_refuse("the gradients are reduced over ranks (NCCL), which is not recorded");
+    cudaError_t e = cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return graph_refuse(cudaGetErrorString(e));
+    }
+    return 0;
+}
+
+static ds_graph *cuda_graph_end(void)
+{
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(g.stream, &graph);
+    cudaGraphExec_t exec = NULL;
+    if (e == cudaSuccess) {
+        e = cudaGraphInstantiate(&exec, graph, 0);
+        cudaCheck(cudaGraphDestroy(graph));
+    }
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        ds_err("CUDA: the training step could not be recorded as a graph: %s (%s)", cudaGetErrorString(e),
+               cudaGetErrorName(e));
+        return NULL;
+    }
+    ds_graph *gr = (ds_graph *)calloc(1, sizeof *gr);
+    if (!gr) ds_die("out of memory");
+    gr->exec = exec;
+    return gr;
+}
+
+static void cuda_graph_launch(ds_graph *gr)
+{
+    ds_cuda_dout_copy_drop();   /* the recorded convolutions may have left another note */
+    cudaCheck(cudaGraphLaunch(gr->exec, g.stream));
+}
+
+static void cuda_graph_free(ds_graph *gr)
+{
+    if (!gr) return;
+    cudaCheck(cudaGraphExecDestroy(gr->exec));
+    free(gr);
+}
+
 static ds_backend cuda_backend = {
     .name = "cuda",
     .host_memory = 0,
@@ -463,6 +527,10 @@ static ds_backend cuda_backend = {
     .host_unregister = cuda_host_unregister,
     .upload_async = cuda_upload_async,
     .download_async = cuda_download_async,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_free = cuda_graph_free,
     .conv_workspace = ds_cuda_conv_workspace,
     .conv_fwd = ds_cuda_conv_fwd,
     .conv_bwd_data = ds_cuda_conv_bwd_data,
@@ -492,11 +560,22 @@ static ds_backend cuda_backend = {
     .reduction = cuda_reduction,
 };
 
+/* DS_CUDA_GRAPHS: 1 (the default, and unset) records the training step as a CUDA graph, 0
+ * queues its launches one by one (to compare the two on a GPU); read here only. */
+static int graphs_switch(int *on)
+{
+    const char *v = getenv("DS_CUDA_GRAPHS");
+    if (!v || !*v || !strcmp(v, "1")) return *on = 1, 0;
+    if (!strcmp(v, "0")) return *on = 0, 0;
+    return ds_err("DS_CUDA_GRAPHS=%s: expected 0 or 1", v);
+}
+
 extern "C" const ds_backend *ds_cuda_select(const ds_backend_opts *opts)
 {
     if (bind_device()) return NULL;
     g.precision = opts->precision;
     g.deterministic = opts->deterministic != 0;
+    if (graphs_switch(&g.graphs)) return NULL;
     /* cuBLAS runs only the (small) linear layer: plain fp32 or tf32, also under bf16. */
     cublasCheck(cublasSetMathMode(g.cublas, g.precision == DS_PRECISION_FP32 ? CUBLAS_PEDANTIC_MATH
                                                                                : CUBLAS_TF32_TENSOR_OP_MATH));

@@ -36,6 +36,8 @@ extern "C" {
  * ds_cuda_select. cuda.cu defines it; each file reaches it as g. */
 typedef struct {
     int ready, device;
+    int graphs;               /* DS_CUDA_GRAPHS: the training step may be recorded as a graph */
+    int graphs_said;          /* why it is not, said once (--verbose) */
     cudaStream_t stream;
     cudnnHandle_t cudnn;
     cublasHandle_t cublas;

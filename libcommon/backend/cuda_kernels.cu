@@ -464,13 +464,16 @@ void ds_cuda_softmax_xent(float *loss, float *dlogits, const float *logits, cons
 
 /* ---- optimizer and elementwise ---- */
 
-__global__ void sgd_kernel(float *w, float *buf, const float *grad, size_t n, float lr,
+/* lr in device memory (backend.h): read when the kernel runs, so a replayed graph takes the
+ * rate written before its launch, where an argument would keep the captured step's */
+__global__ void sgd_kernel(float *w, float *buf, const float *grad, size_t n, const float *lr,
                            float momentum, float wd, int nesterov, int first)
 {
-    FOR_GRID(i, n) sgd_body(w, buf, grad, (size_t)i, lr, momentum, wd, nesterov, first);
+    const float rate = *lr;
+    FOR_GRID(i, n) sgd_body(w, buf, grad, (size_t)i, rate, momentum, wd, nesterov, first);
 }
 
-void ds_cuda_sgd_step(float *w, float *buf, const float *grad, size_t n, float lr, float momentum,
+void ds_cuda_sgd_step(float *w, float *buf, const float *grad, size_t n, const float *lr, float momentum,
                       float wd, int nesterov, int first)
 {
     if (!n) return;

@@ -77,7 +77,7 @@ void ds_cuda_bias_fwd(float *out, const float *b, int n, int o);
 void ds_cuda_bias_bwd(float *db, const float *dout, int n, int o);
 void ds_cuda_softmax_xent(float *loss, float *dlogits, const float *logits, const int32_t *labels,
                           int n, int c, float smoothing, float scale);
-void ds_cuda_sgd_step(float *w, float *buf, const float *grad, size_t n, float lr, float momentum,
+void ds_cuda_sgd_step(float *w, float *buf, const float *grad, size_t n, const float *lr, float momentum,
                       float wd, int nesterov, int first);
 void ds_cuda_scale(float *x, float alpha, size_t n);
 void ds_cuda_axpy(float *y, float alpha, const float *x, size_t n);

@@ -426,7 +426,7 @@ static void spy_softmax_xent(float *loss, float *dlogits, const float *logits, c
 
 /* sgd_kernel: reads grad and w, writes w; with momentum writes buf, and reads it after the
  * first step */
-static void spy_sgd_step(float *w, float *buf, const float *grad, size_t n, float lr, float momentum, float wd,
+static void spy_sgd_step(float *w, float *buf, const float *grad, size_t n, const float *lr, float momentum, float wd,
                          int nesterov, int first)
 {
     if (!n) return;

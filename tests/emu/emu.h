@@ -26,6 +26,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace emu {
 
@@ -65,6 +67,32 @@ void unread_launch_check(const char *at);
 struct range { const void *p; size_t bytes; };
 void enqueue(cudaStream_t s, const char *name, std::function<void()> op,
              std::initializer_list<range> uses = {});
+
+/* Queues an operation a graph recorded (emu_graph.cc's cudaGraphLaunch) on stream s, as
+ * enqueue does. */
+void enqueue_recorded(cudaStream_t s, const std::string &name, const std::function<void()> &fn,
+                      const std::vector<range> &uses);
+
+/* ---- stream capture (emu_graph.cc; what it refuses is listed there) ----
+ * capture_take: when s (the stream the runtime resolved: never NULL) is capturing, the
+ * operation is recorded into its capture (dropped once the capture is invalidated) and true
+ * is returned; the caller then runs nothing. The checks below answer cudaSuccess, or CUDA's
+ * error for the call during a capture (the capture then invalidated). */
+bool capture_take(cudaStream_t s, const std::string &name, const std::function<void()> &fn,
+                  const std::vector<range> &uses);
+/* A call that waits for or queries s, or copies pageable memory on it. */
+cudaError_t capture_sync_check(cudaStream_t s, const char *call);
+/* A "potentially unsafe" call (cudaMalloc, cudaFree, cudaMemcpy, cudaMemset,
+ * cudaDeviceSynchronize) while a capture is open. */
+cudaError_t capture_unsafe_check(const char *call);
+/* cudaEventRecord(e, s): true when s is capturing (recorded into the capture; the runtime
+ * records nothing); false forgets any capture e was recorded in. */
+bool capture_event_record(cudaEvent_t e, cudaStream_t s);
+/* A call that synchronises with, queries or times e. */
+cudaError_t capture_event_check(cudaEvent_t e, const char *call);
+/* cudaStreamWaitEvent(s, e, flags): *taken when the wait was recorded into s's capture (or
+ * refused); the runtime then queues nothing. */
+cudaError_t capture_wait_check(cudaStream_t s, cudaEvent_t e, unsigned flags, bool *taken);
 
 /* Waits until every stream has run all work queued so far (cudaDeviceSynchronize). */
 void sync_all();

@@ -47,7 +47,9 @@
  * error still unread (no cudaGetLastError after the launch, so the
  * failure would surface later under another call's name) is a defect.
  *
- * Not emulated: the driver API, unified memory, graphs, cooperative launches, more than one
+ * Stream capture and graph replay: emu_graph.cc, which the calls here consult.
+ *
+ * Not emulated: the driver API, unified memory, graphs built node by node, cooperative launches, more than one
  * device, the legacy default stream's per-thread variant, the static shared memory limit
  * (ptxas reports it), warp-level intrinsics, and anything about speed. */
 #include "emu.h"
@@ -461,6 +463,7 @@ void drain(CUstream_st *s)
 
 void enqueue_on(CUstream_st *s, op o)
 {
+    if (emu::capture_take(s, o.name, o.fn, o.uses)) return;   /* recorded, not run (emu_graph.cc) */
     o.queued_ms = emu::now_ms();
     std::lock_guard<std::mutex> lock(s->m);
     s->q.push_back(std::move(o));
@@ -494,6 +497,19 @@ void enqueue(cudaStream_t stream, const char *name, std::function<void()> fn, st
     o.name = name;
     o.fn = std::move(fn);
     o.uses.assign(uses.begin(), uses.end());
+    enqueue_on(s, std::move(o));
+}
+
+void enqueue_recorded(cudaStream_t stream, const std::string &name, const std::function<void()> &fn,
+                      const std::vector<range> &uses)
+{
+    CUstream_st *s = of(stream);
+    if (s == legacy()) drain_blocking(s);
+    else if (!(s->flags & cudaStreamNonBlocking)) drain(legacy());
+    op o;
+    o.name = name;
+    o.fn = fn;
+    o.uses = uses;
     enqueue_on(s, std::move(o));
 }
 
@@ -937,7 +953,13 @@ cudaError_t cudaPeekAtLastError(void) { return last_error; }
     X(cudaErrorNotSupported, "operation not supported")                                   \
     X(cudaErrorInvalidMemcpyDirection, "invalid copy direction for memcpy")               \
     X(cudaErrorIllegalAddress, "an illegal memory access was encountered")                \
-    X(cudaErrorLaunchFailure, "unspecified launch failure")
+    X(cudaErrorLaunchFailure, "unspecified launch failure")                               \
+    X(cudaErrorIllegalState, "the operation cannot be performed in the present state")    \
+    X(cudaErrorStreamCaptureUnsupported, "operation not permitted when stream is capturing") \
+    X(cudaErrorStreamCaptureInvalidated, "operation failed due to a previous error during capture") \
+    X(cudaErrorStreamCaptureIsolation, "dependency created on uncaptured work in another stream") \
+    X(cudaErrorCapturedEvent, "operation not permitted on an event last recorded in a capturing stream") \
+    X(cudaErrorStreamCaptureWrongThread, "attempt to terminate a thread-local capture sequence from another thread")
 
 const char *cudaGetErrorString(cudaError_t e)
 {
@@ -997,6 +1019,7 @@ cudaError_t cudaGetDevice(int *d)
 
 cudaError_t cudaDeviceSynchronize(void)
 {
+    if (cudaError_t e = emu::capture_unsafe_check("cudaDeviceSynchronize")) return ret(e);
     emu::unread_launch_check("cudaDeviceSynchronize");
     emu::sync_all();
     return cudaSuccess;
@@ -1006,6 +1029,10 @@ cudaError_t cudaDeviceSynchronize(void)
 
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
+    if (cudaError_t e = emu::capture_unsafe_check("cudaMalloc")) {
+        *p = nullptr;
+        return ret(e);
+    }
     auto &mm = mem();
     std::lock_guard<std::mutex> lock(mm.m);
     int nth = ++mm.mallocs;
@@ -1046,6 +1073,7 @@ static region *base_of(void *p, int kind)
 cudaError_t cudaFree(void *p)
 {
     if (!p) return cudaSuccess;
+    if (cudaError_t e = emu::capture_unsafe_check("cudaFree")) return ret(e);
     emu::sync_all();   /* as the real cudaFree, which waits for the device */
     auto &mm = mem();
     std::lock_guard<std::mutex> lock(mm.m);
@@ -1204,6 +1232,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
         snprintf(what, sizeof what, "cudaMemcpyAsync (host to device): dst");
         emu::check_range(dst, bytes, emu::MEM_DEVICE, what);
         if (!host_kinds_ok(src)) return ret(cudaErrorInvalidValue);
+        if (emu::kind_of(src, NULL, NULL) != emu::MEM_PINNED)
+            if (cudaError_t e = emu::capture_sync_check(of(s), "cudaMemcpyAsync from pageable memory")) return ret(e);
         if (emu::kind_of(src, NULL, NULL) == emu::MEM_PINNED) {
             emu::check_range(src, bytes, emu::MEM_PINNED, "cudaMemcpyAsync (host to device): src");
             /* a DMA: reads the host memory when it runs */
@@ -1221,6 +1251,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
         emu::check_range(src, bytes, emu::MEM_DEVICE, "cudaMemcpyAsync (device to host): src");
         if (!host_kinds_ok(dst)) return ret(cudaErrorInvalidValue);
         bool pinned = emu::kind_of(dst, NULL, NULL) == emu::MEM_PINNED;
+        if (!pinned)
+            if (cudaError_t e = emu::capture_sync_check(of(s), "cudaMemcpyAsync to pageable memory")) return ret(e);
         if (pinned) emu::check_range(dst, bytes, emu::MEM_PINNED, "cudaMemcpyAsync (device to host): dst");
         emu::enqueue(s, "cudaMemcpyAsync device to host", [=] { memcpy(dst, src, bytes); },
                      {{dst, bytes}, {src, bytes}});
@@ -1235,6 +1267,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
                      {{dst, bytes}, {src, bytes}});
         return cudaSuccess;
     case cudaMemcpyHostToHost:
+        if (cudaError_t e = emu::capture_sync_check(of(s), "cudaMemcpyAsync host to host")) return ret(e);
         emu::enqueue(s, "cudaMemcpyAsync host to host", [=] { memmove(dst, src, bytes); });
         drain(of(s));
         return cudaSuccess;
@@ -1245,6 +1278,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind)
 {
+    if (cudaError_t e = emu::capture_unsafe_check("cudaMemcpy")) return ret(e);
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, 0);
     if (e == cudaSuccess) drain(legacy());
     return e;
@@ -1260,6 +1294,7 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s)
 
 cudaError_t cudaMemset(void *p, int value, size_t bytes)
 {
+    if (cudaError_t e = emu::capture_unsafe_check("cudaMemset")) return ret(e);
     cudaError_t e = cudaMemsetAsync(p, value, bytes, 0);
     if (e == cudaSuccess) drain(legacy());
     return e;
@@ -1286,6 +1321,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     emu::unread_launch_check("cudaStreamSynchronize");
     CUstream_st *st = of(s);
+    if (cudaError_t e = emu::capture_sync_check(st, "cudaStreamSynchronize")) return ret(e);
     drain(st);
     std::string broken = guards_broken();
     if (!broken.empty()) emu::defect("at cudaStreamSynchronize(stream %d): %s", st->id, broken.c_str());
@@ -1295,6 +1331,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
 cudaError_t cudaStreamQuery(cudaStream_t s)
 {
     CUstream_st *st = of(s);
+    if (cudaError_t e = emu::capture_sync_check(st, "cudaStreamQuery")) return ret(e);
     std::lock_guard<std::mutex> lock(st->m);
     if (st->done >= st->queued) return cudaSuccess;
     return cudaErrorNotReady;   /* (lazy mode: a stream polled runs within its hold time) */   /* not a failure: the last error stays as it was */
@@ -1318,6 +1355,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
     if (!e) return ret(cudaErrorInvalidResourceHandle);
+    if (emu::capture_event_record(e, of(s))) return cudaSuccess;   /* a point of the capture (emu_graph.cc) */
     uint64_t gen;
     {
         std::lock_guard<std::mutex> lock(e->m);
@@ -1354,6 +1392,7 @@ static void event_wait(cudaEvent_t e)
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
     if (!e) return ret(cudaErrorInvalidResourceHandle);
+    if (cudaError_t c = emu::capture_event_check(e, "cudaEventSynchronize")) return ret(c);
     event_wait(e);
     return cudaSuccess;
 }
@@ -1361,14 +1400,17 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
 cudaError_t cudaEventQuery(cudaEvent_t e)
 {
     if (!e) return ret(cudaErrorInvalidResourceHandle);
+    if (cudaError_t c = emu::capture_event_check(e, "cudaEventQuery")) return ret(c);
     std::lock_guard<std::mutex> lock(e->m);
     return e->completed >= e->recorded ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags)
 {
-    (void)flags;
     if (!e) return ret(cudaErrorInvalidResourceHandle);
+    bool taken;
+    if (cudaError_t c = emu::capture_wait_check(of(s), e, flags, &taken)) return ret(c);
+    if (taken) return cudaSuccess;   /* recorded into the capture (emu_graph.cc) */
     uint64_t gen;
     CUstream_st *from;
     {
@@ -1390,6 +1432,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 {
     if (!a || !b) return ret(cudaErrorInvalidResourceHandle);
+    if (cudaError_t c = emu::capture_event_check(a, "cudaEventElapsedTime")) return ret(c);
+    if (cudaError_t c = emu::capture_event_check(b, "cudaEventElapsedTime")) return ret(c);
     if ((a->flags & cudaEventDisableTiming) || (b->flags & cudaEventDisableTiming))
         return ret(cudaErrorInvalidResourceHandle);
     std::lock(a->m, b->m);

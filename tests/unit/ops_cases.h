@@ -313,6 +313,7 @@ typedef enum {
     OPS_FAMILY_ELEMENTWISE,  /* walked with the SGD rows (scale, axpy, add) and the bf16 storage rows */
     OPS_FAMILY_INPUT,
     OPS_FAMILY_HOST,     /* memory, streams, marks, clocks, page-locked copies: the named tests */
+    OPS_FAMILY_GRAPH,    /* recorded ops replayed: the named tests; NULL on a backend without graphs (the CPU) */
 } ops_family;
 
 /* Every member of ds_backend, in the struct's order, with the family whose cases exercise it
@@ -352,6 +353,10 @@ static const ops_member ops_members[] = {
     OPS_MEMBER(host_unregister, OPS_FAMILY_HOST, "test_cuda_ops feed; test_feed"),
     OPS_MEMBER(upload_async, OPS_FAMILY_HOST, "test_cuda_ops streams, feed"),
     OPS_MEMBER(download_async, OPS_FAMILY_HOST, "test_cuda_ops losses read a step late"),
+    OPS_MEMBER(graph_begin, OPS_FAMILY_GRAPH, "test_emu_graph.sh (the step, graphs against calls); test_emu_graph (capture, replay, refusals)"),
+    OPS_MEMBER(graph_end, OPS_FAMILY_GRAPH, "test_emu_graph.sh (the step, graphs against calls); test_emu_graph (capture, replay, refusals)"),
+    OPS_MEMBER(graph_launch, OPS_FAMILY_GRAPH, "test_emu_graph.sh (the step, graphs against calls); test_emu_graph (capture, replay, refusals)"),
+    OPS_MEMBER(graph_free, OPS_FAMILY_GRAPH, "test_emu_graph.sh (the step, graphs against calls); test_emu_graph (capture, replay, refusals)"),
     OPS_MEMBER(conv_workspace, OPS_FAMILY_CONV, NULL),
     OPS_MEMBER(conv_fwd, OPS_FAMILY_CONV, NULL),
     OPS_MEMBER(conv_bwd_data, OPS_FAMILY_CONV, NULL),
@@ -394,7 +399,7 @@ static inline size_t ops_family_rows(ops_family f)
     case OPS_FAMILY_XENT: return OPS_COUNT(ops_xents);
     case OPS_FAMILY_SGD: case OPS_FAMILY_ELEMENTWISE: return OPS_COUNT(ops_sgds);
     case OPS_FAMILY_INPUT: return OPS_COUNT(ops_inputs);
-    case OPS_FAMILY_HOST: case OPS_FAMILY_NONE: return 0;
+    case OPS_FAMILY_HOST: case OPS_FAMILY_GRAPH: case OPS_FAMILY_NONE: return 0;
     }
     return 0;
 }

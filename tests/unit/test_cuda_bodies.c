@@ -776,7 +776,8 @@ static void test_sgd(size_t n, float momentum, float wd, int nesterov, int first
     check_begin(name);
     float *w = f32_randn(n, 0, 1), *buf = f32_randn(n, 0, 0.1), *g = f32_randn(n, 0, 0.1);
     float *w_g = dup(w, n * 4), *b_g = dup(buf, n * 4);
-    be->sgd_step(w, buf, g, n, 0.1f, momentum, wd, nesterov, first);
+    const float lr = 0.1f;
+    be->sgd_step(w, buf, g, n, &lr, momentum, wd, nesterov, first);
     FOR_GRID(i, n) sgd_body(w_g, b_g, g, i, 0.1f, momentum, wd, nesterov, first);
     check_bits("w", w_g, w, n, 4);
     check_bits("momentum buffer", b_g, buf, n, 4);

@@ -445,15 +445,19 @@ static void test_sgd_elementwise(void)
     float *w = host_rand(n, -1, 1), *buf = host_rand(n, -1, 1), *grad = host_rand(n, -1, 1), *x = host_rand(n, -1, 1);
     float *g_w = to_dev(w, n * 4), *g_buf = to_dev(buf, n * 4), *g_grad = to_dev(grad, n * 4), *g_x = to_dev(x, n * 4);
     /* the op table's rules in turn on one tensor: first step, nesterov with weight decay,
-     * plain momentum, no momentum */
+     * plain momentum, no momentum; the rate in device memory, read when the kernel runs
+     * (backend.h), written before each */
+    float *g_lr = dev_alloc(sizeof(float));
     for (size_t s = 0; s < OPS_COUNT(ops_sgds); s++) {
         const ops_sgd *t = &ops_sgds[s];
         if (!(t->use & OPS_GPU)) continue;
-        C->sgd_step(w, buf, grad, n, t->lr, t->momentum, t->wd, t->nesterov, t->first);
-        G->sgd_step(g_w, g_buf, g_grad, n, t->lr, t->momentum, t->wd, t->nesterov, t->first);
+        G->upload(g_lr, &t->lr, sizeof t->lr);
+        C->sgd_step(w, buf, grad, n, &t->lr, t->momentum, t->wd, t->nesterov, t->first);
+        G->sgd_step(g_w, g_buf, g_grad, n, g_lr, t->momentum, t->wd, t->nesterov, t->first);
     }
     cmp("sgd weights", g_w, w, n);
     cmp("sgd momentum", g_buf, buf, n);
+    dev_free(g_lr);
     C->scale(x, 0.37f, n);
     G->scale(g_x, 0.37f, n);
     cmp("scale", g_x, x, n);
