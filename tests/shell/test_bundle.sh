@@ -50,6 +50,9 @@ if [ "${1:-}" = --inside ]; then
     # the GPU op test loads (and, without a GPU, says so)
     check bundle_test_cuda_ops_starts sh -c "test_cuda_ops >'$W/ops' 2>&1 || grep -q '^PASS' '$W/ops'"
     check bundle_engine_bench_starts sh -c "engine_bench --help >/dev/null 2>&1; [ \$? -le 2 ]"
+    # the cuDNN fusion probe loads, and lists its plan without a GPU
+    check bundle_fusion_probe_dry_run sh -c "cudnn_fusion_probe --dry-run >'$W/fusion' 2>&1 &&
+        [ \$(grep -c '^([a-e]) ' '$W/fusion') -eq 77 ]"
     check bundle_pipeline sh -c "synth -q --classes 4 --per-class 12 '$W/tree' &&
         dsplit -q --val 0.25 -o '$W/split' '$W/tree' &&
         dspack -q --size 24 -o '$W/train' '$W/split/train.txt' &&
