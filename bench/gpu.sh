@@ -7,7 +7,7 @@
 # command for a first call, the stage budget and its basis, what to read first in what comes
 # back, and what to run next.
 #   bench/gpu.sh [--bundle DIR | --build | --tools DIR] [--out DIR] [--seconds N]
-#                [--only N,N... | --sweep] [--old DIR] [--dry-run | --emulated] [--plan]
+#                [--only N,N... | --sweep] [--old PATH] [--dry-run | --emulated] [--plan]
 #   --bundle DIR   the bundle (default build/gpu-bundle, or $DS_BUNDLE)
 #   --build        build here instead (make, for this GPU only), for a machine with the
 #                  build's libraries (HDF5, Open MPI, ...)
@@ -19,8 +19,10 @@
 #   --only N,N...  run only these stages, in the order given (each once)
 #   --sweep        the first calls' plan, stages 1-11 in order (the default is round 4's: the
 #                  stages 12-19, then 4 and 10 with the time left)
-#   --old DIR      the previous call's bundle (a folder with env.sh) or tools (with
-#                  engine_bench), for stage 19's runs of old against new
+#   --old PATH     for stage 19's runs of old against new: the previous call's bundle (a
+#                  folder with env.sh), a folder of its tools (with engine_bench), or its
+#                  engine_bench alone (copied into this bundle's bin/, whose libraries it
+#                  then loads: two whole bundles would not travel together)
 #   --plan         print the plan (the stages in order, each one's budget, the time by which
 #                  it ends at the latest) and run nothing
 #   --dry-run      no GPU needed: every stage runs on the CPU at toy sizes (ResNet-20, 32 px,
@@ -185,9 +187,9 @@ if [ -z "$ONLY" ]; then
     if [ "$SWEEP" = 1 ]; then ORDER=("${PLAN_SWEEP[@]}"); else ORDER=("${PLAN_ROUND4[@]}"); fi
 fi
 if [ -n "$OLD" ]; then
-    [ -f "$OLD/env.sh" ] || [ -x "$OLD/engine_bench" ] ||
-        { echo "gpu.sh: --old $OLD is neither a bundle (env.sh) nor a folder with engine_bench" >&2; exit 1; }
-    OLD=$(cd "$OLD" && pwd)
+    { [ -f "$OLD/env.sh" ] || [ -x "$OLD/engine_bench" ] || { [ -f "$OLD" ] && [ -x "$OLD" ]; }; } ||
+        { echo "gpu.sh: --old $OLD is not a bundle (env.sh), a folder with engine_bench or an engine_bench" >&2; exit 1; }
+    OLD=$(realpath "$OLD")
 fi
 HANG=${GPU_BENCH_HANG:-}
 [ -n "$HANG" ] && [ "$DRY" != 1 ] && { echo "gpu.sh: GPU_BENCH_HANG is for --dry-run only" >&2; exit 2; }
@@ -963,7 +965,8 @@ stage_19() {
             f=$SW/$which-$i
             if [ "$which" = new ]; then run 15 engine_bench "${args[@]}"
             elif [ -f "$OLD/env.sh" ]; then run 15 "$OLD/env.sh" "$OLD/bin/engine_bench" "${args[@]}"
-            else run 15 "$OLD/engine_bench" "${args[@]}"; fi >"$f.out" 2>"$f.err"
+            elif [ -d "$OLD" ]; then run 15 "$OLD/engine_bench" "${args[@]}"
+            else run 15 "$OLD" "${args[@]}"; fi >"$f.out" 2>"$f.err"
             rc=$?
             v=$(tail -1 "$f.out" | awk 'NF == 5 {print $5}')
             if [ -n "$v" ]; then
