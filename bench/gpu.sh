@@ -117,13 +117,14 @@
 # The programs and their environment are chosen in one place, tools_setup below (the bundle,
 # a build here, or a folder of tools); the sizes and the device in another (sizes_setup).
 # Run on one H200 (bench/GPU.md, Results: stages 0-10 in its first call, 0-8 since); stage 11
-# has run only as bench/gpu_profile.sh on its own, with the bundle rather than --tools. On the
+# has run only as bench/gpu_profile.sh on its own, with the bundle rather than --tools; stages
+# 12-19 (round 4) have not run on a GPU at all. On the
 # CPU: --dry-run, runs with stand-in tools (tests/shell/test_gpu_sh.sh) and the rehearsal on
 # the emulated device (--emulated, tests/shell/test_emu_gpu_sh.sh).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
-usage() { sed -n '2,/^# Stages, in the default order/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,/^# Stages\. Each has a budget/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 # The stages: names, folders (under the work folder) and budgets in seconds, set-up first.
 NAMES=("set-up" "op tests" "planning canaries" "ds from shards" "torch eager" "inference" "NCCL"
        "end to end (test_cuda.sh)" "the other rows" "compute-sanitizer" "torch compile" "profile"

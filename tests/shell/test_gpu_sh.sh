@@ -40,6 +40,10 @@ check gpu_sh_plan_sweep_1_to_7_within_the_deadline sh -c "! awk '\$1 ~ /^[0-7]\$
 awk -F'|' '$2 ~ /^ *[0-9]+ *$/ && $4 ~ /^ *[0-9]+ s *$/ {gsub(/[ s]/, "", $2); gsub(/[ s]/, "", $4); print $2, $4}' \
     bench/GPU.md | sort -n -u >"$T/doc.budgets"
 check gpu_sh_budgets_match_gpu_md sh -c "[ -s '$T/doc.budgets' ] && diff '$T/plan.budgets' '$T/doc.budgets'"
+# --help: the header's usage, not the whole script
+expect_status gpu_sh_help_exits_2 2 "$GPU_SH" --help
+"$GPU_SH" --help >"$T/help" 2>&1
+check gpu_sh_help_is_the_header sh -c "grep -q -- '--sweep' '$T/help' && grep -q -- '--old PATH' '$T/help' && ! grep -q 'set -u' '$T/help'"
 expect_status gpu_sh_rejects_a_stage_past_19 2 "$GPU_SH" --only 20
 expect_status gpu_sh_rejects_a_repeated_stage 2 "$GPU_SH" --only 4,4
 expect_status gpu_sh_only_or_sweep 2 "$GPU_SH" --only 4 --sweep
