@@ -196,6 +196,15 @@ r4() {  # OUT [ENV...]: --only 12,...,19 into $T/OUT
     env PYTHON="$S/python3" "$@" "$GPU_SH" --tools "$S" --old "$S" --only 12,13,14,15,16,17,18,19 --out "$T/$out" \
         >"$T/$out.log" 2>&1
 }
+# the default plan in a dry run: every stage in order, each one's time printed, the table written
+PYTHON=$S/python3 "$GPU_SH" --dry-run --tools "$S" --seconds 3600 --out "$T/dry4" >"$T/dry4.log" 2>&1
+check gpu_sh_dry_run_runs_round_4_in_order test "$(grep -o '\] stage [0-9]* (' "$T/dry4.log" | grep -o '[0-9]*' | tr '\n' ' ')" = \
+    "0 12 13 14 15 16 17 18 19 4 10 "
+check gpu_sh_dry_run_round_4_stage_times test "$(grep -cE '\] stage [0-9]+ done in [0-9]+ s \(budget [0-9]+ s\)' "$T/dry4.log")" = 11
+check gpu_sh_dry_run_round_4_table sh -c "[ \$(grep -cE '^\| (0|1[2-9]|4|10)\. .* \| done \([0-9]+ s\)' '$T/dry4/gpu-results.md') -eq 11 ] &&
+    grep -q '^| cuDNN fusion probe | n/a (dry: no cuDNN graph to build); --dry-run lists' '$T/dry4/gpu-results.md'" ||
+    grep -E '^\| [0-9]+\. ' "$T/dry4/gpu-results.md" | sed 's/^/    /'
+
 r4 round4
 table=$T/round4/gpu-results.md
 order=$(grep -o '\] stage [0-9]* (' "$T/round4.log" | grep -o '[0-9]*' | tr '\n' ' ')
