@@ -832,7 +832,7 @@ stage_13() {
         return 0
     fi
     # the chip's name for --query-metrics (9.0: gh100), else the GPU ncu finds
-    chip=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' ')
+    chip=$(run 5 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' ')
     run 15 "$ncu" --query-metrics $([ "$chip" = 9.0 ] && echo --chip gh100) >"$SW/ncu-metrics.txt" 2>&1
     rc=$?
     v=$(awk '$1 ~ /^sm__pipe_tensor[a-z_]*cycles_active$/ {print $1; exit}' "$SW/ncu-metrics.txt")
@@ -863,10 +863,10 @@ stage_14() {
         --ds-regex "$DS_KERNELS" --tensor-metric "$TENSOR_METRIC" ${HBM_COPY:+--copy-tbs "$HBM_COPY"} \
         --out "$SW/kernels.md" >"$SW/kernels.out" 2>"$SW/kernels.err"
     # its lines "check<TAB>result", the longest kernels first
-    while IFS=$'\t' read -r name line; do check_line "$name" "$line"; done < <(grep -P '^[^\t]+\t' "$SW/kernels.out")
+    while IFS=$'\t' read -r name line; do check_line "$name" "$line"; done < <(grep $'^[^\t][^\t]*\t' "$SW/kernels.out")
     [ "$rc" -eq 0 ] || check_line "$what: ds's kernels" "$(timed_out $rc && echo "n/a (time)" || echo "FAIL (exit $rc)"): $(why "$SW/ds.err" "$SW/ds.out")"
     [ "$rc2" -eq 0 ] || check_line "$what: every kernel" "$(timed_out $rc2 && echo "n/a (time)" || echo "FAIL (exit $rc2)"): $(why "$SW/all.err" "$SW/all.out")"
-    grep -qP '^[^\t]+\t' "$SW/kernels.out" || check_line "$what: the tables" "FAIL: $(why "$SW/kernels.err" "$SW/kernels.out")"
+    grep -q $'^[^\t][^\t]*\t' "$SW/kernels.out" || check_line "$what: the tables" "FAIL: $(why "$SW/kernels.err" "$SW/kernels.out")"
 }
 
 # ---- 15. sanitizers on what never ran under them ----
