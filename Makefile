@@ -332,7 +332,8 @@ clean:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # ---- GPU bundle: a folder that runs on a GPU machine without building anything there ----
-# The tools, the data generator, the GPU op test and the engine benchmark built for the
+# The tools, the data generator, the GPU op test, the engine benchmark and the cuDNN fusion
+# probe built for the
 # bundle's GPUs (sm_89, sm_90 and PTX for later ones) in their own build directory, then
 # copied with every library they load except the C/C++ runtime and CUDA's, which the
 # bundle's env.sh finds on the machine (scripts/gpu-bundle.sh; bench/gpu.sh runs from it;
@@ -341,7 +342,8 @@ GPU_BUNDLE       ?= build/gpu-bundle
 GPU_BUNDLE_BUILD ?= build/gpu-bundle-obj
 GPU_BUNDLE_ARCHS ?= -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=sm_90 \
                     -gencode arch=compute_90,code=compute_90
-GPU_BUNDLE_PROGS := $(addprefix bin/,$(notdir $(TOOLS))) data/synth tests/test_cuda_ops bench/engine_bench
+GPU_BUNDLE_PROGS := $(addprefix bin/,$(notdir $(TOOLS))) data/synth tests/test_cuda_ops bench/engine_bench \
+                    bench/cudnn_fusion_probe
 DEPS_DEB += patchelf
 .PHONY: gpu-bundle
 gpu-bundle:

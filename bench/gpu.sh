@@ -6,8 +6,8 @@
 # python3 on PATH first, then /usr/local/cuda/lib64, then the system). bench/GPU.md has the
 # command for a first call, the stage budget and its basis, what to read first in what comes
 # back, and what to run next.
-#   bench/gpu.sh [--bundle DIR | --build | --tools DIR] [--out DIR] [--seconds N] [--only N,N...]
-#                [--dry-run | --emulated] [--plan]
+#   bench/gpu.sh [--bundle DIR | --build | --tools DIR] [--out DIR] [--seconds N]
+#                [--only N,N... | --sweep] [--old PATH] [--dry-run | --emulated] [--plan]
 #   --bundle DIR   the bundle (default build/gpu-bundle, or $DS_BUNDLE)
 #   --build        build here instead (make, for this GPU only), for a machine with the
 #                  build's libraries (HDF5, Open MPI, ...)
@@ -17,6 +17,12 @@
 #   --out DIR      where gpu-results.md and gpu-logs.tar.gz go (default $OUT, else bench/)
 #   --seconds N    the deadline (default $GPU_BENCH_SECONDS, else 540; 1800 with --emulated)
 #   --only N,N...  run only these stages, in the order given (each once)
+#   --sweep        the first calls' plan, stages 1-11 in order (the default is round 4's: the
+#                  stages 12-19, then 4 and 10 with the time left)
+#   --old PATH     for stage 19's runs of old against new: the previous call's bundle (a
+#                  folder with env.sh), a folder of its tools (with engine_bench), or its
+#                  engine_bench alone (copied into this bundle's bin/, whose libraries it
+#                  then loads: two whole bundles would not travel together)
 #   --plan         print the plan (the stages in order, each one's budget, the time by which
 #                  it ends at the latest) and run nothing
 #   --dry-run      no GPU needed: every stage runs on the CPU at toy sizes (ResNet-20, 32 px,
@@ -34,12 +40,14 @@
 #                  CUDA torch), NCCL over 2 ranks of the emulated NCCL, compute-sanitizer n/a.
 #                  Proves this script and ds's own code paths (bench/GPU.md: the rehearsal),
 #                  nothing of a GPU's libraries or speed.
-# Stages, in the default order. Each has a budget (BUDGET below; bench/GPU.md gives the basis)
+# Stages. Each has a budget (BUDGET below; bench/GPU.md gives the basis)
 # that its commands' own limits share, and every command runs under `timeout -k` (SIGTERM,
 # then SIGKILL to its whole process group GPU_BENCH_GRACE seconds later, default 10: dstrain
 # takes SIGTERM as "finish the step, checkpoint, stop", and one stuck in a kernel would not
-# stop at all). At the default deadline the set-up and stages 1-7 get their whole budgets;
-# 8-11 take what time is left, and a command that would get under 5 s is not started.
+# stop at all). The default plan (round 4, bench/GPU.md) runs 12-19, then 4 and 10; at the
+# default deadline the set-up and 12-18 get their whole budgets, 19, 4 and 10 take what time
+# is left, and a command that would get under 5 s is not started. --sweep runs 1-11 (the
+# first calls': the set-up and 1-7 at their whole budgets, 8-11 with the time left).
 #   0. set-up, always: nvidia-smi, the CUDA libraries loaded and their versions (env.sh
 #      --report), the Python for PyTorch and what it loads
 #   1. op tests: test_cuda_ops (every CUDA op against the CPU backend, fp32, tf32, bf16;
@@ -71,6 +79,32 @@
 #      bf16 b256 step under Nsight Compute, PyTorch's under torch.profiler): the groups' ms per
 #      step in the checks table, profile.md and the per-kernel tables in the logs; n/a in a
 #      dry run and on the emulated device (no GPU to profile), or without ncu
+#  12. the device's own bits: test_cuda_ops --verbose (its bitwise comparisons on the GPU, and
+#      which algorithm each bf16 backward-data plan took: algo 0 is cuDNN's nondeterministic
+#      one), the same under DS_CUDA_VEC=0 (the scalar twins), and ResNet-20 bf16
+#      --deterministic training 3 steps with and without DS_CUDA_VEC=0, checkpoints compared
+#      with h5diff (/model, /optimizer)
+#  13. HBM calibration (bench/gpu_hbm.py, the bundle's torch: copy, add and sum over 1 GiB of
+#      bf16, median of 20 by CUDA events) and the metric names this ncu knows (tensor pipes,
+#      DRAM throughput); n/a on the emulated device
+#  14. kernel counters: Nsight Compute over one ResNet-50 bf16 b256 training step, ds's kernels
+#      with the metrics of time, DRAM bytes and throughput, L2 bytes, SM and warp activity,
+#      issue-active, the long-scoreboard / lg / mio stalls, grid, registers and the occupancy
+#      limits, then cuDNN's kernels (time, DRAM, tensor pipe, grid) in launch order;
+#      bench/ncu_kernels.py makes kernels.md of both; n/a without a GPU or ncu
+#  15. sanitizers on test_cuda_ops (compute-sanitizer): memcheck over everything, racecheck and
+#      synccheck on the kernels with shared-memory trees (bn_, softmax), initcheck on those
+#      reading the never-zeroed scratch (bn_, maxpool); the filters keep cuDNN's kernels out
+#  16. the cuDNN fusion probe (cudnn_fusion_probe: ResNet-50's bottleneck convolutions as
+#      backend graphs, fused against ds's legacy calls): its table and verdict lines; in a dry
+#      run and on the emulated device its --dry-run, the plan alone
+#  17. `ncu --set full` on five single launches of ds's batch-norm and max-pool kernels
+#      (bench/GPU.md: which, and how they are counted)
+#  18. NCCL with two ranks on one GPU (`mpirun -np 2 dstrain`, NCCL_DEBUG=WARN): real NCCL
+#      refuses; ds must end within the stage's limit with an error line, never hang
+#  19. old against new: engine_bench ResNet-50 bf16 b256 --deterministic, the --old bundle's
+#      and this one's interleaved, 3 runs each on the same warm GPU (this one's alone without
+#      --old): the medians in the checks, this one's in the images/s table
 # After every stage (and when the script ends, however it ends) the table is written anew to
 # $OUT/gpu-results.md and stdout's copy, with a line saying what to run next, and everything
 # the stages wrote but data and checkpoints (every command's stdout and stderr, this script's
@@ -83,20 +117,29 @@
 # The programs and their environment are chosen in one place, tools_setup below (the bundle,
 # a build here, or a folder of tools); the sizes and the device in another (sizes_setup).
 # Run on one H200 (bench/GPU.md, Results: stages 0-10 in its first call, 0-8 since); stage 11
-# has run only as bench/gpu_profile.sh on its own, with the bundle rather than --tools. On the
+# has run only as bench/gpu_profile.sh on its own, with the bundle rather than --tools; stages
+# 12-19 (round 4) have not run on a GPU at all. On the
 # CPU: --dry-run, runs with stand-in tools (tests/shell/test_gpu_sh.sh) and the rehearsal on
 # the emulated device (--emulated, tests/shell/test_emu_gpu_sh.sh).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
-usage() { sed -n '2,/^# Stages, in the default order/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,/^# Stages\. Each has a budget/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 # The stages: names, folders (under the work folder) and budgets in seconds, set-up first.
 NAMES=("set-up" "op tests" "planning canaries" "ds from shards" "torch eager" "inference" "NCCL"
-       "end to end (test_cuda.sh)" "the other rows" "compute-sanitizer" "torch compile" "profile")
-SLUGS=(setup ops canaries shards torch infer nccl test_cuda rows sanitizer compile profile)
-BUDGET=(40 40 90 70 60 75 45 100 245 60 150 100)
+       "end to end (test_cuda.sh)" "the other rows" "compute-sanitizer" "torch compile" "profile"
+       "device bits" "HBM calibration" "kernel counters (ncu)" "sanitizers" "cuDNN fusion probe"
+       "ncu --set full" "NCCL, two ranks on one GPU" "old against new")
+SLUGS=(setup ops canaries shards torch infer nccl test_cuda rows sanitizer compile profile
+       bits hbm counters sanitizers fusion ncu_full nccl_one old_new)
+BUDGET=(40 40 90 70 60 75 45 100 245 60 150 100
+        50 25 100 110 120 60 20 45)
 LAST=$((${#NAMES[@]} - 1))
-BUNDLE=${DS_BUNDLE:-$ROOT/build/gpu-bundle} TOOLS_FROM=bundle TOOLS='' DRY=0 EMULATED=0 PLAN_ONLY=0 ONLY=''
+# The default plan (round 4) and --sweep's (the first calls')
+PLAN_ROUND4=(12 13 14 15 16 17 18 19 4 10)
+PLAN_SWEEP=(1 2 3 4 5 6 7 8 9 10 11)
+BUNDLE=${DS_BUNDLE:-$ROOT/build/gpu-bundle} TOOLS_FROM=bundle TOOLS='' DRY=0 EMULATED=0 PLAN_ONLY=0 ONLY='' SWEEP=0
+OLD=''
 RESULTS_DIR=${OUT:-$ROOT/bench} DEADLINE=${GPU_BENCH_SECONDS:-} GRACE=${GPU_BENCH_GRACE:-10} TOOLS_SET=''
 while [ $# -gt 0 ]; do
     case $1 in
@@ -109,6 +152,8 @@ while [ $# -gt 0 ]; do
     --emulated) EMULATED=1 ;;
     --plan) PLAN_ONLY=1 ;;
     --only) [[ "${2:-}" =~ ^[0-9]+(,[0-9]+)*$ ]] || usage; ONLY=$2; shift ;;
+    --sweep) SWEEP=1 ;;
+    --old) [ $# -ge 2 ] || usage; OLD=$2; shift ;;
     -h | --help) usage ;;
     *) echo "gpu.sh: unknown argument '$1'" >&2; usage ;;
     esac
@@ -138,7 +183,15 @@ for n in ${ONLY:+${ONLY//,/ }}; do
     fi
     ORDER+=("$n")
 done
-[ -n "$ONLY" ] || mapfile -t ORDER < <(seq 1 "$LAST")
+[ -n "$ONLY" ] && [ "$SWEEP" = 1 ] && { echo "gpu.sh: --only and --sweep are two plans: one of them" >&2; exit 2; }
+if [ -z "$ONLY" ]; then
+    if [ "$SWEEP" = 1 ]; then ORDER=("${PLAN_SWEEP[@]}"); else ORDER=("${PLAN_ROUND4[@]}"); fi
+fi
+if [ -n "$OLD" ]; then
+    { [ -f "$OLD/env.sh" ] || [ -x "$OLD/engine_bench" ] || { [ -f "$OLD" ] && [ -x "$OLD" ]; }; } ||
+        { echo "gpu.sh: --old $OLD is not a bundle (env.sh), a folder with engine_bench or an engine_bench" >&2; exit 1; }
+    OLD=$(realpath "$OLD")
+fi
 HANG=${GPU_BENCH_HANG:-}
 [ -n "$HANG" ] && [ "$DRY" != 1 ] && { echo "gpu.sh: GPU_BENCH_HANG is for --dry-run only" >&2; exit 2; }
 # The emulated device's tools (make emu), linked into the work folder's bin/ as --build's are.
@@ -177,6 +230,7 @@ RESULTS=$RESULTS_DIR/gpu-results.md
 W=$(mktemp -d "${TMPDIR:-/tmp}/ds-gpu.XXXXXX")
 T0=$SECONDS
 declare -A R       # table cells: R[row|column] = value
+declare -A ROW_SEEN
 declare -A S       # stage status: S[n]
 declare -A CUT     # commands of stage n cut (or not started) for want of time
 declare -A BAD     # failures in stage n
@@ -190,7 +244,8 @@ mkdir -p "$SW"
 # This script's own messages: on stderr and in its log, which is packed with the rest.
 say() { printf '%s\n' "$*" >&2; printf '%s\n' "$*" >>"$W/gpu.sh.log"; }
 log() { say "$(printf '[%4ds] %s' $((SECONDS - T0)) "$*")"; }
-put() { R["$1|$2"]=$3; [[ " ${rows[*]-} " == *" $1 "* ]] || rows+=("$1"); }
+# (a row is new when it has no cell yet: a name that begins another's is a row of its own)
+put() { [ -n "${ROW_SEEN["$1"]:-}" ] || { rows+=("$1"); ROW_SEEN["$1"]=1; }; R["$1|$2"]=$3; }
 check_line() {
     checks+=("| $1 | $2 |"); log "$1: $2"
     [[ "$2" =~ ^(FAIL|fail) ]] && BAD[$STAGE]=$((BAD[$STAGE] + 1))
@@ -297,6 +352,8 @@ tools_setup() {
         local p
         mkdir -p "$W/bin"
         for p in "${EMU_TOOLS[@]}"; do ln -s "$ROOT/$p" "$W/bin/"; done
+        # the fusion probe's --dry-run needs no GPU: the normal build's, where there is one
+        [ -x "$ROOT/build/bench/cudnn_fusion_probe" ] && ln -s "$ROOT/build/bench/cudnn_fusion_probe" "$W/bin/"
         # engine_bench and test_cuda_ops link build-emu/libcommon.a as the tools do: one
         # built before the library's last change would run other code than the tools
         for p in "${EMU_TOOLS[@]}"; do
@@ -319,7 +376,9 @@ tools_setup() {
         fi
         grep -q 'CUDA=1' "$SW/build.log" || log "WARNING: built without CUDA"
         mkdir -p "$W/bin"
-        for p in bin/* build/data/synth build/tests/test_cuda_ops build/bench/engine_bench; do ln -s "$ROOT/$p" "$W/bin/"; done
+        for p in bin/* build/data/synth build/tests/test_cuda_ops build/bench/engine_bench build/bench/cudnn_fusion_probe; do
+            ln -s "$ROOT/$p" "$W/bin/"
+        done
         BINDIR=$W/bin
         ldd "$BINDIR/dstrain" >"$SW/libraries.txt" 2>&1
         report="built here: $(grep -o 'CUDA=1 ([^)]*)' "$SW/build.log")"
@@ -429,17 +488,21 @@ synthetic() {
 }
 
 # ---- 1. the op tests ----
+# ops_check LOG RC LABEL: the op tests' counts into the checks; a failure counts against the
+# stage and the script's exit. On a GPU machine a SKIP means the GPU was not used: a failure
+# of this run, not a pass.
+ops_check() {
+    check_line "$3" "$(counts "$1") (exit $2)"
+    grep '^FAIL' "$1" | head -5 >&2
+    [ "$2" -eq 0 ] || { tests_ok=0; BAD[$STAGE]=$((BAD[$STAGE] + 1)); }
+    if [ "$DRY" = 0 ] && grep -q '^SKIP' "$1"; then
+        tests_ok=0
+        check_line "${3%% (*} skipped on a GPU machine" "FAIL: $(grep -m1 '^SKIP' "$1")"
+    fi
+}
 stage_1() {
     run 40 test_cuda_ops >"$SW/ops.log" 2>&1
-    ops_rc=$?
-    check_line "test_cuda_ops (every CUDA op vs the CPU backend; fp32, tf32, bf16)" "$(counts "$SW/ops.log") (exit $ops_rc)"
-    grep '^FAIL' "$SW/ops.log" | head -5 >&2
-    [ "$ops_rc" -eq 0 ] || { tests_ok=0; BAD[$STAGE]=$((BAD[$STAGE] + 1)); }
-    # On a GPU machine a SKIP means the GPU was not used: a failure of this run, not a pass.
-    if [ "$DRY" = 0 ] && grep -q '^SKIP' "$SW/ops.log"; then
-        tests_ok=0
-        check_line "test_cuda_ops skipped on a GPU machine" "FAIL: $(grep -m1 '^SKIP' "$SW/ops.log")"
-    fi
+    ops_check "$SW/ops.log" $? "test_cuda_ops (every CUDA op vs the CPU backend; fp32, tf32, bf16)"
 }
 
 # ---- 2. planning canaries: a convolution cuDNN cannot plan shows in seconds ----
@@ -482,6 +545,19 @@ shard_data() {
         run 10 dspack -q -o "$d/packed" --size "$PACK" --threads 16 "$d/split/train.txt" >"$SW/dspack.out" 2>"$SW/dspack.err" &&
         touch "$d/ok" && return 0
     check_line "benchmark data set (synth, dsplit, dspack)" "FAIL: $(why "$SW"/synth.err "$SW"/dsplit.err "$SW"/dspack.err)"
+    return 1
+}
+# The small data set of the ResNet-20 runs (stages 6, 12 and 18: 16 classes of 64 px), made
+# once into $W/small by whichever stage needs it first.
+small_data() {
+    [ -f "$W/small/ok" ] && return 0
+    [ -d "$W/small" ] && return 1   # tried before, and failed
+    mkdir -p "$W/small"
+    run 5 synth -q --classes 16 --per-class "$NCCL_PER" --width 64 --height 64 "$W/small/tree64" >"$SW/synth.out" 2>"$SW/synth.err" &&
+        run 2 dsplit -q -o "$W/small/split64" "$W/small/tree64" >"$SW/dsplit.out" 2>"$SW/dsplit.err" &&
+        run 5 dspack -q -o "$W/small/packed64" --size 64 --threads 16 "$W/small/split64/train.txt" >"$SW/dspack.out" \
+            2>"$SW/dspack.err" && touch "$W/small/ok" && return 0
+    log "small data set failed: $(why "$SW"/synth.err "$SW"/dsplit.err "$SW"/dspack.err)"
     return 1
 }
 # shard_row ROW LIMIT PRECISION BATCH [rrc]: dstrain from the shards, --deterministic
@@ -542,11 +618,8 @@ EOF
         [[ "$nccl" =~ ^[0-9]+$ ]] || nccl=0
         log "NCCL version code $nccl"
     fi
-    run 5 synth -q --classes 16 --per-class "$NCCL_PER" --width 64 --height 64 "$SW/tree64" >"$SW/synth.out" 2>"$SW/synth.err" &&
-        run 2 dsplit -q -o "$SW/split64" "$SW/tree64" >"$SW/dsplit.out" 2>"$SW/dsplit.err" &&
-        run 5 dspack -q -o "$SW/packed64" --size 64 --threads 16 "$SW/split64/train.txt" >"$SW/dspack.out" 2>"$SW/dspack.err" ||
-        log "small data set failed: $(why "$SW"/synth.err "$SW"/dsplit.err "$SW"/dspack.err)"
-    eq_args=(--train "$SW/packed64" --arch resnet20 --crop "$NCCL_CROP" --epochs 1 --max-steps "$MAX_STEPS"
+    small_data
+    eq_args=(--train "$W/small/packed64" --arch resnet20 --crop "$NCCL_CROP" --epochs 1 --max-steps "$MAX_STEPS"
              --lr 0.05 --device "$DEV" --precision fp32 --deterministic --log-every 0 --comm-timeout 20 -q)
     if [ "$MODE" = emulated ]; then
         # the emulated NCCL sums across the ranks of an mpirun (which share the emulated device)
@@ -637,27 +710,38 @@ stage_8() {
 }
 
 # ---- 9. the op tests under compute-sanitizer (where it works it is slow) ----
-stage_9() {
-    local san what="test_cuda_ops under compute-sanitizer memcheck" rc v
+# sanitize TOOL FILTER LIMIT LABEL: test_cuda_ops under compute-sanitizer's TOOL, only the
+# kernels whose names hold FILTER when one is given (cuDNN's kept out), into the checks
+sanitize() {
+    local tool=$1 filter=$2 limit=$3 label=$4 f=$SW/${1}${2:+-$2} san rc v first
     san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
     if [ "$DRY" = 1 ]; then
-        check_line "$what" "n/a (dry run)"
+        check_line "$label" "n/a (dry run)"
     elif [ "$MODE" = emulated ]; then
-        echo "not run: compute-sanitizer instruments a GPU's kernels; the emulated device's run on the CPU" >"$SW/memcheck.log"
-        check_line "$what" "n/a (emulated: compute-sanitizer needs a GPU)"
+        echo "not run: compute-sanitizer instruments a GPU's kernels; the emulated device's run on the CPU" >"$f.log"
+        check_line "$label" "n/a (emulated: compute-sanitizer needs a GPU)"
     elif [ -z "$san" ]; then
-        check_line "$what" "n/a (no compute-sanitizer)"
+        check_line "$label" "n/a (no compute-sanitizer)"
     else
-        run 60 "$san" --tool memcheck --error-exitcode 99 test_cuda_ops >"$SW/memcheck.log" 2>&1
+        run "$limit" "$san" --tool "$tool" --error-exitcode 99 ${filter:+--kernel-name "kns=$filter"} test_cuda_ops \
+            >"$f.log" 2>&1
         rc=$?
-        tail -n 4 "$SW/memcheck.log" >&2
-        if grep -qiE 'device not supported|unable to (attach|initialize)|not supported on this' "$SW/memcheck.log"; then
-            check_line "$what" "n/a (compute-sanitizer refused the device: $(grep -m1 -iE 'not supported|unable to' "$SW/memcheck.log" | cut -c1-80))"
-        else
-            v="$(counts "$SW/memcheck.log"), $(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "$SW/memcheck.log" | tail -1)"
-            check_line "$what" "$(timed_out $rc && echo "n/a (time): ")$v (exit $rc)"
+        tail -n 4 "$f.log" >&2
+        if grep -qiE 'device not supported|unable to (attach|initialize)|not supported on this' "$f.log"; then
+            check_line "$label" "n/a (compute-sanitizer refused the device: $(grep -m1 -iE 'not supported|unable to' "$f.log" | cut -c1-80))"
+            return 0
         fi
+        v="$(counts "$f.log"), $(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "$f.log" | tail -1)"
+        # the first report's own line ("========= Invalid __global__ read ...", a race, ...)
+        first=$(grep -E '^=========  *[A-Z]' "$f.log" | grep -vE 'COMPUTE-SANITIZER|SUMMARY' | head -1 | cut -c1-160 | tr '|' '/')
+        if timed_out "$rc"; then v="n/a (time): $v"
+        elif [ "$rc" -ne 0 ]; then v="FAIL: $v${first:+; first: $first}"
+        fi
+        check_line "$label" "$v (exit $rc)"
     fi
+}
+stage_9() {
+    sanitize memcheck "" 60 "test_cuda_ops under compute-sanitizer memcheck"
 }
 
 # ---- 10. PyTorch with torch.compile (slow to compile: last) ----
@@ -688,10 +772,233 @@ stage_11() {
     fi
 }
 
+# ---- 12. the device's own bits ----
+# test_cuda_ops' bitwise comparisons on the device, the scalar twins (DS_CUDA_VEC=0) against
+# the same tests and, through training, against the vector kernels; which algorithm each bf16
+# backward-data plan took (algo 0 is cuDNN's nondeterministic one: the class of the first
+# call's defect, there in backward-filter)
+stage_12() {
+    local rc rc2 algos v args
+    run 25 test_cuda_ops --verbose >"$SW/ops.log" 2>&1
+    ops_check "$SW/ops.log" $? "test_cuda_ops --verbose (bitwise where the CPU's bits are promised)"
+    # "backward-data: algo 1, tensor-op, bf16" per plan, counted by algorithm
+    algos=$(grep -oE 'backward-data: algo [0-9]+, [a-z-]+, bf16' "$SW/ops.log" | awk '{print $3}' | tr -d , | sort -n | uniq -c |
+        awk '{printf "%salgo %s x%s", sep, $2, $1; sep = ", "}')
+    if [ -z "$algos" ]; then v="n/a (no bf16 backward-data plan in ops.log)"
+    elif grep -qE 'backward-data: algo 0, [a-z-]+, bf16' "$SW/ops.log"; then
+        v="LIVE: algo 0 (cuDNN's nondeterministic backward-data) was taken; $algos"
+    else v="none nondeterministic: $algos"; fi
+    check_line "bf16 backward-data algorithms in test_cuda_ops' plans" "$v"
+    run 20 env DS_CUDA_VEC=0 test_cuda_ops >"$SW/ops-scalar.log" 2>&1
+    ops_check "$SW/ops-scalar.log" $? "test_cuda_ops under DS_CUDA_VEC=0 (the scalar twins)"
+    if ! small_data; then check_line "training with and without DS_CUDA_VEC=0" "FAIL: no data (the small set failed)"; return 0; fi
+    args=(--train "$W/small/packed64" --arch resnet20 --crop "$NCCL_CROP" --batch 16 --epochs 1 --max-steps 3 --lr 0.05
+          --device "$DEV" --precision bf16 --deterministic --log-every 0 -q)
+    run 15 dstrain "${args[@]}" -o "$SW/train-vec" >"$SW/train-vec.log" 2>&1
+    rc=$?
+    run 15 env DS_CUDA_VEC=0 dstrain "${args[@]}" -o "$SW/train-scalar" >"$SW/train-scalar.log" 2>&1
+    rc2=$?
+    if [ $rc -ne 0 ] || [ $rc2 -ne 0 ]; then
+        v="$( (timed_out $rc || timed_out $rc2) && echo "n/a (time)" || echo "FAIL (exit $rc, $rc2)"): $(why "$SW/train-vec.log" "$SW/train-scalar.log")"
+    elif run 10 h5diff -q "$SW/train-vec/last.h5" "$SW/train-scalar/last.h5" /model /model >"$SW/h5diff.log" 2>&1 &&
+        run 10 h5diff -q "$SW/train-vec/last.h5" "$SW/train-scalar/last.h5" /optimizer /optimizer >>"$SW/h5diff.log" 2>&1; then
+        v="bitwise the same (/model, /optimizer)"
+    else
+        v="FAIL: the checkpoints differ: $(why "$SW/h5diff.log")"
+    fi
+    check_line "resnet20 bf16 --deterministic, 3 steps, with and without DS_CUDA_VEC=0" "$v"
+}
+
+# ---- 13. HBM calibration, and the metric names this ncu knows ----
+ncu_path() { command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1; }
+stage_13() {
+    local what="HBM: copy, add, sum over 1 GiB of bf16 (torch, CUDA events, median of 20)" rc v ncu chip
+    if [ "$MODE" = emulated ]; then
+        echo "not run: bench/gpu_hbm.py needs a CUDA torch, and none runs on the emulated device" >"$SW/hbm.out"
+        check_line "$what" "n/a (emulated: no CUDA torch)"
+    else
+        run 20 ${PY_ENV[@]+"${PY_ENV[@]}"} "$PY" bench/gpu_hbm.py --device "$DEV" $([ "$TOY" = 1 ] && echo --mib 16) \
+            >"$SW/hbm.out" 2>"$SW/hbm.err"
+        rc=$?
+        # "hbm copy 3.71 TB/s, add 3.80 TB/s, sum 3.95 TB/s"
+        v=$(grep '^hbm ' "$SW/hbm.out" | tail -1 | cut -d' ' -f2-)
+        HBM_COPY=$(grep -o '^hbm copy [0-9.]*' "$SW/hbm.out" | tail -1 | grep -o '[0-9.]*$')
+        if [ -n "$v" ]; then check_line "$what" "$v$([ "$TOY" = 1 ] && echo " (dry run: 16 MiB of the CPU's memory)")"
+        else check_line "$what" "$(timed_out $rc && echo "n/a (time)" || echo "FAIL (exit $rc)"): $(why "$SW/hbm.err" "$SW/hbm.out")"; fi
+    fi
+    ncu=$(ncu_path)
+    if [ "$MODE" != gpu ] || [ -z "$ncu" ]; then
+        check_line "ncu's metric names" "n/a ($([ "$MODE" != gpu ] && echo "$MODE: no GPU" || echo "no ncu"))"
+        return 0
+    fi
+    # the chip's name for --query-metrics (9.0: gh100), else the GPU ncu finds
+    chip=$(run 5 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' ')
+    run 15 "$ncu" --query-metrics $([ "$chip" = 9.0 ] && echo --chip gh100) >"$SW/ncu-metrics.txt" 2>&1
+    rc=$?
+    v=$(awk '$1 ~ /^sm__pipe_tensor[a-z_]*cycles_active$/ {print $1; exit}' "$SW/ncu-metrics.txt")
+    [ -n "$v" ] && TENSOR_METRIC=$v.avg.pct_of_peak_sustained_active
+    check_line "ncu's metric names" "$([ -n "$v" ] && echo "tensor pipe: $v" || echo "no sm__pipe_tensor*cycles_active (exit $rc; the default $TENSOR_METRIC kept)"); $(grep -c '^dram__' "$SW/ncu-metrics.txt") dram__ metrics"
+}
+
+# ---- 14. ds's and cuDNN's kernels of one training step under Nsight Compute ----
+DS_KERNELS='^(bn_|maxpool_|avgpool_|to_bf16|from_bf16|add_bf16|axpy|scale_|sgd_|softmax_|bias_|normalize_u8|resized_crop|ordered_sum)'
+COUNTER_METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum,sm__cycles_active.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,launch__grid_size,launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,launch__occupancy_limit_warps,launch__occupancy_limit_blocks
+TENSOR_METRIC=sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
+stage_14() {
+    local what="ncu over one $ARCH bf16 b$B_BIG training step" ncu rc rc2 line step=(engine_bench --device cuda --precision bf16
+        --deterministic --warmup 0 "$ARCH" "$SIZE" "$B_BIG" train 1)
+    ncu=$(ncu_path)
+    if [ "$MODE" != gpu ]; then check_line "$what" "n/a ($MODE: no GPU to count)"; return 0; fi
+    [ -n "$ncu" ] || { check_line "$what" "n/a (no ncu)"; return 0; }
+    # ds's kernels with every counter the decisions need (several replays each), then every
+    # kernel with four (cuDNN's are the ones not ds's)
+    run 60 "$ncu" --clock-control none --csv --print-units base --log-file "$SW/ds-ncu.csv" -k "regex:$DS_KERNELS" \
+        --metrics "$COUNTER_METRICS" "${step[@]}" >"$SW/ds.out" 2>"$SW/ds.err"
+    rc=$?
+    run 35 "$ncu" --clock-control none --csv --print-units base --log-file "$SW/all-ncu.csv" \
+        --metrics "gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,$TENSOR_METRIC,launch__grid_size" \
+        "${step[@]}" >"$SW/all.out" 2>"$SW/all.err"
+    rc2=$?
+    run 15 ${PY_ENV[@]+"${PY_ENV[@]}"} "${PY:-python3}" bench/ncu_kernels.py --ds "$SW/ds-ncu.csv" --all "$SW/all-ncu.csv" \
+        --ds-regex "$DS_KERNELS" --tensor-metric "$TENSOR_METRIC" ${HBM_COPY:+--copy-tbs "$HBM_COPY"} \
+        --out "$SW/kernels.md" >"$SW/kernels.out" 2>"$SW/kernels.err"
+    # its lines "check<TAB>result", the longest kernels first
+    while IFS=$'\t' read -r name line; do check_line "$name" "$line"; done < <(grep $'^[^\t][^\t]*\t' "$SW/kernels.out")
+    [ "$rc" -eq 0 ] || check_line "$what: ds's kernels" "$(timed_out $rc && echo "n/a (time)" || echo "FAIL (exit $rc)"): $(why "$SW/ds.err" "$SW/ds.out")"
+    [ "$rc2" -eq 0 ] || check_line "$what: every kernel" "$(timed_out $rc2 && echo "n/a (time)" || echo "FAIL (exit $rc2)"): $(why "$SW/all.err" "$SW/all.out")"
+    grep -q $'^[^\t][^\t]*\t' "$SW/kernels.out" || check_line "$what: the tables" "FAIL: $(why "$SW/kernels.err" "$SW/kernels.out")"
+}
+
+# ---- 15. sanitizers on what never ran under them ----
+# (bench/GPU.md: the plan and its times; the kernel-name filters keep cuDNN's kernels out)
+stage_15() {
+    sanitize memcheck "" 40 "compute-sanitizer memcheck, test_cuda_ops (every kernel, the vector ones and the bf16 scalar twins among them)"
+    sanitize racecheck bn_ 15 "compute-sanitizer racecheck, kernels *bn_*"
+    sanitize racecheck softmax 10 "compute-sanitizer racecheck, kernels *softmax*"
+    sanitize synccheck bn_ 10 "compute-sanitizer synccheck, kernels *bn_*"
+    sanitize synccheck softmax 8 "compute-sanitizer synccheck, kernels *softmax*"
+    sanitize initcheck bn_ 15 "compute-sanitizer initcheck, kernels *bn_* (the never-zeroed scratch)"
+    sanitize initcheck maxpool 10 "compute-sanitizer initcheck, kernels *maxpool*"
+}
+
+# ---- 16. cuDNN's fusion engines on this GPU ----
+stage_16() {
+    local probe what="cuDNN fusion probe" rc left l
+    probe=$(command -v cudnn_fusion_probe || ls "$ROOT/build/bench/cudnn_fusion_probe" 2>/dev/null)
+    [ -n "$probe" ] || { check_line "$what" "n/a (no cudnn_fusion_probe: the bundle's, or make bench-build)"; return 0; }
+    if [ "$MODE" != gpu ]; then
+        # the plan alone: every graph and shape, no GPU needed
+        run 10 "$probe" --dry-run --batch "$B_BIG" >"$SW/fusion-plan.txt" 2>"$SW/fusion.err"
+        rc=$?
+        if [ $rc -eq 0 ]; then check_line "$what" "n/a ($MODE: no cuDNN graph to build); --dry-run lists $(grep -c '^(' "$SW/fusion-plan.txt") graphs (fusion-plan.txt)"
+        else check_line "$what" "FAIL (exit $rc): $(why "$SW/fusion.err" "$SW/fusion-plan.txt")"; fi
+        return 0
+    fi
+    # its own deadline within the stage's: the rows done so far and the verdicts come back
+    left=$(lim 120)
+    run 120 "$probe" --batch "$B_BIG" --seconds $((left > 30 ? left - 15 : 15)) >"$SW/fusion.md" 2>"$SW/fusion.err"
+    rc=$?
+    if grep -q '^fusion (' "$SW/fusion.md"; then
+        while IFS= read -r l; do check_line "${l%%:*}" "${l#*: }"; done < <(grep '^fusion (' "$SW/fusion.md")
+        [ $rc -eq 0 ] || check_line "$what" "FAIL (exit $rc) after its verdicts: $(why "$SW/fusion.err")"
+    else
+        check_line "$what" "$(timed_out $rc && echo "n/a (time)" || echo "FAIL (exit $rc)"): $(grep -c '^| [a-e] |' "$SW/fusion.md") rows; $(why "$SW/fusion.err" "$SW/fusion.md")"
+    fi
+}
+
+# ---- 17. Nsight Compute's full sections on single launches ----
+# KERNEL LAUNCHES-SKIPPED WHAT: which launch of ResNet-50's step after one warm-up step
+# (53 norms a step, in the order stem, l1.0.bn1, l1.0.bn2, l1.0.downsample, l1.0.bn3, ...:
+# bench/GPU.md, round 4)
+FULL_LAUNCHES=("bn_apply_vec_kernel 57 l1.0.bn3 forward (56x56x256, with the residual)"
+               "bn_dx_vec_kernel 101 l1.0.bn3 backward"
+               "bn_partial_vec_kernel 106 the stem's statistics"
+               "bn_partial_vec_kernel 210 l1.0.bn1's gradient sums"
+               "maxpool_bwd_vec_kernel 1 the stem's max-pool backward")
+stage_17() {
+    local ncu i=0 l k skip what f rc v
+    ncu=$(ncu_path)
+    if [ "$MODE" != gpu ] || [ -z "$ncu" ]; then
+        check_line "ncu --set full on single launches" "n/a ($([ "$MODE" != gpu ] && echo "$MODE: no GPU to profile" || echo "no ncu"))"
+        return 0
+    fi
+    for l in "${FULL_LAUNCHES[@]}"; do
+        read -r k skip what <<<"$l"
+        i=$((i + 1)) f=$SW/full-$i-${k%_kernel}
+        run 12 "$ncu" --set full -k "regex:^$k" --launch-skip "$skip" --launch-count 1 engine_bench --device cuda \
+            --precision bf16 --deterministic --warmup 1 "$ARCH" "$SIZE" "$B_BIG" train 1 >"$f.txt" 2>"$f.err"
+        rc=$?
+        # the Speed Of Light section's lines: "    Duration    us    123.45"
+        v=$(awk '/^ +Duration / {d = "duration " $NF " " $(NF-1)} /^ +DRAM Throughput / {m = ", DRAM throughput " $NF " %"}
+                 /^ +Achieved Occupancy / {o = ", achieved occupancy " $NF " %"} END {if (d) print d m o}' "$f.txt")
+        if [ -n "$v" ]; then check_line "ncu --set full: $k, $what" "$v ($(basename "$f").txt)"
+        else check_line "ncu --set full: $k, $what" "$(timed_out $rc && echo "n/a (time)" || echo "FAIL (exit $rc)"): $(why "$f.err" "$f.txt")"; fi
+    done
+}
+
+# ---- 18. two ranks on one GPU: real NCCL refuses; ds must end, not hang ----
+stage_18() {
+    local t=$SECONDS rc secs v what="NCCL: mpirun -np 2 dstrain on one GPU (NCCL_DEBUG=WARN)"
+    [ "$MODE" = gpu ] || what="$what ($MODE: $([ "$DEV" = cpu ] && echo "CPU ranks, no NCCL" || echo "the emulated NCCL"))"
+    if ! small_data; then check_line "$what" "FAIL: no data (the small set failed)"; return 0; fi
+    run 20 env NCCL_DEBUG=WARN mpirun --oversubscribe --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_DEBUG -x CUDNN_LOGLEVEL_DBG \
+        -x CUDNN_LOGDEST_DBG dstrain --train "$W/small/packed64" --arch resnet20 --crop "$NCCL_CROP" --batch 8 --epochs 1 \
+        --max-steps 1 --device "$DEV" --precision fp32 --log-every 0 --comm-timeout 10 -q -o "$SW/run" >"$SW/np2.log" 2>&1
+    rc=$? secs=$((SECONDS - t))
+    if timed_out $rc; then
+        v="FAIL: no end after $secs s (a hang, ended by its limit): $(why "$SW/np2.log")"
+    elif [ $rc -ne 0 ]; then
+        if grep -q ': error: ' "$SW/np2.log"; then v="refused: ended in $secs s, exit $rc: $(why "$SW/np2.log")"
+        else v="FAIL: ended in $secs s, exit $rc, without an error line of ds's: $(why "$SW/np2.log")"; fi
+        grep -q 'Duplicate GPU' "$SW/np2.log" && v="$v (NCCL: Duplicate GPU detected)"
+    else
+        v="both ranks ran (exit 0 in $secs s)$([ "$MODE" = gpu ] && echo ": this NCCL shares one GPU between ranks")"
+    fi
+    check_line "$what" "$v"
+}
+
+# ---- 19. old against new, interleaved on the same warm GPU ----
+stage_19() {
+    local row="$ARCH train bf16 b$B_BIG --deterministic" i which f rc new=() old=() v args
+    args=(--device "$DEV" --precision bf16 --deterministic --warmup "$DWARM" "$ARCH" "$SIZE" "$B_BIG" train "$DSTEPS")
+    for i in 1 2 3; do
+        for which in ${OLD:+old} new; do
+            f=$SW/$which-$i
+            if [ "$which" = new ]; then run 15 engine_bench "${args[@]}"
+            elif [ -f "$OLD/env.sh" ]; then run 15 "$OLD/env.sh" "$OLD/bin/engine_bench" "${args[@]}"
+            elif [ -d "$OLD" ]; then run 15 "$OLD/engine_bench" "${args[@]}"
+            else run 15 "$OLD" "${args[@]}"; fi >"$f.out" 2>"$f.err"
+            rc=$?
+            v=$(tail -1 "$f.out" | awk 'NF == 5 {print $5}')
+            if [ -n "$v" ]; then
+                if [ "$which" = new ]; then new+=("$v"); else old+=("$v"); fi
+            elif ! timed_out $rc; then
+                check_line "old against new: the $which bundle's run $i" "FAIL (exit $rc): $(why "$f.err" "$f.out")"
+            fi
+        done
+    done
+    median() { [ $# -gt 0 ] && printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
+    v="new $(IFS=/; echo "${new[*]:-none}") (median $(median ${new[@]+"${new[@]}"} || echo n/a))"
+    if [ -n "$OLD" ]; then
+        v="$v; old $(IFS=/; echo "${old[*]:-none}") (median $(median ${old[@]+"${old[@]}"} || echo n/a))"
+        [ ${#new[@]} -gt 0 ] && [ ${#old[@]} -gt 0 ] &&
+            v="$v; new / old $(awk -v a="$(median "${new[@]}")" -v b="$(median "${old[@]}")" 'BEGIN {printf "%.3fx", a / b}')"
+    else
+        v="$v; old n/a (no --old bundle)"
+    fi
+    check_line "old against new: engine_bench $ARCH bf16 b$B_BIG --deterministic, images/s, 3 runs each interleaved" "$v"
+    put "$row" "ds synthetic" "$(cell "$(median ${new[@]+"${new[@]}"})" "$rc")"
+}
+
 # ---- the table, after every stage and at the end however it comes ----
-ratio() {  # ds synthetic over torch eager, when both are numbers
-    local a=${R["$1|ds synthetic"]:-} b=${R["$1|torch eager"]:-}
-    [[ "$a" =~ ^[0-9.]+$ && "$b" =~ ^[0-9.]+$ ]] && awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2fx", a / b}' || echo "n/a"
+ratio() {  # ds synthetic over torch eager, when both are numbers (ds's --deterministic row's when
+            # the row has none of its own: round 4's plan runs no search)
+    local a=${R["$1|ds synthetic"]:-} b=${R["$1|torch eager"]:-} note=""
+    if ! [[ "$a" =~ ^[0-9.]+$ ]] && [[ "${R["$1 --deterministic|ds synthetic"]:-}" =~ ^[0-9.]+$ ]]; then
+        a=${R["$1 --deterministic|ds synthetic"]} note=" (ds --deterministic)"
+    fi
+    [[ "$a" =~ ^[0-9.]+$ && "$b" =~ ^[0-9.]+$ ]] && awk -v a="$a" -v b="$b" -v n="$note" 'BEGIN {printf "%.2fx%s", a / b, n}' ||
+        echo "n/a"
 }
 # What to run next: the stages that did not finish (cut by time, not reached, stopped) again,
 # and where the failures' words are.
@@ -706,7 +1013,7 @@ next_call() {
     done
     if [ ${#again[@]} -eq 0 ]; then echo "Every stage ran to its end."
     else echo "Next call: \`bash bench/gpu.sh $(case $MODE in dry) echo --dry-run ;; emulated) echo --emulated ;;
-        *) echo --bundle build/gpu-bundle ;; esac) --out \"\$OUT\" --only $(IFS=,; echo "${again[*]}")\` (the stages that did not finish; bench/GPU.md: what to run next)."
+        *) echo --bundle build/gpu-bundle ;; esac)${OLD:+ --old $OLD} --out \"\$OUT\" --only $(IFS=,; echo "${again[*]}")\` (the stages that did not finish; bench/GPU.md: what to run next)."
     fi
     [ ${#failed[@]} -eq 0 ] || echo "Failures in stage ${failed[*]}: their logs in gpu-logs.tar.gz under those folders."
 }

@@ -2,8 +2,8 @@
 # scripts/gpu-bundle.sh OBJDIR OUT: makes OUT a folder that runs ds on a machine with a GPU
 # but none of ds's libraries (`make gpu-bundle` calls it after building OBJDIR):
 #   OUT/bin/      dsplit dspack dstrain dseval, synth (the data generator), test_cuda_ops,
-#                 engine_bench, h5diff and h5dump (test_cuda.sh compares checkpoints), mpirun
-#                 and orted (Open MPI), ompi_info
+#                 engine_bench, cudnn_fusion_probe, h5diff and h5dump (test_cuda.sh compares
+#                 checkpoints), mpirun and orted (Open MPI), ompi_info
 #   OUT/lib/      every library those load, found by ldd here, except the base system's
 #                 (glibc, libstdc++, libgcc_s) and CUDA's (cudart, cuBLAS, cuDNN, NCCL, the
 #                 driver): HDF5 and what it pulls in (libcurl, TLS, ...), turbojpeg, png, xxhash,
@@ -33,7 +33,8 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 mkdir -p "$OUT"/bin "$OUT"/lib/openmpi3 "$OUT"/lib/pmix "$OUT"/share "$OUT"/etc
 # Ours, without their debug sections (they are 3/4 of a CUDA binary's size).
-for p in "$OBJ"/bin/ds* "$OBJ"/data/synth "$OBJ"/tests/test_cuda_ops "$OBJ"/bench/engine_bench; do
+for p in "$OBJ"/bin/ds* "$OBJ"/data/synth "$OBJ"/tests/test_cuda_ops "$OBJ"/bench/engine_bench \
+    "$OBJ"/bench/cudnn_fusion_probe; do
     objcopy --strip-debug "$p" "$OUT/bin/$(basename "$p")"
 done
 cp "$(command -v h5diff)" "$(command -v h5dump)" "$OUT/bin/"

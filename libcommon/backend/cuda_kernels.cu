@@ -6,6 +6,8 @@
  * results are the same from run to run. */
 #include <cuda_bf16.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda_check.h"
 extern "C" {
@@ -30,6 +32,15 @@ typedef body_bf16 bf16;
 #define FOR_GRID(i, n) \
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < (long)(n); i += (long)gridDim.x * blockDim.x)
 
+/* DS_CUDA_VEC=0 in the environment runs the scalar twins everywhere: a check, read once here
+ * and nowhere else, that the vector kernels give the scalar ones' bits on a GPU (a run with it
+ * and one without must be bitwise the same; docs/TOOLS.md, Environment). */
+static int vec_allowed(void)
+{
+    static const int allowed = !(getenv("DS_CUDA_VEC") && !strcmp(getenv("DS_CUDA_VEC"), "0"));
+    return allowed;
+}
+
 /* The vector bodies (cuda_bodies.h) serve c channels of storage T when c is a multiple of
  * their vector and every tensor given (NULL: not used) is 16-byte aligned; they give the
  * scalar bodies' bits. */
@@ -37,6 +48,7 @@ template <typename T>
 static int vec_ok(int c, const void *a, const void *b = NULL, const void *d = NULL, const void *e = NULL)
 {
     const void *p[] = {a, b, d, e};
+    if (!vec_allowed()) return 0;
     if (c % (DS_CUDA_VEC_BYTES / (int)sizeof(T))) return 0;
     for (int i = 0; i < 4; i++)
         if ((uintptr_t)p[i] % DS_CUDA_VEC_BYTES) return 0;

@@ -50,6 +50,9 @@ if [ "${1:-}" = --inside ]; then
     # the GPU op test loads (and, without a GPU, says so)
     check bundle_test_cuda_ops_starts sh -c "test_cuda_ops >'$W/ops' 2>&1 || grep -q '^PASS' '$W/ops'"
     check bundle_engine_bench_starts sh -c "engine_bench --help >/dev/null 2>&1; [ \$? -le 2 ]"
+    # the cuDNN fusion probe loads, and lists its plan without a GPU
+    check bundle_fusion_probe_dry_run sh -c "cudnn_fusion_probe --dry-run >'$W/fusion' 2>&1 &&
+        [ \$(grep -c '^([a-e]) ' '$W/fusion') -eq 77 ]"
     check bundle_pipeline sh -c "synth -q --classes 4 --per-class 12 '$W/tree' &&
         dsplit -q --val 0.25 -o '$W/split' '$W/tree' &&
         dspack -q --size 24 -o '$W/train' '$W/split/train.txt' &&
@@ -135,7 +138,7 @@ fi
 # (test_gpu_sh.sh checks the plan, the order and the logs without the bundle). A dry run's
 # commands have no limits of their own, only the deadline, set far off here: nothing in it
 # depends on how fast this CPU is; the deadline and run.sh's watchdog guard against a hang ----
-expect_status gpu_sh_rejects_a_bad_stage 2 bench/gpu.sh --only 12
+expect_status gpu_sh_rejects_a_bad_stage 2 bench/gpu.sh --only 20
 expect_status gpu_sh_rejects_an_unknown_argument 2 bench/gpu.sh --bogus
 expect_status gpu_sh_needs_a_bundle 1 bench/gpu.sh --bundle "$T/no-bundle"
 expect_status gpu_sh_hang_only_in_dry_runs 2 env GPU_BENCH_HANG=1 bench/gpu.sh --only 1
@@ -156,7 +159,7 @@ table=$T/gpu-hang/gpu-results.md
 check gpu_sh_stage_ignoring_sigterm_is_killed grep -q '^| 1\. op tests | [0-9]* s | ended by its limit (exit 137 ' "$table"
 check gpu_sh_goes_on_after_a_killed_stage sh -c "[ $rc -eq 0 ] && grep -q '^| 2\. planning canaries | [0-9]* s | done ' '$table' &&
     grep -q '^| canary: resnet20 bf16 b8 train, .* | pass ' '$table'"
-check gpu_sh_table_names_every_stage test "$(grep -cE '^\| [0-9]+\. ' "$table")" = 12
+check gpu_sh_table_names_every_stage test "$(grep -cE '^\| [0-9]+\. ' "$table")" = 20
 check gpu_sh_packs_the_logs sh -c "tar -tzf '$T/gpu-hang/gpu-logs.tar.gz' | grep -q '2-canaries/canary-.*\.err'"
 
 # ---- the namespace ----

@@ -1,10 +1,16 @@
 #!/bin/bash
-# LONG: every stage of gpu.sh --emulated on the emulated device (about 2 minutes on 2 shared cores), then stages 3 and 5 with a planted failure
+# LONG: every stage of gpu.sh --emulated on the emulated device (about 3 minutes on 2 shared cores), then stages 3 and 5 with a planted failure
 # bench/gpu.sh --emulated, the rehearsal of the GPU call on the emulated CUDA device (make emu;
 # tests/run.sh runs this file only in its emulated passes), at its smallest
 # (GPU_BENCH_EMU_ARCH=resnet20):
-#   - every stage runs, in the order 0 to 11, each one's time printed, and each ends `done`
-#     without failures;
+#   - round 4's plan (the default): its stages in order (0, 12-19, 4, 10), each one's time
+#     printed and each `done` without failures, the table written: the device's bits (op tests
+#     with and without DS_CUDA_VEC=0, training both ways bitwise, the bf16 backward-data
+#     algorithms counted), the fusion probe's plan (77 graphs, from the normal build's probe
+#     where there is one), two ranks over the emulated NCCL ended, engine_bench 3 times in the
+#     images/s table; the GPU-only stages n/a; their logs in the archive;
+#   - the first calls' plan (--sweep): every stage runs, in the order 0 to 11, each one's time
+#     printed, and each ends `done` without failures;
 #   - the checks: test_cuda_ops none failed or skipped, the three canaries pass, conv1's
 #     algorithms read from the first canary's log, NCCL over 2 emulated ranks passes,
 #     test_cuda.sh's GPU checks PASS, compute-sanitizer n/a;
@@ -29,8 +35,46 @@ done
 command -v mpirun >/dev/null && command -v h5diff >/dev/null || { echo "SKIP emu_gpu_sh: needs mpirun and h5diff"; finish; }
 export GPU_BENCH_EMU_ARCH=resnet20 TMPDIR=$T
 
-# ---- the whole rehearsal ----
-"$GPU_SH" --emulated --out "$T/emu" >"$T/emu.log" 2>&1
+result() { awk -F' [|] ' -v k="$1" '$1 == "| " k {sub(/ [|]$/, "", $2); print $2; exit}' "$table"; }
+matches() { printf '%s\n' "$1" | grep -qE "$2" || { echo "    '$1'"; return 1; }; }
+
+# ---- round 4's plan ----
+"$GPU_SH" --emulated --out "$T/r4" >"$T/r4.log" 2>&1
+rc=$?
+table=$T/r4/gpu-results.md
+check emu_gpu_sh_round4_runs test "$rc" = 0 || tail -30 "$T/r4.log" | sed 's/^/    /'
+order=$(grep -o '\] stage [0-9]* (' "$T/r4.log" | grep -o '[0-9]*' | tr '\n' ' ')
+check emu_gpu_sh_round4_stages_in_order test "$order" = "0 12 13 14 15 16 17 18 19 4 10 "
+check emu_gpu_sh_round4_prints_each_stage_time \
+    test "$(grep -cE '\] stage [0-9]+ done in [0-9]+ s \(budget [0-9]+ s\)' "$T/r4.log")" = 11
+check emu_gpu_sh_round4_every_stage_done sh -c "[ \$(grep -cE '^\| [0-9]+\. .* \| done \([0-9]+ s\) \|\$' '$table') -eq 11 ]" ||
+    grep -E '^\| [0-9]+\. ' "$table" | sed 's/^/    /'
+check emu_gpu_sh_round4_bits matches "$(result "test_cuda_ops --verbose (bitwise where the CPU's bits are promised)")|$(
+    result "test_cuda_ops under DS_CUDA_VEC=0 (the scalar twins)")|$(
+    result "resnet20 bf16 --deterministic, 3 steps, with and without DS_CUDA_VEC=0")|$(
+    result "bf16 backward-data algorithms in test_cuda_ops' plans")" \
+    '^[1-9][0-9]* passed, 0 failed, 0 skipped \(exit 0\)[|][1-9][0-9]* passed, 0 failed, 0 skipped \(exit 0\)[|]bitwise the same \(/model, /optimizer\)[|](LIVE: algo 0|none nondeterministic).* algo [0-9]+ x[0-9]+'
+if [ -x "$DS_ROOT/build/bench/cudnn_fusion_probe" ]; then
+    check emu_gpu_sh_round4_fusion_plan matches "$(result "cuDNN fusion probe")" '^n/a \(emulated: no cuDNN graph to build\); --dry-run lists 77 graphs'
+else
+    echo "SKIP emu_gpu_sh_round4_fusion_plan: no build/bench/cudnn_fusion_probe (make bench-build)"
+fi
+check emu_gpu_sh_round4_nccl_two_ranks matches "$(result "NCCL: mpirun -np 2 dstrain on one GPU (NCCL_DEBUG=WARN) (emulated: the emulated NCCL)")" \
+    '^both ranks ran \(exit 0 in [0-9]+ s\)$'
+check emu_gpu_sh_round4_old_new sh -c "grep -qE '^\| old against new: .* \| new [0-9.]+/[0-9.]+/[0-9.]+ \(median [0-9.]+\); old n/a \(no --old bundle\) \|\$' '$table' &&
+    grep -qE '^\| resnet20 train bf16 b4 --deterministic \| [0-9.]+ \|' '$table'"
+check emu_gpu_sh_round4_gpu_only_na sh -c "[ \$(grep -cE '\| n/a \(emulated' '$table') -ge 12 ]"
+check emu_gpu_sh_round4_no_failure sh -c "! grep -qE '\| (FAIL|fail)' '$table'" || grep -E '\| (FAIL|fail)' "$table" | sed 's/^/    /'
+mkdir -p "$T/logs4"
+tar -xzf "$T/r4/gpu-logs.tar.gz" -C "$T/logs4" 2>/dev/null
+missing=""
+for f in gpu.sh.log 12-bits/ops.log 12-bits/ops-scalar.log 12-bits/train-vec.log 13-hbm/hbm.out 18-nccl_one/np2.log 19-old_new/new-1.out; do
+    [ -s "$T/logs4/$f" ] || missing="$missing $f"
+done
+check emu_gpu_sh_round4_archive test -z "$missing" || echo "    missing:$missing"
+
+# ---- the first calls' plan, the whole rehearsal ----
+"$GPU_SH" --emulated --sweep --out "$T/emu" >"$T/emu.log" 2>&1
 rc=$?
 table=$T/emu/gpu-results.md
 check emu_gpu_sh_runs test "$rc" = 0 || tail -30 "$T/emu.log" | sed 's/^/    /'
@@ -44,8 +88,6 @@ check emu_gpu_sh_says_rehearsal sh -c "head -1 '$table' | grep -q 'REHEARSAL on 
     grep -q \"^Sizes: the rehearsal's (resnet20 at 32 px\" '$table'"
 
 # the checks table
-result() { awk -F' [|] ' -v k="$1" '$1 == "| " k {sub(/ [|]$/, "", $2); print $2; exit}' "$table"; }
-matches() { printf '%s\n' "$1" | grep -qE "$2"; }
 check emu_gpu_sh_ops_pass matches "$(result "test_cuda_ops (every CUDA op vs the CPU backend; fp32, tf32, bf16)")" \
     '^[1-9][0-9]* passed, 0 failed, 0 skipped \(exit 0\)$'
 check emu_gpu_sh_canaries_pass test "$(grep -c '^| canary: .* | pass (planned and run in [0-9]* s) |$' "$table")" = 3

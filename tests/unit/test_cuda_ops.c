@@ -334,6 +334,8 @@ static void test_bn(const ops_bn *t)
     cmp("bn var_sum += unbiased var", g_vs, vs, c);
     dev_free(g_ms), dev_free(g_vs), free(ms), free(vs);
     cmp("bn_fwd_infer out", g_inf, inf, mc);
+    /* elementwise, with the same coefficient on both sides: the CPU's bits (cuda_kernels.h) */
+    CHECK(same_bits(g_inf, inf, mc, DS_F32), "bn_fwd_infer out: not bitwise the CPU's");
     cmp("bn_bwd din", g_din, din, mc);
     cmp("bn_bwd dout after the ReLU mask", g_dy, dy, mc);
     if (residual) cmp("bn_bwd dresidual", g_dres, dres, mc);
@@ -372,6 +374,9 @@ static void test_pool(const ops_pool *t)
     G->maxpool_bwd(g_din, g_dout, g_in, g_out, &d);
     cmp("maxpool_fwd", g_out, out, no);
     cmp("maxpool_bwd", g_din, din, ni);
+    /* a choice and sums in the CPU's order, rounded as the CPU rounds: its bits */
+    CHECK(same_bits(g_out, out, no, DS_F32), "maxpool_fwd: not bitwise the CPU's");
+    CHECK(same_bits(g_din, din, ni, DS_F32), "maxpool_bwd: not bitwise the CPU's");
 
     int n = d.n, hw = d.h * d.w, c = d.c;
     float *x = host_rand((size_t)n * hw * c, -1, 1), *dy = host_rand((size_t)n * c, -1, 1);
@@ -676,6 +681,7 @@ static void test_bn_bf16(const ops_bn *t)
     cmp_as("bn var_sum += unbiased var", g_vs, vs, c, DS_F32, TOL_F32);
     dev_free(g_ms), dev_free(g_vs), free(ms), free(vs);
     cmp_as("bn_fwd_infer out", g_inf, inf, mc, DS_BF16, TOL_BF16);
+    CHECK(same_bits(g_inf, inf, mc, DS_BF16), "bn_fwd_infer out: not bitwise the CPU's");
     cmp_as("bn_bwd din", g_din, din, mc, DS_BF16, TOL_BF16);
     cmp_as("bn_bwd dout after the ReLU mask", g_dy, dy, mc, DS_BF16, TOL_BF16);
     if (residual) cmp_as("bn_bwd dresidual", g_dres, dres, mc, DS_BF16, TOL_BF16);
@@ -719,6 +725,8 @@ static void test_pool_bf16(const ops_pool *t)
     G->maxpool_bwd(g_din, g_dout, g_in, g_out, &d);
     cmp_as("maxpool_fwd", g_out, out, no, DS_BF16, TOL_BF16);
     cmp_as("maxpool_bwd", g_din, din, ni, DS_BF16, TOL_BF16);
+    CHECK(same_bits(g_out, out, no, DS_BF16), "maxpool_fwd: not bitwise the CPU's");
+    CHECK(same_bits(g_din, din, ni, DS_BF16), "maxpool_bwd: not bitwise the CPU's");
 
     int n = d.n, hw = d.h * d.w, c = d.c;
     bf16 *x = host_rand_as((size_t)n * hw * c, -1, 1, DS_BF16), *dx = xmalloc((size_t)n * hw * c * 2);
