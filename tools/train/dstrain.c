@@ -291,48 +291,59 @@ static void check_launcher(int world)
            "mpirun, so the tasks form one job", tasks, procid);
 }
 
-int main(int argc, char **argv)
+/* --resume's first half, before any check: the checkpoint's meta, the run's options taken back
+ * (restore_options) and, on another number of ranks, --accum derived. The history line of
+ * this resume is opened in hist. Returns the checkpoint's path. */
+static char *start_resume(int world, ds_ckpt_meta *meta, ds_json *hist)
 {
-    if (ds_comm_init(&argc, &argv)) return 1;
-    char **pos;
-    ds_cli_parse(&cli, argc, argv, &pos);
-    ds_comm_set_timeout(comm_timeout);
-    int world = ds_comm_world(), rank = ds_comm_rank();
-    if (rank != 0) ds_verbosity = -1;
-    check_launcher(world);
-    if (resume && init) ds_usage_error(&cli, "--resume and --init exclude each other");
-
-    /* --resume first: the run's own options fill in what is not given again, before any check */
-    char *resume_path = NULL;
-    ds_ckpt_meta meta;
-    ds_ckpt_meta_init(&meta);
-    ds_json hist;   /* this resume's line of the run's history */
-    ds_json_init(&hist, DS_JSON_COMPACT);
-    if (resume) {
-        if (!(resume_path = ds_rundir_resolve(resume))) ds_die("cannot resume");
-        if (ds_ckpt_read_meta(resume_path, &meta) || ds_ckpt_meta_require(&meta, resume_path, DS_CKPT_FOR_RESUME))
-            ds_die("cannot resume from %s", resume_path);
-        const char *base = strrchr(resume_path, '/');
-        ds_json_begin(&hist, NULL);
-        ds_json_int(&hist, "step", meta.step);
-        ds_json_string(&hist, "checkpoint", base ? base + 1 : resume_path);
-        ds_json_begin(&hist, "changed");
-        restore_options(resume_path, &meta, &hist);
-        /* On another number of ranks the run's global batch needs another --accum: derived when
-         * not given and the micro-batch divides it (Continuing on fewer GPUs, docs/TOOLS.md). */
-        long long a = ds_loader_accum_for((int)batch, world, meta.global_batch);
-        if (meta.world_size != world && !ds_cli_given(&cli, "accum") && a && a != accum) {
-            ds_info("the run's global batch of %d on %d rank%s: --accum %lld (the run had %lld on %d)",
-                    meta.global_batch, world, world > 1 ? "s" : "", a, accum, meta.world_size);
-            accum = a;
-        }
+    char *resume_path = ds_rundir_resolve(resume);
+    if (!resume_path) ds_die("cannot resume");
+    if (ds_ckpt_read_meta(resume_path, meta) || ds_ckpt_meta_require(meta, resume_path, DS_CKPT_FOR_RESUME))
+        ds_die("cannot resume from %s", resume_path);
+    const char *base = strrchr(resume_path, '/');
+    ds_json_begin(hist, NULL);
+    ds_json_int(hist, "step", meta->step);
+    ds_json_string(hist, "checkpoint", base ? base + 1 : resume_path);
+    ds_json_begin(hist, "changed");
+    restore_options(resume_path, meta, hist);
+    /* On another number of ranks the run's global batch needs another --accum: derived when
+     * not given and the micro-batch divides it (Continuing on fewer GPUs, docs/TOOLS.md). */
+    long long a = ds_loader_accum_for((int)batch, world, meta->global_batch);
+    if (meta->world_size != world && !ds_cli_given(&cli, "accum") && a && a != accum) {
+        ds_info("the run's global batch of %d on %d rank%s: --accum %lld (the run had %lld on %d)",
+                meta->global_batch, world, world > 1 ? "s" : "", a, accum, meta->world_size);
+        accum = a;
     }
+    return resume_path;
+}
 
+/* --resume's second half, once the model holds the checkpoint: later checkpoints of the same
+ * directory kept apart and said, and this resume's line added to the run's history. */
+static void finish_resume(const char *resume_path, int64_t start_step, int rank, ds_ckpt_meta *meta, ds_json *hist)
+{
+    int moved = 0;
+    char *aside = rank == 0 ? ds_rundir_set_aside(out_dir, start_step, &moved) : NULL;
+    if (ds_comm_any(moved < 0)) ds_die("cannot resume from %s", resume_path);
+    ds_json_end(hist);   /* "changed" */
+    if (aside) {
+        ds_warn("%s went on past step %lld: its %d later checkpoint%s and metrics.jsonl as they were are moved "
+                "to %s; this run continues from step %lld", out_dir, (long long)start_step, moved,
+                moved == 1 ? "" : "s", aside, (long long)start_step);
+        const char *base = strrchr(aside, '/');
+        ds_json_string(hist, "moved_aside", base ? base + 1 : aside);
+    }
+    free(aside);
+    ds_json_end(hist);
+    ds_ckpt_meta_add_history(meta, ds_json_text(hist));
+}
+
+/* The checks of the options among themselves (usage errors, exit 2); the --rrc-* ranges parsed. */
+static void check_usage(double scale_range[2], double ratio_range[2])
+{
     if (!train_dir) ds_usage_error(&cli, "--train DIR is required%s", resume ? " (the checkpoint records none)" : "");
     if (!out_dir && !resume) ds_usage_error(&cli, "-o/--out RUN_DIR is required");
     if (!ds_arch_known(arch)) ds_usage_error(&cli, "unknown --arch '%s' (known: %s)", arch, ds_arch_names());
     if (nesterov && momentum == 0) ds_usage_error(&cli, "--nesterov needs a non-zero --momentum");
-    double scale_range[2], ratio_range[2];
     if (ds_cli_range(rrc_scale, scale_range) || !(scale_range[0] > 0 && scale_range[0] <= scale_range[1]))
         ds_usage_error(&cli, "--rrc-scale wants LO,HI with 0 < LO <= HI, not '%s'", rrc_scale);
     if (ds_cli_range(rrc_ratio, ratio_range) || !(ratio_range[0] > 0 && ratio_range[0] <= ratio_range[1]))
@@ -347,6 +358,89 @@ int main(int argc, char **argv)
     if (!min_crop && (ds_cli_given(&cli, "ramp-start") || ds_cli_given(&cli, "ramp-end")))
         ds_usage_error(&cli, "--ramp-start and --ramp-end need --min-crop");
     if (!val_crop) val_crop = crop;
+}
+
+/* --init: the weights of a checkpoint, fc kept when the class count matches. */
+static void load_init(ds_model *m, const ds_source *tr)
+{
+    ds_ckpt_meta im;
+    ds_ckpt_meta_init(&im);
+    if (ds_ckpt_read_meta(init, &im) || ds_ckpt_meta_require(&im, init, DS_CKPT_FOR_INIT))
+        ds_die("cannot use --init %s", init);
+    int same = im.num_classes == tr->num_classes;
+    if (ds_ckpt_load(init, m, NULL, same ? 0 : DS_CKPT_SKIP_FC)) ds_die("cannot use --init %s", init);
+    if (same && im.classes &&
+        ds_classes_match(tr->classes, tr->num_classes, train_dir, im.classes, im.num_classes, init) == 0)
+        ds_info("initialised from %s", init);
+    else if (same)
+        ds_info("initialised from %s (same class count; its class names differ, the fc layer is kept)", init);
+    else
+        ds_info("initialised from %s; fc re-initialised: %d classes there, %d here", init, im.num_classes,
+                tr->num_classes);
+    ds_ckpt_meta_free(&im);
+}
+
+/* What every checkpoint of this run records besides the tensors. */
+static void record_run(ds_ckpt_meta *meta, const ds_source *tr, const ds_backend *be, int world, int G,
+                       double base_lr, uint64_t digest)
+{
+    char *config = ds_cli_json(&cli);
+    ds_ckpt_meta_set_config(meta, config);
+    free(config);
+    ds_ckpt_meta_set_classes(meta, tr->classes, tr->num_classes);
+    meta->input_size = (int)crop;
+    meta->seed = (uint64_t)seed;
+    meta->world_size = world;
+    meta->global_batch = G;
+    meta->data_height = tr->height;
+    meta->data_width = tr->width;
+    meta->data_fit = tr->fit;
+    meta->lr_effective = base_lr;
+    meta->train_digest = digest;
+    ds_ckpt_meta_set_backend(meta, be);
+    for (const ds_option *o = options; o->name; o++)   /* the settings a checkpoint records */
+        if (o->type == DS_OPT_FLAG || o->type == DS_OPT_INT)
+            ds_ckpt_meta_record(meta, o->name, o->type == DS_OPT_FLAG ? *(int *)o->value : *(long long *)o->value);
+}
+
+/* The start line (what computes, the data, how the lr was derived) and a warmup that cannot
+ * end within the run. */
+static void say_start(const ds_backend *be, const ds_source *tr, int world, int G, double base_lr)
+{
+    if (warmup_epochs >= (double)epochs && warmup_epochs > 0)
+        ds_warn("--warmup-epochs %g is not shorter than the %lld-epoch run: the learning rate rises all run long and "
+                "never reaches its peak %g; a short run wants a short warmup (e.g. --warmup-epochs %g)", warmup_epochs,
+                epochs, base_lr, epochs / 10.0);
+    char computes[128], lr_how[96];
+    if (lr_scaling_kind == LR_SCALING_LINEAR)
+        snprintf(lr_how, sizeof lr_how, " = %g x %d/256 (--lr-scaling linear)", lr, G);
+    else
+        snprintf(lr_how, sizeof lr_how, " (--lr as given)");
+    ds_info("%s on %s, %d rank%s, gradients summed %s; %zu training images of %dx%d, %d classes; lr %g%s", arch,
+            ds_backend_describe(be, omp_get_max_threads(), computes, sizeof computes), world, world > 1 ? "s" : "",
+            be->reduction ? be->reduction() : "?", tr->n, tr->height, tr->width, tr->num_classes, base_lr, lr_how);
+}
+
+int main(int argc, char **argv)
+{
+    if (ds_comm_init(&argc, &argv)) return 1;
+    char **pos;
+    ds_cli_parse(&cli, argc, argv, &pos);
+    ds_comm_set_timeout(comm_timeout);
+    int world = ds_comm_world(), rank = ds_comm_rank();
+    if (rank != 0) ds_verbosity = -1;
+    check_launcher(world);
+    if (resume && init) ds_usage_error(&cli, "--resume and --init exclude each other");
+
+    /* --resume first: the run's own options fill in what is not given again, before any check */
+    ds_ckpt_meta meta;
+    ds_ckpt_meta_init(&meta);
+    ds_json hist;   /* this resume's line of the run's history */
+    ds_json_init(&hist, DS_JSON_COMPACT);
+    char *resume_path = resume ? start_resume(world, &meta, &hist) : NULL;
+
+    double scale_range[2], ratio_range[2];
+    check_usage(scale_range, ratio_range);
 
     ds_source tr, va;
     int have_val = val_dir != NULL;
@@ -421,63 +515,14 @@ int main(int argc, char **argv)
         ds_info("resuming from %s: step %lld, %lld epochs done", resume_path, (long long)meta.step,
                 (long long)meta.epoch);
     } else if (init) {
-        ds_ckpt_meta im;
-        ds_ckpt_meta_init(&im);
-        if (ds_ckpt_read_meta(init, &im) || ds_ckpt_meta_require(&im, init, DS_CKPT_FOR_INIT))
-            ds_die("cannot use --init %s", init);
-        int same = im.num_classes == tr.num_classes;
-        if (ds_ckpt_load(init, m, NULL, same ? 0 : DS_CKPT_SKIP_FC)) ds_die("cannot use --init %s", init);
-        if (same && im.classes &&
-            ds_classes_match(tr.classes, tr.num_classes, train_dir, im.classes, im.num_classes, init) == 0)
-            ds_info("initialised from %s", init);
-        else if (same)
-            ds_info("initialised from %s (same class count; its class names differ, the fc layer is kept)", init);
-        else
-            ds_info("initialised from %s; fc re-initialised: %d classes there, %d here", init, im.num_classes,
-                    tr.num_classes);
-        ds_ckpt_meta_free(&im);
+        load_init(m, &tr);
     }
 
-    if (resume) {   /* later checkpoints of the same directory are kept, apart, and said */
-        int moved = 0;
-        char *aside = rank == 0 ? ds_rundir_set_aside(out_dir, start_step, &moved) : NULL;
-        if (ds_comm_any(moved < 0)) ds_die("cannot resume from %s", resume_path);
-        ds_json_end(&hist);   /* "changed" */
-        if (aside) {
-            ds_warn("%s went on past step %lld: its %d later checkpoint%s and metrics.jsonl as they were are moved "
-                    "to %s; this run continues from step %lld", out_dir, (long long)start_step, moved,
-                    moved == 1 ? "" : "s", aside, (long long)start_step);
-            const char *base = strrchr(aside, '/');
-            ds_json_string(&hist, "moved_aside", base ? base + 1 : aside);
-        }
-        free(aside);
-        ds_json_end(&hist);
-        ds_ckpt_meta_add_history(&meta, ds_json_text(&hist));
-    }
+    if (resume) finish_resume(resume_path, start_step, rank, &meta, &hist);
     ds_json_free(&hist);
 
     double base_lr = lr_scaling_kind == LR_SCALING_LINEAR ? lr * G / 256.0 : lr;
-    if (warmup_epochs >= (double)epochs && warmup_epochs > 0)
-        ds_warn("--warmup-epochs %g is not shorter than the %lld-epoch run: the learning rate rises all run long and "
-                "never reaches its peak %g; a short run wants a short warmup (e.g. --warmup-epochs %g)", warmup_epochs,
-                epochs, base_lr, epochs / 10.0);
-    char *config = ds_cli_json(&cli);
-    ds_ckpt_meta_set_config(&meta, config);
-    ds_ckpt_meta_set_classes(&meta, tr.classes, tr.num_classes);
-    meta.input_size = (int)crop;
-    meta.seed = (uint64_t)seed;
-    meta.world_size = world;
-    meta.global_batch = G;
-    meta.data_height = tr.height;
-    meta.data_width = tr.width;
-    meta.data_fit = tr.fit;
-    meta.lr_effective = base_lr;
-    meta.train_digest = digest;
-    ds_ckpt_meta_set_backend(&meta, be);
-    for (const ds_option *o = options; o->name; o++)   /* the settings a checkpoint records */
-        if (o->type == DS_OPT_FLAG || o->type == DS_OPT_INT)
-            ds_ckpt_meta_record(&meta, o->name, o->type == DS_OPT_FLAG ? *(int *)o->value : *(long long *)o->value);
-    free(config);
+    record_run(&meta, &tr, be, world, G, base_lr, digest);
 
     ds_train_plan plan = {
         .train = &tr, .val = have_val ? &va : NULL, .out = out_dir, .epochs = epochs, .loader = lc,
@@ -496,14 +541,7 @@ int main(int argc, char **argv)
         .nan_val_epoch = ds_test_hooks_get()->nan_val_epoch,
         .tensorboard = tensorboard,
     };
-    char computes[128], lr_how[96];
-    if (lr_scaling_kind == LR_SCALING_LINEAR)
-        snprintf(lr_how, sizeof lr_how, " = %g x %d/256 (--lr-scaling linear)", lr, G);
-    else
-        snprintf(lr_how, sizeof lr_how, " (--lr as given)");
-    ds_info("%s on %s, %d rank%s, gradients summed %s; %zu training images of %dx%d, %d classes; lr %g%s", arch,
-            ds_backend_describe(be, nthreads, computes, sizeof computes), world, world > 1 ? "s" : "",
-            be->reduction ? be->reduction() : "?", tr.n, tr.height, tr.width, tr.num_classes, base_lr, lr_how);
+    say_start(be, &tr, world, G, base_lr);
     if (ds_signals_install()) ds_die("cannot handle signals");
     int rc = ds_train(m, &plan);
     if (rc >= 0 && ds_test_hooks_get()->pause_before_exit) ds_test_pause("dstrain is done");
