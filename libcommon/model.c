@@ -382,7 +382,7 @@ const float *ds_model_forward(ds_model *m, int n, int training)
         }
         case L_MAXPOOL: {
             ds_pool_desc d = ds_model_pool_desc(m, L, n);
-            be->maxpool_fwd(y, x, &d);
+            be->maxpool_fwd(y, training ? (uint8_t *)(m->act + L->argmax) : NULL, x, &d);
             break;
         }
         case L_AVGPOOL:
@@ -618,7 +618,7 @@ static double backward(ds_model *m, const int32_t *labels, int n, float scale, f
         }
         case L_MAXPOOL: {
             ds_pool_desc d = ds_model_pool_desc(m, L, n);
-            be->maxpool_bwd(dx, dy, A(m, L->in), A(m, L->out), &d);
+            be->maxpool_bwd(dx, dy, A(m, L->in), A(m, L->out), (const uint8_t *)(m->act + L->argmax), &d);
             break;
         }
         case L_AVGPOOL:
