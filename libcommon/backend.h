@@ -65,6 +65,9 @@ typedef struct {
     ds_dtype t;          /* storage of in, out and their gradients */
 } ds_pool_desc;
 
+/* maxpool_fwd's argmax byte of a window with no element in the image */
+#define DS_POOL_NO_ARGMAX 0xff
+
 /* AUTO is a request only (bf16 on a GPU, fp32 on the CPU); a selected backend's precision
  * is one of the other three. */
 typedef enum { DS_PRECISION_FP32, DS_PRECISION_TF32, DS_PRECISION_BF16, DS_PRECISION_AUTO } ds_precision;
@@ -235,10 +238,17 @@ typedef struct ds_backend {
                    const float *invstd, int relu, int m, int c, ds_dtype t);
 
     /* ---- pooling ---- */
-    /* Storage d->t for in, out and their gradients. */
-    void (*maxpool_fwd)(void *out, const void *in, const ds_pool_desc *d);
-    /* din = 0 then scattered from dout to each window's (first) maximum. */
-    void (*maxpool_bwd)(void *din, const void *dout, const void *in, const void *out,
+    /* Storage d->t for in, out and their gradients. out: each window's maximum (a NaN never
+     * wins, as with x > y from -inf). argmax (NULL when no backward follows) [n, p, q, c]
+     * bytes: the window index r k + s (k <= 15) of the element maxpool_bwd gives the window's
+     * gradient to, by backward's rule: the first element in the image seeds, a later one
+     * replaces it only when strictly greater (so a NaN seen first keeps it, and a window of
+     * -inf has its first); DS_POOL_NO_ARGMAX for a window wholly in the padding. */
+    void (*maxpool_fwd)(void *out, uint8_t *argmax, const void *in, const ds_pool_desc *d);
+    /* din = 0 then scattered from dout to each window's first maximum (the rule above);
+     * argmax is what maxpool_fwd wrote for this in: a backend gathers by it (CUDA) or finds
+     * the maxima in `in` again (the CPU), with the same result. */
+    void (*maxpool_bwd)(void *din, const void *dout, const void *in, const void *out, const uint8_t *argmax,
                         const ds_pool_desc *d);
     /* out [n, c] (float32) = mean over hw of in [n, hw, c] (storage in_t, as din) */
     void (*avgpool_fwd)(float *out, const void *in, int n, int hw, int c, ds_dtype in_t);

@@ -395,7 +395,7 @@ static int forward_queue(ds_model *m, int n, int training)
         }
         case L_MAXPOOL: {
             ds_pool_desc d = ds_model_pool_desc(m, L, n);
-            be->maxpool_fwd(y, x, &d);
+            be->maxpool_fwd(y, training ? (uint8_t *)(m->act + L->argmax) : NULL, x, &d);
             break;
         }
         case L_AVGPOOL:
@@ -656,7 +656,7 @@ static void backward_queue(ds_model *m, int n, int reduce, int to_all)
         }
         case L_MAXPOOL: {
             ds_pool_desc d = ds_model_pool_desc(m, L, n);
-            be->maxpool_bwd(dx, dy, A(m, L->in), A(m, L->out), &d);
+            be->maxpool_bwd(dx, dy, A(m, L->in), A(m, L->out), (const uint8_t *)(m->act + L->argmax), &d);
             break;
         }
         case L_AVGPOOL:

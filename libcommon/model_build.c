@@ -316,6 +316,13 @@ int ds_model_plan_memory(ds_model *m)
         L->stats = off;
         off += align_up(3 * (size_t)m->acts[L->in].c);
     }
+    /* A max pool's argmax, one byte an output, for its backward: training only. */
+    for (int l = 0; l < m->nlayers && m->cfg.training; l++) {
+        ds_layer *L = &m->layers[l];
+        if (L->type != L_MAXPOOL) continue;
+        L->argmax = off;
+        off += align_up((B * act_size(&m->acts[L->out]) + 3) / 4);
+    }
     m->dlogits_off = off;
     off += align_up(B * m->cfg.num_classes);
     m->loss_off = off;

@@ -37,6 +37,8 @@ typedef struct {
     ds_conv_desc conv;     /* n set at run time */
     ds_pool_desc pool;
     size_t stats;          /* BN: activation offset of this micro-batch's mean, var, invstd [3, c] */
+    size_t argmax;         /* max pool in training: activation offset of the bytes [n, p, q, c]
+                              maxpool_fwd leaves for maxpool_bwd (each window's maximum's index) */
     int in_acc, res_acc;   /* backward: another consumer already wrote that input's gradient,
                               so this layer adds its part: a convolution's conv_bwd_data
                               accumulates, the others write to the scratch slot and add */

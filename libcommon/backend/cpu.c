@@ -277,14 +277,16 @@ static void cpu_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, 
 #undef POOL_ST
 #undef POOL_FN
 
-static void cpu_maxpool_fwd(void *out, const void *in, const ds_pool_desc *d)
+static void cpu_maxpool_fwd(void *out, uint8_t *argmax, const void *in, const ds_pool_desc *d)
 {
-    if (d->t == DS_BF16) maxpool_fwd_bf16(out, in, d);
-    else maxpool_fwd(out, in, d);
+    if (d->t == DS_BF16) maxpool_fwd_bf16(out, argmax, in, d);
+    else maxpool_fwd(out, argmax, in, d);
 }
 
-static void cpu_maxpool_bwd(void *din, const void *dout, const void *in, const void *out, const ds_pool_desc *d)
+static void cpu_maxpool_bwd(void *din, const void *dout, const void *in, const void *out, const uint8_t *argmax,
+                            const ds_pool_desc *d)
 {
+    (void)argmax;
     if (d->t == DS_BF16) maxpool_bwd_bf16(din, dout, in, out, d);
     else maxpool_bwd(din, dout, in, out, d);
 }

@@ -121,6 +121,37 @@ BODY void vec_put_bf16(uint32_t *w, int k, float v)
 }
 BODY void vec_zero_bf16(uint32_t *w, int k) { w[k >> 1] &= k & 1 ? 0xffffu : 0xffff0000u; }
 
+/* n <= 8 bytes (a vector's argmax bytes), element k in bits 8k of the value: one load or
+ * store where p is aligned to n (as the plan's tensors are), else byte by byte. */
+#ifdef __CUDA_ARCH__
+BODY uint64_t load_bytes(const uint8_t *p, int n)
+{
+    if (n == 8 && !((uintptr_t)p & 7)) return *(const unsigned long long *)p;
+    if (n == 4 && !((uintptr_t)p & 3)) return *(const uint32_t *)p;
+    uint64_t u = 0;
+    for (int k = 0; k < n; k++) u |= (uint64_t)p[k] << 8 * k;
+    return u;
+}
+BODY void store_bytes(uint8_t *p, uint64_t u, int n)
+{
+    if (n == 8 && !((uintptr_t)p & 7)) *(unsigned long long *)p = u;
+    else if (n == 4 && !((uintptr_t)p & 3)) *(uint32_t *)p = (uint32_t)u;
+    else
+        for (int k = 0; k < n; k++) p[k] = (uint8_t)(u >> 8 * k);
+}
+#else
+BODY uint64_t load_bytes(const uint8_t *p, int n)
+{
+    uint64_t u = 0;
+    for (int k = 0; k < n; k++) u |= (uint64_t)p[k] << 8 * k;
+    return u;
+}
+BODY void store_bytes(uint8_t *p, uint64_t u, int n)
+{
+    for (int k = 0; k < n; k++) p[k] = (uint8_t)(u >> 8 * k);
+}
+#endif
+
 /* ---- the activations' bodies, per storage ---- */
 #define BODY_T float
 #define BODY_WIDEN(x) (x)

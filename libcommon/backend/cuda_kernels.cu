@@ -299,66 +299,71 @@ void ds_cuda_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, voi
 
 /* ---- pooling ---- */
 
+/* The forward writes each output's argmax byte beside it (in training); the backward reads
+ * those bytes and dout alone, one thread per input element (or 16-byte group of channels):
+ * at most four windows of a 3x3/2 pool, never the windows' inputs again. */
 template <typename T>
-__global__ void maxpool_fwd_kernel(T *out, const T *in, ds_pool_desc d)
+__global__ void maxpool_fwd_kernel(T *out, uint8_t *argmax, const T *in, ds_pool_desc d)
 {
-    FOR_GRID(i, (long)d.n * d.p * d.q * d.c) maxpool_fwd_body(out, in, d, i);
+    FOR_GRID(i, (long)d.n * d.p * d.q * d.c) maxpool_fwd_body(out, argmax, in, d, i);
 }
 
 template <typename T>
-__global__ void maxpool_bwd_kernel(T *din, const T *dout, const T *in, ds_pool_desc d)
+__global__ void maxpool_bwd_kernel(T *din, const T *dout, const uint8_t *argmax, ds_pool_desc d)
 {
-    FOR_GRID(i, (long)d.n * d.h * d.w * d.c) maxpool_bwd_body(din, dout, in, d, i);
+    FOR_GRID(i, (long)d.n * d.h * d.w * d.c) maxpool_bwd_body(din, dout, argmax, d, i);
 }
 
 template <typename T>
-__global__ void maxpool_fwd_vec_kernel(T *out, const T *in, ds_pool_desc d)
+__global__ void maxpool_fwd_vec_kernel(T *out, uint8_t *argmax, const T *in, ds_pool_desc d)
 {
-    FOR_GRID(g, vec_of<T>((long)d.n * d.p * d.q * d.c)) maxpool_fwd_vec_body(out, in, d, g);
+    FOR_GRID(g, vec_of<T>((long)d.n * d.p * d.q * d.c)) maxpool_fwd_vec_body(out, argmax, in, d, g);
 }
 
 template <typename T>
-static void maxpool_fwd(T *out, const T *in, const ds_pool_desc *d)
+static void maxpool_fwd(T *out, uint8_t *argmax, const T *in, const ds_pool_desc *d)
 {
     long total = (long)d->n * d->p * d->q * d->c;
     if (vec_ok<T>(d->c, out, in))
         DS_LAUNCH(maxpool_fwd_vec_kernel, ds_cuda_blocks(vec_of<T>(total), THREADS), THREADS, 0, ds_cuda_stream(), out,
-            in, *d);
+            argmax, in, *d);
     else
-        DS_LAUNCH(maxpool_fwd_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), out, in, *d);
+        DS_LAUNCH(maxpool_fwd_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), out, argmax, in,
+            *d);
     launchCheck();
 }
 
-void ds_cuda_maxpool_fwd(void *out, const void *in, const ds_pool_desc *d)
+void ds_cuda_maxpool_fwd(void *out, uint8_t *argmax, const void *in, const ds_pool_desc *d)
 {
-    if (d->t == DS_BF16) maxpool_fwd((bf16 *)out, (const bf16 *)in, d);
-    else maxpool_fwd((float *)out, (const float *)in, d);
+    if (d->t == DS_BF16) maxpool_fwd((bf16 *)out, argmax, (const bf16 *)in, d);
+    else maxpool_fwd((float *)out, argmax, (const float *)in, d);
 }
 
 template <typename T>
-__global__ void maxpool_bwd_vec_kernel(T *din, const T *dout, const T *in, ds_pool_desc d)
+__global__ void maxpool_bwd_vec_kernel(T *din, const T *dout, const uint8_t *argmax, ds_pool_desc d)
 {
-    FOR_GRID(g, vec_of<T>((long)d.n * d.h * d.w * d.c)) maxpool_bwd_vec_body(din, dout, in, d, g);
+    FOR_GRID(g, vec_of<T>((long)d.n * d.h * d.w * d.c)) maxpool_bwd_vec_body(din, dout, argmax, d, g);
 }
 
 template <typename T>
-static void maxpool_bwd(T *din, const T *dout, const T *in, const ds_pool_desc *d)
+static void maxpool_bwd(T *din, const T *dout, const uint8_t *argmax, const ds_pool_desc *d)
 {
     long total = (long)d->n * d->h * d->w * d->c;
-    if (vec_ok<T>(d->c, din, dout, in))
+    if (vec_ok<T>(d->c, din, dout))
         DS_LAUNCH(maxpool_bwd_vec_kernel, ds_cuda_blocks(vec_of<T>(total), THREADS), THREADS, 0, ds_cuda_stream(), din,
-            dout, in, *d);
+            dout, argmax, *d);
     else
-        DS_LAUNCH(maxpool_bwd_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), din, dout, in, *d);
+        DS_LAUNCH(maxpool_bwd_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), din, dout, argmax,
+            *d);
     launchCheck();
 }
 
-void ds_cuda_maxpool_bwd(void *din, const void *dout, const void *in, const void *out,
+void ds_cuda_maxpool_bwd(void *din, const void *dout, const void *in, const void *out, const uint8_t *argmax,
                          const ds_pool_desc *d)
 {
-    (void)out;  /* each input finds its window's first maximum again from `in` */
-    if (d->t == DS_BF16) maxpool_bwd((bf16 *)din, (const bf16 *)dout, (const bf16 *)in, d);
-    else maxpool_bwd((float *)din, (const float *)dout, (const float *)in, d);
+    (void)in, (void)out;  /* the forward's argmax says where each window's gradient goes */
+    if (d->t == DS_BF16) maxpool_bwd((bf16 *)din, (const bf16 *)dout, argmax, d);
+    else maxpool_bwd((float *)din, (const float *)dout, argmax, d);
 }
 
 template <typename T>

@@ -65,8 +65,8 @@ void ds_cuda_bn_fwd_infer(void *out, const void *in, const float *gamma, const f
 void ds_cuda_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout,
                     const void *out, const void *in, const float *gamma, const float *mean,
                     const float *invstd, int relu, int m, int c, ds_dtype t);
-void ds_cuda_maxpool_fwd(void *out, const void *in, const ds_pool_desc *d);
-void ds_cuda_maxpool_bwd(void *din, const void *dout, const void *in, const void *out,
+void ds_cuda_maxpool_fwd(void *out, uint8_t *argmax, const void *in, const ds_pool_desc *d);
+void ds_cuda_maxpool_bwd(void *din, const void *dout, const void *in, const void *out, const uint8_t *argmax,
                          const ds_pool_desc *d);
 void ds_cuda_avgpool_fwd(float *out, const void *in, int n, int hw, int c, ds_dtype in_t);
 void ds_cuda_avgpool_bwd(void *din, const float *dout, int n, int hw, int c, ds_dtype in_t);

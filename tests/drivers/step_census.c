@@ -17,7 +17,8 @@
  *   - bytes: each distinct byte a kernel (or memset / memcpy) reads or writes, once per
  *     launch, at the tensor's storage size (ds_dtype_size of the type the op is given);
  *     caches between launches are ignored, as are re-reads within one (maxpool_bwd_kernel
- *     reads each input up to nine times, the per-channel vectors are read by every thread);
+ *     reads each argmax byte and dout value up to four times, the per-channel vectors are
+ *     read by every thread);
  *   - launches: ds's own kernels, plus the cudaMemsetAsync of zero (one operation on the
  *     stream);
  *   - cuDNN and cuBLAS calls are counted apart; their traffic is theirs, not counted;
@@ -366,19 +367,20 @@ static void spy_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, 
 
 /* ---- pooling ---- */
 
-/* maxpool_fwd_kernel: reads in, writes out */
-static void spy_maxpool_fwd(void *out, const void *in, const ds_pool_desc *d)
+/* maxpool_fwd_kernel: reads in, writes out and (in training) the argmax byte of each output */
+static void spy_maxpool_fwd(void *out, uint8_t *argmax, const void *in, const ds_pool_desc *d)
 {
     uint64_t in_n = (uint64_t)d->n * d->h * d->w * d->c, out_n = (uint64_t)d->n * d->p * d->q * d->c;
-    launch(K_MAXPOOL_FWD, (in_n + out_n) * es(d->t));
+    launch(K_MAXPOOL_FWD, (in_n + out_n) * es(d->t) + (argmax ? out_n : 0));
 }
 
-/* maxpool_bwd_kernel: one thread per input element finds its windows' maxima again in `in`
- * and gathers dout; out is not read. Reads in and dout, writes din. */
-static void spy_maxpool_bwd(void *din, const void *dout, const void *in, const void *out, const ds_pool_desc *d)
+/* maxpool_bwd_kernel: one thread per input element gathers dout from the windows whose
+ * argmax byte names it; in and out are not read. Reads argmax and dout, writes din. */
+static void spy_maxpool_bwd(void *din, const void *dout, const void *in, const void *out, const uint8_t *argmax,
+                            const ds_pool_desc *d)
 {
     uint64_t in_n = (uint64_t)d->n * d->h * d->w * d->c, out_n = (uint64_t)d->n * d->p * d->q * d->c;
-    launch(K_MAXPOOL_BWD, (2 * in_n + out_n) * es(d->t));
+    launch(K_MAXPOOL_BWD, (in_n + out_n) * es(d->t) + out_n);
 }
 
 /* avgpool_fwd_kernel: reads in, writes the float32 out [n, c] */

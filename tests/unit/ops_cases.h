@@ -227,6 +227,9 @@ static const ops_pool ops_pools[] = {
     {4, 7, 7, 40, 3, 2, 1, OPS_GPU | OPS_GPU_BF16_IO},
     {3, 9, 9, 12, 3, 2, 1, OPS_GPU_BF16_IO},   /* bf16 past the vector width: the scalar kernels */
     {2, 7, 7, 70, 3, 2, 1, OPS_GPU_BF16_IO},
+    /* bf16 channels not a multiple of 8: the scalar kernels (float32's vector one at 12) */
+    {2, 9, 9, 12, 3, 2, 1, OPS_GPU | OPS_GPU_BF16_IO},
+    {3, 7, 6, 3, 3, 2, 1, OPS_GPU | OPS_GPU_BF16_IO},
     {6, 12, 12, 64, 3, 2, 1, OPS_BITS},
 };
 

@@ -117,7 +117,11 @@ static void check_bits(const char *what, const void *got, const void *want, size
             if (!bad) first = i;
             bad++;
         }
-    if (bad) {
+    if (bad && size == 1) {   /* bytes: an argmax */
+        fprintf(stderr, "  %s: %s: %zu of %zu bytes differ; first [%zu] got %d want %d\n", check_case_name, what, bad,
+                n, first, ((const uint8_t *)got)[first], ((const uint8_t *)want)[first]);
+        check_case_failures++;
+    } else if (bad) {
         ds_dtype t = size == 2 ? DS_BF16 : DS_F32;
         fprintf(stderr, "  %s: %s: %zu of %zu elements differ; first [%zu] got %.9g want %.9g\n", check_case_name,
                 what, bad, n, first, act_get(got, first, t), act_get(want, first, t));
@@ -212,23 +216,23 @@ static void emu_bn_dx_as(void *din, void *dres, const void *dy, const void *in, 
     }
 }
 
-static void emu_maxpool_fwd_as(void *out, const void *in, ds_pool_desc d, int vec)
+static void emu_maxpool_fwd_as(void *out, uint8_t *argmax, const void *in, ds_pool_desc d, int vec)
 {
     size_t n = (size_t)d.n * d.p * d.q * d.c;
     if (use_vec(d.c, d.t, vec)) {
-        FOR_GRID(g, n / vec_width(d.t)) BY_T(d.t, maxpool_fwd_vec_body, out, in, d, g);
+        FOR_GRID(g, n / vec_width(d.t)) BY_T(d.t, maxpool_fwd_vec_body, out, argmax, in, d, g);
     } else {
-        FOR_GRID(i, n) BY_T(d.t, maxpool_fwd_body, out, in, d, i);
+        FOR_GRID(i, n) BY_T(d.t, maxpool_fwd_body, out, argmax, in, d, i);
     }
 }
 
-static void emu_maxpool_bwd_as(void *din, const void *dout, const void *in, ds_pool_desc d, int vec)
+static void emu_maxpool_bwd_as(void *din, const void *dout, const uint8_t *argmax, ds_pool_desc d, int vec)
 {
     size_t n = (size_t)d.n * d.h * d.w * d.c;
     if (use_vec(d.c, d.t, vec)) {
-        FOR_GRID(g, n / vec_width(d.t)) BY_T(d.t, maxpool_bwd_vec_body, din, dout, in, d, g);
+        FOR_GRID(g, n / vec_width(d.t)) BY_T(d.t, maxpool_bwd_vec_body, din, dout, argmax, d, g);
     } else {
-        FOR_GRID(i, n) BY_T(d.t, maxpool_bwd_body, din, dout, in, d, i);
+        FOR_GRID(i, n) BY_T(d.t, maxpool_bwd_body, din, dout, argmax, d, i);
     }
 }
 
@@ -540,23 +544,56 @@ static ds_pool_desc pool(int n, int h, int w, int c, int k, int stride, int pad,
     return d;
 }
 
-/* Data of few values (many ties: the first maximum must win) or normal. */
-static void test_maxpool(ds_pool_desc d, int ties)
+/* Pooling's data: few values (many ties: the first maximum must win), normal, or normal with
+ * NaN and -inf among them (a NaN or a -inf first in a window: the argmax is the backward's
+ * first maximum, not the forward's maximum). */
+enum { POOL_NORMAL, POOL_TIES, POOL_NAN_INF };
+
+static void *pool_data(size_t n, int kind, ds_dtype t)
+{
+    void *in = kind == POOL_TIES ? act_exact(n, -2, 2, 1, t) : act_randn(n, 0, 1, t);
+    if (kind == POOL_NAN_INF)
+        for (size_t i = 0; i < n; i++) {
+            const uint32_t u = ds_rng_below(&rng, 8);
+            if (u == 0) act_set(in, i, NAN, t);
+            if (u == 1) act_set(in, i, -INFINITY, t);
+            if (u == 2) act_set(in, i, -NAN, t);
+        }
+    return in;
+}
+
+/* n argmax bytes that no argmax is (0xff is a window wholly in the padding) */
+static uint8_t *unwritten_bytes(size_t n)
+{
+    uint8_t *p = malloc(n ? n : 1);
+    memset(p, 0xee, n);
+    return p;
+}
+
+static const char *pool_kind_name(int kind)
+{
+    return kind == POOL_TIES ? " ties" : kind == POOL_NAN_INF ? " NaN and -inf" : "";
+}
+
+/* The forward's outputs and argmax and the backward's gradient, against the CPU's */
+static void test_maxpool(ds_pool_desc d, int kind)
 {
     char name[128];
     snprintf(name, sizeof name, "maxpool %s n=%d %dx%d c=%d k=%d s=%d p=%d%s", tname(d.t), d.n, d.h, d.w, d.c, d.k,
-             d.stride, d.pad, ties ? " ties" : "");
+             d.stride, d.pad, pool_kind_name(kind));
     check_begin(name);
     size_t ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.c;
-    void *in = ties ? act_exact(ni, -2, 2, 1, d.t) : act_randn(ni, 0, 1, d.t), *dout = act_randn(no, 0, 1, d.t);
+    void *in = pool_data(ni, kind, d.t), *dout = act_randn(no, 0, 1, d.t);
     void *out_c = nans(no, es(d.t)), *out_g = nans(no, es(d.t)), *din_c = nans(ni, es(d.t)), *din_g = nans(ni, es(d.t));
-    be->maxpool_fwd(out_c, in, &d);
-    emu_maxpool_fwd_as(out_g, in, d, 0);
+    uint8_t *arg_c = unwritten_bytes(no), *arg_g = unwritten_bytes(no);
+    be->maxpool_fwd(out_c, arg_c, in, &d);
+    emu_maxpool_fwd_as(out_g, arg_g, in, d, 0);
     check_bits("out", out_g, out_c, no, es(d.t));
-    be->maxpool_bwd(din_c, dout, in, out_c, &d);
-    emu_maxpool_bwd_as(din_g, dout, in, d, 0);
+    check_bits("argmax", arg_g, arg_c, no, 1);
+    be->maxpool_bwd(din_c, dout, in, out_c, arg_c, &d);
+    emu_maxpool_bwd_as(din_g, dout, arg_g, d, 0);
     check_bits("din", din_g, din_c, ni, es(d.t));
-    free(in), free(dout), free(out_c), free(out_g), free(din_c), free(din_g);
+    free(in), free(dout), free(out_c), free(out_g), free(din_c), free(din_g), free(arg_c), free(arg_g);
     check_end();
 }
 
@@ -612,22 +649,27 @@ static void test_vec_bodies(int m, int c, ds_dtype t)
     check_end();
 }
 
-static void test_vec_maxpool(ds_pool_desc d, int ties)
+static void test_vec_maxpool(ds_pool_desc d, int kind)
 {
     char name[128];
     snprintf(name, sizeof name, "maxpool's vector bodies give the scalar ones' bits %s n=%d %dx%d c=%d k=%d s=%d%s",
-             tname(d.t), d.n, d.h, d.w, d.c, d.k, d.stride, ties ? " ties" : "");
+             tname(d.t), d.n, d.h, d.w, d.c, d.k, d.stride, pool_kind_name(kind));
     check_begin(name);
     size_t ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.c;
-    void *in = ties ? act_exact(ni, -2, 2, 1, d.t) : act_randn(ni, 0, 1, d.t), *dout = act_randn(no, 0, 1, d.t);
+    void *in = pool_data(ni, kind, d.t), *dout = act_randn(no, 0, 1, d.t);
     void *g_s = nans(ni, es(d.t)), *g_v = nans(ni, es(d.t)), *o_s = nans(no, es(d.t)), *o_v = nans(no, es(d.t));
-    emu_maxpool_fwd_as(o_s, in, d, -1);
-    emu_maxpool_fwd_as(o_v, in, d, 1);
+    /* the vector argmax one byte off its alignment (on the device: byte loads and stores) */
+    uint8_t *a_s = unwritten_bytes(no), *a_v = unwritten_bytes(no + 1);
+    emu_maxpool_fwd_as(o_s, a_s, in, d, -1);
+    emu_maxpool_fwd_as(o_v, a_v + 1, in, d, 1);
     check_bits("out", o_v, o_s, no, es(d.t));
-    emu_maxpool_bwd_as(g_s, dout, in, d, -1);
-    emu_maxpool_bwd_as(g_v, dout, in, d, 1);
+    check_bits("argmax", a_v + 1, a_s, no, 1);
+    emu_maxpool_bwd_as(g_s, dout, a_s, d, -1);
+    emu_maxpool_bwd_as(g_v, dout, a_v + 1, d, 1);
     check_bits("din", g_v, g_s, ni, es(d.t));
-    free(in), free(dout), free(g_s), free(g_v), free(o_s), free(o_v);
+    emu_maxpool_fwd_as(o_v, NULL, in, d, 1);   /* inference: no argmax */
+    check_bits("out without argmax", o_v, o_s, no, es(d.t));
+    free(in), free(dout), free(g_s), free(g_v), free(o_s), free(o_v), free(a_s), free(a_v);
     check_end();
 }
 
@@ -907,11 +949,14 @@ int main(void)
         test_bn_infer(4 * 28 * 28, 128, t, 1, 1);
         test_bn_infer(5, 33, t, 0, 0);
         /* the stem's pool, odd sizes, windows of 2 and of 1 row's stride, ties */
-        test_maxpool(pool(2, 56, 56, 64, 3, 2, 1, t), 0);
-        test_maxpool(pool(2, 7, 5, 3, 3, 2, 1, t), 1);
-        test_maxpool(pool(3, 9, 9, 33, 2, 2, 0, t), 1);
-        test_maxpool(pool(1, 6, 8, 5, 3, 1, 1, t), 1);
-        test_maxpool(pool(3, 9, 9, 16, 3, 2, 1, t), 1);
+        test_maxpool(pool(2, 56, 56, 64, 3, 2, 1, t), POOL_NORMAL);
+        test_maxpool(pool(2, 7, 5, 3, 3, 2, 1, t), POOL_TIES);
+        test_maxpool(pool(3, 9, 9, 33, 2, 2, 0, t), POOL_TIES);
+        test_maxpool(pool(1, 6, 8, 5, 3, 1, 1, t), POOL_TIES);
+        test_maxpool(pool(3, 9, 9, 16, 3, 2, 1, t), POOL_TIES);
+        test_maxpool(pool(2, 9, 9, 12, 3, 2, 1, t), POOL_NAN_INF);
+        test_maxpool(pool(2, 8, 7, 16, 3, 2, 1, t), POOL_NAN_INF);
+        test_maxpool(pool(2, 8, 7, 5, 3, 2, 1, t), POOL_NAN_INF);
         test_avgpool(8, 49, 2048, t);
         test_avgpool(3, 5, 33, t);
         /* the vector bodies: shapes of ResNet-50 (many chunks, one row per chunk), short ones,
@@ -920,9 +965,10 @@ int main(void)
         test_vec_bodies(2 * 7 * 7, 2048, t);
         test_vec_bodies(37, 16, t);
         test_vec_bodies(1, 8, t);
-        test_vec_maxpool(pool(2, 56, 56, 64, 3, 2, 1, t), 0);
-        test_vec_maxpool(pool(3, 9, 9, 16, 3, 2, 1, t), 1);
-        test_vec_maxpool(pool(2, 8, 6, 8, 2, 2, 0, t), 1);
+        test_vec_maxpool(pool(2, 56, 56, 64, 3, 2, 1, t), POOL_NORMAL);
+        test_vec_maxpool(pool(3, 9, 9, 16, 3, 2, 1, t), POOL_TIES);
+        test_vec_maxpool(pool(2, 8, 6, 8, 2, 2, 0, t), POOL_TIES);
+        test_vec_maxpool(pool(3, 9, 7, 16, 3, 2, 1, t), POOL_NAN_INF);
     }
     test_bias(8, 64, 1000);
     test_bias(3, 5, 33);

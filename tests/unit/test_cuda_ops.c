@@ -355,6 +355,44 @@ static void test_bn(const ops_bn *t)
     for (size_t i = 0; i < sizeof hs / sizeof *hs; i++) free(hs[i]);
 }
 
+/* Max pool forward (with its argmax, and without: inference) and backward on the GPU against
+ * the CPU's, bitwise (the kernels keep the CPU's bits, test_cuda_bodies), on `in` of
+ * d->t with ties, NaN and -inf sprinkled over it: the argmax must be the backward's first
+ * maximum, not the forward's maximum. Once with the argmax as the plan places it, once one
+ * byte off its alignment. */
+static void maxpool_against_cpu(const ds_pool_desc *d, void *in, const void *dout)
+{
+    const size_t es = ds_dtype_size(d->t), ni = (size_t)d->n * d->h * d->w * d->c,
+                 no = (size_t)d->n * d->p * d->q * d->c;
+    for (size_t i = 0; i < ni; i += 7) {
+        const float v = i % 3 == 0 ? NAN : i % 3 == 1 ? -INFINITY : 0.25f;   /* 0.25: ties */
+        if (d->t == DS_BF16) ((bf16 *)in)[i] = isnan(v) ? 0x7fc0 : bf16_round(v);
+        else ((float *)in)[i] = v;
+    }
+    void *out = xmalloc(no * es), *din = xmalloc(ni * es);
+    uint8_t *arg = xmalloc(no), *got = xmalloc(no);
+    C->maxpool_fwd(out, arg, in, d);
+    C->maxpool_bwd(din, dout, in, out, arg, d);
+    void *g_in = to_dev(in, ni * es), *g_dout = to_dev(dout, no * es), *g_out = dev_alloc(no * es);
+    uint8_t *g_arg = dev_alloc(no + 1);
+    for (int off = 0; off <= 1; off++) {
+        void *g_din = to_dev(in, ni * es);   /* garbage first: maxpool_bwd must overwrite */
+        G->maxpool_fwd(g_out, g_arg + off, g_in, d);
+        G->maxpool_bwd(g_din, g_dout, g_in, g_out, g_arg + off, d);
+        G->download(got, g_arg + off, no);
+        CHECK(same_bits(g_out, out, no, d->t), "maxpool_fwd: not the CPU's bits");
+        CHECK(!memcmp(got, arg, no), "maxpool_fwd's argmax%s: not the CPU's", off ? " (unaligned)" : "");
+        CHECK(same_bits(g_din, din, ni, d->t), "maxpool_bwd%s: not the CPU's bits", off ? " (unaligned argmax)" : "");
+        dev_free(g_din);
+    }
+    dev_free(g_out);
+    g_out = to_dev(in, no * es);
+    G->maxpool_fwd(g_out, NULL, g_in, d);
+    CHECK(same_bits(g_out, out, no, d->t), "maxpool_fwd without an argmax: not the CPU's bits");
+    dev_free(g_in), dev_free(g_dout), dev_free(g_out), dev_free(g_arg);
+    free(out), free(din), free(arg), free(got);
+}
+
 static void test_pool(const ops_pool *t)
 {
     char name[128];
@@ -366,17 +404,21 @@ static void test_pool(const ops_pool *t)
     float *in = host_rand(ni, -1, 1), *dout = host_rand(no, -1, 1);
     for (size_t i = 0; i < ni; i += 5) in[i] = 0.25f;   /* ties: the first maximum must win */
     float *out = xmalloc(no * 4), *din = xmalloc(ni * 4);
-    C->maxpool_fwd(out, in, &d);
-    C->maxpool_bwd(din, dout, in, out, &d);
+    uint8_t *arg = xmalloc(no);
+    C->maxpool_fwd(out, arg, in, &d);
+    C->maxpool_bwd(din, dout, in, out, arg, &d);
     float *g_in = to_dev(in, ni * 4), *g_dout = to_dev(dout, no * 4), *g_out = dev_alloc(no * 4),
           *g_din = to_dev(in, ni * 4);   /* garbage first: maxpool_bwd must overwrite */
-    G->maxpool_fwd(g_out, g_in, &d);
-    G->maxpool_bwd(g_din, g_dout, g_in, g_out, &d);
+    uint8_t *g_arg = dev_alloc(no);
+    G->maxpool_fwd(g_out, g_arg, g_in, &d);
+    G->maxpool_bwd(g_din, g_dout, g_in, g_out, g_arg, &d);
     cmp("maxpool_fwd", g_out, out, no);
     cmp("maxpool_bwd", g_din, din, ni);
     /* a choice and sums in the CPU's order, rounded as the CPU rounds: its bits */
     CHECK(same_bits(g_out, out, no, DS_F32), "maxpool_fwd: not bitwise the CPU's");
     CHECK(same_bits(g_din, din, ni, DS_F32), "maxpool_bwd: not bitwise the CPU's");
+    maxpool_against_cpu(&d, in, dout);
+    dev_free(g_arg), free(arg);
 
     int n = d.n, hw = d.h * d.w, c = d.c;
     float *x = host_rand((size_t)n * hw * c, -1, 1), *dy = host_rand((size_t)n * c, -1, 1);
@@ -717,16 +759,20 @@ static void test_pool_bf16(const ops_pool *t)
     bf16 *in = host_rand_as(ni, -1, 1, DS_BF16), *dout = host_rand_as(no, -1, 1, DS_BF16);
     for (size_t i = 0; i < ni; i += 5) in[i] = bf16_round(0.25f);   /* ties: the first maximum must win */
     bf16 *out = xmalloc(no * 2), *din = xmalloc(ni * 2);
-    C->maxpool_fwd(out, in, &d);
-    C->maxpool_bwd(din, dout, in, out, &d);
+    uint8_t *arg = xmalloc(no);
+    C->maxpool_fwd(out, arg, in, &d);
+    C->maxpool_bwd(din, dout, in, out, arg, &d);
     void *g_in = to_dev(in, ni * 2), *g_dout = to_dev(dout, no * 2), *g_out = dev_alloc(no * 2),
          *g_din = to_dev(in, ni * 2);   /* garbage first: maxpool_bwd must overwrite */
-    G->maxpool_fwd(g_out, g_in, &d);
-    G->maxpool_bwd(g_din, g_dout, g_in, g_out, &d);
+    uint8_t *g_arg = dev_alloc(no);
+    G->maxpool_fwd(g_out, g_arg, g_in, &d);
+    G->maxpool_bwd(g_din, g_dout, g_in, g_out, g_arg, &d);
     cmp_as("maxpool_fwd", g_out, out, no, DS_BF16, TOL_BF16);
     cmp_as("maxpool_bwd", g_din, din, ni, DS_BF16, TOL_BF16);
     CHECK(same_bits(g_out, out, no, DS_BF16), "maxpool_fwd: not bitwise the CPU's");
     CHECK(same_bits(g_din, din, ni, DS_BF16), "maxpool_bwd: not bitwise the CPU's");
+    maxpool_against_cpu(&d, in, dout);
+    dev_free(g_arg), free(arg);
 
     int n = d.n, hw = d.h * d.w, c = d.c;
     bf16 *x = host_rand_as((size_t)n * hw * c, -1, 1, DS_BF16), *dx = xmalloc((size_t)n * hw * c * 2);

@@ -453,18 +453,21 @@ static void test_ops_bf16_storage(int m, int c)
     pdf.t = DS_F32;
     ds_bf16 *po = malloc(np * sizeof *po), *pg = randn16(np, 1, NULL);
     float *pof = malloc(np * sizeof *pof), *pgf = malloc(np * sizeof *pgf), *absg = malloc(np * sizeof *absg);
-    be->maxpool_fwd(po, x, &pd);
-    be->maxpool_fwd(pof, xf, &pdf);
+    uint8_t *pa = malloc(np), *paf = malloc(np);
+    be->maxpool_fwd(po, pa, x, &pd);
+    be->maxpool_fwd(pof, paf, xf, &pdf);
     off = off16("max pool", po, pof, np);
     CHECK(off == 0, "max pool: %zu of %zu maxima differ", off, np);
+    CHECK(!memcmp(pa, paf, np), "max pool: the argmax differs from float32's");
     /* backward: each window's gradient added to din as it comes, each bf16 sum rounded (the
      * first add is exact; at most three more, each within 2^-9 of the sum of the |g| added
      * there, float32's sums of |g|): within 2^-7 of that sum */
     widen(pgf, pg, np);
     for (size_t i = 0; i < np; i++) absg[i] = fabsf(pgf[i]);
-    be->maxpool_bwd(din, pg, x, po, &pd);
-    be->maxpool_bwd(dinf, pgf, xf, pof, &pdf);
-    be->maxpool_bwd(dresf, absg, xf, pof, &pdf);
+    be->maxpool_bwd(din, pg, x, po, pa, &pd);
+    be->maxpool_bwd(dinf, pgf, xf, pof, paf, &pdf);
+    be->maxpool_bwd(dresf, absg, xf, pof, paf, &pdf);
+    free(pa), free(paf);
     off = 0;
     for (size_t i = 0; i < n; i++) off += fabs((double)ds_bf16_value(din[i]) - dinf[i]) > dresf[i] / 128;
     CHECK(off == 0, "max pool backward: %zu of %zu elements further than 2^-7 of their terms", off, n);
@@ -638,6 +641,27 @@ static void ref_maxpool(double *out, const double *in, const ds_pool_desc *d)
                 }
 }
 
+/* maxpool_fwd's argmax by its rule in backend.h, written plainly: the first element in the
+ * image seeds, a later one replaces it only when strictly greater */
+static void ref_argmax(uint8_t *at, const double *in, const ds_pool_desc *d)
+{
+    for (int n = 0; n < d->n; n++)
+        for (int p = 0; p < d->p; p++)
+            for (int q = 0; q < d->q; q++)
+                for (int c = 0; c < d->c; c++) {
+                    double best = 0;
+                    int a = -1;
+                    for (int r = 0; r < d->k; r++)
+                        for (int s = 0; s < d->k; s++) {
+                            int y = p * d->stride - d->pad + r, x = q * d->stride - d->pad + s;
+                            if (y < 0 || y >= d->h || x < 0 || x >= d->w) continue;
+                            double v = in[(((long)n * d->h + y) * d->w + x) * d->c + c];
+                            if (a < 0 || v > best) best = v, a = r * d->k + s;
+                        }
+                    at[(((long)n * d->p + p) * d->q + q) * d->c + c] = a < 0 ? DS_POOL_NO_ARGMAX : (uint8_t)a;
+                }
+}
+
 static double maxpool_loss(void *p)
 {
     pool_ctx *c = p;
@@ -748,26 +772,94 @@ static void test_maxpool(int n, int h, int w, int c, int k, int stride, int pad)
         float t = in[i - 1];
         in[i - 1] = in[j], in[j] = t;
     }
-    be->maxpool_fwd(out, in, &d);
-    be->maxpool_bwd(din, g, in, out, &d);
+    uint8_t *arg = malloc(no), *arg_want = malloc(no);
+    be->maxpool_fwd(out, arg, in, &d);
+    be->maxpool_bwd(din, g, in, out, arg, &d);
     pool_ctx ctx = {&d, dup_d(in, ni), dup_d(g, no)};
     double *outd = malloc(no * 8), *want = malloc(ni * 8);
     ref_maxpool(outd, ctx.in, &d);
     double *got = dup_d(out, no);
     check_close_d("forward", got, outd, no, 0, 0);
     free(got);
+    ref_argmax(arg_want, ctx.in, &d);
+    CHECK(!memcmp(arg, arg_want, no), "forward's argmax: not each window's first maximum");
+    be->maxpool_fwd(out, NULL, in, &d);   /* inference: no argmax */
+    got = dup_d(out, no);
+    check_close_d("forward without argmax", got, outd, no, 0, 0);
+    free(got), free(arg), free(arg_want);
     fd_grad(want, ctx.in, ni, maxpool_loss, &ctx);
     got = dup_d(din, ni);
     check_close_d("backward", got, want, ni, 1e-6, 1e-6);
 
     // Ties: the gradient goes to the first maximum of the window only.
     float flat[2 * 2] = {1, 1, 1, 1}, dflat[4], o1, g1 = 1;
+    uint8_t a1;
     ds_pool_desc t = {1, 2, 2, 1, 2, 2, 0, 1, 1, DS_F32};
-    be->maxpool_fwd(&o1, flat, &t);
-    be->maxpool_bwd(dflat, &g1, flat, &o1, &t);
+    be->maxpool_fwd(&o1, &a1, flat, &t);
+    be->maxpool_bwd(dflat, &g1, flat, &o1, &a1, &t);
     CHECK(dflat[0] == 1 && dflat[1] == 0 && dflat[2] == 0 && dflat[3] == 0,
           "tie: got %g %g %g %g", dflat[0], dflat[1], dflat[2], dflat[3]);
+    CHECK(a1 == 0, "tie: argmax %d, not the first", a1);
     free(in), free(g), free(out), free(din), free(ctx.in), free(ctx.g), free(outd), free(want), free(got);
+    check_end();
+}
+
+/* NaN and -inf, where the forward's maximum (x > y from -inf: a NaN never wins) and the
+ * backward's first maximum (the first element seeds: a NaN there keeps it) part: the argmax
+ * must be the backward's, in float32 and bf16. One 4 x 4 image of 3 channels, 3x3/2 pad 1:
+ * windows (0, 0) and (1, 1) start at window index 4 and 0. Channel 0: a NaN first in
+ * window (0, 0) (index 4), the larger values after it. Channel 1: window (1, 1) all -inf.
+ * Channel 2: a NaN after the first element, and a -NaN first in window (1, 1). */
+static void test_maxpool_nan(ds_dtype type)
+{
+    char name[96];
+    snprintf(name, sizeof name, "maxpool %s: NaN and -inf, the argmax is the backward's first maximum",
+             ds_dtype_name(type));
+    check_begin(name);
+    ds_pool_desc d = {1, 4, 4, 3, 3, 2, 1, 2, 2, type};
+    enum { NI = 4 * 4 * 3, NO = 2 * 2 * 3 };
+    float in[NI], g[NO], out[NO], din[NI];
+    for (int i = 0; i < NI; i++) in[i] = (float)(i % 7) - 3;
+    in[(0 * 4 + 0) * 3 + 0] = NAN;
+    for (int y = 1; y < 4; y++)
+        for (int x = 1; x < 4; x++) in[(y * 4 + x) * 3 + 1] = -INFINITY;
+    in[(1 * 4 + 0) * 3 + 2] = NAN;
+    in[(1 * 4 + 1) * 3 + 2] = -NAN;
+    for (int i = 0; i < NO; i++) g[i] = (float)(i + 1);
+    /* the storage's values (bf16 keeps these exactly) */
+    ds_bf16 in16[NI], g16[NO], out16[NO], din16[NI];
+    for (int i = 0; i < NI; i++) in16[i] = ds_bf16_from(in[i]);
+    for (int i = 0; i < NO; i++) g16[i] = ds_bf16_from(g[i]);
+    uint8_t arg[NO], want[NO];
+    if (type == DS_BF16) {
+        be->maxpool_fwd(out16, arg, in16, &d);
+        be->maxpool_bwd(din16, g16, in16, out16, arg, &d);
+        for (int i = 0; i < NO; i++) out[i] = ds_bf16_value(out16[i]);
+        for (int i = 0; i < NI; i++) din[i] = ds_bf16_value(din16[i]);
+    } else {
+        be->maxpool_fwd(out, arg, in, &d);
+        be->maxpool_bwd(din, g, in, out, arg, &d);
+    }
+    double ind[NI], outd[NO], dref[NI] = {0};
+    for (int i = 0; i < NI; i++) ind[i] = in[i];
+    ref_maxpool(outd, ind, &d);
+    ref_argmax(want, ind, &d);
+    int off = 0;
+    for (int i = 0; i < NO; i++) off += !(out[i] == outd[i]);
+    CHECK(off == 0, "forward: %d of %d maxima are not the largest non-NaN", off, NO);
+    CHECK(arg[0] == 4 && want[0] == 4, "channel 0, window (0, 0): argmax %d, not the NaN first (4)", arg[0]);
+    CHECK(arg[9 + 1] == 0 && out[9 + 1] == -INFINITY, "channel 1, window (1, 1) of -inf: argmax %d, not 0", arg[10]);
+    CHECK(!memcmp(arg, want, NO), "argmax: not each window's first maximum by the backward's rule");
+    /* the gradient: each window's g to its argmax's element */
+    for (int p = 0; p < 2; p++)
+        for (int q = 0; q < 2; q++)
+            for (int c = 0; c < 3; c++) {
+                const int a = want[(p * 2 + q) * 3 + c], y = p * 2 - 1 + a / 3, x = q * 2 - 1 + a % 3;
+                dref[(y * 4 + x) * 3 + c] += g[(p * 2 + q) * 3 + c];
+            }
+    off = 0;
+    for (int i = 0; i < NI; i++) off += !(din[i] == dref[i]);
+    CHECK(off == 0, "backward: %d of %d gradients not at the windows' first maxima", off, NI);
     check_end();
 }
 
@@ -1193,9 +1285,12 @@ static void run_ops_bf16_storage(results *res, const ds_conv_desc *cs, size_t nc
     be->bn_fwd_infer(o, x, gm, bt, st, st + c, NULL, 1, m, c, 1e-5f, DS_BF16);
     widen(take(res, n), o, n);
     ds_pool_desc pd = {6, 12, 12, c, 3, 2, 1, 6, 6, DS_BF16};
-    be->maxpool_fwd(po, x, &pd);
+    uint8_t pa[np];
+    be->maxpool_fwd(po, pa, x, &pd);
     widen(take(res, np), po, np);
-    be->maxpool_bwd(o, g, x, po, &pd);  /* the first np of g as dout */
+    float *paf = take(res, np);
+    for (size_t i = 0; i < np; i++) paf[i] = pa[i];
+    be->maxpool_bwd(o, g, x, po, pa, &pd);  /* the first np of g as dout */
     widen(take(res, n), o, n);
     be->avgpool_fwd(take(res, 6 * c), x, 6, 144, c, DS_BF16);
     be->avgpool_bwd(o, gm, 1, 144, c, DS_BF16);
@@ -1277,8 +1372,12 @@ static float *run_ops(int threads, size_t *len)
             if (!(pt->use & OPS_BITS) || (size_t)pt->n * pt->h * pt->w * pt->c != (size_t)m * c) continue;
             ds_pool_desc pd = ops_pool_desc(pt, DS_F32);
             float *po = take(&res, (size_t)pd.n * pd.p * pd.q * pd.c);
-            be->maxpool_fwd(po, x, &pd);
-            be->maxpool_bwd(take(&res, (size_t)m * c), g, x, po, &pd);
+            uint8_t *pa = malloc(pd.n * pd.p * pd.q * pd.c);
+            be->maxpool_fwd(po, pa, x, &pd);
+            be->maxpool_bwd(take(&res, (size_t)m * c), g, x, po, pa, &pd);
+            float *paf = take(&res, (size_t)pd.n * pd.p * pd.q * pd.c);
+            for (long i = 0; i < (long)pd.n * pd.p * pd.q * pd.c; i++) paf[i] = pa[i];
+            free(pa);
             be->avgpool_fwd(take(&res, (size_t)pd.n * pd.c), x, pd.n, pd.h * pd.w, pd.c, DS_F32);
             be->avgpool_bwd(take(&res, (size_t)m * c), g, pd.n, pd.h * pd.w, pd.c, DS_F32);
         }
@@ -1500,6 +1599,8 @@ int main(int argc, char **argv)
         test_maxpool(t->n, t->h, t->w, t->c, t->k, t->stride, t->pad);
         test_avgpool(t->n, t->h * t->w, t->c);
     }
+    test_maxpool_nan(DS_F32);
+    test_maxpool_nan(DS_BF16);
     for (size_t i = 0; i < OPS_COUNT(ops_linears); i++)
         if (ops_linears[i].use & OPS_REF) test_linear(ops_linears[i].n, ops_linears[i].i, ops_linears[i].o);
     for (size_t i = 0; i < OPS_COUNT(ops_xents); i++)
