@@ -146,6 +146,7 @@
 
 struct cudnnContext {
     cudaStream_t stream = nullptr;
+    int device = 0;   /* current at cudnnCreate */
 };
 
 struct cudnnTensorStruct {
@@ -966,7 +967,10 @@ const char *const op_names[OPS] = {"cudnnConvolutionForward", "cudnnConvolutionB
 cudnnStatus_t check_handle(const char *fn, cudnnHandle_t h)
 {
     need_live(fn, "handle", h, HANDLE);
-    return h ? CUDNN_STATUS_SUCCESS : fail(CUDNN_STATUS_BAD_PARAM, fn, "handle is NULL");
+    if (!h) return fail(CUDNN_STATUS_BAD_PARAM, fn, "handle is NULL");
+    std::string what = std::string(fn) + ": the cuDNN handle";
+    emu::check_current(h->device, what.c_str());
+    return CUDNN_STATUS_SUCCESS;
 }
 
 /* The perf results of p.op: every algorithm once, the supported first; Find's in a drawn
@@ -1075,10 +1079,12 @@ cudnnStatus_t execute(int op, cudnnHandle_t h, const void *alpha, const problem 
         bytes[i] = extent_bytes(*arr[op][i]);
         std::string what = std::string(fn) + ": " + an[i] + " (" + describe(*arr[op][i]) + ")";
         emu::check_range(ptr[i], bytes[i], emu::MEM_DEVICE, what.c_str());
+        emu::check_device(ptr[i], h->device, what.c_str());
     }
     if (ws && ws_bytes) {
         std::string what = std::string(fn) + ": workSpace (" + std::to_string(ws_bytes) + " bytes)";
         emu::check_range(ws, ws_bytes, emu::MEM_DEVICE, what.c_str());
+        emu::check_device(ws, h->device, what.c_str());
     }
     for (int i = 0; i < 2; i++)
         if (overlaps(out, bytes[2], ptr[i], bytes[i]))
@@ -1190,6 +1196,7 @@ cudnnStatus_t cudnnCreate(cudnnHandle_t *handle)
 {
     if (!handle) return fail(CUDNN_STATUS_BAD_PARAM, "cudnnCreate", "handle is NULL");
     *handle = new cudnnContext;
+    (*handle)->device = emu::current_device();
     remember(*handle, HANDLE);
     return CUDNN_STATUS_SUCCESS;
 }
@@ -1207,7 +1214,12 @@ cudnnStatus_t cudnnDestroy(cudnnHandle_t handle)
 cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t streamId)
 {
     cudnnStatus_t st = check_handle("cudnnSetStream", handle);
-    if (st == CUDNN_STATUS_SUCCESS) handle->stream = streamId;
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    /* cuDNN 9: a stream of another device than the handle's */
+    if (emu::stream_device(streamId) != handle->device)
+        return fail(CUDNN_STATUS_BAD_PARAM_STREAM_MISMATCH, "cudnnSetStream",
+                    "the stream is device %d's, the handle device %d's", emu::stream_device(streamId), handle->device);
+    handle->stream = streamId;
     return st;
 }
 

@@ -13,6 +13,10 @@
 #   - without --deterministic the NCCL allreduce runs, agrees within the GPU's bound, and is
 #     not those bits (so the cases above would see a sum left to NCCL);
 #   - the start-up line and the checkpoint's /reduction name the reduction that ran.
+# The ranks run on three emulated devices (DS_EMU_DEVICES=3), as on a node of three GPUs,
+# set as the launchers people use set them: every device visible and the rank's index on the
+# node choosing (the np 3 cases), or one device per rank through CUDA_VISIBLE_DEVICES (the
+# np 2 case).
 # Small on purpose: resnet20 at crop 16, micro-batches of 2, one thread each.
 . "$(dirname "$0")/lib.sh"
 
@@ -28,6 +32,9 @@ RUN=(--train "$T/train" --arch resnet20 --crop 16 --batch 2 --lr 0.05 --lr-scali
      --augment standard --pad 2 --log-every 100 --threads 1 --loader-threads 1 --device cuda --precision fp32)
 DET=("${RUN[@]}" --deterministic)
 MPIRUN=(timeout 900 mpirun --allow-run-as-root --oversubscribe)
+export DS_EMU_DEVICES=3
+# as srun --gpus-per-task=1 or a wrapper exporting one device per rank: each rank sees one
+PER_RANK=(sh -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$0" "$@"')
 
 bitwise() {  # A B: /model and /optimizer identical
     h5diff -q "$1" "$2" /model /model && h5diff -q "$1" "$2" /optimizer /optimizer
@@ -65,7 +72,7 @@ check emu_det_resume_np3_on_1_equals_uninterrupted bitwise "$T/acc3/ckpt-0000000
 # ---- 2 ranks of 3 micro-batches against one process of 6 ----
 dstrain "${DET[@]}" --accum 6 --max-steps 2 -o "$T/acc6" 2>"$T/acc6.err" ||
     fail emu_det_accum6_runs "$(tail -5 "$T/acc6.err")"
-"${MPIRUN[@]}" -np 2 dstrain "${DET[@]}" --accum 3 --max-steps 2 -o "$T/np2a3" 2>"$T/np2a3.err" ||
+"${MPIRUN[@]}" -np 2 "${PER_RANK[@]}" dstrain "${DET[@]}" --accum 3 --max-steps 2 -o "$T/np2a3" 2>"$T/np2a3.err" ||
     fail emu_det_np2_accum3_runs "$(tail -5 "$T/np2a3.err")"
 check emu_det_np2_accum3_equals_accum6 bitwise "$T/acc6/ckpt-00000002.h5" "$T/np2a3/ckpt-00000002.h5"
 

@@ -16,7 +16,10 @@
 #     lost at a short batch only: tf32 within its own budget, or an error naming each budget;
 #   - tensor-op algorithms that would convert float inputs to fp16: a tf32 run takes none;
 #   - NCCL that cannot start, and a peer that stalls in a reduction: the job ends with
-#     NCCL's words or ds's --comm-timeout message.
+#     NCCL's words or ds's --comm-timeout message;
+#   - two ranks on one device (one emulated device, or CUDA_VISIBLE_DEVICES giving every
+#     rank the same one): NCCL's refusal in its words, "Duplicate GPU detected", exit 1,
+#     never a hang.
 . "$(dirname "$0")/lib.sh"
 
 make_bar_images "$T/tree" 6 2 31 && split_pack "$T/tree" 0 "$T/split" "$T/train" ||
@@ -99,11 +102,19 @@ check tf32_refuses_fp16_conversion sh -c "test -f '$T/conv16/ckpt-00000002.h5' &
 
 # ---- NCCL ----
 if command -v mpirun >/dev/null; then
-    MPI=(timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2)
+    # each rank on an emulated device of its own, as on a node of two GPUs
+    MPI=(env DS_EMU_DEVICES=2 timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2)
     expect nccl_init_failure nccl_init_fail 1 'ncclCommInitRank .*(unhandled system error|system error)' \
         "${MPI[@]}" dstrain "${RUN[@]}" --device cuda -o "$T/ncclinit"
     expect nccl_stalled_peer_ends_the_job nccl_stall=1 1 'did not finish within 5 s' \
         "${MPI[@]}" dstrain "${RUN[@]}" --device cuda --comm-timeout 5 -o "$T/stall"
+    # two ranks on one device: refused by NCCL at start-up (the timeout is a hang guard only)
+    DUP=(timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2)
+    expect nccl_two_ranks_one_device_refused '' 1 'ncclCommInitRank .*invalid usage.*Duplicate GPU detected : rank' \
+        env DS_EMU_DEVICES=1 "${DUP[@]}" dstrain "${RUN[@]}" --device cuda -o "$T/dup"
+    expect nccl_one_visible_device_each_the_same_refused '' 1 'Duplicate GPU detected' \
+        env DS_EMU_DEVICES=2 CUDA_VISIBLE_DEVICES=1 "${DUP[@]}" dstrain "${RUN[@]}" --device cuda -o "$T/dup1"
+    check nccl_refused_writes_nothing sh -c "test ! -e '$T/dup/last.h5' && test ! -e '$T/dup1/last.h5'"
 else
     echo "SKIP emu nccl faults: mpirun not found"
 fi
