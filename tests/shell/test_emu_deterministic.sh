@@ -6,7 +6,8 @@
 # all-gather or a gather to rank 0) and its own kernel adding the ranks' copies in rank
 # order, and adds one rank's micro-batches in the same order; the emulated NCCL's allreduce
 # sums in an order that varies per call, as real NCCL's may, so a sum left to it shows.
-#   - mpirun -np 3 equals one process at --accum 3, bitwise;
+#   - mpirun -np 3 equals one process at --accum 3, bitwise, with the devices chosen either
+#     way; three ranks on two devices are refused at start-up (NCCL's duplicate-GPU check);
 #   - -np 2 --accum 3 equals --accum 6, bitwise (micro-batches reduced to rank 0 as they end);
 #   - a run stopped at step 2 on 3 ranks and resumed on 1 (--accum 3) equals the run never
 #     stopped, bitwise;
@@ -63,6 +64,18 @@ pass emu_det_np3_runs
 check emu_det_np3_equals_accum3 bitwise "$T/acc3/ckpt-00000002.h5" "$T/np3/ckpt-00000002.h5"
 check emu_det_np3_startup_line_names_ordered grep -q "gradients summed ordered" "$T/np3.err"
 check emu_det_np3_checkpoint_names_ordered reduction_is "$T/np3/ckpt-00000002.h5" ordered
+# the same three ranks, each given its device by CUDA_VISIBLE_DEVICES (every rank sets device 0)
+"${MPIRUN[@]}" -np 3 "${PER_RANK[@]}" dstrain "${DET[@]}" --max-steps 2 -o "$T/np3v" 2>"$T/np3v.err" ||
+    fail emu_det_np3_one_device_each_runs "$(tail -5 "$T/np3v.err")"
+check emu_det_np3_one_device_each_equals_accum3 bitwise "$T/acc3/ckpt-00000002.h5" "$T/np3v/ckpt-00000002.h5"
+# three ranks on two devices: NCCL refuses the two that share one at start-up, the job ends
+# (the timeout is a hang guard only)
+DS_EMU_DEVICES=2 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 3 dstrain "${DET[@]}" --max-steps 2 \
+    -o "$T/np3on2" >/dev/null 2>"$T/np3on2.err"
+rc=$?
+if [ "$rc" != 0 ] && [ "$rc" != 124 ] && grep -q 'Duplicate GPU detected : rank [02] and rank [02] both on CUDA device' "$T/np3on2.err" &&
+    [ ! -e "$T/np3on2/last.h5" ]; then pass emu_det_np3_on_two_devices_refused
+else fail emu_det_np3_on_two_devices_refused "exit $rc: $(grep -v '^ds-emu:   ' "$T/np3on2.err" | tail -3)"; fi
 
 # ---- stopped at step 2 on 3 ranks, resumed on 1 to step 4 ----
 dstrain "${DET[@]}" --accum 3 --max-steps 4 --resume "$T/np3" 2>"$T/resume1.err" ||
