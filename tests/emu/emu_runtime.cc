@@ -34,7 +34,8 @@
  *                  been queued MS milliseconds (default 50): as late as CUDA allows, so a
  *                  missing wait reads or overwrites memory at the worst moment.
  *
- * Kernels. A grid's blocks are spread over DS_EMU_BLOCK_THREADS threads (default 2; the
+ * Kernels. A 16-byte vector access (load16/store16) must be 16-byte aligned, as on the GPU:
+ * a misaligned one is a defect naming the kernel. A grid's blocks are spread over DS_EMU_BLOCK_THREADS threads (default 2; the
  * stream's worker is one of them); each block's threads are fibers of one CPU thread, run in
  * turn up to a __syncthreads or their end, so shared memory and barriers mean what they mean
  * on the device. Fibers switch by a few instructions of our own (x86-64), told to
@@ -844,8 +845,12 @@ void run_block(const std::function<void()> &body, dim3 grid, dim3 block, unsigne
     br->current = nullptr;
 }
 
+/* The kernel the calling thread runs blocks of, for the messages ("kernel NAME") */
+thread_local const char *running_kernel = "";
+
 /* The block threads: a grid's blocks are taken by index from the job in turn. */
 struct grid_job {
+    const char *name;
     const std::function<void()> *body;
     dim3 grid, block;
     unsigned blocks;
@@ -869,6 +874,7 @@ block_pool &pool()
 /* Takes blocks of job until none is left; returns when this thread ran its last one. */
 void take_blocks(grid_job *j)
 {
+    running_kernel = j->name;
     for (;;) {
         unsigned b = j->next.fetch_add(1);
         if (b >= j->blocks) return;
@@ -902,9 +908,10 @@ void pool_thread()
     }
 }
 
-void run_grid(const std::function<void()> &body, dim3 grid, dim3 block)
+void run_grid(const char *name, const std::function<void()> &body, dim3 grid, dim3 block)
 {
     grid_job j;
+    j.name = name;
     j.body = &body;
     j.grid = grid, j.block = block;
     j.blocks = grid.x * grid.y * grid.z;
@@ -931,6 +938,13 @@ void run_grid(const std::function<void()> &body, dim3 grid, dim3 block)
 }  // namespace
 
 namespace emu {
+
+void check_vector_access(const void *p)
+{
+    if ((uintptr_t)p % 16)
+        defect("%s: misaligned 16-byte vector access at %p (%zu bytes past a 16-byte boundary); the GPU would fault "
+               "(cudaErrorMisalignedAddress)", *running_kernel ? running_kernel : "a kernel", p, (size_t)((uintptr_t)p % 16));
+}
 
 /* A defect when a failed launch's error was never read (see the top). */
 void unread_launch_check(const char *at)
@@ -992,7 +1006,7 @@ void launch(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t 
     o.name = qname;
     for (const void *p : ptrs)
         if (p) o.uses.push_back({p, 1});
-    o.fn = [body = std::move(body), grid, block]() { run_grid(body, grid, block); };
+    o.fn = [body = std::move(body), grid, block, qname]() { run_grid(qname.c_str(), body, grid, block); };
     enqueue_on(st, std::move(o));
 }
 
