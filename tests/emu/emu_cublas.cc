@@ -10,7 +10,8 @@
  *
  * cublasSgemm_v2 is BLAS's: column-major, C (m x n) = alpha op(A) op(B) + beta C, op(A) m x k
  * and op(B) k x n (CUBLAS_OP_C is CUBLAS_OP_T for real matrices). Products accumulate in
- * float in one fixed order. Math modes: DEFAULT and PEDANTIC compute in fp32 (DEFAULT never
+ * float in one fixed order; with a workspace and beta != 0 the two halves of k are added
+ * into C one after the other (split-K: C = (beta C + alpha lo) + alpha hi). Math modes: DEFAULT and PEDANTIC compute in fp32 (DEFAULT never
  * lowers SGEMM's precision), TF32_TENSOR_OP rounds A and B to tf32 (10 mantissa bits,
  * nearest even), the deprecated TENSOR_OP computes SGEMM as CUBLAS_COMPUTE_32F_FAST_16F
  * does (A and B converted to fp16, range included), the fp32 emulations compute in fp32; the
@@ -162,9 +163,17 @@ void run(const gemm &g)
                 a[(size_t)l * m + i] = round_input(v, g.compute);
             }
     }
+    /* split-K: with a workspace and beta != 0, the halves of k add into C one after the
+     * other, C = (beta C + alpha lo) + alpha hi, as a split-K epilogue may */
+    const int split = g.ws_used && beta != 0 && reads && k >= 2 ? k / 2 : 0;
+    std::vector<float> lo(split ? m : 0);
     for (int j = 0; j < n; j++) {
         std::fill(acc.begin(), acc.end(), 0.0f);
         for (int l = 0; reads && l < k; l++) {
+            if (split && l == split) {
+                lo.swap(acc);
+                std::fill(acc.begin(), acc.end(), 0.0f);
+            }
             float b = round_input(g.tb ? g.B[j + (size_t)l * g.ldb] : g.B[l + (size_t)j * g.ldb], g.compute);
             float *__restrict s = acc.data();
             const float *__restrict x = &a[(size_t)l * m];
@@ -179,8 +188,14 @@ void run(const gemm &g)
         }
         for (int i = 0; i < m; i++) {
             float *c = &g.C[i + (size_t)j * g.ldc];
-            float v = alpha * acc[i];
-            if (beta != 0) v += beta * *c;
+            float v;
+            if (split) {
+                v = beta * *c + alpha * lo[i];
+                v = v + alpha * acc[i];
+            } else {
+                v = alpha * acc[i];
+                if (beta != 0) v += beta * *c;
+            }
             *c = v;
         }
     }
