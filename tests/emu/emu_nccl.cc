@@ -46,6 +46,17 @@
  *                     its communicator is aborted, and sees no peer's error meanwhile;
  *                     the peers wait for it (no error: it is alive). A bare nccl_stall is
  *                     rank 0.
+ *   nccl_fail=R[:K]   rank R's K-th operation (collective or group; 1-based, default 1)
+ *                     fails while its process lives on: its communicator's asynchronous
+ *                     error is ncclSystemError (NCCL's words as the last error), the
+ *                     operation finishes with its output undefined, and its peers, waiting
+ *                     for it, see ncclRemoteError.
+ *   nccl_init_stall=R ncclCommInitRank of rank R never meets its peers and never returns:
+ *                     the process is alive, stuck before the rendezvous (the peers wait for
+ *                     it up to DS_EMU_NCCL_INIT_TIMEOUT).
+ *   nccl_finalize_stall=R
+ *                     ncclCommFinalize of rank R never returns until its communicator is
+ *                     aborted (ncclCommAbort from another thread).
  *   nccl_init_fail[=R] ncclCommInitRank of rank R (bare: of every rank) answers
  *                     ncclSystemError, with a message, without meeting its peers (which
  *                     then wait for it until their own timeout).
@@ -602,6 +613,8 @@ failure p2p_run(comm_state *c, const p2p_group &gp)
     return f;
 }
 
+bool fails_now(int rank, uint64_t seq);
+
 /* What the stream's worker runs for one operation (a collective, or a group). */
 void run_op(const std::shared_ptr<comm_state> &sp, uint64_t seq, const char *name, bool stalls,
             const std::function<failure(comm_state *)> &body)
@@ -613,7 +626,10 @@ void run_op(const std::shared_ptr<comm_state> &sp, uint64_t seq, const char *nam
         c->running = true;
     }
     if (!c->aborted.load() && c->async.load() == ncclSuccess) {
-        failure f = stalls ? stall(c) : body(c);
+        failure f = fails_now(c->rank, seq)
+                        ? failure{ncclSystemError, "NET/Socket : connection closed by the transport, the process "
+                                                   "lives on (DS_EMU_FAULT=nccl_fail)"}
+                        : stalls ? stall(c) : body(c);
         if (f.rc != ncclSuccess && !c->aborted.load()) {
             int expected = ncclSuccess;
             c->async.compare_exchange_strong(expected, f.rc);
@@ -668,6 +684,24 @@ struct p2p_op {
     cudaStream_t stream;
 };
 thread_local std::vector<p2p_op> group_ops;
+
+/* The nccl_fail switch (R[:K]): whether operation seq (0-based) of rank `rank` fails */
+bool fails_now(int rank, uint64_t seq)
+{
+    const char *f = emu::fault("nccl_fail");
+    if (!f) return false;
+    int r = *f ? atoi(f) : 0;
+    const char *colon = strchr(f, ':');
+    long k = colon ? atol(colon + 1) : 1;
+    return r == rank && (uint64_t)k == seq + 1;
+}
+
+/* The nccl_init_stall and nccl_finalize_stall switches: whether rank `rank` stalls there */
+bool stalls_at(const char *name, int rank)
+{
+    const char *f = emu::fault(name);
+    return f && (*f ? atoi(f) : 0) == rank;
+}
 
 /* The nccl_stall switch: whether this operation of rank `rank` is the one that stalls. */
 bool stalls_now(int rank)
@@ -934,6 +968,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
                        nranks);
         return ncclInvalidArgument;
     }
+    if (stalls_at("nccl_init_stall", rank)) {
+        emu::note("nccl: rank %d stalls before ncclCommInitRank meets its peers (fault nccl_init_stall)", rank);
+        for (;;) pause();   /* alive, never arriving: until a signal ends the process */
+    }
     const char *f = emu::fault("nccl_init_fail");
     if (f && (!*f || atoi(f) == rank)) {
         set_last_error("ncclCommInitRank (rank %d of %d): the transport could not be set up "
@@ -1157,6 +1195,11 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm)
         return ncclInvalidArgument;
     }
     comm_state *c = live(comm, "ncclCommFinalize");
+    if (stalls_at("nccl_finalize_stall", c->rank)) {
+        emu::note("nccl: rank %d stalls in ncclCommFinalize (fault nccl_finalize_stall)", c->rank);
+        while (!c->aborted.load()) nap_us(1000);   /* until ncclCommAbort, from another thread */
+        return ncclInvalidUsage;
+    }
     wait_pending(c);
     {
         std::lock_guard<std::mutex> lock(c->m);
