@@ -89,11 +89,13 @@ int ds_nccl_init(void)
     dog_disarm();
     if (rc != ncclSuccess) {
         /* Two ranks on one GPU are refused before NCCL 2.30 (and from 2.30 without
-         * NCCL_MULTI_RANK_GPU_ENABLE=1); say so, since it is the usual cause on one GPU. */
+         * NCCL_MULTI_RANK_GPU_ENABLE=1), with ncclInvalidUsage; say so then, and only then
+         * (a /dev/shm or transport failure is ncclSystemError). */
         const char *detail = ncclGetLastError(NULL);
         ds_err("ncclCommInitRank (rank %d of %d, device %d): %s%s%s%s", ds_comm_rank(), ds_comm_world(),
                device, ncclGetErrorString(rc), detail && *detail ? ": " : "", detail ? detail : "",
-               ds_comm_local_size() > 1 ? "; several ranks on one node: each needs its own GPU" : "");
+               rc == ncclInvalidUsage && ds_comm_local_size() > 1 ? "; several ranks on one node: each needs its own GPU"
+                                                                   : "");
         comm = NULL;
         return -1;
     }

@@ -88,6 +88,8 @@ dstrain "${DET[@]}" --accum 6 --max-steps 2 -o "$T/acc6" 2>"$T/acc6.err" ||
 "${MPIRUN[@]}" -np 2 "${PER_RANK[@]}" dstrain "${DET[@]}" --accum 3 --max-steps 2 -o "$T/np2a3" 2>"$T/np2a3.err" ||
     fail emu_det_np2_accum3_runs "$(tail -5 "$T/np2a3.err")"
 check emu_det_np2_accum3_equals_accum6 bitwise "$T/acc6/ckpt-00000002.h5" "$T/np2a3/ckpt-00000002.h5"
+# one GPU seen per rank is not GPUs shared: no warning saying so
+check emu_det_np2_one_device_each_no_sharing_warning sh -c "! grep 'share' '$T/np2a3.err'"
 
 # ---- without --deterministic: NCCL's allreduce, within the bound ----
 "${MPIRUN[@]}" -np 3 dstrain "${RUN[@]}" --max-steps 2 -o "$T/np3nd" 2>"$T/np3nd.err" ||

@@ -108,6 +108,8 @@ if command -v mpirun >/dev/null; then
     MPI=(env DS_EMU_DEVICES=2 timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2)
     expect nccl_init_failure nccl_init_fail 1 'ncclCommInitRank .*(unhandled system error|system error)' \
         "${MPI[@]}" dstrain "${RUN[@]}" --device cuda -o "$T/ncclinit"
+    # a transport that cannot start is not ranks sharing a GPU: no hint saying so
+    check nccl_init_failure_no_sharing_hint sh -c "! grep 'each needs its own GPU' '$T/nccl_init_failure.err'"
     expect nccl_stalled_peer_ends_the_job nccl_stall=1 1 'did not finish within 5 s' \
         "${MPI[@]}" dstrain "${RUN[@]}" --device cuda --comm-timeout 5 -o "$T/stall"
     # rank 1's second collective (step 2's one bucket, at --bucket-mb 25) fails while its
@@ -128,6 +130,8 @@ if command -v mpirun >/dev/null; then
     DUP=(timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2)
     expect nccl_two_ranks_one_device_refused '' 1 'ncclCommInitRank .*invalid usage.*Duplicate GPU detected : rank' \
         env DS_EMU_DEVICES=1 "${DUP[@]}" dstrain "${RUN[@]}" --device cuda -o "$T/dup"
+    check nccl_two_ranks_one_device_warned sh -c "grep -q '2 ranks on this node share 1 GPU' '$T/nccl_two_ranks_one_device_refused.err' &&
+        grep -q 'each needs its own GPU' '$T/nccl_two_ranks_one_device_refused.err'"
     expect nccl_one_visible_device_each_the_same_refused '' 1 'Duplicate GPU detected' \
         env DS_EMU_DEVICES=2 CUDA_VISIBLE_DEVICES=1 "${DUP[@]}" dstrain "${RUN[@]}" --device cuda -o "$T/dup1"
     check nccl_refused_writes_nothing sh -c "test ! -e '$T/dup/last.h5' && test ! -e '$T/dup1/last.h5'"
