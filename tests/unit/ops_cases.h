@@ -201,6 +201,9 @@ static const ops_bn ops_bns[] = {
     {300, 48, 1, 1, 3.5, 0.9, OPS_GPU | OPS_GPU_BF16_IO},
     {1000, 70, 0, 0, 3.5, 0.9, OPS_GPU},
     {97, 8, 0, 1, 3.5, 0.9, OPS_GPU | OPS_GPU_BF16_IO},
+    /* bf16 channel counts the 8-wide vectors do not divide: the scalar bf16 kernels */
+    {200, 12, 1, 1, 3.5, 0.9, OPS_GPU_BF16_IO},
+    {150, 70, 0, 1, 3.5, 0.9, OPS_GPU_BF16_IO},
     /* bf16 storage in test_ops: m = 2 images of 12 rows (pooled 3x3/2 there too) */
     {2 * 12 * 10, 70, 1, 1, 0, 2, OPS_BF16_IO},
     {2 * 12 * 3, 300, 1, 1, 0, 2, OPS_BF16_IO},
@@ -221,6 +224,7 @@ static const ops_pool ops_pools[] = {
     {3, 10, 10, 7, 3, 2, 1, OPS_REF | OPS_GPU},
     {3, 13, 11, 8, 3, 2, 1, OPS_GPU | OPS_GPU_BF16_IO},
     {4, 7, 7, 40, 3, 2, 1, OPS_GPU | OPS_GPU_BF16_IO},
+    {3, 9, 9, 12, 3, 2, 1, OPS_GPU_BF16_IO},   /* 12 bf16 channels: not a whole vector */
     {6, 12, 12, 64, 3, 2, 1, OPS_BITS},
 };
 
