@@ -1,5 +1,5 @@
 #!/bin/bash
-# EMU-TSAN: skip: its eleven runs of up to three ranks take many minutes under ThreadSanitizer; test_emu_faults.sh takes the NCCL path there
+# EMU-TSAN: skip: its runs of up to three ranks take many minutes under ThreadSanitizer; test_emu_ranks.sh is the multi-rank case there
 # --deterministic training on several GPUs, on the emulated CUDA device (tests/emu, make emu;
 # tests/run.sh runs this file only in its emulated passes). Under --deterministic the CUDA
 # backend reduces the gradients with NCCL moving data only (an all-to-all, then an
@@ -7,7 +7,7 @@
 # order, and adds one rank's micro-batches in the same order; the emulated NCCL's allreduce
 # sums in an order that varies per call, as real NCCL's may, so a sum left to it shows.
 #   - mpirun -np 3 equals one process at --accum 3, bitwise, with the devices chosen either
-#     way; three ranks on two devices are refused at start-up (NCCL's duplicate-GPU check);
+#     way, and under the lazy and delay schedules; three ranks on two devices are refused at start-up (NCCL's duplicate-GPU check);
 #   - -np 2 --accum 3 equals --accum 6, bitwise (micro-batches reduced to rank 0 as they end);
 #   - a run stopped at step 2 on 3 ranks and resumed on 1 (--accum 3) equals the run never
 #     stopped, bitwise;
@@ -76,6 +76,14 @@ rc=$?
 if [ "$rc" != 0 ] && [ "$rc" != 124 ] && grep -q 'Duplicate GPU detected : rank [02] and rank [02] both on CUDA device' "$T/np3on2.err" &&
     [ ! -e "$T/np3on2/last.h5" ]; then pass emu_det_np3_on_two_devices_refused
 else fail emu_det_np3_on_two_devices_refused "exit $rc: $(grep -v '^ds-emu:   ' "$T/np3on2.err" | tail -3)"; fi
+
+# the same under the schedules that expose a missing wait between the compute and the
+# reduction streams: work held back until waited for, and each operation late at random
+for sched in lazy=20 delay=400; do
+    DS_EMU_SCHED=$sched "${MPIRUN[@]}" -np 3 dstrain "${DET[@]}" --max-steps 2 -o "$T/np3-$sched" 2>"$T/np3-$sched.err" ||
+        fail "emu_det_np3_under_${sched%=*}_runs" "$(tail -5 "$T/np3-$sched.err")"
+    check "emu_det_np3_under_${sched%=*}_equals_accum3" bitwise "$T/acc3/ckpt-00000002.h5" "$T/np3-$sched/ckpt-00000002.h5"
+done
 
 # ---- stopped at step 2 on 3 ranks, resumed on 1 to step 4 ----
 dstrain "${DET[@]}" --accum 3 --max-steps 4 --resume "$T/np3" 2>"$T/resume1.err" ||
