@@ -1195,6 +1195,7 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm)
         return ncclInvalidArgument;
     }
     comm_state *c = live(comm, "ncclCommFinalize");
+    std::shared_ptr<comm_state> keep = comm->s;   /* an abort from another thread deletes comm */
     if (stalls_at("nccl_finalize_stall", c->rank)) {
         emu::note("nccl: rank %d stalls in ncclCommFinalize (fault nccl_finalize_stall)", c->rank);
         while (!c->aborted.load()) nap_us(1000);   /* until ncclCommAbort, from another thread */
