@@ -84,7 +84,8 @@ CUDA_SEARCHED = $(sort $(foreach p,$(CUDA_PARTS),$(if $(CUDA_AT_$(p)),,$(filter-
 CUDA_FOUND    = $(foreach p,$(CUDA_PARTS),$(p) $(CUDA_LIB_$(p)))
 # EMU=1 (set by `make emu`): the CUDA sources compiled by the host's C++ compiler against the
 # toolkit's headers, with the emulated device (tests/emu/*.cc) in libcommon.a in place of
-# NVIDIA's libraries; only the headers are needed.
+# NVIDIA's libraries; only the headers are needed. -fno-strict-aliasing there: the vector
+# bodies' device branch reads float and bf16 tensors as uint4, as device code may.
 EMU      ?= 0
 EMU_SAN  ?=
 ifeq ($(EMU),1)
@@ -127,7 +128,7 @@ EMU_SRCS  := $(if $(filter 1,$(EMU)),$(sort $(wildcard tests/emu/emu_*.cc)))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CUDA_SRCS:%.cu=$(BUILD)/%.o) $(EMU_SRCS:%.cc=$(BUILD)/%.o)
 EMU_TEST_SRCS := $(if $(filter 1,$(EMU)),$(sort $(wildcard tests/emu/test_*.cc)))
 EMU_TEST_BINS := $(EMU_TEST_SRCS:tests/emu/%.cc=$(BUILD)/emu-tests/%)
-EMU_CXXFLAGS = -std=c++17 -D_GNU_SOURCE -g $(if $(EMU_SAN),-O1,-O2) $(EMU_SAN_FLAGS) -ffp-contract=off -Wall -Wextra \
+EMU_CXXFLAGS = -std=c++17 -D_GNU_SOURCE -g $(if $(EMU_SAN),-O1,-O2) $(EMU_SAN_FLAGS) -ffp-contract=off -fno-strict-aliasing -Wall -Wextra \
                -Wno-unused-parameter -Wno-deprecated-declarations -fopenmp -Ilibcommon -Itests/emu $(CUDA_INCS) \
                -DDS_HAVE_CUDA=1 -DDS_CUDA_EMULATED=1 $(MPI_CFLAGS) -MMD -MP
 LIB       := $(BUILD)/libcommon.a

@@ -622,9 +622,9 @@ EOF
     eq_args=(--train "$W/small/packed64" --arch resnet20 --crop "$NCCL_CROP" --epochs 1 --max-steps "$MAX_STEPS"
              --lr 0.05 --device "$DEV" --precision fp32 --deterministic --log-every 0 --comm-timeout 20 -q)
     if [ "$MODE" = emulated ]; then
-        # the emulated NCCL sums across the ranks of an mpirun (which share the emulated device)
+        # the emulated NCCL sums across the ranks of an mpirun, on two emulated devices
         eq_what="2 ranks over the emulated NCCL x batch 8 vs 1 process x batch 8 x accum 2"
-        run 15 mpirun --oversubscribe --bind-to none -np 2 -x LD_LIBRARY_PATH \
+        run 15 env DS_EMU_DEVICES=2 mpirun --oversubscribe --bind-to none -np 2 -x LD_LIBRARY_PATH -x DS_EMU_DEVICES \
             dstrain "${eq_args[@]}" --batch 8 -o "$SW/eq_mpi" >"$SW/eq_mpi.log" 2>&1
     elif [ "$nccl" -ge 23000 ] && [ "$DRY" = 0 ]; then
         eq_what="3 NCCL ranks on one GPU x batch 8 vs 1 process x batch 8 x accum 3"

@@ -49,9 +49,12 @@ static int bind_device(void)
     int count = ds_cuda_device_count();
     if (count < 0) return -1;
     if (count == 0) return ds_err("CUDA: no GPU is visible (driver missing or no device)");
-    /* One process per GPU: the rank's index on its node picks the device. */
+    /* One process per GPU: the rank's index on its node picks the device. Ranks share one
+     * only when each sees every GPU of the node; where a launcher gives each rank its own
+     * (CUDA_VISIBLE_DEVICES, one device seen per rank) that cannot be told from here, and
+     * NCCL refuses ranks that do share one ("Duplicate GPU detected"). */
     g.device = ds_comm_local_rank() % count;
-    if (ds_comm_local_size() > count)
+    if (ds_comm_local_size() > count && !getenv("CUDA_VISIBLE_DEVICES"))
         ds_warn("CUDA: %d ranks on this node share %d GPU(s)", ds_comm_local_size(), count);
     cudaCheck(cudaSetDevice(g.device));
     cudaCheck(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));

@@ -95,13 +95,23 @@ enum { BN_STATS, BN_GRADS };
  * in cuda_kernels.cu); the scalar bodies serve the rest. The 16 bytes are four 32-bit
  * words, element k of a bf16 vector in half k % 2 of word k / 2 (little-endian, as both the
  * GPU and x86 store them). */
-#ifdef __CUDA_ARCH__
+#if defined(__CUDA_ARCH__) || defined(DS_EMU_VEC16)
+/* The device's 16-byte accesses; the emulated device (tests/emu) compiles them too, each
+ * address checked first by DS_EMU_VEC16 (a misaligned one faults on the GPU). */
+#ifndef DS_EMU_VEC16
+#define DS_EMU_VEC16(p) ((void)0)
+#endif
 BODY void load16(const void *p, uint32_t w[4])
 {
+    DS_EMU_VEC16(p);
     const uint4 u = *(const uint4 *)p;
     w[0] = u.x, w[1] = u.y, w[2] = u.z, w[3] = u.w;
 }
-BODY void store16(void *p, const uint32_t w[4]) { *(uint4 *)p = make_uint4(w[0], w[1], w[2], w[3]); }
+BODY void store16(void *p, const uint32_t w[4])
+{
+    DS_EMU_VEC16(p);
+    *(uint4 *)p = make_uint4(w[0], w[1], w[2], w[3]);
+}
 #else
 BODY void load16(const void *p, uint32_t w[4]) { memcpy(w, p, 16); }
 BODY void store16(void *p, const uint32_t w[4]) { memcpy(p, w, 16); }

@@ -8,10 +8,62 @@
 #include "log.h"
 
 #include <cuda_runtime.h>
+#include <errno.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <time.h>
 
 static ncclComm_t comm;
+
+/* ncclCommInitRank and ncclCommFinalize block until every rank has come: a peer alive but
+ * stuck before either (a hung read, a stopped process) would hang the others without end.
+ * A watchdog thread ends the job after --comm-timeout, as ds_nccl_sync's wait does. */
+static struct {
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+    int armed;
+    const char *what;
+    double limit;
+    pthread_t thread;
+} dog = {.m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void *dog_main(void *arg)
+{
+    (void)arg;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)dog.limit;
+    deadline.tv_nsec += (long)((dog.limit - (double)(time_t)dog.limit) * 1e9);
+    if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&dog.m);
+    while (dog.armed)
+        if (pthread_cond_timedwait(&dog.cv, &dog.m, &deadline) == ETIMEDOUT && dog.armed) {
+            ds_err("NCCL: %s did not finish within %.0f s: a rank is stopped or hung (rank %d of %d); ending the "
+                   "job (--comm-timeout)", dog.what, dog.limit, ds_comm_rank(), ds_comm_world());
+            ds_comm_abort(1);
+        }
+    pthread_mutex_unlock(&dog.m);
+    return NULL;
+}
+
+/* Arms the watchdog for `what` (no limit: nothing); dog_disarm before the next. */
+static void dog_arm(const char *what)
+{
+    double limit = ds_comm_timeout();
+    if (limit <= 0) return;
+    dog.armed = 1, dog.what = what, dog.limit = limit;
+    if (pthread_create(&dog.thread, NULL, dog_main, NULL)) dog.armed = 0;   /* no thread: no limit */
+}
+
+static void dog_disarm(void)
+{
+    pthread_mutex_lock(&dog.m);
+    int was = dog.armed;
+    dog.armed = 0;
+    pthread_cond_signal(&dog.cv);
+    pthread_mutex_unlock(&dog.m);
+    if (was) pthread_join(dog.thread, NULL);
+}
 
 #define ncclCheck(call) nccl_check((call), #call, __FILE__, __LINE__)
 static void nccl_check(ncclResult_t rc, const char *what, const char *file, int line)
@@ -32,14 +84,18 @@ int ds_nccl_init(void)
     ncclUniqueId id;
     if (ds_comm_rank() == 0) ncclCheck(ncclGetUniqueId(&id));
     ds_comm_bcast(&id, sizeof id, 0);
+    dog_arm("ncclCommInitRank");
     ncclResult_t rc = ncclCommInitRank(&comm, ds_comm_world(), id, ds_comm_rank());
+    dog_disarm();
     if (rc != ncclSuccess) {
         /* Two ranks on one GPU are refused before NCCL 2.30 (and from 2.30 without
-         * NCCL_MULTI_RANK_GPU_ENABLE=1); say so, since it is the usual cause on one GPU. */
+         * NCCL_MULTI_RANK_GPU_ENABLE=1), with ncclInvalidUsage; say so then, and only then
+         * (a /dev/shm or transport failure is ncclSystemError). */
         const char *detail = ncclGetLastError(NULL);
         ds_err("ncclCommInitRank (rank %d of %d, device %d): %s%s%s%s", ds_comm_rank(), ds_comm_world(),
                device, ncclGetErrorString(rc), detail && *detail ? ": " : "", detail ? detail : "",
-               ds_comm_local_size() > 1 ? "; several ranks on one node: each needs its own GPU" : "");
+               rc == ncclInvalidUsage && ds_comm_local_size() > 1 ? "; several ranks on one node: each needs its own GPU"
+                                                                   : "");
         comm = NULL;
         return -1;
     }
@@ -101,9 +157,12 @@ void ds_nccl_free(void)
 {
     if (!comm) return;
     ncclComm_t c = comm;
-    ncclCheck(ncclCommFinalize(c));
+    dog_arm("ncclCommFinalize");
+    ncclResult_t rc = ncclCommFinalize(c);
+    dog_disarm();
+    ncclCheck(rc);
     comm = NULL;
-    ncclResult_t rc = ncclCommDestroy(c);
+    rc = ncclCommDestroy(c);
     if (rc != ncclSuccess) ds_warn("ncclCommDestroy: %s", ncclGetErrorString(rc));
 }
 

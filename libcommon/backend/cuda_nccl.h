@@ -3,7 +3,9 @@
  * One communicator per process, bound to the device current at ds_nccl_init; the unique id
  * is made on rank 0 and sent through comm (MPI). Collectives are enqueued on the caller's
  * stream and return at once; ds_nccl_sync waits while watching for asynchronous NCCL
- * errors, so a dead peer ends the job instead of hanging it. Any failure aborts the
+ * errors, so a dead peer ends the job instead of hanging it; ncclCommInitRank and
+ * ncclCommFinalize, which wait for every rank, end the job after ds_comm_timeout() (a
+ * watchdog thread), so a peer stuck before them does too. Any failure aborts the
  * communicator and then the MPI job. ds_nccl_init registers ds_nccl_abort and ds_nccl_free
  * with comm (ds_comm_set_device_hooks), so comm itself knows nothing of devices. */
 #ifndef DS_CUDA_NCCL_H

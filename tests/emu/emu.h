@@ -48,6 +48,22 @@ int kind_of(const void *p, const void **base, size_t *size);
  * argument for the message: "cudnnConvolutionForward: y (NHWC 2x8x8x16 bf16, 4096 bytes)". */
 void check_range(const void *p, size_t bytes, int kinds, const char *what);
 
+/* Devices (emu_runtime.cc's header): how many the process sees, the calling thread's current
+ * one (cudaSetDevice), a visible device's physical number (what CUDA_VISIBLE_DEVICES named),
+ * and the device a stream belongs to (NULL: the legacy stream, the current device's). */
+int device_count();
+int current_device();
+int physical_device(int device);
+int stream_device(cudaStream_t s);
+
+/* A defect when p lies in device memory of another device than `device` (no peer access is
+ * enabled); `what` names the argument. Host memory and unknown addresses pass. */
+void check_device(const void *p, int device, const char *what);
+
+/* A defect when the calling thread's current device is not `device`: `what` names the object
+ * made on `device` ("cuDNN handle") and the call. */
+void check_current(int device, const char *what);
+
 /* A defect of the program under test: prints "ds-emu: defect: <message>" and the queued
  * work of every stream to stderr, then aborts (exit status 134; the tests look for the
  * text, not the status). Never returns. */

@@ -10,7 +10,8 @@
  *
  * cublasSgemm_v2 is BLAS's: column-major, C (m x n) = alpha op(A) op(B) + beta C, op(A) m x k
  * and op(B) k x n (CUBLAS_OP_C is CUBLAS_OP_T for real matrices). Products accumulate in
- * float in one fixed order. Math modes: DEFAULT and PEDANTIC compute in fp32 (DEFAULT never
+ * float in one fixed order; with a workspace and beta != 0 the two halves of k are added
+ * into C one after the other (split-K: C = (beta C + alpha lo) + alpha hi). Math modes: DEFAULT and PEDANTIC compute in fp32 (DEFAULT never
  * lowers SGEMM's precision), TF32_TENSOR_OP rounds A and B to tf32 (10 mantissa bits,
  * nearest even), the deprecated TENSOR_OP computes SGEMM as CUBLAS_COMPUTE_32F_FAST_16F
  * does (A and B converted to fp16, range included), the fp32 emulations compute in fp32; the
@@ -56,6 +57,7 @@ struct cublasContext {
     size_t ws_bytes = 0;
     cublasMath_t math = CUBLAS_DEFAULT_MATH;
     cublasPointerMode_t pointer_mode = CUBLAS_POINTER_MODE_HOST;
+    int device = 0;              /* current at cublasCreate */
 };
 
 namespace {
@@ -78,6 +80,8 @@ cublasStatus_t check_handle(const char *fn, cublasHandle_t h)
     std::lock_guard<std::mutex> lock(live_handles().m);
     if (!live_handles().live.count(h))
         emu::defect("%s: handle %p is not a live cuBLAS handle (never created, or destroyed)", fn, (void *)h);
+    std::string what = std::string(fn) + ": the cuBLAS handle";
+    emu::check_current(h->device, what.c_str());
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -159,9 +163,17 @@ void run(const gemm &g)
                 a[(size_t)l * m + i] = round_input(v, g.compute);
             }
     }
+    /* split-K: with a workspace and beta != 0, the halves of k add into C one after the
+     * other, C = (beta C + alpha lo) + alpha hi, as a split-K epilogue may */
+    const int split = g.ws_used && beta != 0 && reads && k >= 2 ? k / 2 : 0;
+    std::vector<float> lo(split ? m : 0);
     for (int j = 0; j < n; j++) {
         std::fill(acc.begin(), acc.end(), 0.0f);
         for (int l = 0; reads && l < k; l++) {
+            if (split && l == split) {
+                lo.swap(acc);
+                std::fill(acc.begin(), acc.end(), 0.0f);
+            }
             float b = round_input(g.tb ? g.B[j + (size_t)l * g.ldb] : g.B[l + (size_t)j * g.ldb], g.compute);
             float *__restrict s = acc.data();
             const float *__restrict x = &a[(size_t)l * m];
@@ -176,8 +188,14 @@ void run(const gemm &g)
         }
         for (int i = 0; i < m; i++) {
             float *c = &g.C[i + (size_t)j * g.ldc];
-            float v = alpha * acc[i];
-            if (beta != 0) v += beta * *c;
+            float v;
+            if (split) {
+                v = beta * *c + alpha * lo[i];
+                v = v + alpha * acc[i];
+            } else {
+                v = alpha * acc[i];
+                if (beta != 0) v += beta * *c;
+            }
             *c = v;
         }
     }
@@ -191,6 +209,7 @@ cublasStatus_t cublasCreate_v2(cublasHandle_t *handle)
 {
     if (!handle) return CUBLAS_STATUS_INVALID_VALUE;
     *handle = new cublasContext;
+    (*handle)->device = emu::current_device();
     std::lock_guard<std::mutex> lock(live_handles().m);
     live_handles().live.insert(*handle);
     return CUBLAS_STATUS_SUCCESS;
@@ -222,6 +241,9 @@ cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t streamId)
 {
     cublasStatus_t st = check_handle("cublasSetStream_v2", handle);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
+    if (emu::stream_device(streamId) != handle->device)
+        emu::defect("cublasSetStream_v2: the stream is device %d's, the handle device %d's: its kernels would be "
+                    "launched into another device's stream", emu::stream_device(streamId), handle->device);
     handle->stream = streamId;
     handle->ws = nullptr;   /* back to cuBLAS's own pool */
     handle->ws_bytes = 0;
@@ -246,6 +268,7 @@ cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void *workspace, siz
         char what[96];
         snprintf(what, sizeof what, "cublasSetWorkspace_v2: workspace (%zu bytes)", workspaceSizeInBytes);
         emu::check_range(workspace, workspaceSizeInBytes, emu::MEM_DEVICE, what);
+        emu::check_device(workspace, handle->device, what);
     }
     handle->ws = workspaceSizeInBytes ? workspace : nullptr;
     handle->ws_bytes = workspaceSizeInBytes;
@@ -332,11 +355,14 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa, c
     if (reads_ab) {
         snprintf(what, sizeof what, "%s: A (%s %d x %d, lda %d)", fn, ta ? "transposed" : "as is", a_rows, a_cols, lda);
         emu::check_range(A, a_bytes, emu::MEM_DEVICE, what);
+        emu::check_device(A, handle->device, what);
         snprintf(what, sizeof what, "%s: B (%s %d x %d, ldb %d)", fn, tb ? "transposed" : "as is", b_rows, b_cols, ldb);
         emu::check_range(B, b_bytes, emu::MEM_DEVICE, what);
+        emu::check_device(B, handle->device, what);
     }
     snprintf(what, sizeof what, "%s: C (%d x %d, ldc %d)", fn, m, n, ldc);
     emu::check_range(C, c_bytes, emu::MEM_DEVICE, what);
+    emu::check_device(C, handle->device, what);
     if (overlaps(C, c_bytes, A, a_bytes) || overlaps(C, c_bytes, B, b_bytes))
         emu::defect("%s: C [%p, +%zu) overlaps %s", fn, (void *)C, c_bytes, overlaps(C, c_bytes, A, a_bytes) ? "A" : "B");
     g.A = A, g.B = B, g.C = C;

@@ -58,11 +58,16 @@
  * 3x3, 2 x 2 for 5x5; of dx for backward-data). An algorithm outside its shapes answers NOT_SUPPORTED, in the
  * lists, in GetWorkspaceSize and when run.
  *
- * A non-deterministic algorithm computes as real atomics do: its sum is cut into a few
- * parts (the batch for backward-filter, blocks of K for backward-data, blocks of C for
- * forward) whose partial sums are added in an order drawn from emu::random("cudnn-atomics")
- * for every element, so two runs differ in the last bits. A deterministic one sums in one
- * fixed order.
+ * A non-deterministic algorithm computes as real atomics do: its sum is cut into parts (one
+ * per image for backward-filter, up to 4 blocks of K for backward-data, of C for forward)
+ * whose partial sums are added in an order drawn from emu::random("cudnn-atomics") for every
+ * element, so two runs differ in the last bits; into a BFLOAT16 output, or one added to (beta
+ * != 0), each part is added into the output itself, rounded to its type after every add
+ * (starting from beta * y, rounded), as atomics into memory do: in bf16 the error grows with
+ * the parts. A deterministic algorithm that lists a workspace (a split one) adds, when beta
+ * != 0, its two halves (of the batch, of K, of C) into y one after the other, in a fixed
+ * order: y = (beta y + p1) + p2, as a split-K epilogue may, where the others compute
+ * alpha (p1 + p2) + beta y. A deterministic one sums in one fixed order.
  *
  * The lists. cudnnGet*Algorithm_v7 answers every algorithm of the op in a fixed order (the
  * emulated heuristics: forward 1 0 7 2 5 4 6 3; backward-data 0 1 5 3 2 4; backward-filter
@@ -115,6 +120,9 @@
  *                     GetWorkspaceSize, execution); with N, only for batches smaller than N
  *                     (a support matrix that changes with the shape: a plan made at the full
  *                     batch loses bf16 at a short one).
+ *   cudnn_find_nondet_first
+ *                     cudnnFind*Algorithm ranks the non-deterministic algorithms first (as
+ *                     an H200's timing did), so a run takes them wherever it may.
  *   cudnn_fp16_conversion
  *                     a tensor-core algorithm asked for TENSOR_OP math on FLOAT tensors
  *                     answers (and computes with) TENSOR_OP_MATH_ALLOW_CONVERSION: float
@@ -146,6 +154,7 @@
 
 struct cudnnContext {
     cudaStream_t stream = nullptr;
+    int device = 0;   /* current at cudnnCreate */
 };
 
 struct cudnnTensorStruct {
@@ -491,7 +500,7 @@ cudnnStatus_t read_problem(const char *fn, int op, cudnnTensorDescriptor_t xd, c
 struct faults {
     /* exec_fail[op][algo]: the status running it answers (SUCCESS: none) */
     cudnnStatus_t exec_fail[OPS][8] = {};
-    bool no_deterministic = false, fp16_conversion = false;
+    bool no_deterministic = false, fp16_conversion = false, nondet_first = false;
     int no_bf16_below = 0;   /* BFLOAT16 refused for batches below this (INT_MAX: all) */
     bool ws_huge[OPS][8] = {};
 };
@@ -548,6 +557,7 @@ const faults &fault_switches()
             r.no_bf16_below = *v ? (int)n : INT_MAX;
         }
         r.fp16_conversion = emu::fault("cudnn_fp16_conversion") != nullptr;
+        r.nondet_first = emu::fault("cudnn_find_nondet_first") != nullptr;
         if ((v = emu::fault("cudnn_exec_fail"))) {
             std::string value = v;
             for (const std::string &item : split(value, '+')) {
@@ -765,6 +775,7 @@ struct job {
     int algo;
     int compute;
     bool atomics;          /* non-deterministic: partial sums in a random order */
+    bool split;            /* deterministic with a workspace: a split sum (see parts) */
     float alpha, beta;
     const void *x, *w, *y; /* the inputs of the op (y: dy); its output is out */
     void *out;
@@ -795,29 +806,41 @@ std::vector<float> pack(const array4 &a, const void *base, int compute, bool fli
     return v;
 }
 
-/* out = alpha * acc + beta * out, acc in pack's order; out is not read when beta is 0 */
-void unpack(const array4 &a, void *base, const std::vector<float> &acc, float alpha, float beta, bool flip)
+/* The parts of each output element in the order they are added: acc[e * m + j] is element
+ * e's j-th (e in pack's order). Into out either once, out = alpha * (sum of the parts, in
+ * float) + beta * out, rounded once to out's type (each_add false); or part by part as atomics
+ * and split-K epilogues add into memory, out = beta * out, then out += alpha * part for each
+ * part, rounded to out's type after every add (a bf16 out loses bits at each). out is not
+ * read when beta is 0. */
+void unpack(const array4 &a, void *base, const std::vector<float> &acc, int m, float alpha, float beta, bool flip,
+            bool each_add)
 {
     int64_t A = a.d[0], C = a.d[1], H = a.d[2], W = a.d[3];
+    const bool bf16 = a.type == CUDNN_DATA_BFLOAT16;
+    auto to_out = [bf16](float v) { return bf16 ? bf16_to_float(float_to_bf16(v)) : v; };
     const float *s = acc.data();
     for (int64_t i = 0; i < A; i++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t w = 0; w < W; w++) {
                 int64_t hh = flip ? H - 1 - h : h, ww = flip ? W - 1 - w : w;
                 int64_t off = i * a.st[0] + hh * a.st[2] + ww * a.st[3];
-                for (int64_t c = 0; c < C; c++, s++) {
+                for (int64_t c = 0; c < C; c++, s += m) {
                     int64_t e = off + c * a.st[1];
-                    if (a.type == CUDNN_DATA_BFLOAT16) {
-                        uint16_t *b = (uint16_t *)base + e;
-                        float v = alpha * *s;
-                        if (beta != 0) v += beta * bf16_to_float(*b);
-                        *b = float_to_bf16(v);
+                    uint16_t *b16 = (uint16_t *)base + e;
+                    float *b32 = (float *)base + e;
+                    float old = beta == 0 ? 0 : bf16 ? bf16_to_float(*b16) : *b32;
+                    float v;
+                    if (!each_add) {
+                        float sum = 0;
+                        for (int j = 0; j < m; j++) sum += s[j];
+                        v = alpha * sum;
+                        if (beta != 0) v += beta * old;
                     } else {
-                        float *b = (float *)base + e;
-                        float v = alpha * *s;
-                        if (beta != 0) v += beta * *b;
-                        *b = v;
+                        v = beta != 0 ? to_out(beta * old) : 0;
+                        for (int j = 0; j < m; j++) v = to_out(v + alpha * s[j]);
                     }
+                    if (bf16) *b16 = float_to_bf16(v);
+                    else *b32 = v;
                 }
             }
 }
@@ -829,15 +852,13 @@ uint64_t mix(uint64_t z)
     return z ^ (z >> 31);
 }
 
-/* dst[0..len) = the sum of the m partial vectors part[j * len ...], in order, or (atomics)
- * starting at a part drawn for each element */
+/* dst[i * m + j] = the j-th of the m partial vectors part[. * len + i] to be added: in order,
+ * or (atomics) starting at a part drawn for each element */
 void combine(const float *part, int m, int64_t len, float *dst, bool atomics, uint64_t seed, uint64_t at)
 {
     for (int64_t i = 0; i < len; i++) {
         int start = atomics ? (int)(mix(seed ^ (at + i) * 0x9e3779b97f4a7c15ull) % m) : 0;
-        float s = 0;
-        for (int j = 0; j < m; j++) s += part[(int64_t)((start + j) % m) * len + i];
-        dst[i] = s;
+        for (int j = 0; j < m; j++) dst[i * m + j] = part[(int64_t)((start + j) % m) * len + i];
     }
 }
 
@@ -855,8 +876,19 @@ inline void axpy(float *__restrict acc, const float *__restrict v, float a, int6
     for (; i < n; i++) acc[i] += a * v[i];
 }
 
-/* the parts a non-deterministic algorithm's sum is cut into */
-int parts(bool atomics, int64_t n, int most) { return atomics ? (int)std::min<int64_t>(n, most) : 1; }
+/* The parts an algorithm's sum is cut into: a non-deterministic one's, at most `most`; a
+ * split deterministic one's (a workspace, beta != 0), two halves; else one. */
+int parts(const job &j, int64_t n, int most)
+{
+    return j.atomics ? (int)std::min<int64_t>(n, most) : j.split && j.beta != 0 ? (int)std::min<int64_t>(n, 2) : 1;
+}
+
+/* Whether the parts go into the output one by one (unpack): atomics into bf16 or onto an
+ * output being added to, and a split algorithm's epilogue adding to one. */
+bool each_add(const job &j, const array4 &out)
+{
+    return (j.atomics && (out.type == CUDNN_DATA_BFLOAT16 || j.beta != 0)) || (j.split && j.beta != 0);
+}
 
 void run(const job &j)
 {
@@ -880,8 +912,8 @@ void run(const job &j)
         for (int64_t k = 0; k < K; k++)
             for (int64_t rs = 0; rs < R * S; rs++)
                 for (int64_t c = 0; c < C; c++) wt[(rs * C + c) * K + k] = wk[(k * R * S + rs) * C + c];
-        std::vector<float> y((size_t)(N * P * Q * K));
-        int m = parts(j.atomics, C, 4);
+        int m = parts(j, C, 4);
+        std::vector<float> y((size_t)(N * P * Q * K * m));
         std::vector<float> part((size_t)(m * K));
         for (int64_t n = 0; n < N; n++)
             for (int64_t pp = 0; pp < P; pp++)
@@ -899,13 +931,13 @@ void run(const job &j)
                         }
                     }
                     int64_t at = ((n * P + pp) * Q + q) * K;
-                    combine(part.data(), m, K, &y[at], j.atomics, seed, at);
+                    combine(part.data(), m, K, &y[at * m], j.atomics, seed, at);
                 }
-        unpack(p.y, j.out, y, j.alpha, j.beta, false);
+        unpack(p.y, j.out, y, m, j.alpha, j.beta, false, each_add(j, p.y));
     } else if (p.op == BWD_DATA) {
         std::vector<float> dy = pack(p.y, j.y, j.compute, false), wk = pack(p.w, j.w, j.compute, flip);
-        std::vector<float> dx((size_t)(N * H * W * C));
-        int m = parts(j.atomics, K, 4);
+        int m = parts(j, K, 4);
+        std::vector<float> dx((size_t)(N * H * W * C * m));
         std::vector<float> part((size_t)(m * C));
         for (int64_t n = 0; n < N; n++)
             for (int64_t h = 0; h < H; h++)
@@ -927,13 +959,14 @@ void run(const job &j)
                         }
                     }
                     int64_t at = ((n * H + h) * W + w) * C;
-                    combine(part.data(), m, C, &dx[at], j.atomics, seed, at);
+                    combine(part.data(), m, C, &dx[at * m], j.atomics, seed, at);
                 }
-        unpack(p.x, j.out, dx, j.alpha, j.beta, false);
+        unpack(p.x, j.out, dx, m, j.alpha, j.beta, false, each_add(j, p.x));
     } else {
         std::vector<float> x = pack(p.x, j.x, j.compute, false), dy = pack(p.y, j.y, j.compute, false);
-        std::vector<float> dwk((size_t)(K * R * S * C));   /* flipped KRSC, as pack gives w */
-        int m = parts(j.atomics, N, 8);
+        /* atomics: one part per image, as cuDNN's non-deterministic backward-filter adds them */
+        int m = parts(j, N, INT_MAX);
+        std::vector<float> dwk((size_t)(K * R * S * C * m));   /* flipped KRSC, as pack gives w */
         std::vector<float> part((size_t)(m * C));
         for (int64_t k = 0; k < K; k++)
             for (int64_t r = 0; r < R; r++)
@@ -952,9 +985,9 @@ void run(const job &j)
                         }
                     }
                     int64_t at = ((k * R + r) * S + s) * C;
-                    combine(part.data(), m, C, &dwk[at], j.atomics, seed, at);
+                    combine(part.data(), m, C, &dwk[at * m], j.atomics, seed, at);
                 }
-        unpack(p.w, j.out, dwk, j.alpha, j.beta, flip);
+        unpack(p.w, j.out, dwk, m, j.alpha, j.beta, flip, each_add(j, p.w));
     }
 }
 
@@ -966,7 +999,10 @@ const char *const op_names[OPS] = {"cudnnConvolutionForward", "cudnnConvolutionB
 cudnnStatus_t check_handle(const char *fn, cudnnHandle_t h)
 {
     need_live(fn, "handle", h, HANDLE);
-    return h ? CUDNN_STATUS_SUCCESS : fail(CUDNN_STATUS_BAD_PARAM, fn, "handle is NULL");
+    if (!h) return fail(CUDNN_STATUS_BAD_PARAM, fn, "handle is NULL");
+    std::string what = std::string(fn) + ": the cuDNN handle";
+    emu::check_current(h->device, what.c_str());
+    return CUDNN_STATUS_SUCCESS;
 }
 
 /* The perf results of p.op: every algorithm once, the supported first; Find's in a drawn
@@ -997,6 +1033,8 @@ cudnnStatus_t list(const char *fn, bool find, cudnnHandle_t h, const problem *p,
     }
     if (find) {
         for (size_t i = ok.size(); i > 1; i--) std::swap(ok[i - 1], ok[emu::random("cudnn-find") % i]);
+        if (fault_switches().nondet_first)
+            std::stable_partition(ok.begin(), ok.end(), [](const Perf &e) { return e.determinism == CUDNN_NON_DETERMINISTIC; });
         for (size_t i = 0; i < ok.size(); i++) ok[i].time = 0.05f * (float)(i + 1);
     }
     ok.insert(ok.end(), refused.begin(), refused.end());
@@ -1075,10 +1113,12 @@ cudnnStatus_t execute(int op, cudnnHandle_t h, const void *alpha, const problem 
         bytes[i] = extent_bytes(*arr[op][i]);
         std::string what = std::string(fn) + ": " + an[i] + " (" + describe(*arr[op][i]) + ")";
         emu::check_range(ptr[i], bytes[i], emu::MEM_DEVICE, what.c_str());
+        emu::check_device(ptr[i], h->device, what.c_str());
     }
     if (ws && ws_bytes) {
         std::string what = std::string(fn) + ": workSpace (" + std::to_string(ws_bytes) + " bytes)";
         emu::check_range(ws, ws_bytes, emu::MEM_DEVICE, what.c_str());
+        emu::check_device(ws, h->device, what.c_str());
     }
     for (int i = 0; i < 2; i++)
         if (overlaps(out, bytes[2], ptr[i], bytes[i]))
@@ -1094,6 +1134,7 @@ cudnnStatus_t execute(int op, cudnnHandle_t h, const void *alpha, const problem 
     j.algo = algo;
     j.compute = r.compute;
     j.atomics = r.determinism == CUDNN_NON_DETERMINISTIC;
+    j.split = !j.atomics && r.memory > 0;
     j.alpha = fa, j.beta = fb;
     j.ws = ws, j.ws_used = ws_need;
     j.out = out;
@@ -1190,6 +1231,7 @@ cudnnStatus_t cudnnCreate(cudnnHandle_t *handle)
 {
     if (!handle) return fail(CUDNN_STATUS_BAD_PARAM, "cudnnCreate", "handle is NULL");
     *handle = new cudnnContext;
+    (*handle)->device = emu::current_device();
     remember(*handle, HANDLE);
     return CUDNN_STATUS_SUCCESS;
 }
@@ -1207,7 +1249,12 @@ cudnnStatus_t cudnnDestroy(cudnnHandle_t handle)
 cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t streamId)
 {
     cudnnStatus_t st = check_handle("cudnnSetStream", handle);
-    if (st == CUDNN_STATUS_SUCCESS) handle->stream = streamId;
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    /* cuDNN 9: a stream of another device than the handle's */
+    if (emu::stream_device(streamId) != handle->device)
+        return fail(CUDNN_STATUS_BAD_PARAM_STREAM_MISMATCH, "cudnnSetStream",
+                    "the stream is device %d's, the handle device %d's", emu::stream_device(streamId), handle->device);
+    handle->stream = streamId;
     return st;
 }
 

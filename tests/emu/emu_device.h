@@ -10,7 +10,9 @@
  *     at the launch (as a real launch does), checks that every pointer argument is NULL or
  *     inside live device memory, and queues the grid on the stream: each thread calls the
  *     kernel with the copied arguments. The launch limits of sm_90 are enforced in
- *     emu::launch (threads per block, block and grid dimensions, dynamic shared memory). */
+ *     emu::launch (threads per block, block and grid dimensions, dynamic shared memory);
+ *   - DS_EMU_VEC16 makes backend/cuda_bodies.h compile load16/store16's device branch (uint4
+ *     and make_uint4 are host types too) and check each 16-byte access's alignment. */
 #ifndef DS_EMU_DEVICE_H
 #define DS_EMU_DEVICE_H
 
@@ -42,6 +44,11 @@ void syncthreads();
 void launch(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t s, std::function<void()> body,
             std::vector<const void *> ptrs);
 
+/* A kernel's 16-byte vector access at p (load16/store16 of backend/cuda_bodies.h): a defect,
+ * naming the kernel, when p is not 16-byte aligned, where the GPU faults
+ * (cudaErrorMisalignedAddress). */
+void check_vector_access(const void *p);
+
 template <typename A>
 inline void collect_pointer(std::vector<const void *> &ptrs, const A &a)
 {
@@ -63,5 +70,7 @@ void launch_kernel(const char *name, dim3 grid, dim3 block, size_t shmem, cudaSt
 #define blockDim (::emu::k_block_dim)
 #define gridDim (::emu::k_grid_dim)
 #define __syncthreads() ::emu::syncthreads()
+/* the vector bodies' device branch, compiled here too, with each address checked */
+#define DS_EMU_VEC16(p) ::emu::check_vector_access(p)
 
 #endif

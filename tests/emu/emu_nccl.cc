@@ -46,9 +46,27 @@
  *                     its communicator is aborted, and sees no peer's error meanwhile;
  *                     the peers wait for it (no error: it is alive). A bare nccl_stall is
  *                     rank 0.
+ *   nccl_fail=R[:K]   rank R's K-th operation (collective or group; 1-based, default 1)
+ *                     fails while its process lives on: its communicator's asynchronous
+ *                     error is ncclSystemError (NCCL's words as the last error), the
+ *                     operation finishes with its output undefined, and its peers, waiting
+ *                     for it, see ncclRemoteError.
+ *   nccl_init_stall=R ncclCommInitRank of rank R never meets its peers and never returns:
+ *                     the process is alive, stuck before the rendezvous (the peers wait for
+ *                     it up to DS_EMU_NCCL_INIT_TIMEOUT).
+ *   nccl_finalize_stall=R
+ *                     ncclCommFinalize of rank R never returns until its communicator is
+ *                     aborted (ncclCommAbort from another thread).
  *   nccl_init_fail[=R] ncclCommInitRank of rank R (bare: of every rank) answers
  *                     ncclSystemError, with a message, without meeting its peers (which
  *                     then wait for it until their own timeout).
+ * Devices. A communicator belongs to the device current at ncclCommInitRank. As NCCL (2.5 to
+ * 2.29), two ranks of one communicator on one device (the same PCI bus id: emu_runtime.cc)
+ * are refused on every rank once all have arrived: ncclInvalidUsage, with NCCL's words
+ * "Duplicate GPU detected : rank I and rank J both on CUDA device BUSID" as the last error.
+ * A collective or group queued on a stream of another device fails as NCCL's kernel launch
+ * would (ncclUnhandledCudaError, "invalid resource handle"); a buffer in another device's
+ * memory is a defect.
  * DS_EMU_NCCL_INIT_TIMEOUT (seconds, default 60): how long ncclCommInitRank waits for all
  * ranks to arrive before it answers ncclSystemError naming the missing ones.
  *
@@ -80,6 +98,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -137,6 +156,7 @@ struct alignas(64) shm_rank {
     /* the collective it is in, written before its first barrier (for the mismatch check) */
     std::atomic<uint64_t> seq, count;
     std::atomic<int32_t> dtype, op;
+    std::atomic<int64_t> bus_id;         /* its device's PCI bus id, as NCCL's peer info has it */
     char why[160];                       /* why it gave up, written before state PEER_FAILED */
 };
 
@@ -154,6 +174,7 @@ size_t segment_bytes(int nranks) { return header_bytes(nranks) + (size_t)(nranks
 
 struct comm_state {
     int rank = 0, nranks = 0;
+    int device = 0;                      /* current at ncclCommInitRank */
     std::string name;                    /* the segment's name, for messages */
     char *map = nullptr;
     size_t map_bytes = 0;
@@ -592,6 +613,8 @@ failure p2p_run(comm_state *c, const p2p_group &gp)
     return f;
 }
 
+bool fails_now(int rank, uint64_t seq);
+
 /* What the stream's worker runs for one operation (a collective, or a group). */
 void run_op(const std::shared_ptr<comm_state> &sp, uint64_t seq, const char *name, bool stalls,
             const std::function<failure(comm_state *)> &body)
@@ -603,7 +626,10 @@ void run_op(const std::shared_ptr<comm_state> &sp, uint64_t seq, const char *nam
         c->running = true;
     }
     if (!c->aborted.load() && c->async.load() == ncclSuccess) {
-        failure f = stalls ? stall(c) : body(c);
+        failure f = fails_now(c->rank, seq)
+                        ? failure{ncclSystemError, "NET/Socket : connection closed by the transport, the process "
+                                                   "lives on (DS_EMU_FAULT=nccl_fail)"}
+                        : stalls ? stall(c) : body(c);
         if (f.rc != ncclSuccess && !c->aborted.load()) {
             int expected = ncclSuccess;
             c->async.compare_exchange_strong(expected, f.rc);
@@ -627,6 +653,27 @@ void run(const std::shared_ptr<comm_state> &sp, const collective &a, bool stalls
     run_op(sp, a.seq, "ncclAllReduce", stalls, [&a](comm_state *c) { return allreduce(c, a); });
 }
 
+/* The device's PCI bus id as NCCL reads it (its hex digits: 0000:19:00.0 is 0x19000) */
+int64_t bus_id(int device)
+{
+    char pci[32];
+    if (cudaDeviceGetPCIBusId(pci, sizeof pci, device) != cudaSuccess) return -1;
+    int64_t id = 0;
+    for (const char *c = pci; *c; c++)
+        if (isxdigit((unsigned char)*c)) id = id * 16 + (isdigit((unsigned char)*c) ? *c - '0' : (tolower(*c) - 'a' + 10));
+    return id;
+}
+
+/* A collective's stream must be of the communicator's device, as NCCL's kernel launch
+ * requires; its last error says what CUDA would. */
+bool stream_ok(const comm_state *c, cudaStream_t stream, const char *fn)
+{
+    if (emu::stream_device(stream) == c->device) return true;
+    set_last_error("%s: Cuda failure 'invalid resource handle' (the stream is device %d's, the communicator "
+                   "device %d's)", fn, emu::stream_device(stream), c->device);
+    return false;
+}
+
 /* A send or receive waiting for the outermost ncclGroupEnd. */
 struct p2p_op {
     bool send;
@@ -637,6 +684,24 @@ struct p2p_op {
     cudaStream_t stream;
 };
 thread_local std::vector<p2p_op> group_ops;
+
+/* The nccl_fail switch (R[:K]): whether operation seq (0-based) of rank `rank` fails */
+bool fails_now(int rank, uint64_t seq)
+{
+    const char *f = emu::fault("nccl_fail");
+    if (!f) return false;
+    int r = *f ? atoi(f) : 0;
+    const char *colon = strchr(f, ':');
+    long k = colon ? atol(colon + 1) : 1;
+    return r == rank && (uint64_t)k == seq + 1;
+}
+
+/* The nccl_init_stall and nccl_finalize_stall switches: whether rank `rank` stalls there */
+bool stalls_at(const char *name, int rank)
+{
+    const char *f = emu::fault(name);
+    return f && (*f ? atoi(f) : 0) == rank;
+}
 
 /* The nccl_stall switch: whether this operation of rank `rank` is the one that stalls. */
 bool stalls_now(int rank)
@@ -688,6 +753,7 @@ ncclResult_t group_flush()
     }
     ncclResult_t async = (ncclResult_t)c->async.load();
     if (async != ncclSuccess) return async;
+    if (!stream_ok(c, stream, "ncclGroupEnd")) return ncclUnhandledCudaError;
     bool stalls = stalls_now(c->rank);
     std::shared_ptr<comm_state> sp = comm->s;
     {
@@ -730,6 +796,7 @@ ncclResult_t p2p_add(bool send, void *buf, size_t count, ncclDataType_t datatype
         snprintf(what, sizeof what, "%s: %s (%zu %s, %zu bytes, %s rank %d)", fn, send ? "sendbuff" : "recvbuff",
                  count, type_name(datatype), bytes, send ? "to" : "from", peer);
         emu::check_range(buf, bytes, emu::MEM_DEVICE, what);
+        emu::check_device(buf, c->device, what);
         group_ops.push_back({send, buf, bytes, peer, comm, stream});
     }
     /* as NCCL: a count of 0 moves nothing and meets no peer */
@@ -901,6 +968,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
                        nranks);
         return ncclInvalidArgument;
     }
+    if (stalls_at("nccl_init_stall", rank)) {
+        emu::note("nccl: rank %d stalls before ncclCommInitRank meets its peers (fault nccl_init_stall)", rank);
+        for (;;) pause();   /* alive, never arriving: until a signal ends the process */
+    }
     const char *f = emu::fault("nccl_init_fail");
     if (f && (!*f || atoi(f) == rank)) {
         set_last_error("ncclCommInitRank (rank %d of %d): the transport could not be set up "
@@ -911,6 +982,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
     auto s = std::make_shared<comm_state>();
     s->rank = rank;
     s->nranks = nranks;
+    s->device = emu::current_device();
     s->name = id.name;
     /* whoever comes first creates it; the others find it (a fresh segment reads as zeros,
      * which is every field's starting state) */
@@ -960,11 +1032,31 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
                        (int)nobody);
         return init_fail(s.get(), ncclInvalidUsage);
     }
+    s->ranks[rank].bus_id.store(bus_id(s->device), std::memory_order_relaxed);
     s->ranks[rank].state.store(PEER_ALIVE, std::memory_order_release);
     /* the last to arrive unlinks: every rank has it mapped, and no name is left behind */
     if (s->hdr->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == (uint32_t)nranks) shm_unlink(id.name);
     ncclResult_t rc = await_ranks(s.get());
     if (rc != ncclSuccess) return rc;
+    /* NCCL's duplicate check, after the peer information is gathered: every rank sees the
+     * same records, so a rank that shares its device refuses, and the others learn that
+     * their peers gave up (as NCCL's next bootstrap step would); none waits */
+    const int64_t mine = s->ranks[rank].bus_id.load();
+    for (int i = 0; i < nranks; i++)
+        if (i != rank && s->ranks[i].bus_id.load() == mine) {
+            set_last_error("Duplicate GPU detected : rank %d and rank %d both on CUDA device %llx", rank, i,
+                           (unsigned long long)mine);
+            s->ranks[rank].state.store(PEER_FAILED, std::memory_order_release);
+            return ncclInvalidUsage;
+        }
+    for (int i = 0; i < nranks; i++)
+        for (int j = i + 1; j < nranks; j++)
+            if (s->ranks[i].bus_id.load() == s->ranks[j].bus_id.load()) {
+                set_last_error("ncclCommInitRank (rank %d of %d): ranks %d and %d gave up on the communicator (both "
+                               "on CUDA device %llx)", rank, nranks, i, j, (unsigned long long)s->ranks[i].bus_id.load());
+                s->ranks[rank].state.store(PEER_FAILED, std::memory_order_release);
+                return ncclRemoteError;
+            }
 
     ncclComm *c = new ncclComm{std::move(s)};
     {
@@ -1012,8 +1104,11 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, n
     char what[160];
     snprintf(what, sizeof what, "ncclAllReduce: sendbuff (%zu %s, %zu bytes)", count, type_name(datatype), bytes);
     emu::check_range(sendbuff, bytes, emu::MEM_DEVICE, what);
+    emu::check_device(sendbuff, c->device, what);
     snprintf(what, sizeof what, "ncclAllReduce: recvbuff (%zu %s, %zu bytes)", count, type_name(datatype), bytes);
     emu::check_range(recvbuff, bytes, emu::MEM_DEVICE, what);
+    emu::check_device(recvbuff, c->device, what);
+    if (!stream_ok(c, stream, "ncclAllReduce")) return ncclUnhandledCudaError;
     const char *s0 = (const char *)sendbuff, *r0 = (const char *)recvbuff;
     if (s0 != r0 && s0 < r0 + bytes && r0 < s0 + bytes)
         emu::defect("ncclAllReduce: sendbuff %p and recvbuff %p overlap without being the same (%zu bytes each)",
@@ -1100,6 +1195,12 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm)
         return ncclInvalidArgument;
     }
     comm_state *c = live(comm, "ncclCommFinalize");
+    std::shared_ptr<comm_state> keep = comm->s;   /* an abort from another thread deletes comm */
+    if (stalls_at("nccl_finalize_stall", c->rank)) {
+        emu::note("nccl: rank %d stalls in ncclCommFinalize (fault nccl_finalize_stall)", c->rank);
+        while (!c->aborted.load()) nap_us(1000);   /* until ncclCommAbort, from another thread */
+        return ncclInvalidUsage;
+    }
     wait_pending(c);
     {
         std::lock_guard<std::mutex> lock(c->m);

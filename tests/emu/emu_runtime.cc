@@ -3,8 +3,22 @@
  * does not make. Every entry point has the signature of the installed toolkit's
  * cuda_runtime_api.h, so the program under test is compiled exactly as for a GPU.
  *
- * One device, sm_90's launch limits. Device memory is host memory the program must not touch
- * directly: it is reached through copies, kernels and library calls, which check every range.
+ * sm_90's launch limits. Device memory is host memory the program must not touch directly: it
+ * is reached through copies, kernels and library calls, which check every range.
+ *
+ * Devices. DS_EMU_DEVICES=N (default 1) devices, numbered 0 to N - 1 (the physical numbers);
+ * CUDA_VISIBLE_DEVICES, when set, is read as CUDA reads it: a comma-separated list of
+ * physical numbers, cut at the first entry that is not one (or repeats one), the process
+ * seeing its entries as devices 0, 1, ...; an empty list is no device. Each host thread has
+ * its current device (cudaSetDevice; 0 until set), and every stream, event and device
+ * allocation belongs to the device current when it was made, as do the libraries' handles
+ * and communicators. CUDA's multi-device rules (the Programming Guide's "Stream and Event
+ * Behavior") are enforced: a kernel launched into a stream of a device that is not current
+ * fails with cudaErrorInvalidResourceHandle; so does cudaEventRecord of an event and a
+ * stream of different devices, and cudaEventElapsedTime across devices; copies, stream waits
+ * and event synchronisation across devices succeed. A kernel's or a library's pointer into
+ * another device's memory is a defect (no peer access is enabled). A device's PCI bus id is
+ * 0000:XX:00.0 with XX = 0x19 + its physical number, which two processes on one device share.
  *
  * Streams. Each stream has a worker thread that runs its queue in order; a worker waits in
  * cudaStreamWaitEvent's operation until the event's captured record has completed; the host
@@ -20,7 +34,8 @@
  *                  been queued MS milliseconds (default 50): as late as CUDA allows, so a
  *                  missing wait reads or overwrites memory at the worst moment.
  *
- * Kernels. A grid's blocks are spread over DS_EMU_BLOCK_THREADS threads (default 2; the
+ * Kernels. A 16-byte vector access (load16/store16) must be 16-byte aligned, as on the GPU:
+ * a misaligned one is a defect naming the kernel. A grid's blocks are spread over DS_EMU_BLOCK_THREADS threads (default 2; the
  * stream's worker is one of them); each block's threads are fibers of one CPU thread, run in
  * turn up to a __syncthreads or their end, so shared memory and barriers mean what they mean
  * on the device. Fibers switch by a few instructions of our own (x86-64), told to
@@ -49,8 +64,9 @@
  *
  * Stream capture and graph replay: emu_graph.cc, which the calls here consult.
  *
- * Not emulated: the driver API, unified memory, graphs built node by node, cooperative launches, more than one
- * device, the legacy default stream's per-thread variant, the static shared memory limit
+ * Not emulated: the driver API, unified memory, graphs built node by node, cooperative launches, peer access,
+ * a legacy default stream per device (the one legacy stream belongs to whichever device is
+ * current), the legacy default stream's per-thread variant, the static shared memory limit
  * (ptxas reports it), warp-level intrinsics, and anything about speed. */
 #include "emu.h"
 
@@ -95,7 +111,28 @@ struct config {
     int delay_us = 300, lazy_ms = 50;
     int verbose = 0, block_threads = 2;
     size_t memory = (size_t)16 << 30;
+    int devices = 1;              /* DS_EMU_DEVICES: the machine's */
+    std::vector<int> visible;     /* the process's devices: their physical numbers */
 };
+
+/* CUDA_VISIBLE_DEVICES as CUDA reads it: the list up to its first entry that is not a
+ * device of the machine (or names one a second time). */
+std::vector<int> parse_visible(const char *v, int devices)
+{
+    std::vector<int> out;
+    while (v && *v) {
+        char *end;
+        errno = 0;
+        long d = strtol(v, &end, 10);
+        if (end == v || errno || d < 0 || d >= devices || (*end && *end != ',')) break;
+        bool again = false;
+        for (int e : out) again |= e == d;
+        if (again) break;
+        out.push_back((int)d);
+        v = *end ? end + 1 : end;
+    }
+    return out;
+}
 
 const config &cfg()
 {
@@ -108,6 +145,18 @@ const config &cfg()
         if ((v = getenv("DS_EMU_VERBOSE"))) c.verbose = atoi(v) > 0;
         if ((v = getenv("DS_EMU_BLOCK_THREADS")) && atoi(v) > 0) c.block_threads = atoi(v);
         if ((v = getenv("DS_EMU_MEMORY")) && strtoull(v, NULL, 10) > 0) c.memory = strtoull(v, NULL, 10);
+        if ((v = getenv("DS_EMU_DEVICES"))) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (end == v || *end || n < 1 || n > 64) {
+                fprintf(stderr, "ds-emu: DS_EMU_DEVICES=%s: not a number of devices from 1 to 64\n", v);
+                exit(2);
+            }
+            c.devices = (int)n;
+        }
+        if ((v = getenv("CUDA_VISIBLE_DEVICES"))) c.visible = parse_visible(v, c.devices);
+        else
+            for (int d = 0; d < c.devices; d++) c.visible.push_back(d);
         if ((v = getenv("DS_EMU_SCHED")) && *v) {
             const char *eq = strchr(v, '=');
             std::string mode(v, eq ? (size_t)(eq - v) : strlen(v));
@@ -124,6 +173,7 @@ const config &cfg()
 }
 
 thread_local cudaError_t last_error = cudaSuccess;
+thread_local int cur_device = 0;   /* cudaSetDevice's, per host thread */
 thread_local std::string unread_launch;   /* the kernel whose launch error is not yet read */
 
 cudaError_t ret(cudaError_t e)
@@ -222,6 +272,7 @@ struct region {
     bool live = true;
     bool registered = false;   /* pinned by cudaHostRegister (the program owns the memory) */
     int id;
+    int device = -1;           /* device memory: the device it was allocated on */
     void *raw = nullptr;       /* what the emulator allocated (device, cudaHostAlloc) */
 };
 
@@ -229,7 +280,8 @@ struct memory_map {
     std::mutex m;
     std::map<uintptr_t, region> by_base;
     std::deque<uintptr_t> quarantine;   /* freed device ranges, oldest first */
-    size_t quarantined = 0, device_bytes = 0;
+    size_t quarantined = 0;
+    size_t device_bytes[64] = {};   /* per device */
     int next_id = 1, mallocs = 0;
 };
 
@@ -320,6 +372,31 @@ void check_range(const void *p, size_t bytes, int kinds, const char *what)
                kind_name(copy.kind), copy.id, copy.bytes, bytes - (copy.bytes - off));
 }
 
+int device_count() { return (int)cfg().visible.size(); }
+
+int current_device() { return cur_device; }
+
+int physical_device(int d) { return d >= 0 && d < device_count() ? cfg().visible[d] : -1; }
+
+void check_device(const void *p, int device, const char *what)
+{
+    if (!p) return;
+    auto &mm = mem();
+    std::unique_lock<std::mutex> lock(mm.m);
+    region *r = find_locked(p);
+    if (!r || r->kind != MEM_DEVICE || r->device == device) return;
+    region copy = *r;
+    lock.unlock();
+    defect("%s: %p is in device allocation #%d of device %d, used on device %d (no peer access)", what, p, copy.id,
+           copy.device, device);
+}
+
+void check_current(int device, const char *what)
+{
+    if (device != cur_device)
+        defect("%s: made on device %d, used while device %d is current (cudaSetDevice)", what, device, cur_device);
+}
+
 }  // namespace emu
 
 /* ---- streams ---- */
@@ -333,6 +410,7 @@ struct op {
 
 struct CUstream_st {
     int id;
+    int device;                 /* current when it was made */
     unsigned flags;
     std::mutex m;
     std::condition_variable cv;
@@ -345,6 +423,7 @@ struct CUstream_st {
 
 struct CUevent_st {
     unsigned flags;
+    int device;                             /* current when it was made */
     std::mutex m;
     std::condition_variable cv;
     uint64_t recorded = 0, completed = 0;   /* records captured by the host; records run */
@@ -433,6 +512,7 @@ CUstream_st *stream_new(unsigned flags)
 {
     CUstream_st *s = new CUstream_st;
     s->flags = flags;
+    s->device = cur_device;
     {
         std::lock_guard<std::mutex> lock(streams().m);
         s->id = streams().next_id++;
@@ -449,6 +529,9 @@ CUstream_st *legacy()
 }
 
 CUstream_st *of(cudaStream_t s) { return s ? s : legacy(); }
+
+/* The device of a stream: the legacy one is the current device's. */
+int device_of(cudaStream_t s) { return s ? s->device : cur_device; }
 
 /* Waits until s has run everything queued on it so far. */
 void drain(CUstream_st *s)
@@ -486,6 +569,8 @@ void drain_blocking(CUstream_st *except)
 }  // namespace
 
 namespace emu {
+
+int stream_device(cudaStream_t s) { return device_of(s); }
 
 void enqueue(cudaStream_t stream, const char *name, std::function<void()> fn, std::initializer_list<range> uses)
 {
@@ -776,8 +861,12 @@ void run_block(const std::function<void()> &body, dim3 grid, dim3 block, unsigne
     br->current = nullptr;
 }
 
+/* The kernel the calling thread runs blocks of, for the messages ("kernel NAME") */
+thread_local const char *running_kernel = "";
+
 /* The block threads: a grid's blocks are taken by index from the job in turn. */
 struct grid_job {
+    const char *name;
     const std::function<void()> *body;
     dim3 grid, block;
     unsigned blocks;
@@ -801,6 +890,7 @@ block_pool &pool()
 /* Takes blocks of job until none is left; returns when this thread ran its last one. */
 void take_blocks(grid_job *j)
 {
+    running_kernel = j->name;
     for (;;) {
         unsigned b = j->next.fetch_add(1);
         if (b >= j->blocks) return;
@@ -834,9 +924,10 @@ void pool_thread()
     }
 }
 
-void run_grid(const std::function<void()> &body, dim3 grid, dim3 block)
+void run_grid(const char *name, const std::function<void()> &body, dim3 grid, dim3 block)
 {
     grid_job j;
+    j.name = name;
     j.body = &body;
     j.grid = grid, j.block = block;
     j.blocks = grid.x * grid.y * grid.z;
@@ -863,6 +954,13 @@ void run_grid(const std::function<void()> &body, dim3 grid, dim3 block)
 }  // namespace
 
 namespace emu {
+
+void check_vector_access(const void *p)
+{
+    if ((uintptr_t)p % 16)
+        defect("%s: misaligned 16-byte vector access at %p (%zu bytes past a 16-byte boundary); the GPU would fault "
+               "(cudaErrorMisalignedAddress)", *running_kernel ? running_kernel : "a kernel", p, (size_t)((uintptr_t)p % 16));
+}
 
 /* A defect when a failed launch's error was never read (see the top). */
 void unread_launch_check(const char *at)
@@ -902,11 +1000,19 @@ void launch(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t 
         unread_launch = name;
         return;
     }
+    /* CUDA: a kernel launched into a stream of a device that is not current fails */
+    if (device_of(s) != cur_device) {
+        note("launch of %s refused: its stream is device %d's, device %d is current", name, device_of(s), cur_device);
+        ret(cudaErrorInvalidResourceHandle);
+        unread_launch = name;
+        return;
+    }
     for (size_t i = 0; i < ptrs.size(); i++) {
         if (!ptrs[i]) continue;
         char what[256];
         snprintf(what, sizeof what, "kernel %s, pointer argument %zu", name, i + 1);
         check_range(ptrs[i], 1, MEM_DEVICE, what);
+        check_device(ptrs[i], cur_device, what);
     }
     std::string qname = std::string("kernel ") + name;
     CUstream_st *st = of(s);
@@ -916,7 +1022,7 @@ void launch(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t 
     o.name = qname;
     for (const void *p : ptrs)
         if (p) o.uses.push_back({p, 1});
-    o.fn = [body = std::move(body), grid, block]() { run_grid(body, grid, block); };
+    o.fn = [body = std::move(body), grid, block, qname]() { run_grid(qname.c_str(), body, grid, block); };
     enqueue_on(st, std::move(o));
 }
 
@@ -983,7 +1089,8 @@ cudaError_t cudaGetDeviceCount(int *count)
     if (emu::fault("no_device")) return ret(cudaErrorNoDevice);
     if (emu::fault("driver_old")) return ret(cudaErrorInsufficientDriver);
     if (emu::fault("init_error")) return ret(cudaErrorInitializationError);
-    *count = 1;
+    if (!emu::device_count()) return ret(cudaErrorNoDevice);   /* CUDA_VISIBLE_DEVICES hides them all */
+    *count = emu::device_count();
     return cudaSuccess;
 }
 
@@ -999,21 +1106,28 @@ cudaError_t cudaRuntimeGetVersion(int *v)
     return cudaSuccess;
 }
 
-static int current_device = 0;
-
 cudaError_t cudaSetDevice(int d)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) return e;
     if (d < 0 || d >= n) return ret(cudaErrorInvalidDevice);
-    current_device = d;
+    cur_device = d;
     return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int *d)
 {
-    *d = current_device;
+    *d = cur_device;
+    return cudaSuccess;
+}
+
+/* 0000:XX:00.0, XX = 0x19 + the physical number (see the top) */
+cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
+{
+    if (!pciBusId || len <= 0) return ret(cudaErrorInvalidValue);
+    if (device < 0 || device >= emu::device_count()) return ret(cudaErrorInvalidDevice);
+    snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", 0x19 + emu::physical_device(device));
     return cudaSuccess;
 }
 
@@ -1037,7 +1151,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
     std::lock_guard<std::mutex> lock(mm.m);
     int nth = ++mm.mallocs;
     const char *oom = emu::fault("oom");
-    if ((oom && nth >= atoi(oom)) || bytes > cfg().memory - mm.device_bytes) {
+    if ((oom && nth >= atoi(oom)) || bytes > cfg().memory - mm.device_bytes[cur_device]) {
         *p = nullptr;
         return ret(cudaErrorMemoryAllocation);
     }
@@ -1054,9 +1168,10 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
     r.bytes = bytes;
     r.kind = emu::MEM_DEVICE;
     r.id = mm.next_id++;
+    r.device = cur_device;
     r.raw = raw;
     mm.by_base[(uintptr_t)raw] = r;
-    mm.device_bytes += bytes;
+    mm.device_bytes[cur_device] += bytes;
     *p = raw;
     return cudaSuccess;
 }
@@ -1085,7 +1200,7 @@ cudaError_t cudaFree(void *p)
     }
     r->live = false;
     memset(r->base, FREED, r->bytes + GUARD);
-    mm.device_bytes -= r->bytes;
+    mm.device_bytes[r->device] -= r->bytes;
     mm.quarantine.push_back((uintptr_t)r->base);
     mm.quarantined += r->bytes;
     while (mm.quarantined > QUARANTINE && !mm.quarantine.empty()) {
@@ -1201,7 +1316,12 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
     const void *base;
     size_t size;
     int k = emu::kind_of(p, &base, &size);
-    a->device = 0;
+    a->device = cur_device;
+    if (k == emu::MEM_DEVICE) {
+        std::lock_guard<std::mutex> lock(mem().m);
+        region *r = find_locked(p);
+        if (r) a->device = r->device;
+    }
     if (k == emu::MEM_DEVICE) {
         a->type = cudaMemoryTypeDevice;
         a->devicePointer = (void *)p;
@@ -1341,6 +1461,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
 {
     *e = new CUevent_st;
     (*e)->flags = flags;
+    (*e)->device = cur_device;
     return cudaSuccess;
 }
 
@@ -1355,6 +1476,11 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
     if (!e) return ret(cudaErrorInvalidResourceHandle);
+    /* CUDA: the event and the stream must be of one device */
+    if (e->device != device_of(s)) {
+        emu::note("cudaEventRecord refused: the event is device %d's, the stream device %d's", e->device, device_of(s));
+        return ret(cudaErrorInvalidResourceHandle);
+    }
     if (emu::capture_event_record(e, of(s))) return cudaSuccess;   /* a point of the capture (emu_graph.cc) */
     uint64_t gen;
     {
@@ -1436,6 +1562,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
     if (cudaError_t c = emu::capture_event_check(b, "cudaEventElapsedTime")) return ret(c);
     if ((a->flags & cudaEventDisableTiming) || (b->flags & cudaEventDisableTiming))
         return ret(cudaErrorInvalidResourceHandle);
+    if (a->device != b->device) return ret(cudaErrorInvalidResourceHandle);   /* CUDA: one device */
     std::lock(a->m, b->m);
     std::lock_guard<std::mutex> la(a->m, std::adopt_lock);
     std::lock_guard<std::mutex> lb(b->m, std::adopt_lock);

@@ -9,7 +9,8 @@
  * summation that varies from call to call and follows DS_EMU_SEED; a buffer larger than a
  * slot; sends and receives in a group (an all-to-all of chunks of unequal sizes, larger than
  * a slot, oneself included, then the all-gather back: bit for bit; a lone send and receive;
- * a group that is not emulated refused); nccl_stall with an abort; a peer that exits mid-collective; nccl_init_fail; a rank
+ * a group that is not emulated refused); one device per rank, also as CUDA_VISIBLE_DEVICES
+ * gives it; two ranks on one device refused with NCCL's words on every rank; nccl_stall with an abort; a peer that exits mid-collective; nccl_init_fail; a rank
  * that never arrives; and no shared-memory segment left behind. */
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -122,6 +123,7 @@ static void check_sum(const char *what, const float *got, size_t count, int n)
 
 struct rank_env {
     int rank, n;
+    int device;   /* the device it sets (run_opts) */
     ncclUniqueId id;
     board *b;
     ncclComm_t comm = NULL;
@@ -130,7 +132,7 @@ struct rank_env {
 
 static void join(rank_env &e)
 {
-    CK(cudaSetDevice(0));
+    CK(cudaSetDevice(e.device));
     NCK(ncclCommInitRank(&e.comm, e.n, e.id, e.rank));
     int count = -1, rank = -1;
     NCK(ncclCommCount(e.comm, &count));
@@ -411,7 +413,7 @@ static void case_peer_exit(rank_env &e)
 
 static void case_init_fail(rank_env &e)
 {
-    CK(cudaSetDevice(0));
+    CK(cudaSetDevice(e.device));
     ncclResult_t rc = ncclCommInitRank(&e.comm, e.n, e.id, e.rank);
     if (rc != ncclSystemError) fail("ncclCommInitRank: %s, not ncclSystemError", ncclGetErrorString(rc));
     if (!*ncclGetLastError(NULL)) fail("ncclCommInitRank failed without a message");
@@ -420,18 +422,39 @@ static void case_init_fail(rank_env &e)
 /* the only rank of 2 that arrives gives up after DS_EMU_NCCL_INIT_TIMEOUT, naming rank 1 */
 static void case_missing(rank_env &e)
 {
-    CK(cudaSetDevice(0));
+    CK(cudaSetDevice(e.device));
     ncclResult_t rc = ncclCommInitRank(&e.comm, 2, e.id, 0);
     if (rc != ncclSystemError) fail("ncclCommInitRank: %s, not ncclSystemError", ncclGetErrorString(rc));
     const char *why = ncclGetLastError(NULL);
     if (!strstr(why, "rank 1")) fail("the message does not name rank 1: \"%s\"", why);
 }
 
+/* two ranks or more on one device: NCCL's duplicate check refuses the communicator on the
+ * ranks that share it (ncclInvalidUsage, NCCL's words), and the others learn that it failed;
+ * none waits */
+static void case_duplicate(rank_env &e)
+{
+    CK(cudaSetDevice(e.device));
+    ncclResult_t rc = ncclCommInitRank(&e.comm, e.n, e.id, e.rank);
+    const char *why = ncclGetLastError(NULL);
+    if (e.rank != 1) {
+        if (rc != ncclInvalidUsage) fail("ncclCommInitRank: %s, not ncclInvalidUsage", ncclGetErrorString(rc));
+        if (!strstr(why, "Duplicate GPU detected : rank")) fail("not NCCL's words: \"%s\"", why);
+    } else if (rc == ncclSuccess) {
+        fail("ncclCommInitRank succeeded on the rank whose peers were refused");
+    }
+}
+
 /* ---- the parent ---- */
 
+/* Devices: DS_EMU_DEVICES is `devices` (0: one per rank); rank r sets device r % devices,
+ * or, with per_rank_visible, sees only device r (CUDA_VISIBLE_DEVICES, as a launcher sets
+ * it) and sets device 0. */
 struct run_opts {
     const char *fault = NULL, *seed = NULL, *init_timeout = NULL;
     int timeout_s = 20;
+    int devices = 0;
+    bool per_rank_visible = false;
 };
 
 /* Forks n ranks running body; true when every one exited with status 0. The ranks are
@@ -456,9 +479,13 @@ static bool run_ranks(int n, const run_opts &o, void (*body)(rank_env &), board 
             if (o.fault) setenv("DS_EMU_FAULT", o.fault, 1);
             if (o.seed) setenv("DS_EMU_SEED", o.seed, 1);
             if (o.init_timeout) setenv("DS_EMU_NCCL_INIT_TIMEOUT", o.init_timeout, 1);
+            int devices = o.devices ? o.devices : n;
+            setenv("DS_EMU_DEVICES", std::to_string(devices).c_str(), 1);
+            if (o.per_rank_visible) setenv("CUDA_VISIBLE_DEVICES", std::to_string(r % devices).c_str(), 1);
             alarm(o.timeout_s);
             this_rank = r;
             rank_env e;
+            e.device = o.per_rank_visible ? 0 : r % devices;
             e.rank = r;
             e.n = n;
             e.id = id;
@@ -545,6 +572,16 @@ int main(void)
     check_ranks("p2p_1rank", 1, plain, case_p2p, b, true);
     check_ranks("p2p_2ranks", 2, plain, case_p2p, b, true);
     check_ranks("p2p_3ranks", 3, plain, case_p2p, b, true);
+    run_opts visible;
+    visible.per_rank_visible = true;
+    check_ranks("sum_3ranks_one_visible_device_each", 3, visible, case_sum, b, true);
+    run_opts two_devices;
+    two_devices.devices = 2;
+    check_ranks("duplicate_gpu_refused", 3, two_devices, case_duplicate, b, false);
+    run_opts one_visible;
+    one_visible.devices = 1;
+    one_visible.per_rank_visible = true;   /* CUDA_VISIBLE_DEVICES=0 on every rank */
+    check_ranks("duplicate_gpu_refused_one_visible", 3, one_visible, case_duplicate, b, false);
 
     {
         /* the same seed gives the same sequence of results; the order varies within it */

@@ -2,13 +2,16 @@
  * memory and barriers, sm_90's launch limits, stream order and events, the lazy schedule
  * exposing a missing wait, and the checks that end a defective program (a write past an
  * allocation, a freed pointer, a page-locked range unregistered under a queued copy), each
- * in a child process of its own, and the runtime's fault switches. */
+ * in a child process of its own, the runtime's fault switches, and several devices
+ * (DS_EMU_DEVICES, CUDA_VISIBLE_DEVICES, the current device per thread, CUDA's rules for
+ * streams, events and memory of another device). */
 #include "emu_device.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -236,6 +239,67 @@ static int child(const char *name, const char *arg)
         CK(cudaHostUnregister(h));
         return 0;
     }
+    if (!strcmp(name, "devices")) {
+        /* DS_EMU_DEVICES=4 CUDA_VISIBLE_DEVICES=2,0,9,1: two devices, physical 2 and 0 */
+        int n = -1;
+        CK(cudaGetDeviceCount(&n));
+        char bus[2][32];
+        CK(cudaDeviceGetPCIBusId(bus[0], sizeof bus[0], 0));
+        CK(cudaDeviceGetPCIBusId(bus[1], sizeof bus[1], 1));
+        cudaError_t past = cudaSetDevice(n);
+        cudaGetLastError();
+        CK(cudaSetDevice(1));
+        int here = -1, there = -1;
+        std::thread([&] { cudaGetDevice(&there); }).join();   /* a new thread starts on device 0 */
+        CK(cudaGetDevice(&here));
+        void *p;
+        CK(cudaMalloc(&p, 64));
+        cudaPointerAttributes a;
+        CK(cudaPointerGetAttributes(&a, p));
+        printf("count %d bus %s %s set(%d) %s current %d other thread %d pointer on %d\n", n, bus[0], bus[1], n,
+               cudaGetErrorName(past), here, there, a.device);
+        return 0;
+    }
+    if (!strcmp(name, "cross_device")) {
+        /* s1, s2 and d are device 0's; device 1 current from here */
+        CK(cudaSetDevice(1));
+        LAUNCH(fill, dim3(4), dim3(256), 0, s1, d, 1.0f, 1000);
+        cudaError_t launch = cudaGetLastError();
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e1));
+        cudaError_t record = cudaEventRecord(e1, s1);
+        cudaGetLastError();
+        cudaStream_t t;
+        CK(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+        CK(cudaEventRecord(e1, t));
+        CK(cudaSetDevice(0));
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventRecord(e0, s1));
+        CK(cudaEventSynchronize(e0));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        cudaError_t elapsed = cudaEventElapsedTime(&ms, e0, e1);
+        cudaGetLastError();
+        /* allowed across devices: a stream waiting for another device's event, a copy */
+        CK(cudaStreamWaitEvent(s2, e1, 0));
+        float *d1;
+        CK(cudaSetDevice(1));
+        CK(cudaMalloc((void **)&d1, 1000 * sizeof(float)));
+        CK(cudaMemcpyAsync(d1, d, 1000 * sizeof(float), cudaMemcpyDeviceToDevice, t));
+        CK(cudaStreamSynchronize(t));
+        printf("launch %s record %s elapsed %s\n", cudaGetErrorName(launch), cudaGetErrorName(record),
+               cudaGetErrorName(elapsed));
+        return 0;
+    }
+    if (!strcmp(name, "other_devices_memory")) {
+        /* d is device 0's; a kernel on device 1 must not take it */
+        CK(cudaSetDevice(1));
+        cudaStream_t t;
+        CK(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+        LAUNCH(fill, dim3(4), dim3(256), 0, t, d, 1.0f, 1000);
+        CK(cudaStreamSynchronize(t));
+        return 0;
+    }
     if (!strcmp(name, "faults")) {
         int n = -1, v = 0;
         cudaError_t e = cudaGetDeviceCount(&n);
@@ -263,7 +327,13 @@ static int spawn(const char *self, const char *env, const char *name, const char
     if (pid == 0) {
         dup2(fd, 1);
         dup2(fd, 2);
-        if (env) putenv((char *)env);
+        /* env: NAME=VALUE settings separated by spaces */
+        for (const char *at = env; at && *at;) {
+            const char *end = strchr(at, ' ');
+            size_t len = end ? (size_t)(end - at) : strlen(at);
+            putenv(strndup(at, len));
+            at += len + (end != NULL);
+        }
         execl(self, self, "--child", name, arg, (char *)NULL);
         _exit(127);
     }
@@ -317,6 +387,20 @@ int main(int argc, char **argv)
     expect_defect(self, "unregister_under_copy", "", "DS_EMU_SCHED=lazy=2000", "still uses it");
     rc = spawn(self, "DS_EMU_SCHED=lazy=2000", "unregister_under_copy", "wait", &out);
     report("unregister_after_the_copy", rc == 0, out.c_str());
+
+    rc = spawn(self, "DS_EMU_DEVICES=4 CUDA_VISIBLE_DEVICES=2,0,9,1", "devices", "", &out);
+    report("devices_visible_and_current_per_thread",
+           rc == 0 && out == "count 2 bus 0000:1b:00.0 0000:19:00.0 set(2) cudaErrorInvalidDevice current 1 other "
+                             "thread 0 pointer on 1\n",
+           out.c_str());
+    rc = spawn(self, "DS_EMU_DEVICES=2 CUDA_VISIBLE_DEVICES=", "faults", "", &out);
+    report("devices_none_visible", rc == 0 && out.find("count cudaErrorNoDevice 0") != std::string::npos, out.c_str());
+    rc = spawn(self, "DS_EMU_DEVICES=2", "cross_device", "", &out);
+    report("devices_cross_device_rules",
+           rc == 0 && out == "launch cudaErrorInvalidResourceHandle record cudaErrorInvalidResourceHandle elapsed "
+                             "cudaErrorInvalidResourceHandle\n",
+           out.c_str());
+    expect_defect(self, "other_devices_memory", "", "DS_EMU_DEVICES=2", "of device 0, used on device 1");
 
     rc = spawn(self, "DS_EMU_FAULT=driver_old", "faults", "", &out);
     report("fault_driver_old", rc == 0 && out.find("count cudaErrorInsufficientDriver 0 driver 11040") != std::string::npos,

@@ -15,8 +15,13 @@
 #   - no bf16 algorithm: that op computes in tf32, with a warning, and training runs; bf16
 #     lost at a short batch only: tf32 within its own budget, or an error naming each budget;
 #   - tensor-op algorithms that would convert float inputs to fp16: a tf32 run takes none;
-#   - NCCL that cannot start, and a peer that stalls in a reduction: the job ends with
-#     NCCL's words or ds's --comm-timeout message.
+#   - NCCL that cannot start, a peer that stalls in a reduction, before ncclCommInitRank or
+#     in ncclCommFinalize, and a collective that fails on one rank while it lives (NCCL's
+#     asynchronous error): the job ends with NCCL's words or ds's --comm-timeout message,
+#     and no checkpoint of the failed step;
+#   - two ranks on one device (one emulated device, or CUDA_VISIBLE_DEVICES giving every
+#     rank the same one): NCCL's refusal in its words, "Duplicate GPU detected", exit 1,
+#     never a hang.
 . "$(dirname "$0")/lib.sh"
 
 make_bar_images "$T/tree" 6 2 31 && split_pack "$T/tree" 0 "$T/split" "$T/train" ||
@@ -99,11 +104,40 @@ check tf32_refuses_fp16_conversion sh -c "test -f '$T/conv16/ckpt-00000002.h5' &
 
 # ---- NCCL ----
 if command -v mpirun >/dev/null; then
-    MPI=(timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2)
+    # each rank on an emulated device of its own, as on a node of two GPUs
+    MPI=(env DS_EMU_DEVICES=2 timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2)
     expect nccl_init_failure nccl_init_fail 1 'ncclCommInitRank .*(unhandled system error|system error)' \
         "${MPI[@]}" dstrain "${RUN[@]}" --device cuda -o "$T/ncclinit"
+    # a transport that cannot start is not ranks sharing a GPU: no hint saying so
+    check nccl_init_failure_no_sharing_hint sh -c "! grep 'each needs its own GPU' '$T/nccl_init_failure.err'"
     expect nccl_stalled_peer_ends_the_job nccl_stall=1 1 'did not finish within 5 s' \
         "${MPI[@]}" dstrain "${RUN[@]}" --device cuda --comm-timeout 5 -o "$T/stall"
+    # rank 1's second collective (step 2's one bucket, at --bucket-mb 25) fails while its
+    # process lives (NCCL's asynchronous error): the job ends in step 2 with NCCL's words,
+    # step 1's checkpoint written, none of step 2
+    expect nccl_async_error_ends_the_job nccl_fail=1:2 1 \
+        'ncclCommGetAsyncError|async: (unhandled system error|remote process exited)' \
+        "${MPI[@]}" dstrain "${RUN[@]}" --device cuda --max-steps 3 --ckpt-steps 1 --bucket-mb 25 -o "$T/afail"
+    check nccl_async_error_writes_no_checkpoint_of_its_step sh -c "test -e '$T/afail/ckpt-00000001.h5' &&
+        test ! -e '$T/afail/ckpt-00000002.h5' && test ! -e '$T/afail/ckpt-00000003.h5'"
+    # a rank alive but stuck before ncclCommInitRank, or in ncclCommFinalize: --comm-timeout
+    # ends the job (the peers would wait without end)
+    expect nccl_init_stalled_peer_ends_the_job nccl_init_stall=1 1 'ncclCommInitRank did not finish within 5 s' \
+        "${MPI[@]}" dstrain "${RUN[@]}" --device cuda --comm-timeout 5 -o "$T/istall"
+    # (the steps before must finish within the limit: ThreadSanitizer's build is many times slower)
+    fin=5
+    case $BIN in *tsan*) fin=120 ;; esac
+    expect nccl_finalize_stalled_peer_ends_the_job nccl_finalize_stall=1 1 "ncclCommFinalize did not finish within $fin s" \
+        "${MPI[@]}" dstrain "${RUN[@]}" --device cuda --comm-timeout "$fin" -o "$T/fstall"
+    # two ranks on one device: refused by NCCL at start-up (the timeout is a hang guard only)
+    DUP=(timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2)
+    expect nccl_two_ranks_one_device_refused '' 1 'ncclCommInitRank .*invalid usage.*Duplicate GPU detected : rank' \
+        env DS_EMU_DEVICES=1 "${DUP[@]}" dstrain "${RUN[@]}" --device cuda -o "$T/dup"
+    check nccl_two_ranks_one_device_warned sh -c "grep -q '2 ranks on this node share 1 GPU' '$T/nccl_two_ranks_one_device_refused.err' &&
+        grep -q 'each needs its own GPU' '$T/nccl_two_ranks_one_device_refused.err'"
+    expect nccl_one_visible_device_each_the_same_refused '' 1 'Duplicate GPU detected' \
+        env DS_EMU_DEVICES=2 CUDA_VISIBLE_DEVICES=1 "${DUP[@]}" dstrain "${RUN[@]}" --device cuda -o "$T/dup1"
+    check nccl_refused_writes_nothing sh -c "test ! -e '$T/dup/last.h5' && test ! -e '$T/dup1/last.h5'"
 else
     echo "SKIP emu nccl faults: mpirun not found"
 fi

@@ -99,12 +99,12 @@ dstrain "${RES[@]}" --max-steps 3 -o "$T/twice" 2>"$T/twice.err" &&
     dstrain "${RES[@]}" --max-steps 6 --resume "$T/twice" 2>"$T/twice2.err"
 check emu_resume_bitwise bitwise "$T/once/ckpt-00000006.h5" "$T/twice/ckpt-00000006.h5"
 
-# ---- two ranks over the emulated NCCL against one process at --accum 2 ----
+# ---- two ranks over the emulated NCCL, on two emulated devices, against one process at --accum 2 ----
 if command -v mpirun >/dev/null; then
     MPI=(--train "$T/train" --arch resnet20 --crop 16 --batch 4 --lr 0.02 --lr-scaling none --warmup-epochs 0
          --log-every 100 -q --threads 1 --loader-threads 1 --augment none --max-steps 3 --device cuda
          --precision fp32 --deterministic)
-    timeout 600 mpirun --allow-run-as-root --oversubscribe -np 2 dstrain "${MPI[@]}" -o "$T/np2" 2>"$T/np2.err" &&
+    DS_EMU_DEVICES=2 timeout 600 mpirun --allow-run-as-root --oversubscribe -np 2 dstrain "${MPI[@]}" -o "$T/np2" 2>"$T/np2.err" &&
         pass emu_np2_nccl_runs || fail emu_np2_nccl_runs "$(tail -5 "$T/np2.err")"
     dstrain "${MPI[@]}" --accum 2 -o "$T/acc2" 2>"$T/acc2.err"
     check emu_np2_matches_accum2 steps_close "$T/acc2/$ck" "$T/np2/$ck" 2e-2 "np 2 over NCCL against --accum 2"

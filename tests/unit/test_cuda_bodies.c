@@ -915,9 +915,30 @@ static void test_input(int n, int H, int W, int ch, int cw, int flip)
     check_end();
 }
 
+/* The BN scratch's capacity rule (cuda_kernels.h): ds_cuda_bn_chunks keeps the partials
+ * (two doubles per channel and chunk) and, at the scratch's end, the three coefficient arrays
+ * (c floats each) apart, for every channel count and row count a ResNet reaches (up to batch
+ * 256 at 112 x 112). Plain arithmetic: large shapes no kernel test runs. */
+static void test_bn_scratch_capacity(void)
+{
+    check_begin("cuda bn scratch: partials and coefficients fit apart at every shape");
+    for (int c = 16; c <= 4096; c *= 2)
+        for (long m = 1; m <= 256L * 112 * 112; m = m < 64 ? m + 1 : m + m / 7) {
+            long chunks = ds_cuda_bn_chunks((int)m, c, DS_BN_FLUSH);
+            size_t need = 2 * (size_t)chunks * c * sizeof(double) + 3 * (size_t)c * sizeof(float);
+            if (need > DS_CUDA_SCRATCH_BYTES) {
+                CHECK(need <= DS_CUDA_SCRATCH_BYTES, "m=%ld c=%d: %ld chunks need %zu bytes of the %zu", m, c, chunks,
+                      need, (size_t)DS_CUDA_SCRATCH_BYTES);
+                break;
+            }
+        }
+    check_end();
+}
+
 int main(void)
 {
     ds_rng_init(&rng, 7, DS_RNG_DATA, 11);
+    test_bn_scratch_capacity();
     static const ds_dtype types[2] = {DS_F32, DS_BF16};
     for (int k = 0; k < 2; k++) {
         ds_dtype t = types[k];
