@@ -7,6 +7,7 @@
  * error, after which cudaStreamEndCapture answers cudaErrorStreamCaptureInvalidated and gives
  * no graph. */
 #include "emu_device.h"
+#include "emu_test.h"
 
 #include <cublas_v2.h>
 
@@ -14,26 +15,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-
-static int failures = 0;
-
-static void report(const char *name, bool ok, const char *detail = "")
-{
-    printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", name, ok || !*detail ? "" : ": ", ok ? "" : detail);
-    if (!ok) failures++;
-}
-
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-#define LAUNCH(kernel, grid, block, shmem, stream, ...) \
-    ::emu::launch_kernel(#kernel, grid, block, shmem, stream, [](auto... a_) { kernel(a_...); }, __VA_ARGS__)
 
 /* x[i] = x[i] * by_value + *in_memory: the two ways a kernel can take a per-step scalar */
 __global__ void scale_add(float *x, float by_value, const float *in_memory, int n)

@@ -10,6 +10,8 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include "emu_test.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -22,25 +24,6 @@
 
 #include <sys/wait.h>
 #include <unistd.h>
-
-static int failures = 0;
-
-static bool report(const char *name, bool ok, const std::string &detail = "")
-{
-    printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", name, ok || detail.empty() ? "" : ": ", ok ? "" : detail.c_str());
-    fflush(stdout);
-    if (!ok) failures++;
-    return ok;
-}
-
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 #define DNN(call)                                                                                   \
     do {                                                                                            \

@@ -6,6 +6,7 @@
  * (DS_EMU_DEVICES, CUDA_VISIBLE_DEVICES, the current device per thread, CUDA's rules for
  * streams, events and memory of another device). */
 #include "emu_device.h"
+#include "emu_test.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -15,26 +16,6 @@
 
 #include <sys/wait.h>
 #include <unistd.h>
-
-static int failures = 0;
-
-static void report(const char *name, bool ok, const char *detail = "")
-{
-    printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", name, ok || !*detail ? "" : ": ", ok ? "" : detail);
-    if (!ok) failures++;
-}
-
-#define CK(call)                                                                              \
-    do {                                                                                      \
-        cudaError_t e_ = (call);                                                              \
-        if (e_ != cudaSuccess) {                                                              \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                          \
-        }                                                                                     \
-    } while (0)
-
-#define LAUNCH(kernel, grid, block, shmem, stream, ...) \
-    ::emu::launch_kernel(#kernel, grid, block, shmem, stream, [](auto... a_) { kernel(a_...); }, __VA_ARGS__)
 
 /* ---- kernels ---- */
 
