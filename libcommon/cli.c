@@ -305,6 +305,16 @@ static void value_text(const ds_option *o, char *buf, size_t len)
     }
 }
 
+/* The strings taken back live as long as the process, as argv's do: a variable may be pointed
+ * elsewhere later (an absolute path), so they are held here, not by the variables. */
+static char **kept;
+static size_t nkept;
+static char *keep(char *s)
+{
+    kept = ds_xrealloc(kept, (nkept + 1) * sizeof *kept);
+    return kept[nkept++] = s;
+}
+
 typedef struct {
     ds_cli *cli;
     const char *const *fresh;
@@ -390,7 +400,7 @@ static int restore_member(void *ctx, const char *key, const ds_json_value *v)
     case DS_OPT_INT: *(long long *)o->value = integer; break;
     case DS_OPT_DOUBLE: *(double *)o->value = number; break;
     default:
-        *(const char **)o->value = string ? ds_xstrdup(string) : NULL;
+        *(const char **)o->value = string ? keep(ds_xstrdup(string)) : NULL;
         if (o->type == DS_OPT_CHOICE && o->index) *o->index = string ? choice_index(o->choices, string) : -1;
     }
     return 0;
