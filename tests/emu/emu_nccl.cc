@@ -24,8 +24,9 @@
  * handle must be live (not destroyed or aborted). Each of these is a defect (emu::defect).
  *
  * Shared memory: the unique id names a segment ("/ds-emu-nccl-PID-RANDOM"), created by the
- * first rank to arrive in ncclCommInitRank and unlinked by the last, so it outlives no job,
- * not even one killed afterwards. It holds a header, one record per rank (pid, state,
+ * first rank to arrive in ncclCommInitRank and unlinked by the last, so it outlives no job
+ * killed afterwards; that of a job ended before all its ranks arrived is removed by the next
+ * ncclGetUniqueId on the machine once every process it records is gone. It holds a header, one record per rank (pid, state,
  * barrier count, the descriptor of its current collective) and nranks + 1 slots of 1 MiB
  * (one per rank for its contribution, one for the sums). A collective moves a piece of up
  * to one slot at a time: each rank copies its piece into its slot and arrives at a barrier;
@@ -114,6 +115,7 @@
 #include <thread>
 #include <vector>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -342,6 +344,44 @@ bool process_gone(pid_t pid)
     buf[n] = 0;
     const char *paren = strrchr(buf, ')');   /* the command name may hold spaces */
     return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+/* Removes the segments of jobs that ended before all their ranks arrived (killed, or ended by
+ * their watchdog while a peer was stuck before ncclCommInitRank): the last rank to arrive
+ * unlinks a segment, and here none did. One is stale when the process that named it (the
+ * pid in its name, ncclGetUniqueId's caller) and every rank recorded in it are gone; one
+ * with no rank recorded yet may be a rank's, between shm_open and its record, and is left. */
+void sweep_stale_segments()
+{
+    static const char prefix[] = "ds-emu-nccl-";
+    DIR *d = opendir("/dev/shm");
+    if (!d) return;
+    while (struct dirent *de = readdir(d)) {
+        if (strncmp(de->d_name, prefix, sizeof prefix - 1)) continue;
+        pid_t named = (pid_t)atoi(de->d_name + sizeof prefix - 1);
+        if (named <= 0 || !process_gone(named)) continue;
+        std::string name = std::string("/") + de->d_name;
+        int fd = shm_open(name.c_str(), O_RDONLY, 0);
+        if (fd < 0) continue;
+        struct stat st;
+        void *map = MAP_FAILED;
+        if (fstat(fd, &st) == 0 && (size_t)st.st_size >= header_bytes(1))
+            map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        close(fd);
+        if (map == MAP_FAILED) continue;
+        const shm_header *hdr = (const shm_header *)map;
+        const shm_rank *ranks = (const shm_rank *)((const char *)map + sizeof(shm_header));
+        uint32_t n = hdr->nranks.load();
+        bool stale = n >= 1 && n <= (uint32_t)MAX_RANKS && (size_t)st.st_size >= header_bytes((int)n);
+        int recorded = 0;
+        for (uint32_t j = 0; stale && j < n; j++) {
+            pid_t pid = ranks[j].pid.load();
+            if (pid > 0) recorded++, stale = process_gone(pid);
+        }
+        munmap(map, (size_t)st.st_size);
+        if (stale && recorded) shm_unlink(name.c_str());
+    }
+    closedir(d);
 }
 
 const char *state_words(uint32_t st)
@@ -932,6 +972,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
     }
     /* a name no other job draws: the pid and 64 random bits (no emu:: call here, so a test
      * may make the id and then fork its ranks) */
+    sweep_stale_segments();
     uint64_t r = 0;
     int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
     if (fd < 0 || read(fd, &r, sizeof r) != (ssize_t)sizeof r) {

@@ -11,7 +11,8 @@
  * a slot, oneself included, then the all-gather back: bit for bit; a lone send and receive;
  * a group that is not emulated refused); one device per rank, also as CUDA_VISIBLE_DEVICES
  * gives it; two ranks on one device refused with NCCL's words on every rank; nccl_stall with an abort; a peer that exits mid-collective; nccl_init_fail; a rank
- * that never arrives; and no shared-memory segment left behind. */
+ * that never arrives; no shared-memory segment left behind, and that of a job killed before
+ * all its ranks arrived removed by the next ncclGetUniqueId once its processes are gone. */
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -26,7 +27,8 @@
 #include <string>
 #include <vector>
 
-#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -460,6 +462,21 @@ struct run_opts {
 /* Forks n ranks running body; true when every one exited with status 0. The ranks are
  * reaped in rank order, so one that exits early stays a zombie meanwhile, as a dead process
  * can under a launcher that reaps late. */
+/* the segment an id names ("/ds-emu-nccl-..."), read from its bytes; "" if none */
+static std::string segment_name(const ncclUniqueId &id)
+{
+    static const char mark[] = "/ds-emu-nccl-";
+    const char *p = (const char *)memmem(id.internal, sizeof id.internal, mark, sizeof mark - 1);
+    return p ? std::string(p, strnlen(p, sizeof id.internal - (size_t)(p - id.internal))) : std::string();
+}
+
+static bool segment_exists(const std::string &name)
+{
+    return !name.empty() && access(("/dev/shm" + name).c_str(), F_OK) == 0;
+}
+
+static std::vector<std::string> names_used;   /* every segment this test's ids named */
+
 static bool run_ranks(int n, const run_opts &o, void (*body)(rank_env &), board *b, std::string *why)
 {
     ncclUniqueId id;
@@ -467,6 +484,7 @@ static bool run_ranks(int n, const run_opts &o, void (*body)(rank_env &), board 
         *why = "ncclGetUniqueId failed";
         return false;
     }
+    names_used.push_back(segment_name(id));
     memset(b, 0, sizeof *b);
     std::vector<pid_t> pids;
     for (int r = 0; r < n; r++) {
@@ -543,18 +561,75 @@ static void check_ranks(const char *name, int n, const run_opts &o, void (*body)
     report(name, ok, why);
 }
 
-/* segments named for this process's ids (see ncclGetUniqueId) still in /dev/shm */
+/* the segments this test's ids named still in /dev/shm (by their full names: a segment left
+ * by another process that once had this pid is not this test's) */
 static int leftover_segments()
 {
-    char prefix[64];
-    snprintf(prefix, sizeof prefix, "ds-emu-nccl-%d-", (int)getpid());
-    DIR *d = opendir("/dev/shm");
-    if (!d) return 0;
     int n = 0;
-    while (struct dirent *de = readdir(d))
-        if (!strncmp(de->d_name, prefix, strlen(prefix))) n++;
-    closedir(d);
+    for (const std::string &name : names_used) n += segment_exists(name);
     return n;
+}
+
+/* A job ended before all its ranks arrived leaves its segment (no rank was last to arrive);
+ * the next ncclGetUniqueId removes it once the process that named it and every rank it
+ * records are gone, and not before. Here a child names the id and arrives as rank 0 of 2;
+ * rank 1 never comes; the child is killed while it waits. */
+static void check_stale_segment_swept(board *b)
+{
+    memset(b, 0, sizeof *b);
+    static char name[96];
+    char *shared = (char *)mmap(NULL, sizeof name, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (shared == MAP_FAILED) {
+        report("stale_segment_swept", false, "mmap failed");
+        return;
+    }
+    memset(shared, 0, sizeof name);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20);
+        ncclUniqueId id;
+        if (ncclGetUniqueId(&id) != ncclSuccess) _exit(1);
+        std::string nm = segment_name(id);
+        snprintf(shared, sizeof name, "%s", nm.c_str());
+        setenv("DS_EMU_NCCL_INIT_TIMEOUT", "30", 1);
+        setenv("DS_EMU_DEVICES", "1", 1);
+        ncclComm_t comm;
+        ncclCommInitRank(&comm, 2, id, 0);   /* waits for rank 1 until killed */
+        _exit(1);
+    }
+    std::string why, seg;
+    for (int i = 0; i < 2000 && seg.empty(); i++) {   /* the child's name, then its segment */
+        if (shared[0] && segment_exists(shared)) seg = shared;
+        else nap_ms(5);
+    }
+    bool ok = !seg.empty();
+    if (!ok) why = "the waiting rank's segment never appeared";
+    /* until rank 0's record holds the child's pid (emu_nccl.cc's layout: the 64-byte header,
+     * then the rank records, each opening with its pid), sweeping meanwhile */
+    int fd = ok ? shm_open(seg.c_str(), O_RDONLY, 0) : -1;
+    void *map = fd >= 0 ? mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (fd >= 0) close(fd);
+    if (ok && map == MAP_FAILED) ok = false, why = "could not map " + seg;
+    bool recorded = false;
+    for (int i = 0; ok && i < 4000 && !recorded; i++) {
+        recorded = ((const volatile int32_t *)((const char *)map + 64))[0] == (int32_t)pid;
+        ncclUniqueId other;
+        ok = ncclGetUniqueId(&other) == ncclSuccess && segment_exists(seg);
+        if (!ok) why = "removed while its rank was alive and waiting";
+        nap_ms(5);
+    }
+    if (map != MAP_FAILED) munmap(map, 4096);
+    if (ok && !recorded) ok = false, why = "the waiting rank's record never appeared";
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (ok && !segment_exists(seg)) ok = false, why = "the killed rank's segment was gone before any sweep: nothing tested";
+    ncclUniqueId after;
+    if (ok && (ncclGetUniqueId(&after) != ncclSuccess || segment_exists(seg)))
+        ok = false, why = seg + " left after its only rank was killed";
+    if (!seg.empty()) shm_unlink(seg.c_str());
+    munmap(shared, sizeof name);
+    report("stale_segment_swept", ok, why);
 }
 
 int main(void)
@@ -619,6 +694,8 @@ int main(void)
     run_opts missing;
     missing.init_timeout = "0.5";
     check_ranks("init_missing_rank", 1, missing, case_missing, b, false);
+
+    check_stale_segment_swept(b);
 
     int left = leftover_segments();
     report("no_segment_left", left == 0, std::to_string(left) + " segments left in /dev/shm");

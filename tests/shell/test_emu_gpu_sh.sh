@@ -59,8 +59,9 @@ if [ -x "$DS_ROOT/build/bench/cudnn_fusion_probe" ]; then
 else
     echo "SKIP emu_gpu_sh_round4_fusion_plan: no build/bench/cudnn_fusion_probe (make bench-build)"
 fi
+# the emulated NCCL, on its one device, refuses two ranks as NCCL does: the stage sees the end
 check emu_gpu_sh_round4_nccl_two_ranks matches "$(result "NCCL: mpirun -np 2 dstrain on one GPU (NCCL_DEBUG=WARN) (emulated: the emulated NCCL)")" \
-    '^both ranks ran \(exit 0 in [0-9]+ s\)$'
+    '^refused: ended in [0-9]+ s, exit [1-9][0-9]*: .*Duplicate GPU detected.* \(NCCL: Duplicate GPU detected\)$'
 check emu_gpu_sh_round4_old_new sh -c "grep -qE '^\| old against new: .* \| new [0-9.]+/[0-9.]+/[0-9.]+ \(median [0-9.]+\); old n/a \(no --old bundle\) \|\$' '$table' &&
     grep -qE '^\| resnet20 train bf16 b4 --deterministic \| [0-9.]+ \|' '$table'"
 check emu_gpu_sh_round4_gpu_only_na sh -c "[ \$(grep -cE '\| n/a \(emulated' '$table') -ge 12 ]"
