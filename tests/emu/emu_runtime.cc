@@ -33,6 +33,9 @@
  *                  synchronising call, or another stream's wait), or its oldest operation has
  *                  been queued MS milliseconds (default 50): as late as CUDA allows, so a
  *                  missing wait reads or overwrites memory at the worst moment.
+ * Under every schedule, emu_order.cc checks the order of the streams' uses of device memory
+ * (fed from enqueue_on, drain and the event calls): a missing wait is a defect there even
+ * when the schedule happened to hide it.
  *
  * Kernels. A 16-byte vector access (load16/store16) must be 16-byte aligned, as on the GPU:
  * a misaligned one is a defect naming the kernel. A grid's blocks are spread over DS_EMU_BLOCK_THREADS threads (default 2; the
