@@ -3,7 +3,8 @@
  * backend/cpu.c (OpenMP, own GEMM kernels) is the reference; backend/cuda.cu (cuDNN, cuBLAS,
  * own kernels; its convolutions in cuda_conv.cu) implements the same functions and is tested
  * against it op by op. The model (model.c) owns the layer list and the memory plan and calls
- * only these functions, so it never knows which backend runs.
+ * only these functions, so it never knows which backend runs. Adding an op: the files it
+ * touches, in order, are listed in docs/DESIGN.md §4.9 ("Adding an op").
  *
  * Conventions, fixed for every backend:
  *   - Activations are NHWC. Their storage type (ds_dtype) is the model's choice, from its

@@ -26,14 +26,9 @@ extern "C" {
 /* After every kernel launch: a bad configuration is reported here, at the launch site. */
 #define launchCheck() cudaCheck(cudaGetLastError())
 
-/* A kernel launch, kernel<<<grid, block, shmem, stream>>>(...) under nvcc. A host
- * compilation for the emulated device (tests/emu, DS_CUDA_EMULATED) queues the same grid on
- * the emulator's stream instead, each thread calling the kernel with the arguments copied at
- * the launch. */
-#ifdef DS_CUDA_EMULATED
-#define DS_LAUNCH(kernel, grid, block, shmem, stream, ...) \
-    ::emu::launch_kernel(#kernel, grid, block, shmem, stream, [](auto... a_) { kernel(a_...); }, __VA_ARGS__)
-#else
+/* A kernel launch, kernel<<<grid, block, shmem, stream>>>(...). A build that compiles
+ * these files without nvcc defines its own DS_LAUNCH before this header is read. */
+#ifndef DS_LAUNCH
 #define DS_LAUNCH(kernel, grid, block, shmem, stream, ...) kernel<<<grid, block, shmem, stream>>>(__VA_ARGS__)
 #endif
 

@@ -8,7 +8,11 @@
  * bias, SGD, scale, axpy, add, the casts and the input ops) give the CPU's bits. The
  * reductions do not, by a bounded amount: batch norm's sums split the rows into other
  * chunks than the CPU's 16 and add them in a tree, softmax sums in a tree and uses the
- * device's exp and log. */
+ * device's exp and log.
+ * The kernel subset (the emulated device runs these kernels too, docs/DESIGN.md §4.9): static
+ * __shared__ memory, __syncthreads and 16-byte accesses through load16/store16; no warp
+ * intrinsics, dynamic shared memory, cooperative launches or atomics; device intrinsics only
+ * under __CUDA_ARCH__, beside a host form. */
 #ifndef DS_KERNELS_CUDA_H
 #define DS_KERNELS_CUDA_H
 

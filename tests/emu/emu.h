@@ -110,6 +110,16 @@ cudaError_t capture_event_check(cudaEvent_t e, const char *call);
  * refused); the runtime then queues nothing. */
 cudaError_t capture_wait_check(cudaStream_t s, cudaEvent_t e, unsigned flags, bool *taken);
 
+/* The stream-order checker (emu_order.cc), fed by emu_runtime.cc, streams by id: an operation
+ * queued on `stream` with its ranges (a defect when one was last used on another stream by an
+ * operation not ordered before it), the host's wait for everything queued on `stream` so far,
+ * an event recorded on `stream`, `stream` waiting for an event, the host waiting for an event. */
+void order_op(int stream, const std::string &name, const std::vector<range> &uses);
+void order_host_waits(int stream);
+void order_record(const void *event, int stream);
+void order_wait(int stream, const void *event);
+void order_host_waits_event(const void *event);
+
 /* Waits until every stream has run all work queued so far (cudaDeviceSynchronize). */
 void sync_all();
 

@@ -6,7 +6,8 @@
  *   - threadIdx, blockIdx, blockDim, gridDim are the running fiber's, set by the block's
  *     scheduler before it switches to the fiber; __syncthreads() suspends the fiber until
  *     every thread of the block has arrived (or exited);
- *   - DS_LAUNCH (backend/cuda_check.h) calls emu::launch_kernel, which copies the arguments
+ *   - DS_LAUNCH, defined here (backend/cuda_check.h keeps only nvcc's <<<...>>> form, under
+ *     #ifndef DS_LAUNCH), calls emu::launch_kernel, which copies the arguments
  *     at the launch (as a real launch does), checks that every pointer argument is NULL or
  *     inside live device memory, and queues the grid on the stream: each thread calls the
  *     kernel with the copied arguments. The launch limits of sm_90 are enforced in
@@ -64,6 +65,11 @@ void launch_kernel(const char *name, dim3 grid, dim3 block, size_t shmem, cudaSt
 }
 
 }  // namespace emu
+
+/* A kernel launch on the emulated device: the same grid queued on the emulator's stream,
+ * each thread calling the kernel with the arguments copied at the launch. */
+#define DS_LAUNCH(kernel, grid, block, shmem, stream, ...) \
+    ::emu::launch_kernel(#kernel, grid, block, shmem, stream, [](auto... a_) { kernel(a_...); }, __VA_ARGS__)
 
 #define threadIdx (::emu::k_thread)
 #define blockIdx (::emu::k_block)

@@ -33,6 +33,9 @@
  *                  synchronising call, or another stream's wait), or its oldest operation has
  *                  been queued MS milliseconds (default 50): as late as CUDA allows, so a
  *                  missing wait reads or overwrites memory at the worst moment.
+ * Under every schedule, emu_order.cc checks the order of the streams' uses of device memory
+ * (fed from enqueue_on, drain and the event calls): a missing wait is a defect there even
+ * when the schedule happened to hide it.
  *
  * Kernels. A 16-byte vector access (load16/store16) must be 16-byte aligned, as on the GPU:
  * a misaligned one is a defect naming the kernel. A grid's blocks are spread over DS_EMU_BLOCK_THREADS threads (default 2; the
@@ -542,12 +545,15 @@ void drain(CUstream_st *s)
     s->cv.notify_all();
     s->cv.wait(lock, [&] { return s->done >= target; });
     s->demand--;
+    lock.unlock();
+    emu::order_host_waits(s->id);
 }
 
 void enqueue_on(CUstream_st *s, op o)
 {
     if (emu::capture_take(s, o.name, o.fn, o.uses)) return;   /* recorded, not run (emu_graph.cc) */
     o.queued_ms = emu::now_ms();
+    emu::order_op(s->id, o.name, o.uses);
     std::lock_guard<std::mutex> lock(s->m);
     s->q.push_back(std::move(o));
     s->queued++;
@@ -1452,8 +1458,12 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
 {
     CUstream_st *st = of(s);
     if (cudaError_t e = emu::capture_sync_check(st, "cudaStreamQuery")) return ret(e);
-    std::lock_guard<std::mutex> lock(st->m);
-    if (st->done >= st->queued) return cudaSuccess;
+    std::unique_lock<std::mutex> lock(st->m);
+    if (st->done >= st->queued) {
+        lock.unlock();
+        emu::order_host_waits(st->id);
+        return cudaSuccess;
+    }
     return cudaErrorNotReady;   /* (lazy mode: a stream polled runs within its hold time) */   /* not a failure: the last error stays as it was */
 }
 
@@ -1499,6 +1509,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
         }
         e->cv.notify_all();
     });
+    emu::order_record(e, of(s)->id);
     return cudaSuccess;
 }
 
@@ -1507,12 +1518,15 @@ static void event_wait(cudaEvent_t e)
 {
     std::unique_lock<std::mutex> lock(e->m);
     uint64_t gen = e->recorded;
-    if (e->completed >= gen) return;
-    CUstream_st *s = e->stream;
+    if (e->completed < gen) {
+        CUstream_st *s = e->stream;
+        lock.unlock();
+        waiting w(s);
+        lock.lock();
+        e->cv.wait(lock, [&] { return e->completed >= gen; });
+    }
     lock.unlock();
-    waiting w(s);
-    lock.lock();
-    e->cv.wait(lock, [&] { return e->completed >= gen; });
+    emu::order_host_waits_event(e);
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
@@ -1527,8 +1541,11 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
 {
     if (!e) return ret(cudaErrorInvalidResourceHandle);
     if (cudaError_t c = emu::capture_event_check(e, "cudaEventQuery")) return ret(c);
-    std::lock_guard<std::mutex> lock(e->m);
-    return e->completed >= e->recorded ? cudaSuccess : cudaErrorNotReady;
+    std::unique_lock<std::mutex> lock(e->m);
+    if (e->completed < e->recorded) return cudaErrorNotReady;
+    lock.unlock();
+    emu::order_host_waits_event(e);
+    return cudaSuccess;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags)
@@ -1552,6 +1569,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
         lock.lock();
         e->cv.wait(lock, [&] { return e->completed >= gen; });
     });
+    emu::order_wait(of(s)->id, e);
     return cudaSuccess;
 }
 

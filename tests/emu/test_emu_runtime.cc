@@ -190,6 +190,26 @@ static int child(const char *name, const char *arg)
         printf("%g %g\n", h[0], h[999]);
         return h[0] == 3 && h[999] == 3 ? 0 : 3;
     }
+    if (!strcmp(name, "unordered")) {
+        /* s1 writes d (a memset, then a kernel); s2 reads it back, after s1's event only when
+         * asked ("wait"); the host waits for s1 first, so any schedule gives the right data:
+         * only the stream-order checker can see the missing wait */
+        float *h;
+        CK(cudaHostAlloc((void **)&h, 1000 * sizeof(float), cudaHostAllocDefault));
+        cudaEvent_t e;
+        CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        CK(cudaMemsetAsync(d, 0, 1000 * sizeof(float), s1));
+        LAUNCH(fill, dim3(4), dim3(256), 0, s1, d, 3.0f, 1000);
+        CK(cudaEventRecord(e, s1));
+        if (!strcmp(arg, "wait")) CK(cudaStreamWaitEvent(s2, e, 0));
+        CK(cudaMemcpyAsync(h, d + 500, 500 * sizeof(float), cudaMemcpyDeviceToHost, s2));
+        CK(cudaStreamSynchronize(s2));
+        /* after a host wait for s2, s1 may use the bytes s2 read */
+        CK(cudaMemsetAsync(d, 0, 1000 * sizeof(float), s1));
+        CK(cudaStreamSynchronize(s1));
+        printf("%g\n", h[0]);
+        return 0;
+    }
     if (!strcmp(name, "write_past")) {
         LAUNCH(fill_one_too_many, dim3(4), dim3(256), 0, s1, d, 1000);
         CK(cudaStreamSynchronize(s1));
@@ -354,8 +374,19 @@ int main(int argc, char **argv)
     test_events();
 
     std::string out;
-    int rc = spawn(self, "DS_EMU_SCHED=lazy=2000", "missing_wait", "", &out);
+    int rc = spawn(self, "DS_EMU_SCHED=lazy=2000 DS_EMU_ORDER=0", "missing_wait", "", &out);
     report("lazy_schedule_shows_a_missing_wait", rc == 3, out.c_str());
+    rc = spawn(self, NULL, "unordered", "", &out);
+    report("order_checker_names_an_unordered_use",
+           rc != 0 && out.find("ds-emu: defect: unordered: bytes [2000, 4000) of the device allocation at") !=
+                          std::string::npos &&
+               out.find(" by cudaMemsetAsync (its operation #1) and used on stream ") != std::string::npos &&
+               out.find(" by cudaMemcpyAsync device to host without an event between them") != std::string::npos,
+           out.c_str());
+    rc = spawn(self, NULL, "unordered", "wait", &out);
+    report("order_checker_with_the_wait", rc == 0 && out == "3\n", out.c_str());
+    rc = spawn(self, "DS_EMU_ORDER=0", "unordered", "", &out);
+    report("order_checker_off", rc == 0, out.c_str());
     rc = spawn(self, "DS_EMU_SCHED=lazy=2000", "missing_wait", "wait", &out);
     report("lazy_schedule_with_the_wait", rc == 0, out.c_str());
     rc = spawn(self, "DS_EMU_SCHED=delay=500", "missing_wait", "wait", &out);

@@ -4,6 +4,9 @@
 # its own layer or the ones above it. Every file under backend/ is the engine's. The layers
 # are read from the document itself, so a move in the code without the map (or the other
 # way round) fails here. A planted include that points down the layers must be found.
+# The emulated CUDA device (tests/emu) is a test build's: production code (libcommon/,
+# tools/) never names it (emu::, DS_CUDA_EMULATED, DS_EMU_*, an include of an emu header or
+# of tests/); a planted name must be found.
 . "$(dirname "$0")/lib.sh"
 design=$DS_ROOT/docs/DESIGN.md
 
@@ -57,4 +60,26 @@ cp "$DS_ROOT"/libcommon/*.[ch] "$T/tree/libcommon/" && cp "$DS_ROOT"/libcommon/b
 sed -i '1a #include "train.h"' "$T/tree/libcommon/log.c"
 violations "$T/tree" >"$T/planted"
 check planted_violation_found grep -q '^libcommon/log.c (layer 1) -> train.h (layer 4)' "$T/planted"
+
+# Prints "file:line:text" for each place under ROOT's libcommon/ and tools/ that names the
+# emulator. DS_EMU_VEC16, the hook of backend/cuda_bodies.h's vector bodies (a no-op there
+# unless the emulator defines it), is the one name allowed.
+emulator_names() {  # ROOT
+    (cd "$1" && grep -rnE -e 'emu::|DS_CUDA_EMULATED|DS_EMU[A-Z0-9_]*' \
+        -e '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]([^">]*/)?(tests/|emu[_.])' libcommon tools) |
+        grep -vE '^[^:]+:[0-9]+:.*DS_EMU_VEC16' || true
+}
+emulator_names "$DS_ROOT" >"$T/emu_found"
+check production_never_names_the_emulator test ! -s "$T/emu_found"
+sed 's/^/    names the emulator: /' "$T/emu_found"
+
+# Planted: a launch macro that names emu:: in a backend header, an include of the emulator's
+# header in a tool.
+mkdir -p "$T/etree"
+cp -r "$DS_ROOT/libcommon" "$DS_ROOT/tools" "$T/etree/"
+printf '#define DS_PLANTED(k) ::emu::launch_kernel(#k)\n' >>"$T/etree/libcommon/backend/cuda_check.h"
+sed -i '1a #include "../../tests/emu/emu.h"' "$T/etree/tools/train/dstrain.c"
+emulator_names "$T/etree" >"$T/emu_planted"
+check planted_emulator_names_found sh -c "grep -q '^libcommon/backend/cuda_check.h:[0-9]*:#define DS_PLANTED' '$T/emu_planted' &&
+    grep -q '^tools/train/dstrain.c:2:#include \"../../tests/emu/emu.h\"' '$T/emu_planted'"
 finish

@@ -10,7 +10,9 @@
  * A row's `use` names the walks that take it, so a shape is written once however many walks
  * take it. A new op gets its rows here and a member row in ops_members below; test_ops's
  * every_backend_op_has_a_case fails while a member of ds_backend has no row there, or an
- * op's family has no case. */
+ * op's family has no case, and test_cuda_ops's cuda_backend_op_has_a_case while the CUDA
+ * table lacks a member its row does not excuse, or the family has no row for the GPU walks.
+ * The whole path of a new op: docs/DESIGN.md §4.9. */
 #ifndef DS_OPS_CASES_H
 #define DS_OPS_CASES_H
 
@@ -326,15 +328,19 @@ typedef enum {
 } ops_family;
 
 /* Every member of ds_backend, in the struct's order, with the family whose cases exercise it
- * (and, for the members that are not ops, where they are tested). */
+ * (and, for the members that are not ops, where they are tested). cuda_none: why the CUDA
+ * backend has none (the member is optional there); NULL where it must have one. */
 typedef struct {
     const char *member;
     size_t offset, size;
     ops_family family;
     const char *tested_by;
+    const char *cuda_none;
 } ops_member;
 
-#define OPS_MEMBER(m, family, by) {#m, offsetof(ds_backend, m), sizeof(((ds_backend *)0)->m), family, by}
+#define OPS_MEMBER(m, family, by) {#m, offsetof(ds_backend, m), sizeof(((ds_backend *)0)->m), family, by, NULL}
+#define OPS_MEMBER_NOT_CUDA(m, family, by, why) \
+    {#m, offsetof(ds_backend, m), sizeof(((ds_backend *)0)->m), family, by, why}
 
 static const ops_member ops_members[] = {
     OPS_MEMBER(name, OPS_FAMILY_NONE, NULL),
@@ -370,7 +376,7 @@ static const ops_member ops_members[] = {
     OPS_MEMBER(conv_fwd, OPS_FAMILY_CONV, NULL),
     OPS_MEMBER(conv_bwd_data, OPS_FAMILY_CONV, NULL),
     OPS_MEMBER(conv_bwd_weight, OPS_FAMILY_CONV, NULL),
-    OPS_MEMBER(conv_fwd_bn, OPS_FAMILY_CONV, NULL),
+    OPS_MEMBER_NOT_CUDA(conv_fwd_bn, OPS_FAMILY_CONV, NULL, "the model runs conv_fwd, then bn_fwd_infer"),
     OPS_MEMBER(bn_fwd_train, OPS_FAMILY_BN, NULL),
     OPS_MEMBER(bn_fwd_infer, OPS_FAMILY_BN, NULL),
     OPS_MEMBER(bn_bwd, OPS_FAMILY_BN, NULL),
@@ -391,7 +397,8 @@ static const ops_member ops_members[] = {
     OPS_MEMBER(reduce_start, OPS_FAMILY_HOST, "test_model's gradient buckets; test_dstrain_mpi.sh; test_emu_train's np 2"),
     OPS_MEMBER(reduce_wait, OPS_FAMILY_HOST, "test_model's gradient buckets; test_dstrain_mpi.sh; test_emu_train's np 2"),
     OPS_MEMBER(ordered_reduce, OPS_FAMILY_NONE, NULL),
-    OPS_MEMBER(kernel_set, OPS_FAMILY_HOST, "test_cpu_kernels.sh (the start-up line and the checkpoint's /kernels)"),
+    OPS_MEMBER_NOT_CUDA(kernel_set, OPS_FAMILY_HOST, "test_cpu_kernels.sh (the start-up line and the checkpoint's /kernels)",
+                        "the CPU's kernel sets only"),
     OPS_MEMBER(reduction, OPS_FAMILY_HOST, "test_emu_deterministic.sh (the start-up line and checkpoint)"),
 };
 
@@ -411,6 +418,25 @@ static inline size_t ops_family_rows(ops_family f)
     case OPS_FAMILY_HOST: case OPS_FAMILY_GRAPH: case OPS_FAMILY_NONE: return 0;
     }
     return 0;
+}
+
+/* The walks that take a family's rows (the OR of their `use`; HOST, GRAPH and NONE: 0). */
+static inline unsigned ops_family_use(ops_family f)
+{
+    unsigned u = 0;
+    switch (f) {
+    case OPS_FAMILY_CONV: for (size_t i = 0; i < OPS_COUNT(ops_convs); i++) u |= ops_convs[i].use; break;
+    case OPS_FAMILY_BN: for (size_t i = 0; i < OPS_COUNT(ops_bns); i++) u |= ops_bns[i].use; break;
+    case OPS_FAMILY_POOL: for (size_t i = 0; i < OPS_COUNT(ops_pools); i++) u |= ops_pools[i].use; break;
+    case OPS_FAMILY_LINEAR: for (size_t i = 0; i < OPS_COUNT(ops_linears); i++) u |= ops_linears[i].use; break;
+    case OPS_FAMILY_XENT: for (size_t i = 0; i < OPS_COUNT(ops_xents); i++) u |= ops_xents[i].use; break;
+    case OPS_FAMILY_SGD: case OPS_FAMILY_ELEMENTWISE:
+        for (size_t i = 0; i < OPS_COUNT(ops_sgds); i++) u |= ops_sgds[i].use;
+        break;
+    case OPS_FAMILY_INPUT: for (size_t i = 0; i < OPS_COUNT(ops_inputs); i++) u |= ops_inputs[i].use; break;
+    case OPS_FAMILY_HOST: case OPS_FAMILY_GRAPH: case OPS_FAMILY_NONE: break;
+    }
+    return u;
 }
 
 #endif

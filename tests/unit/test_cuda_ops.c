@@ -18,7 +18,8 @@
  * as a pass); a GPU that is there but cannot start is a failure. Also the two streams, marks
  * and page-locked copies the feed and the loss read late rely on, upload's source reused at
  * once (past the staging ring's size), the feed itself (freed with a copy in flight too),
- * and the model's losses read a step late against those read at once. Every device buffer
+ * and the model's losses read a step late against those read at once. The CUDA table is
+ * checked member by member against ops_members (cuda_backend_op_has_a_case). Every device buffer
  * the test allocates carries a canary tail, checked at the end of each case and at its free:
  * a write past an output fails the case on a GPU too, where no sanitizer sees device memory.
  * Batch norm and pooling run again on tensors one float past 16-byte alignment, where the
@@ -1008,6 +1009,33 @@ static void test_loss_late(void)
     case_end();
 }
 
+/* The CUDA table member by member, as test_ops's every_backend_op_has_a_case does the CPU's:
+ * every op is there but for those whose row excuses it (cuda_none, which then must really
+ * be NULL: an op the backend gains needs its walk here), and each op's family has rows for
+ * this test's walks; a host or graph member names its test. */
+static void test_cuda_members(void)
+{
+    check_begin("cuda_backend_op_has_a_case");
+    const unsigned gpu_walks = OPS_GPU | OPS_GPU_BF16_IO;
+    for (size_t i = 0; i < OPS_COUNT(ops_members); i++) {
+        const ops_member *m = &ops_members[i];
+        if (m->family == OPS_FAMILY_NONE) continue;
+        void *fn = NULL;
+        memcpy(&fn, (const char *)G + m->offset, m->size < sizeof fn ? m->size : sizeof fn);
+        CHECK(m->size == sizeof fn, "%s: not a function", m->member);
+        if (m->cuda_none) {
+            CHECK(fn == NULL, "%s: the CUDA backend has one now, but its row says \"%s\"", m->member, m->cuda_none);
+            continue;
+        }
+        CHECK(fn != NULL, "%s: the CUDA backend has none", m->member);
+        if (m->family == OPS_FAMILY_HOST || m->family == OPS_FAMILY_GRAPH)
+            CHECK(m->tested_by && *m->tested_by, "%s: no test named", m->member);
+        else
+            CHECK(ops_family_use(m->family) & gpu_walks, "%s: its family has no row for test_cuda_ops", m->member);
+    }
+    check_end();
+}
+
 int main(int argc, char **argv)
 {
     ds_log_init("test_cuda_ops");
@@ -1028,6 +1056,7 @@ int main(int argc, char **argv)
     }
     ds_backend_opts opts = {.precision = DS_PRECISION_FP32, .deterministic = 1};
     if (!(G = ds_backend_select(DS_DEVICE_CUDA, &opts))) return 1;
+    test_cuda_members();
     test_convs();
     for (size_t i = 0; i < OPS_COUNT(ops_bns); i++)
         if (ops_bns[i].use & OPS_GPU) test_bn(&ops_bns[i]);
