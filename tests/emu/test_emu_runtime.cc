@@ -375,7 +375,7 @@ int main(int argc, char **argv)
     test_events();
 
     std::string out;
-    int rc = spawn(self, "DS_EMU_SCHED=lazy=2000 DS_EMU_ORDER=0", "missing_wait", "", &out);
+    int rc = spawn(self, "DS_EMU_SCHED=lazy=60000 DS_EMU_ORDER=0", "missing_wait", "", &out);
     report("lazy_schedule_shows_a_missing_wait", rc == 3, out.c_str());
     rc = spawn(self, NULL, "unordered", "", &out);
     report("order_checker_names_an_unordered_use",
