@@ -47,6 +47,15 @@ BODY uint16_t bf16_bits(body_bf16 h) { return h; }
 BODY body_bf16 bf16_of_bits(uint16_t u) { return u; }
 #endif
 
+/* BODY_UNROLL before a loop of constant count: the device compiler unrolls it whole, so that
+ * the arrays it indexes stay in registers (where its own heuristics stop short of a nested
+ * loop's copies, they go to the stack). Nothing for the host compilers. */
+#ifdef __CUDA_ARCH__
+#define BODY_UNROLL _Pragma("unroll")
+#else
+#define BODY_UNROLL
+#endif
+
 /* ---- arithmetic, each operation rounded to nearest ---- */
 #ifdef __CUDA_ARCH__
 BODY float fadd_rn(float a, float b) { return __fadd_rn(a, b); }

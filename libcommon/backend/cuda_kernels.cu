@@ -169,11 +169,25 @@ __global__ void bn_apply_kernel(T *out, const T *in, const float *mean, const fl
     FOR_GRID(i, total) bn_apply_body(out, in, mean, a, beta, residual, relu, c, i);
 }
 
+/* Thread l of the vector kernels of apply and dx: channel group l % groups in row lane
+ * l / groups (ds_cuda_bn_lanes); the threads past groups x lanes have nothing to do. */
 template <typename T>
 __global__ void bn_apply_vec_kernel(T *out, const T *in, const float *mean, const float *a, const float *beta,
-                                    const T *residual, int relu, long total, int c)
+                                    const T *residual, int relu, int m, int c, long lanes)
 {
-    FOR_GRID(g, vec_of<T>(total)) bn_apply_vec_body(out, in, mean, a, beta, residual, relu, c, g);
+    const int groups = (int)vec_of<T>(c);
+    const long l = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (l < groups * lanes)
+        bn_apply_vec_body(out, in, mean, a, beta, residual, relu, m, c, (int)(l % groups), l / groups, lanes);
+}
+
+/* the blocks of a vector apply or dx over m rows of c channels: a thread each (not a
+ * grid-stride loop, so not ds_cuda_blocks' capped count) */
+template <typename T>
+static unsigned bn_vec_blocks(int m, int c)
+{
+    const long threads = vec_of<T>(c) * ds_cuda_bn_lanes(m);
+    return threads > 0 ? (unsigned)((threads + THREADS - 1) / THREADS) : 1;
 }
 
 /* out = relu?((in - mean) a + beta + residual?) over m rows of c channels */
@@ -183,8 +197,8 @@ static void bn_apply(T *out, const T *in, const float *mean, const float *a, con
 {
     long total = (long)m * c;
     if (vec_ok<T>(c, out, in, residual))
-        DS_LAUNCH(bn_apply_vec_kernel, ds_cuda_blocks(vec_of<T>(total), THREADS), THREADS, 0, ds_cuda_stream(), out,
-            in, mean, a, beta, residual, relu, total, c);
+        DS_LAUNCH(bn_apply_vec_kernel, bn_vec_blocks<T>(m, c), THREADS, 0, ds_cuda_stream(), out, in, mean, a, beta,
+            residual, relu, m, c, ds_cuda_bn_lanes(m));
     else
         DS_LAUNCH(bn_apply_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), out, in, mean, a,
             beta, residual, relu, total, c);
@@ -257,9 +271,12 @@ __global__ void bn_dx_kernel(T *din, T *dresidual, const T *dy, const T *in, con
 
 template <typename T>
 __global__ void bn_dx_vec_kernel(T *din, T *dresidual, const T *dy, const T *in, const float *mean,
-                                 const float *ka, const float *kb, const float *kc, long total, int c)
+                                 const float *ka, const float *kb, const float *kc, int m, int c, long lanes)
 {
-    FOR_GRID(g, vec_of<T>(total)) bn_dx_vec_body(din, dresidual, dy, in, mean, ka, kb, kc, c, g);
+    const int groups = (int)vec_of<T>(c);
+    const long l = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (l < groups * lanes)
+        bn_dx_vec_body(din, dresidual, dy, in, mean, ka, kb, kc, m, c, (int)(l % groups), l / groups, lanes);
 }
 
 template <typename T>
@@ -277,8 +294,8 @@ static void bn_bwd(T *din, T *dresidual, float *dgamma, float *dbeta, T *dout, c
      * buffer */
     T *dres = dresidual != dout ? dresidual : NULL;
     if (vec_ok<T>(c, din, dres, dout, in))
-        DS_LAUNCH(bn_dx_vec_kernel, ds_cuda_blocks(vec_of<T>(total), THREADS), THREADS, 0, ds_cuda_stream(), din, dres,
-            dout, in, mean, ka, kb, kc, total, c);
+        DS_LAUNCH(bn_dx_vec_kernel, bn_vec_blocks<T>(m, c), THREADS, 0, ds_cuda_stream(), din, dres, dout, in, mean,
+            ka, kb, kc, m, c, ds_cuda_bn_lanes(m));
     else
         DS_LAUNCH(bn_dx_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), din, dres, dout, in,
             mean, ka, kb, kc, total, c);

@@ -46,6 +46,12 @@ void ds_cuda_kernels_init(void *scratch);
 #define DS_CUDA_BN_ROWS 8
 #define DS_CUDA_BN_FINAL_ROWS 32
 #define DS_CUDA_BF16_RUNS 64        /* runs of the to_bf16 op one launch takes (its parameters) */
+#define DS_CUDA_BN_WALK 16          /* rows a vector apply or dx thread walks (at most) */
+/* The vector apply and dx: a thread per group of 16 bytes of channels in each of `lanes` row
+ * lanes, thread l taking group l % groups in rows l / groups, + lanes, ... (cuda_bodies.inc):
+ * enough lanes that a thread walks at most DS_CUDA_BN_WALK rows, and reads its channels'
+ * coefficients once for them. */
+static inline long ds_cuda_bn_lanes(int m) { return ((long)m + DS_CUDA_BN_WALK - 1) / DS_CUDA_BN_WALK; }
 static inline int ds_cuda_bn_chunks(int m, int c, int flush)
 {
     size_t fit = (DS_CUDA_SCRATCH_BYTES - 3 * (size_t)c * sizeof(float)) /

@@ -193,13 +193,32 @@ static void emu_bn_partials(double *partial, void *dout, const void *out, const 
     emu_bn_partials_as(partial, dout, out, in, center, mode, relu, m, c, chunks, t, 0);
 }
 
-/* bn_apply: the vector kernel's grid-stride loop over groups, else over elements */
+/* bn_apply and bn_dx's vector kernels: thread l takes channel group l % groups in row lane
+ * l / groups of `lanes` (the kernels' own count is ds_cuda_bn_lanes(m)) */
+static void emu_bn_apply_lanes(void *out, const void *in, const float *mean, const float *a, const float *beta,
+                               const void *residual, int relu, int m, int c, ds_dtype t, long lanes)
+{
+    long groups = c / vec_width(t);
+    for (long l = 0; l < groups * lanes; l++)
+        BY_T(t, bn_apply_vec_body, out, in, mean, a, beta, residual, relu, m, c, (int)(l % groups), l / groups,
+             lanes);
+}
+
+static void emu_bn_dx_lanes(void *din, void *dres, const void *dy, const void *in, const float *mean, const float *ka,
+                            const float *kb, const float *kc, int m, int c, ds_dtype t, long lanes)
+{
+    long groups = c / vec_width(t);
+    for (long l = 0; l < groups * lanes; l++)
+        BY_T(t, bn_dx_vec_body, din, dres, dy, in, mean, ka, kb, kc, m, c, (int)(l % groups), l / groups, lanes);
+}
+
+/* bn_apply: the vector kernel's row lanes, else a grid-stride loop over elements */
 static void emu_bn_apply_as(void *out, const void *in, const float *mean, const float *a, const float *beta,
                             const void *residual, int relu, int m, int c, ds_dtype t, int vec)
 {
     size_t n = (size_t)m * c;
     if (use_vec(c, t, vec)) {
-        FOR_GRID(g, n / vec_width(t)) BY_T(t, bn_apply_vec_body, out, in, mean, a, beta, residual, relu, c, g);
+        emu_bn_apply_lanes(out, in, mean, a, beta, residual, relu, m, c, t, ds_cuda_bn_lanes(m));
     } else {
         FOR_GRID(i, n) BY_T(t, bn_apply_body, out, in, mean, a, beta, residual, relu, c, i);
     }
@@ -210,7 +229,7 @@ static void emu_bn_dx_as(void *din, void *dres, const void *dy, const void *in, 
 {
     size_t n = (size_t)m * c;
     if (use_vec(c, t, vec)) {
-        FOR_GRID(g, n / vec_width(t)) BY_T(t, bn_dx_vec_body, din, dres, dy, in, mean, ka, kb, kc, c, g);
+        emu_bn_dx_lanes(din, dres, dy, in, mean, ka, kb, kc, m, c, t, ds_cuda_bn_lanes(m));
     } else {
         FOR_GRID(i, n) BY_T(t, bn_dx_body, din, dres, dy, in, mean, ka, kb, kc, c, i);
     }
@@ -644,6 +663,26 @@ static void test_vec_bodies(int m, int c, ds_dtype t)
     emu_bn_dx_as(x_v, r_v, dout, in, mean, a, kb, kc, m, c, t, 1);
     check_bits("dx", x_v, x_s, n, es(t));
     check_bits("dresidual", r_v, r_s, n, es(t));
+    /* any number of row lanes covers every row once: one lane walks them all, three leave
+     * a short last pass of the unrolled loop, more lanes than rows leave threads idle */
+    const long lanes[] = {1, 3, m + 5};
+    for (int k = 0; k < 3; k++) {
+        void *o_v = nans(n, es(t)), *o_s = nans(n, es(t)), *d_v = nans(n, es(t)), *q_v = nans(n, es(t));
+        emu_bn_apply_as(o_s, in, mean, a, beta, res, 1, m, c, t, -1);
+        emu_bn_apply_lanes(o_v, in, mean, a, beta, res, 1, m, c, t, lanes[k]);
+        check_bits(k == 0 ? "apply in one lane" : k == 1 ? "apply in three lanes" : "apply in more lanes than rows",
+                   o_v, o_s, n, es(t));
+        emu_bn_dx_lanes(d_v, q_v, dout, in, mean, a, kb, kc, m, c, t, lanes[k]);
+        check_bits(k == 0 ? "dx in one lane" : k == 1 ? "dx in three lanes" : "dx in more lanes than rows", d_v, x_s,
+                   n, es(t));
+        check_bits("dresidual in lanes", q_v, r_s, n, es(t));
+        free(o_v), free(o_s), free(d_v), free(q_v);
+    }
+    /* dx in place (din = dy), as bn_bwd calls it */
+    void *ip = dup(dout, n * es(t));
+    emu_bn_dx_as(ip, NULL, ip, in, mean, a, kb, kc, m, c, t, 1);
+    check_bits("dx in place", ip, x_s, n, es(t));
+    free(ip);
     free(x_s), free(x_v), free(r_s), free(r_v);
     free(in), free(out), free(dout), free(res), free(center), free(mean), free(a), free(beta), free(kb), free(kc);
     check_end();
