@@ -912,8 +912,8 @@ stage_16() {
 # bench/GPU.md, round 4)
 FULL_LAUNCHES=("bn_apply_vec_kernel 57 l1.0.bn3 forward (56x56x256, with the residual)"
                "bn_dx_vec_kernel 101 l1.0.bn3 backward"
-               "bn_partial_vec_kernel 106 the stem's statistics"
-               "bn_partial_vec_kernel 210 l1.0.bn1's gradient sums"
+               "bn_stats_vec_kernel 53 the stem's statistics and their final"
+               "bn_grads_vec_kernel 104 l1.0.bn1's gradient sums and their final"
                "maxpool_bwd_vec_kernel 1 the stem's max-pool backward")
 stage_17() {
     local ncu i=0 l k skip what f rc v

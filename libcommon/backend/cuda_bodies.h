@@ -216,11 +216,11 @@ BODY void store_bytes(uint8_t *p, uint64_t u, int n)
 #undef BODY_VPUT
 #undef BODY_VZERO
 
-/* ---- batch norm: the final kernels ---- */
+/* ---- batch norm: the final sums (in each channel slice's last block) ---- */
 
-/* Thread (channel ch, row w) of a final kernel's block: the partial sums [2][chunks][c] of
- * chunks w, w + DS_CUDA_BN_FINAL_ROWS, ... added in that order (zeros for a channel past c,
- * whose thread only takes part in the tree). */
+/* Row w of channel ch in the final sums (cuda_kernels.cu, bn_last_block): the partial sums
+ * [2][chunks][c] of chunks w, w + DS_CUDA_BN_FINAL_ROWS, ... added in that order (zeros for
+ * a channel past c, whose thread only takes part in the tree). */
 BODY void bn_final_sum_body(double *s1, double *s2, const double *partial, int c, int chunks, int ch, int w)
 {
     double a = 0, b = 0;

@@ -19,7 +19,14 @@ extern "C" {
 
 static double *scratch;   /* DS_CUDA_SCRATCH_BYTES: partial sums, then per-channel coefficients */
 
-void ds_cuda_kernels_init(void *p) { scratch = (double *)p; }
+static unsigned *bn_tickets;   /* DS_CUDA_BN_SLICES, 0 between launches (see bn_last_block) */
+
+void ds_cuda_kernels_init(void *p)
+{
+    scratch = (double *)p;
+    cudaCheck(cudaMalloc(&bn_tickets, DS_CUDA_BN_SLICES * sizeof *bn_tickets));
+    cudaCheck(cudaMemset(bn_tickets, 0, DS_CUDA_BN_SLICES * sizeof *bn_tickets));
+}
 
 #define THREADS DS_CUDA_THREADS
 
@@ -60,8 +67,7 @@ static __host__ __device__ long vec_of(long n) { return n / (DS_CUDA_VEC_BYTES /
 
 /* ---- batch norm ---- */
 
-/* Per-channel sums are split over chunks of consecutive rows: a block of (BN_CH channels,
- * BN_ROWS) threads takes BN_ROWS chunks, the grid's y its groups of chunks. */
+/* Per-channel sums are split over chunks of consecutive rows (cuda_kernels.h) */
 #define BN_CH DS_CUDA_BN_CH
 #define BN_ROWS DS_CUDA_BN_ROWS
 #define BN_FINAL_ROWS DS_CUDA_BN_FINAL_ROWS
@@ -69,92 +75,152 @@ static __host__ __device__ long vec_of(long n) { return n / (DS_CUDA_VEC_BYTES /
 static int bn_chunks(int m, int c)
 {
     int chunks = ds_cuda_bn_chunks(m, c, DS_BN_FLUSH);
-    if (!chunks) ds_die("batch norm: %d channels exceed the CUDA backend's scratch", c);
+    if (!chunks || (c + BN_CH - 1) / BN_CH > DS_CUDA_BN_SLICES)
+        ds_die("batch norm: %d channels exceed the CUDA backend's scratch", c);
     return chunks;
 }
 
-/* partial [2][chunks][c] (bn_partial_body). A warp's threads are neighbouring channels of
- * the same row, so the loads stay coalesced. */
-template <typename T>
-__global__ void bn_partial_kernel(double *partial, T *dout, const T *out, const T *in, const float *center,
-                                  int mode, int relu, int m, int c, int chunks)
+/* A pass's partial sums and its final in one launch. The grid's x is the channel slices of
+ * BN_CH channels, its y the slice's blocks of chunks; a block has THREADS threads. Each
+ * thread writes its (channels, chunk)'s partial sums [2][chunks][c] (bn_partial_body or its
+ * vector twin); then a ticket per slice, taken after a __threadfence (so that the partials
+ * of every block that took one before it are visible), tells the block that finishes the
+ * slice last. That block adds the slice's partials as the final kernels did: a thread per
+ * channel and row w of BN_FINAL_ROWS adds chunks w, w + BN_FINAL_ROWS, ..., then the rows
+ * are added in a fixed tree (cuda_kernels.h); its THREADS threads take those 32 x 32 in
+ * turn. It computes the channels' results and sets the ticket back to 0 for the next
+ * launch. No block waits for another, and every sum's order is fixed: the bits do not
+ * depend on which block is last. */
+/* Called by every thread of the block after its partial sums: true in the block that
+ * finishes its slice last, with lane's channel's two sums in s[0][0][lane], s[1][0][lane]
+ * for the threads of row 0 (tid < BN_CH). */
+__device__ __forceinline__ bool bn_last_block(double (*s)[BN_FINAL_ROWS][BN_CH], unsigned *tickets,
+                                              const double *partial, int c, int chunks)
 {
-    int ch = blockIdx.x * BN_CH + threadIdx.x, t = blockIdx.y * BN_ROWS + threadIdx.y;
-    if (ch >= c) return;
-    bn_partial_body(partial, dout, out, in, center, mode, relu, m, c, chunks, ch, t);
-}
-
-/* The same sums, a thread per (group of a vector's channels, chunk): thread l of the
- * one-dimensional grid takes group l % groups of chunk l / groups, so a warp's loads are
- * whole rows' consecutive 16-byte pieces. */
-template <typename T>
-__global__ void bn_partial_vec_kernel(double *partial, T *dout, const T *out, const T *in, const float *center,
-                                      int mode, int relu, int m, int c, int chunks)
-{
-    const long groups = vec_of<T>(c), l = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (l < groups * chunks)
-        bn_partial_vec_body(partial, dout, out, in, center, mode, relu, m, c, chunks, (int)(l % groups),
-                            (int)(l / groups));
-}
-
-template <typename T>
-static void bn_partials(double *partial, T *dout, const T *out, const T *in, const float *center, int mode,
-                        int relu, int m, int c, int chunks)
-{
-    if (vec_ok<T>(c, dout, out, in)) {
-        long threads = vec_of<T>(c) * chunks;
-        DS_LAUNCH(bn_partial_vec_kernel, (unsigned)((threads + THREADS - 1) / THREADS), THREADS, 0, ds_cuda_stream(),
-            partial, dout, out, in, center, mode, relu, m, c, chunks);
-    } else {
-        dim3 grid((c + BN_CH - 1) / BN_CH, chunks / BN_ROWS), block(BN_CH, BN_ROWS);
-        DS_LAUNCH(bn_partial_kernel, grid, block, 0, ds_cuda_stream(), partial, dout, out, in, center, mode, relu, m,
-            c, chunks);
-    }
-    launchCheck();
-}
-
-/* The final kernels' common part: a block of (BN_CH channels, BN_FINAL_ROWS rows) adds a
- * channel's partial sums, each row a fixed share of the chunks in order, then the rows in a
- * fixed tree through shared memory (cuda_kernels.h). Returns, for row 0, the channel's two
- * sums in s[0][0][lane], s[1][0][lane]. */
-__device__ __forceinline__ void bn_final_sums(double (*s)[BN_FINAL_ROWS][BN_CH], const double *partial, int c,
-                                              int chunks)
-{
-    int lane = threadIdx.x, w = threadIdx.y;
-    bn_final_sum_body(&s[0][w][lane], &s[1][w][lane], partial, c, chunks, blockIdx.x * BN_CH + lane, w);
+    __shared__ int last;
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x, lane = tid % BN_CH, w0 = tid / BN_CH;
+    const int rows = THREADS / BN_CH, ch = blockIdx.x * BN_CH + lane;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last = atomicAdd(&tickets[blockIdx.x], 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (!last) return false;
+    __threadfence();
+    for (int w = w0; w < BN_FINAL_ROWS; w += rows)
+        bn_final_sum_body(&s[0][w][lane], &s[1][w][lane], partial, c, chunks, ch, w);
     for (int k = BN_FINAL_ROWS / 2; k > 0; k >>= 1) {
         __syncthreads();
-        if (w < k) bn_final_tree_body(&s[0][0][0], &s[1][0][0], lane, w, k);
+        for (int w = w0; w < k; w += rows) bn_final_tree_body(&s[0][0][0], &s[1][0][0], lane, w, k);
     }
+    if (tid == 0) atomicExch(&tickets[blockIdx.x], 0u);
+    return true;
+}
+
+/* The thread's share of a pass: the scalar kernels' block is (BN_CH, BN_ROWS), thread (x, y)
+ * taking channel x of the slice in chunk blockIdx.y BN_ROWS + y; the vector kernels' block is
+ * one-dimensional, thread i taking group i % per of the slice's per = BN_CH / vector groups in
+ * chunk blockIdx.y (THREADS / per) + i / per, so that a warp's loads are whole 16-byte pieces
+ * of rows. False past the channels or the chunks (the thread still takes part in the end). */
+__device__ __forceinline__ bool bn_scalar_share(int c, int *ch, int *t)
+{
+    *ch = blockIdx.x * BN_CH + threadIdx.x, *t = blockIdx.y * BN_ROWS + threadIdx.y;
+    return *ch < c;
 }
 
 template <typename T>
-__global__ void bn_stats_final_kernel(float *mean, float *var, float *invstd, float *ka, float *mean_sum,
-                                      float *var_sum, float unbiased, const double *partial, const T *in,
-                                      const float *gamma, int m, int c, int chunks, float eps)
+static __host__ __device__ int bn_vec_per_slice() { return BN_CH / (DS_CUDA_VEC_BYTES / (int)sizeof(T)); }
+
+template <typename T>
+__device__ __forceinline__ bool bn_vec_share(int c, int chunks, int *g, int *t)
 {
-    __shared__ double s[2][BN_FINAL_ROWS][BN_CH];
-    bn_final_sums(s, partial, c, chunks);
-    int j = blockIdx.x * BN_CH + threadIdx.x;
-    if (threadIdx.y == 0 && j < c)
-        bn_stats_final_body(mean, var, invstd, ka, mean_sum, var_sum, unbiased, s[0][0][threadIdx.x],
-                            s[1][0][threadIdx.x], in, gamma, m, j, eps);
+    const int per = bn_vec_per_slice<T>();
+    *g = blockIdx.x * per + threadIdx.x % per, *t = blockIdx.y * (THREADS / per) + threadIdx.x / per;
+    return *g < vec_of<T>(c) && *t < chunks;
 }
 
-__global__ void bn_grad_final_kernel(float *dgamma, float *dbeta, float *ka, float *kb, float *kc,
-                                     const double *partial, const float *gamma, const float *invstd, int m,
-                                     int c, int chunks)
+/* The statistics' pass (bn_partial_body's BN_STATS, then bn_stats_final_body) */
+template <typename T>
+__device__ __forceinline__ void bn_stats_end(double (*s)[BN_FINAL_ROWS][BN_CH], unsigned *tickets,
+                                             const double *partial, const T *in, float *mean, float *var,
+                                             float *invstd, float *ka, float *mean_sum, float *var_sum,
+                                             float unbiased, const float *gamma, float eps, int m, int c, int chunks)
 {
-    __shared__ double s[2][BN_FINAL_ROWS][BN_CH];
-    bn_final_sums(s, partial, c, chunks);
-    int k = blockIdx.x * BN_CH + threadIdx.x;
-    if (threadIdx.y == 0 && k < c)
-        bn_grad_final_body(dgamma, dbeta, ka, kb, kc, s[0][0][threadIdx.x], s[1][0][threadIdx.x], gamma, invstd,
-                           m, k);
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x, ch = blockIdx.x * BN_CH + tid;
+    if (bn_last_block(s, tickets, partial, c, chunks) && tid < BN_CH && ch < c)
+        bn_stats_final_body(mean, var, invstd, ka, mean_sum, var_sum, unbiased, s[0][0][tid], s[1][0][tid], in, gamma,
+                            m, ch, eps);
 }
 
-static dim3 bn_final_grid(int c) { return dim3((c + BN_CH - 1) / BN_CH); }
-static const dim3 bn_final_block(BN_CH, BN_FINAL_ROWS);
+template <typename T>
+__global__ void bn_stats_kernel(double *partial, const T *in, float *mean, float *var, float *invstd, float *ka,
+                                float *mean_sum, float *var_sum, float unbiased, const float *gamma, float eps, int m,
+                                int c, int chunks, unsigned *tickets)
+{
+    __shared__ double s[2][BN_FINAL_ROWS][BN_CH];
+    int ch, t;
+    if (bn_scalar_share(c, &ch, &t))
+        bn_partial_body(partial, (T *)NULL, (const T *)NULL, in, NULL, BN_STATS, 0, m, c, chunks, ch, t);
+    bn_stats_end(s, tickets, partial, in, mean, var, invstd, ka, mean_sum, var_sum, unbiased, gamma, eps, m, c,
+                 chunks);
+}
+
+template <typename T>
+__global__ void bn_stats_vec_kernel(double *partial, const T *in, float *mean, float *var, float *invstd, float *ka,
+                                    float *mean_sum, float *var_sum, float unbiased, const float *gamma, float eps,
+                                    int m, int c, int chunks, unsigned *tickets)
+{
+    __shared__ double s[2][BN_FINAL_ROWS][BN_CH];
+    int g, t;
+    if (bn_vec_share<T>(c, chunks, &g, &t))
+        bn_partial_vec_body(partial, (T *)NULL, (const T *)NULL, in, NULL, BN_STATS, 0, m, c, chunks, g, t);
+    bn_stats_end(s, tickets, partial, in, mean, var, invstd, ka, mean_sum, var_sum, unbiased, gamma, eps, m, c,
+                 chunks);
+}
+
+/* The gradients' pass (bn_partial_body's BN_GRADS, then bn_grad_final_body) */
+__device__ __forceinline__ void bn_grads_end(double (*s)[BN_FINAL_ROWS][BN_CH], unsigned *tickets,
+                                             const double *partial, float *dgamma, float *dbeta, float *ka,
+                                             float *kb, float *kc, const float *gamma, const float *invstd, int m,
+                                             int c, int chunks)
+{
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x, ch = blockIdx.x * BN_CH + tid;
+    if (bn_last_block(s, tickets, partial, c, chunks) && tid < BN_CH && ch < c)
+        bn_grad_final_body(dgamma, dbeta, ka, kb, kc, s[0][0][tid], s[1][0][tid], gamma, invstd, m, ch);
+}
+
+template <typename T>
+__global__ void bn_grads_kernel(double *partial, T *dout, const T *out, const T *in, const float *mean, int relu,
+                                float *dgamma, float *dbeta, float *ka, float *kb, float *kc, const float *gamma,
+                                const float *invstd, int m, int c, int chunks, unsigned *tickets)
+{
+    __shared__ double s[2][BN_FINAL_ROWS][BN_CH];
+    int ch, t;
+    if (bn_scalar_share(c, &ch, &t))
+        bn_partial_body(partial, dout, out, in, mean, BN_GRADS, relu, m, c, chunks, ch, t);
+    bn_grads_end(s, tickets, partial, dgamma, dbeta, ka, kb, kc, gamma, invstd, m, c, chunks);
+}
+
+template <typename T>
+__global__ void bn_grads_vec_kernel(double *partial, T *dout, const T *out, const T *in, const float *mean,
+                                    int relu, float *dgamma, float *dbeta, float *ka, float *kb, float *kc,
+                                    const float *gamma, const float *invstd, int m, int c, int chunks,
+                                    unsigned *tickets)
+{
+    __shared__ double s[2][BN_FINAL_ROWS][BN_CH];
+    int g, t;
+    if (bn_vec_share<T>(c, chunks, &g, &t))
+        bn_partial_vec_body(partial, dout, out, in, mean, BN_GRADS, relu, m, c, chunks, g, t);
+    bn_grads_end(s, tickets, partial, dgamma, dbeta, ka, kb, kc, gamma, invstd, m, c, chunks);
+}
+
+/* The grid and block of a pass over c channels in `chunks` chunks, vector or scalar */
+template <typename T>
+static dim3 bn_pass_grid(int c, int chunks, int vec)
+{
+    const int rows = vec ? THREADS / bn_vec_per_slice<T>() : BN_ROWS;
+    return dim3((c + BN_CH - 1) / BN_CH, (chunks + rows - 1) / rows);
+}
+static dim3 bn_pass_block(int vec) { return vec ? dim3(THREADS) : dim3(BN_CH, BN_ROWS); }
 
 __global__ void bn_infer_coef_kernel(float *ka, const float *gamma, const float *rvar, int c, float eps)
 {
@@ -216,11 +282,14 @@ static void bn_fwd_train(T *out, float *mean, float *var, float *invstd, float *
 {
     int chunks = bn_chunks(m, c);
     float *ka = bn_coef(c, 0);
-    /* the running statistics' sums, added by the final kernel (the model's two axpy before) */
+    /* the running statistics' sums, added by the final (the model's two axpy before) */
     const float unbiased = mean_sum ? (float)((double)m / (m - 1)) : 0;
-    bn_partials(scratch, (T *)NULL, (const T *)NULL, in, NULL, BN_STATS, 0, m, c, chunks);
-    DS_LAUNCH(bn_stats_final_kernel, bn_final_grid(c), bn_final_block, 0, ds_cuda_stream(), mean, var, invstd, ka,
-        mean_sum, var_sum, unbiased, scratch, in, gamma, m, c, chunks, eps);
+    if (vec_ok<T>(c, in))
+        DS_LAUNCH(bn_stats_vec_kernel, bn_pass_grid<T>(c, chunks, 1), bn_pass_block(1), 0, ds_cuda_stream(), scratch,
+            in, mean, var, invstd, ka, mean_sum, var_sum, unbiased, gamma, eps, m, c, chunks, bn_tickets);
+    else
+        DS_LAUNCH(bn_stats_kernel, bn_pass_grid<T>(c, chunks, 0), bn_pass_block(0), 0, ds_cuda_stream(), scratch, in,
+            mean, var, invstd, ka, mean_sum, var_sum, unbiased, gamma, eps, m, c, chunks, bn_tickets);
     launchCheck();
     bn_apply(out, in, mean, ka, beta, residual, relu, m, c);
 }
@@ -286,9 +355,12 @@ static void bn_bwd(T *din, T *dresidual, float *dgamma, float *dbeta, T *dout, c
     int chunks = bn_chunks(m, c);
     float *ka = bn_coef(c, 0), *kb = bn_coef(c, 1), *kc = bn_coef(c, 2);
     long total = (long)m * c;
-    bn_partials(scratch, dout, out, in, mean, BN_GRADS, relu, m, c, chunks);
-    DS_LAUNCH(bn_grad_final_kernel, bn_final_grid(c), bn_final_block, 0, ds_cuda_stream(), dgamma, dbeta, ka, kb, kc,
-        scratch, gamma, invstd, m, c, chunks);
+    if (vec_ok<T>(c, dout, out, in))
+        DS_LAUNCH(bn_grads_vec_kernel, bn_pass_grid<T>(c, chunks, 1), bn_pass_block(1), 0, ds_cuda_stream(), scratch,
+            dout, out, in, mean, relu, dgamma, dbeta, ka, kb, kc, gamma, invstd, m, c, chunks, bn_tickets);
+    else
+        DS_LAUNCH(bn_grads_kernel, bn_pass_grid<T>(c, chunks, 0), bn_pass_block(0), 0, ds_cuda_stream(), scratch, dout,
+            out, in, mean, relu, dgamma, dbeta, ka, kb, kc, gamma, invstd, m, c, chunks, bn_tickets);
     launchCheck();
     /* dresidual = dout (after the ReLU mask) is written by the dx kernel, unless they are one
      * buffer */

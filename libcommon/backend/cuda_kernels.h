@@ -29,12 +29,14 @@ void ds_cuda_kernels_init(void *scratch);
 /* Launch geometry, shared with the host test that replays the kernels' grids and with
  * tests/drivers/step_census. DS_CUDA_THREADS: the threads of a one-dimensional block.
  * Batch norm's per-channel sums are split over chunks of consecutive rows, which come in
- * groups of DS_CUDA_BN_ROWS (one block of DS_CUDA_BN_CH channels by DS_CUDA_BN_ROWS chunks).
- * A final kernel's block takes DS_CUDA_BN_CH channels with DS_CUDA_BN_FINAL_ROWS threads
- * each: thread row w adds chunks w, w + DS_CUDA_BN_FINAL_ROWS, ... in that order, then the
- * rows' sums are added in a fixed tree (row w += row w + s, s = ROWS/2, ..., 1), so the
- * result is the same on every run and a serial walk is at most chunks / ROWS long plus the
- * tree's log2(ROWS) levels. The chunk count for m rows of c channels: a chunk of at least
+ * groups of DS_CUDA_BN_ROWS; a pass's grid is the slices of DS_CUDA_BN_CH channels by blocks
+ * of chunks (a scalar block: DS_CUDA_BN_CH channels by DS_CUDA_BN_ROWS chunks; a vector one:
+ * a slice's 4 (bf16) or 8 (float32) 16-byte groups by 64 or 32 chunks). The block that
+ * finishes a slice last (cuda_kernels.cu, bn_last_block) adds its channels' chunks as
+ * DS_CUDA_BN_FINAL_ROWS rows a channel: row w adds chunks w, w + DS_CUDA_BN_FINAL_ROWS, ...
+ * in that order, then the rows' sums are added in a fixed tree (row w += row w + s, s =
+ * ROWS/2, ..., 1), so the result is the same on every run, whichever block is last, and a
+ * serial walk is at most chunks / ROWS long plus the tree's log2(ROWS) levels. The chunk count for m rows of c channels: a chunk of at least
  * one float run (`flush` rows, the CPU's DS_BN_FLUSH) where m allows, at most 256 groups,
  * and the partials [2][chunks][c] doubles with the coefficients [3][c] floats within the
  * scratch; 0 when c channels do not fit at all. Plain C, so that tests/drivers/step_census counts
@@ -45,6 +47,7 @@ void ds_cuda_kernels_init(void *scratch);
 #define DS_CUDA_BN_CH 32
 #define DS_CUDA_BN_ROWS 8
 #define DS_CUDA_BN_FINAL_ROWS 32
+#define DS_CUDA_BN_SLICES 4096      /* tickets: slices of DS_CUDA_BN_CH channels, more than the scratch holds */
 #define DS_CUDA_BF16_RUNS 64        /* runs of the to_bf16 op one launch takes (its parameters) */
 #define DS_CUDA_BN_WALK 16          /* rows a vector apply or dx thread walks (at most) */
 /* The vector apply and dx: a thread per group of 16 bytes of channels in each of `lanes` row

@@ -64,7 +64,7 @@ typedef enum { CAT_BN, CAT_CAST, CAT_ELEMENTWISE, CAT_POOL, CAT_LOSS, CAT_OTHER,
 static const char *const cat_name[NCAT] = {"batch norm", "casts", "optimizer/elementwise", "pooling", "loss", "other"};
 
 enum {
-    K_BN_PARTIAL_STATS, K_BN_STATS_FINAL, K_BN_APPLY, K_BN_PARTIAL_GRADS, K_BN_GRAD_FINAL, K_BN_DX,
+    K_BN_STATS, K_BN_APPLY, K_BN_GRADS, K_BN_DX,
     K_CONV_TO_BF16, K_CONV_FROM_BF16, K_DW_ACCUMULATE, K_WEIGHT_COPY,
     K_SGD, K_SCALE, K_AXPY, K_ADD, K_ZERO,
     K_MAXPOOL_FWD, K_MAXPOOL_BWD, K_AVGPOOL_FWD, K_AVGPOOL_BWD,
@@ -77,11 +77,9 @@ static struct {
     category cat;
     uint64_t launches, bytes;
 } kernels[NKERNELS] = {
-    [K_BN_PARTIAL_STATS] = {"bn_partial_kernel (statistics)", CAT_BN},
-    [K_BN_STATS_FINAL] = {"bn_stats_final_kernel", CAT_BN},
+    [K_BN_STATS] = {"bn_stats_kernel (sums and final)", CAT_BN},
     [K_BN_APPLY] = {"bn_apply_kernel", CAT_BN},
-    [K_BN_PARTIAL_GRADS] = {"bn_partial_kernel (gradients)", CAT_BN},
-    [K_BN_GRAD_FINAL] = {"bn_grad_final_kernel", CAT_BN},
+    [K_BN_GRADS] = {"bn_grads_kernel (sums and final)", CAT_BN},
     [K_BN_DX] = {"bn_dx_kernel", CAT_BN},
     [K_CONV_TO_BF16] = {"to_bf16_kernel (a conv's operand copy)", CAT_CAST},
     [K_CONV_FROM_BF16] = {"from_bf16_kernel (a conv's operand or result)", CAT_CAST},
@@ -305,11 +303,12 @@ static int bn_chunks(int m, int c)
     return chunks;
 }
 
-/* The partial sums, [2][chunks][c] doubles: written by bn_partial_kernel, read by a final kernel. */
+/* The partial sums, [2][chunks][c] doubles: written by a pass's blocks, read by the last
+ * block of each slice. */
 static uint64_t partial_bytes(int chunks, int c) { return 2 * (uint64_t)chunks * c * sizeof(double); }
 
-/* The longest serial walk of a final kernel's thread (cuda_kernels.h): its share of the
- * chunks (chunks w, w + ROWS, ...), then one add per level of the block's tree. */
+/* The longest serial walk of a channel's final sum (cuda_kernels.h): a row's share of the
+ * chunks (chunks w, w + ROWS, ...), then one add per level of the tree. */
 static int bn_final_depth(int chunks)
 {
     int levels = 0;
@@ -336,12 +335,10 @@ static void spy_bn_fwd_train(void *out, float *mean, float *var, float *invstd, 
     uint64_t E = (uint64_t)m * c * es(t), C = (uint64_t)c * F32, P = partial_bytes(chunks, c);
     bn_depth(m, c, chunks);
     bn_storage = t;
-    /* bn_partial_kernel, BN_STATS: reads in; writes the partial sums */
-    launch(K_BN_PARTIAL_STATS, E + P);
-    /* bn_stats_final_kernel: reads the partials, in's row 0 (the shift) and gamma; writes
-     * mean, var, invstd and the coefficient a; reads and writes the running statistics' sums
-     * when given them */
-    launch(K_BN_STATS_FINAL, P + c * es(t) + C + 4 * C + (mean_sum ? 4 * C : 0));
+    /* bn_stats_kernel: reads in; writes the partial sums. Its slices' last blocks read the
+     * partials, in's row 0 (the shift) and gamma; write mean, var, invstd and the coefficient
+     * a; read and write the running statistics' sums when given them */
+    launch(K_BN_STATS, E + P + P + c * es(t) + C + 4 * C + (mean_sum ? 4 * C : 0));
     /* bn_apply_kernel: reads in, the residual, mean, a and beta; writes out */
     launch(K_BN_APPLY, E + (residual ? E : 0) + 3 * C + E);
 }
@@ -352,14 +349,13 @@ static void spy_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, 
 {
     int chunks = bn_chunks(m, c);
     uint64_t E = (uint64_t)m * c * es(t), C = (uint64_t)c * F32, P = partial_bytes(chunks, c);
-    /* bn_partial_kernel, BN_GRADS: reads in, dout and the mean, and out for the ReLU mask;
-     * writes the partials and, with relu, dout where the mask cuts. Which elements those are
-     * depends on the data: counted as all of dout, since with about half of a ReLU's outputs
-     * zero nearly every 32-byte sector holds one (an upper bound). */
-    launch(K_BN_PARTIAL_GRADS, 2 * E + C + (relu ? 2 * E : 0) + P);
-    /* bn_grad_final_kernel: reads the partials, gamma, invstd, dgamma and dbeta; writes
-     * dgamma, dbeta and the coefficients ka, kb, kc */
-    launch(K_BN_GRAD_FINAL, P + 4 * C + 5 * C);
+    /* bn_grads_kernel: reads in, dout and the mean, and out for the ReLU mask; writes the
+     * partials and, with relu, dout where the mask cuts. Which elements those are depends on
+     * the data: counted as all of dout, since with about half of a ReLU's outputs zero nearly
+     * every 32-byte sector holds one (an upper bound). Its slices' last blocks read the
+     * partials, gamma, invstd, dgamma and dbeta; write dgamma, dbeta and the coefficients ka,
+     * kb, kc */
+    launch(K_BN_GRADS, 2 * E + C + (relu ? 2 * E : 0) + P + P + 4 * C + 5 * C);
     /* bn_dx_kernel: reads dout, in, mean, ka, kb, kc; writes din and dresidual (= dout),
      * unless dresidual is dout */
     launch(K_BN_DX, 2 * E + 4 * C + E + (dresidual && dresidual != dout ? E : 0));
@@ -560,8 +556,9 @@ static void report(const char *arch, int size, int batch, ds_precision p, const 
 
     int layers = 0, max_depth = 0;
     long sum_depth = 0;
-    printf("\nbatch-norm final kernels: serial depth, the adds one thread makes in order per channel: its share\n"
-           "of the chunks (bn_chunks; %d threads a channel), then the block's tree\n", DS_CUDA_BN_FINAL_ROWS);
+    printf("\nbatch-norm final sums (a slice's last block): serial depth, the adds one thread makes in order per\n"
+           "channel: its row's share of the chunks (bn_chunks; %d rows a channel), then the tree\n",
+           DS_CUDA_BN_FINAL_ROWS);
     printf("  %10s %8s %8s %8s %8s\n", "rows m", "channels", "chunks", "depth", "layers");
     for (int i = 0; i < n_bn_shapes; i++) {
         const bn_shape *s = &bn_shapes[i];
@@ -570,8 +567,8 @@ static void report(const char *arch, int size, int batch, ds_precision p, const 
         sum_depth += (long)s->depth * s->layers;
         if (s->depth > max_depth) max_depth = s->depth;
     }
-    printf("bn depth: max %d, sum over the %d layers %ld (bn_stats_final_kernel); bn_grad_final_kernel walks the "
-           "same, %ld per step\n", max_depth, layers, sum_depth, 2 * sum_depth);
+    printf("bn depth: max %d, sum over the %d layers %ld (bn_stats_kernel); bn_grads_kernel walks the same, %ld per "
+           "step\n", max_depth, layers, sum_depth, 2 * sum_depth);
 
     printf("\nhost: %llu upload(s) of %llu bytes; %llu copy(ies) back on the stream of %llu bytes; %llu download(s) "
            "of %llu bytes and %llu be->sync, each waiting for the stream; %llu wait(s) for the step before's end\n"

@@ -13,7 +13,13 @@
  *     kernel with the copied arguments. The launch limits of sm_90 are enforced in
  *     emu::launch (threads per block, block and grid dimensions, dynamic shared memory);
  *   - DS_EMU_VEC16 makes backend/cuda_bodies.h compile load16/store16's device branch (uint4
- *     and make_uint4 are host types too) and check each 16-byte access's alignment. */
+ *     and make_uint4 are host types too) and check each 16-byte access's alignment;
+ *   - atomicAdd and atomicExch on unsigned int are atomic and, as CUDA's, order nothing else
+ *     (relaxed); __threadfence() is what orders a block's memory accesses for other blocks:
+ *     here an acquire-release step on one variable every fence of every block takes, so
+ *     ThreadSanitizer (blocks run on several CPU threads) sees the accesses before one fence
+ *     happen before those after a later fence, and names a missing fence as the race it is
+ *     on the GPU. */
 #ifndef DS_EMU_DEVICE_H
 #define DS_EMU_DEVICE_H
 
@@ -44,6 +50,9 @@ void syncthreads();
  * listing). */
 void launch(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t s, std::function<void()> body,
             std::vector<const void *> ptrs);
+
+/* __threadfence (see the top) */
+void threadfence();
 
 /* A kernel's 16-byte vector access at p (load16/store16 of backend/cuda_bodies.h): a defect,
  * naming the kernel, when p is not 16-byte aligned, where the GPU faults
@@ -76,6 +85,9 @@ void launch_kernel(const char *name, dim3 grid, dim3 block, size_t shmem, cudaSt
 #define blockDim (::emu::k_block_dim)
 #define gridDim (::emu::k_grid_dim)
 #define __syncthreads() ::emu::syncthreads()
+#define __threadfence() ::emu::threadfence()
+inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+inline unsigned atomicExch(unsigned *p, unsigned v) { return __atomic_exchange_n(p, v, __ATOMIC_RELAXED); }
 /* the vector bodies' device branch, compiled here too, with each address checked */
 #define DS_EMU_VEC16(p) ::emu::check_vector_access(p)
 

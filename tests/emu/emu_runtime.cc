@@ -961,6 +961,12 @@ void run_grid(const char *name, const std::function<void()> &body, dim3 grid, di
 
 namespace emu {
 
+void threadfence()
+{
+    static unsigned fences;
+    __atomic_fetch_add(&fences, 1u, __ATOMIC_ACQ_REL);
+}
+
 void check_vector_access(const void *p)
 {
     if ((uintptr_t)p % 16)

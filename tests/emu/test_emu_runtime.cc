@@ -54,6 +54,41 @@ __global__ void fill_one_too_many(float *x, int n)
     if (i <= n) x[i] = 1;
 }
 
+/* "The last block finishes": each block writes its block's sum into part[block], then the
+ * block that takes the last ticket adds the parts in order into *out and sets the ticket
+ * back to 0. fence = 0 leaves the writer's __threadfence out (the planted defect). */
+__global__ void last_block_sum(float *out, float *part, unsigned *ticket, const float *in, int fence, int slow)
+{
+    __shared__ float buf[64];
+    __shared__ int last;
+    unsigned t = threadIdx.x;
+    /* slow: block 0 waits (up to 2 s) until every other block has its ticket, so that it ends
+     * last while the others run on another thread, their parts written after it started */
+    if (slow && blockIdx.x == 0 && t == 0)
+        for (double ms0 = emu::now_ms(); __atomic_load_n(ticket, __ATOMIC_RELAXED) < gridDim.x - 1 &&
+                                       emu::now_ms() - ms0 < 2000;)
+            ;
+    buf[t] = in[blockIdx.x * 64 + t];
+    __syncthreads();
+    for (unsigned s = 32; s > 0; s >>= 1) {
+        if (t < s) buf[t] += buf[t + s];
+        __syncthreads();
+    }
+    if (t == 0) {
+        part[blockIdx.x] = buf[0];
+        if (fence) __threadfence();
+        last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (last && t == 0) {
+        __threadfence();
+        float a = 0;
+        for (unsigned b = 0; b < gridDim.x; b++) a += part[b];
+        *out = a;
+        atomicExch(ticket, 0u);
+    }
+}
+
 /* ---- the cases run in this process ---- */
 
 static void test_block_reduce()
@@ -75,6 +110,46 @@ static void test_block_reduce()
     CK(cudaFree(d_in));
     CK(cudaFree(d_out));
     free(h);
+}
+
+/* The ticket's atomics: whichever block ends last (blocks run on several threads), it sees
+ * every part and leaves the ticket at 0, so a second launch counts from 0 again. */
+static float last_block_launch(int blocks, int fence, int slow, unsigned *ticket_after)
+{
+    float *h = (float *)malloc(blocks * 64 * sizeof(float)), *d_in, *d_part, *d_out, out;
+    unsigned *d_ticket;
+    for (int i = 0; i < blocks * 64; i++) h[i] = (float)(i % 5);
+    CK(cudaMalloc((void **)&d_in, blocks * 64 * sizeof(float)));
+    CK(cudaMalloc((void **)&d_part, blocks * sizeof(float)));
+    CK(cudaMalloc((void **)&d_out, sizeof(float)));
+    CK(cudaMalloc((void **)&d_ticket, sizeof(unsigned)));
+    CK(cudaMemset(d_ticket, 0, sizeof(unsigned)));
+    CK(cudaMemcpy(d_in, h, blocks * 64 * sizeof(float), cudaMemcpyHostToDevice));
+    for (int k = 0; k < 2; k++)
+        LAUNCH(last_block_sum, dim3(blocks), dim3(64), 0, (cudaStream_t)0, d_out, d_part, d_ticket,
+               (const float *)d_in, fence, slow);
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(&out, d_out, sizeof out, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ticket_after, d_ticket, sizeof(unsigned), cudaMemcpyDeviceToHost));
+    CK(cudaFree(d_in));
+    CK(cudaFree(d_part));
+    CK(cudaFree(d_out));
+    CK(cudaFree(d_ticket));
+    free(h);
+    return out;
+}
+
+static void test_last_block()
+{
+    for (int blocks : {1, 7, 200}) {
+        unsigned ticket = 99;
+        float got = last_block_launch(blocks, 1, 0, &ticket), want = 0;
+        for (int i = 0; i < blocks * 64; i++) want += (float)(i % 5);
+        char name[64];
+        snprintf(name, sizeof name, "last_block_finishes_%d_blocks", blocks);
+        report(name, got == want && ticket == 0,
+               "sum " + std::to_string(got) + " (want " + std::to_string(want) + "), ticket " + std::to_string(ticket));
+    }
 }
 
 static void test_grid_indices()
@@ -302,6 +377,12 @@ static int child(const char *name, const char *arg)
         CK(cudaStreamSynchronize(t));
         return 0;
     }
+    if (!strcmp(name, "last_block")) {   /* arg "fence": the writers fence before their ticket */
+        unsigned ticket;
+        float sum = last_block_launch(16, !strcmp(arg, "fence"), 1, &ticket);
+        printf("%g %u\n", sum, ticket);
+        return 0;
+    }
     if (!strcmp(name, "faults")) {
         int n = -1, v = 0;
         cudaError_t e = cudaGetDeviceCount(&n);
@@ -369,13 +450,30 @@ int main(int argc, char **argv)
     if (n > 0) exe[n] = 0, self = exe;
 
     test_block_reduce();
+    test_last_block();
     test_grid_indices();
     test_launch_limits();
     test_poison_and_pageable();
     test_events();
 
     std::string out;
-    int rc = spawn(self, "DS_EMU_SCHED=lazy=60000 DS_EMU_ORDER=0", "missing_wait", "", &out);
+    int rc;
+#if defined(__SANITIZE_THREAD__)
+    /* a writer's missing __threadfence is the race ThreadSanitizer names (its report to the
+     * child's stderr, exit 66); with the fences none */
+    std::string tsan = std::string("TSAN_OPTIONS=") + (getenv("TSAN_OPTIONS") ? getenv("TSAN_OPTIONS") : "") +
+                       ":log_path=stderr:exitcode=66";
+    rc = spawn(self, tsan.c_str(), "last_block", "", &out);
+    report("last_block_without_a_fence_is_a_race", rc == 66 && out.find("data race") != std::string::npos,
+           out.c_str());
+    rc = spawn(self, tsan.c_str(), "last_block", "fence", &out);
+    report("last_block_with_fences_is_no_race", rc == 0 && out == "2046 0\n", out.c_str());
+#else
+    rc = spawn(self, NULL, "last_block", "fence", &out);
+    report("last_block_with_a_slow_block", rc == 0 && out == "2046 0\n", out.c_str());
+    printf("SKIP last_block_without_a_fence_is_a_race: ThreadSanitizer's pass checks it\n");
+#endif
+    rc = spawn(self, "DS_EMU_SCHED=lazy=60000 DS_EMU_ORDER=0", "missing_wait", "", &out);
     report("lazy_schedule_shows_a_missing_wait", rc == 3, out.c_str());
     rc = spawn(self, NULL, "unordered", "", &out);
     report("order_checker_names_an_unordered_use",

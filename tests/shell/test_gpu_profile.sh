@@ -26,7 +26,7 @@ EOF
     echo '==PROF== Connected to process 1'
     echo '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
     for ns in 1,000,000 2000000 3000000; do
-        echo "\"0\",\"1\",\"engine_bench\",\"h\",\"void bn_partial_vec_kernel<float>(double *, float *, int)\",\"1\",\"7\",\"(256, 1, 1)\",\"(64, 1, 1)\",\"0\",\"9.0\",\"Command line profiler metrics\",\"gpu__time_duration.sum\",\"nsecond\",\"$ns\""
+        echo "\"0\",\"1\",\"engine_bench\",\"h\",\"void bn_stats_vec_kernel<float>(double *, float *, int)\",\"1\",\"7\",\"(256, 1, 1)\",\"(64, 1, 1)\",\"0\",\"9.0\",\"Command line profiler metrics\",\"gpu__time_duration.sum\",\"nsecond\",\"$ns\""
     done
     echo '"3","1","engine_bench","h","sm90_xmma_fprop_implicit_gemm_bf16","1","7","(128, 1, 1)","(8, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","9000000"'
 } >"$T/ncu.csv"
@@ -35,7 +35,7 @@ chmod +x "$B/bin/engine_bench"
 
 PATH="$T/path:$PATH" DS_BUNDLE= bash "$P" --bundle "$B" --out "$T/o" --steps 2 resnet20 32 8 bf16 >"$T/run" 2>&1
 check gpu_profile_runs_without_a_gpu test -s "$T/o/profile.md"
-printf '3.000\t0.333333\tsm90_xmma_fprop_implicit_gemm_bf16\n2.000\t1\tvoid bn_partial_vec_kernel<float>(double *, float *, int)\n' >"$T/want.tsv"
+printf '3.000\t0.333333\tsm90_xmma_fprop_implicit_gemm_bf16\n2.000\t1\tvoid bn_stats_vec_kernel<float>(double *, float *, int)\n' >"$T/want.tsv"
 check gpu_profile_per_kernel_ms_per_step_longest_first diff "$T/want.tsv" "$T/o/ds-kernels.tsv"
 check gpu_profile_groups grep -q '^| batch norm | 2.00 | 0.00 |$' "$T/o/profile.md"
 check gpu_profile_groups_convolutions grep -q '^| convolutions and GEMMs | 3.00 | 0.00 |$' "$T/o/profile.md"

@@ -109,7 +109,7 @@ EOF
 # names; stage 17's full sections
 {
     echo '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"'
-    for i in 1 2 3; do echo '"'$i'","bn_partial_vec_kernel","gpu__time_duration.sum","nsecond","3000000"'; done
+    for i in 1 2 3; do echo '"'$i'","bn_stats_vec_kernel","gpu__time_duration.sum","nsecond","3000000"'; done
 } >"$T/ncu.csv"
 {
     echo '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"'

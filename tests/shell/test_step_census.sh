@@ -68,10 +68,11 @@ done
 #   backward: in and dout read by the partial sums, out read and dout written back (ReLU mask),
 #             dout and in read and din written by dx: 5 + 2 relu (the residual's gradient is
 #             dout itself, the memory plan's alias: nothing copied)
-#   the partial sums, [2][chunks][c] doubles, written and read in each pass: 4 x 16 chunks c
+#   the partial sums, [2][chunks][c] doubles, written and read (by each slice's last block)
+#             in each pass: 4 x 16 chunks c
 #   per channel: in's row 0 (the shift), and 26 float32 vectors read or written: 104 bytes
 #             (the running statistics' two sums read and written by the statistics' final
-#             kernel among them)
+#             among them)
 # chunks = 8 x min(256, ceil(m / 256)) (bn_chunks; the scratch is far from full here).
 bn_bytes() {
     local es=$1 total=0 m c relu res g
@@ -86,10 +87,11 @@ for p in bf16:2 fp32:4; do
     want=$(bn_bytes ${p#*:}) got=$(cell "$T/${p%:*}.out" "batch norm" bytes)
     check "bn_bytes_by_hand_${p%:*} ($got = $want)" [ "$got" -eq "$want" ]
 done
-# Six kernels a layer (three forward, three backward), no copy for the residual's gradient.
-check "bn_launches_by_hand (6 x 21)" [ "$(cell "$T/bf16.out" "batch norm" launches)" -eq 126 ]
-# The final kernels' serial depth: 32 threads a channel, each adding every 32nd chunk, then a
-# tree of 5 levels (cuda_kernels.h): 7 layers each of 256, 64 and 16 chunks, 8 + 5, 2 + 5 and
+# Four kernels a layer: the sums with their final, then apply; the gradients' sums with their
+# final, then dx (no final kernel, no copy for the residual's gradient).
+check "bn_launches_by_hand (4 x 21)" [ "$(cell "$T/bf16.out" "batch norm" launches)" -eq 84 ]
+# The final sums' serial depth: 32 rows a channel, each adding every 32nd chunk, then a tree
+# of 5 levels (cuda_kernels.h): 7 layers each of 256, 64 and 16 chunks, 8 + 5, 2 + 5 and
 # 1 + 5 adds.
 check "bn_depth_by_hand (7 x (13 + 7 + 6))" \
     grep -q '^bn depth: max 13, sum over the 21 layers 182 ' "$T/bf16.out"

@@ -165,16 +165,23 @@ static double sum_gap(double mag, int chunks)
 static int vec_width(ds_dtype t) { return DS_CUDA_VEC_BYTES / (int)es(t); }
 static int use_vec(int c, ds_dtype t, int vec) { return vec ? vec > 0 : c % vec_width(t) == 0; }
 
-/* bn_partials: the vector kernel's one-dimensional grid (thread l: group l % groups of chunk
- * l / groups), else grid (ceil(c / BN_CH), chunks / BN_ROWS) of (BN_CH, BN_ROWS) threads */
+/* A pass's partial sums (cuda_kernels.cu, bn_stats_kernel and the others): the vector
+ * kernels' grid (ceil(c / BN_CH) slices, blocks of THREADS / per chunks) of THREADS threads,
+ * thread i of block (bx, by) taking group bx per + i % per in chunk by (THREADS / per) + i /
+ * per, per = BN_CH / the vector; else grid (ceil(c / BN_CH), chunks / BN_ROWS) of (BN_CH,
+ * BN_ROWS) threads */
 static void emu_bn_partials_as(double *partial, void *dout, const void *out, const void *in, const float *center,
                                int mode, int relu, int m, int c, int chunks, ds_dtype t, int vec)
 {
     if (use_vec(c, t, vec)) {
-        long groups = c / vec_width(t);
-        for (long l = 0; l < groups * chunks; l++)
-            BY_T(t, bn_partial_vec_body, partial, dout, out, in, center, mode, relu, m, c, chunks, (int)(l % groups),
-                 (int)(l / groups));
+        const int per = DS_CUDA_BN_CH / vec_width(t), rows = THREADS / per, groups = c / vec_width(t);
+        for (int by = 0; by < (chunks + rows - 1) / rows; by++)
+            for (int bx = 0; bx < (c + DS_CUDA_BN_CH - 1) / DS_CUDA_BN_CH; bx++)
+                for (int i = 0; i < THREADS; i++) {
+                    int g = bx * per + i % per, k = by * rows + i / per;
+                    if (g < groups && k < chunks)
+                        BY_T(t, bn_partial_vec_body, partial, dout, out, in, center, mode, relu, m, c, chunks, g, k);
+                }
         return;
     }
     for (int by = 0; by < chunks / DS_CUDA_BN_ROWS; by++)
@@ -255,18 +262,22 @@ static void emu_maxpool_bwd_as(void *din, const void *dout, const uint8_t *argma
     }
 }
 
-/* bn_final_sums for block bx: every thread's serial share, then the tree level by level
- * (the kernel's __syncthreads between levels: within a level, rows w < s read rows >= s,
- * which no thread of the level writes). Leaves the channels' sums in row 0. */
+/* bn_last_block's sums in the block that finishes slice bx last: its THREADS threads, thread
+ * (lane, w0) taking rows w0, w0 + THREADS / BN_CH, ... of the BN_FINAL_ROWS, then the tree
+ * level by level (the kernel's __syncthreads between levels: within a level, rows w < s read
+ * rows >= s, which no thread of the level writes). Leaves the channels' sums in row 0. */
 static void emu_bn_final_sums(double *s1, double *s2, const double *partial, int c, int chunks, int bx)
 {
-    for (int w = 0; w < DS_CUDA_BN_FINAL_ROWS; w++)
+    const int rows = THREADS / DS_CUDA_BN_CH;
+    for (int w0 = 0; w0 < rows; w0++)
         for (int lane = 0; lane < DS_CUDA_BN_CH; lane++)
-            bn_final_sum_body(&s1[w * DS_CUDA_BN_CH + lane], &s2[w * DS_CUDA_BN_CH + lane], partial, c, chunks,
-                              bx * DS_CUDA_BN_CH + lane, w);
+            for (int w = w0; w < DS_CUDA_BN_FINAL_ROWS; w += rows)
+                bn_final_sum_body(&s1[w * DS_CUDA_BN_CH + lane], &s2[w * DS_CUDA_BN_CH + lane], partial, c, chunks,
+                                  bx * DS_CUDA_BN_CH + lane, w);
     for (int k = DS_CUDA_BN_FINAL_ROWS / 2; k > 0; k >>= 1)
-        for (int w = 0; w < k; w++)
-            for (int lane = 0; lane < DS_CUDA_BN_CH; lane++) bn_final_tree_body(s1, s2, lane, w, k);
+        for (int w0 = 0; w0 < rows; w0++)
+            for (int lane = 0; lane < DS_CUDA_BN_CH; lane++)
+                for (int w = w0; w < k; w += rows) bn_final_tree_body(s1, s2, lane, w, k);
 }
 
 static int chunks_of(int m, int c) { return ds_cuda_bn_chunks(m, c, DS_BN_FLUSH); }
