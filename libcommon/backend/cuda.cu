@@ -64,7 +64,7 @@ static int bind_device(void)
     cublasCheck(cublasSetStream(g.cublas, g.stream));
     cudaCheck(cudaMalloc(&g.cublas_ws, CUBLAS_WS_BYTES));
     cublasCheck(cublasSetWorkspace(g.cublas, g.cublas_ws, CUBLAS_WS_BYTES));
-    cudaCheck(cudaMalloc(&g.scratch, DS_CUDA_SCRATCH_BYTES));
+    cudaCheck(cudaMalloc(&g.scratch, DS_CUDA_SCRATCH_ALLOC));
     ds_cuda_kernels_init(g.scratch);
     cudaCheck(cudaStreamCreateWithFlags(&g.input_stream, cudaStreamNonBlocking));
     for (int s = 0; s < 2; s++)

@@ -24,8 +24,9 @@ static unsigned *bn_tickets;   /* DS_CUDA_BN_SLICES, 0 between launches (see bn_
 void ds_cuda_kernels_init(void *p)
 {
     scratch = (double *)p;
-    cudaCheck(cudaMalloc(&bn_tickets, DS_CUDA_BN_SLICES * sizeof *bn_tickets));
-    cudaCheck(cudaMemset(bn_tickets, 0, DS_CUDA_BN_SLICES * sizeof *bn_tickets));
+    bn_tickets = (unsigned *)((char *)p + DS_CUDA_SCRATCH_BYTES);
+    /* on the compute stream, ahead of every batch-norm pass */
+    cudaCheck(cudaMemsetAsync(bn_tickets, 0, DS_CUDA_BN_SLICES * sizeof *bn_tickets, ds_cuda_stream()));
 }
 
 #define THREADS DS_CUDA_THREADS

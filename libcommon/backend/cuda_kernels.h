@@ -21,9 +21,11 @@
 
 #include "backend.h"
 
-/* Scratch for reductions (partial sums of batch norm); allocated once by the backend at
- * start-up, independent of shapes. */
+/* Scratch for reductions (partial sums of batch norm), then batch norm's tickets
+ * (DS_CUDA_BN_SLICES unsigned ints); allocated once by the backend at start-up, independent
+ * of shapes, DS_CUDA_SCRATCH_ALLOC bytes in all. */
 #define DS_CUDA_SCRATCH_BYTES ((size_t)16 << 20)
+#define DS_CUDA_SCRATCH_ALLOC (DS_CUDA_SCRATCH_BYTES + DS_CUDA_BN_SLICES * sizeof(unsigned))
 void ds_cuda_kernels_init(void *scratch);
 
 /* Launch geometry, shared with the host test that replays the kernels' grids and with
