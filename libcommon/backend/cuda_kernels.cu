@@ -76,39 +76,42 @@ static int bn_chunks(int m, int c)
 /* partial [2][chunks][c] (bn_partial_body). A warp's threads are neighbouring channels of
  * the same row, so the loads stay coalesced. */
 template <typename T>
-__global__ void bn_partial_kernel(double *partial, T *dout, const T *out, const T *in, const float *center,
-                                  int mode, int relu, int m, int c, int chunks)
+__global__ void bn_partial_kernel(double *partial, T *dout, const T *out, const uint8_t *mask, const T *in,
+                                  const float *center, int mode, int relu, int writeback, int m, int c, int chunks)
 {
     int ch = blockIdx.x * BN_CH + threadIdx.x, t = blockIdx.y * BN_ROWS + threadIdx.y;
     if (ch >= c) return;
-    bn_partial_body(partial, dout, out, in, center, mode, relu, m, c, chunks, ch, t);
+    bn_partial_body(partial, dout, out, mask, in, center, mode, relu, writeback, m, c, chunks, ch, t);
 }
 
 /* The same sums, a thread per (group of a vector's channels, chunk): thread l of the
  * one-dimensional grid takes group l % groups of chunk l / groups, so a warp's loads are
  * whole rows' consecutive 16-byte pieces. */
 template <typename T>
-__global__ void bn_partial_vec_kernel(double *partial, T *dout, const T *out, const T *in, const float *center,
-                                      int mode, int relu, int m, int c, int chunks)
+__global__ void bn_partial_vec_kernel(double *partial, T *dout, const T *out, const uint8_t *mask, const T *in,
+                                      const float *center, int mode, int relu, int writeback, int m, int c,
+                                      int chunks)
 {
     const long groups = vec_of<T>(c), l = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (l < groups * chunks)
-        bn_partial_vec_body(partial, dout, out, in, center, mode, relu, m, c, chunks, (int)(l % groups),
-                            (int)(l / groups));
+        bn_partial_vec_body(partial, dout, out, mask, in, center, mode, relu, writeback, m, c, chunks,
+                            (int)(l % groups), (int)(l / groups));
 }
 
+/* The ReLU's cut comes from mask where given (out is then not read), else from out. */
 template <typename T>
-static void bn_partials(double *partial, T *dout, const T *out, const T *in, const float *center, int mode,
-                        int relu, int m, int c, int chunks)
+static void bn_partials(double *partial, T *dout, const T *out, const uint8_t *mask, const T *in,
+                        const float *center, int mode, int relu, int writeback, int m, int c, int chunks)
 {
+    if (mask) out = NULL;
     if (vec_ok<T>(c, dout, out, in)) {
         long threads = vec_of<T>(c) * chunks;
         DS_LAUNCH(bn_partial_vec_kernel, (unsigned)((threads + THREADS - 1) / THREADS), THREADS, 0, ds_cuda_stream(),
-            partial, dout, out, in, center, mode, relu, m, c, chunks);
+            partial, dout, out, mask, in, center, mode, relu, writeback, m, c, chunks);
     } else {
         dim3 grid((c + BN_CH - 1) / BN_CH, chunks / BN_ROWS), block(BN_CH, BN_ROWS);
-        DS_LAUNCH(bn_partial_kernel, grid, block, 0, ds_cuda_stream(), partial, dout, out, in, center, mode, relu, m,
-            c, chunks);
+        DS_LAUNCH(bn_partial_kernel, grid, block, 0, ds_cuda_stream(), partial, dout, out, mask, in, center, mode,
+            relu, writeback, m, c, chunks);
     }
     launchCheck();
 }
@@ -172,13 +175,20 @@ __global__ void bn_apply_kernel(T *out, const T *in, const float *mean, const fl
 /* Thread l of the vector kernels of apply and dx: channel group l % groups in row lane
  * l / groups (ds_cuda_bn_lanes); the threads past groups x lanes have nothing to do. */
 template <typename T>
-__global__ void bn_apply_vec_kernel(T *out, const T *in, const float *mean, const float *a, const float *beta,
-                                    const T *residual, int relu, int m, int c, long lanes)
+__global__ void bn_apply_vec_kernel(T *out, uint8_t *mask, const T *in, const float *mean, const float *a,
+                                    const float *beta, const T *residual, int relu, int m, int c, long lanes)
 {
     const int groups = (int)vec_of<T>(c);
     const long l = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (l < groups * lanes)
-        bn_apply_vec_body(out, in, mean, a, beta, residual, relu, m, c, (int)(l % groups), l / groups, lanes);
+        bn_apply_vec_body(out, mask, in, mean, a, beta, residual, relu, m, c, (int)(l % groups), l / groups, lanes);
+}
+
+/* The ReLU bitmask after the scalar apply: a thread per byte, reading its elements of out */
+template <typename T>
+__global__ void relu_mask_kernel(uint8_t *mask, const T *out, long bytes)
+{
+    FOR_GRID(g, bytes) relu_mask_body(mask, out, g);
 }
 
 /* the blocks of a vector apply or dx over m rows of c channels: a thread each (not a
@@ -190,19 +200,40 @@ static unsigned bn_vec_blocks(int m, int c)
     return threads > 0 ? (unsigned)((threads + THREADS - 1) / THREADS) : 1;
 }
 
-/* out = relu?((in - mean) a + beta + residual?) over m rows of c channels */
+/* out = relu?((in - mean) a + beta + residual?) over m rows of c channels, and the ReLU
+ * bitmask when given one: by the vector apply as it stores out, else by a kernel of its own
+ * after the scalar apply (whose threads are elements: two could share a byte). */
 template <typename T>
-static void bn_apply(T *out, const T *in, const float *mean, const float *a, const float *beta, const T *residual,
-                     int relu, int m, int c)
+static void bn_apply(T *out, uint8_t *mask, const T *in, const float *mean, const float *a, const float *beta,
+                     const T *residual, int relu, int m, int c)
 {
     long total = (long)m * c;
-    if (vec_ok<T>(c, out, in, residual))
-        DS_LAUNCH(bn_apply_vec_kernel, bn_vec_blocks<T>(m, c), THREADS, 0, ds_cuda_stream(), out, in, mean, a, beta,
-            residual, relu, m, c, ds_cuda_bn_lanes(m));
-    else
+    if (vec_ok<T>(c, out, in, residual)) {
+        DS_LAUNCH(bn_apply_vec_kernel, bn_vec_blocks<T>(m, c), THREADS, 0, ds_cuda_stream(), out, mask, in, mean, a,
+            beta, residual, relu, m, c, ds_cuda_bn_lanes(m));
+    } else {
         DS_LAUNCH(bn_apply_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), out, in, mean, a,
             beta, residual, relu, total, c);
+        if (mask) {
+            launchCheck();
+            const long bytes = vec_of<T>(total);
+            DS_LAUNCH(relu_mask_kernel, ds_cuda_blocks(bytes, THREADS), THREADS, 0, ds_cuda_stream(), mask, out,
+                bytes);
+        }
+    }
     launchCheck();
+}
+
+/* A ReLU bitmask serves a ReLU over whole bytes' elements (backend.h): any other call is a
+ * mistake of the caller's, not a case to fall back from. */
+static_assert(DS_RELU_MASK_BYTES == DS_CUDA_VEC_BYTES, "a mask byte is one vector body's 16 bytes");
+template <typename T>
+static void relu_mask_check(const uint8_t *mask, int relu, int c)
+{
+    const int v = DS_RELU_MASK_BYTES / (int)sizeof(T);
+    if (mask && (!relu || c % v))
+        ds_die("batch norm: a ReLU bitmask needs the ReLU and a multiple of %d channels (relu %d, %d channels)", v,
+               relu, c);
 }
 
 static float *bn_coef(int c, int which)   /* coefficient arrays live past the partial sums */
@@ -211,29 +242,31 @@ static float *bn_coef(int c, int which)   /* coefficient arrays live past the pa
 }
 
 template <typename T>
-static void bn_fwd_train(T *out, float *mean, float *var, float *invstd, float *mean_sum, float *var_sum, const T *in,
-                         const float *gamma, const float *beta, const T *residual, int relu, int m, int c, float eps)
+static void bn_fwd_train(T *out, uint8_t *mask, float *mean, float *var, float *invstd, float *mean_sum,
+                         float *var_sum, const T *in, const float *gamma, const float *beta, const T *residual,
+                         int relu, int m, int c, float eps)
 {
+    relu_mask_check<T>(mask, relu, c);
     int chunks = bn_chunks(m, c);
     float *ka = bn_coef(c, 0);
     /* the running statistics' sums, added by the final kernel (the model's two axpy before) */
     const float unbiased = mean_sum ? (float)((double)m / (m - 1)) : 0;
-    bn_partials(scratch, (T *)NULL, (const T *)NULL, in, NULL, BN_STATS, 0, m, c, chunks);
+    bn_partials(scratch, (T *)NULL, (const T *)NULL, (const uint8_t *)NULL, in, NULL, BN_STATS, 0, 0, m, c, chunks);
     DS_LAUNCH(bn_stats_final_kernel, bn_final_grid(c), bn_final_block, 0, ds_cuda_stream(), mean, var, invstd, ka,
         mean_sum, var_sum, unbiased, scratch, in, gamma, m, c, chunks, eps);
     launchCheck();
-    bn_apply(out, in, mean, ka, beta, residual, relu, m, c);
+    bn_apply(out, mask, in, mean, ka, beta, residual, relu, m, c);
 }
 
-void ds_cuda_bn_fwd_train(void *out, float *mean, float *var, float *invstd, float *mean_sum, float *var_sum,
-                          const void *in, const float *gamma, const float *beta, const void *residual, int relu,
-                          int m, int c, float eps, ds_dtype t)
+void ds_cuda_bn_fwd_train(void *out, uint8_t *mask, float *mean, float *var, float *invstd, float *mean_sum,
+                          float *var_sum, const void *in, const float *gamma, const float *beta,
+                          const void *residual, int relu, int m, int c, float eps, ds_dtype t)
 {
     if (t == DS_BF16)
-        bn_fwd_train((bf16 *)out, mean, var, invstd, mean_sum, var_sum, (const bf16 *)in, gamma, beta,
+        bn_fwd_train((bf16 *)out, mask, mean, var, invstd, mean_sum, var_sum, (const bf16 *)in, gamma, beta,
                      (const bf16 *)residual, relu, m, c, eps);
     else
-        bn_fwd_train((float *)out, mean, var, invstd, mean_sum, var_sum, (const float *)in, gamma, beta,
+        bn_fwd_train((float *)out, mask, mean, var, invstd, mean_sum, var_sum, (const float *)in, gamma, beta,
                      (const float *)residual, relu, m, c, eps);
 }
 
@@ -245,7 +278,7 @@ static void bn_fwd_infer(T *out, const T *in, const float *gamma, const float *b
     DS_LAUNCH(bn_infer_coef_kernel, (c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream(), ka, gamma, running_var,
         c, eps);
     launchCheck();
-    bn_apply(out, in, running_mean, ka, beta, residual, relu, m, c);
+    bn_apply(out, (uint8_t *)NULL, in, running_mean, ka, beta, residual, relu, m, c);
 }
 
 void ds_cuda_bn_fwd_infer(void *out, const void *in, const float *gamma, const float *beta,
@@ -261,57 +294,65 @@ void ds_cuda_bn_fwd_infer(void *out, const void *in, const float *gamma, const f
 }
 
 /* dresidual (when not NULL) = dy is written from the dy this kernel reads anyway, instead of
- * a copy that reads it again. */
+ * a copy that reads it again; with mask, dy is masked as it is read. */
 template <typename T>
-__global__ void bn_dx_kernel(T *din, T *dresidual, const T *dy, const T *in, const float *mean,
-                             const float *ka, const float *kb, const float *kc, long total, int c)
+__global__ void bn_dx_kernel(T *din, T *dresidual, const T *dy, const uint8_t *mask, const T *in,
+                             const float *mean, const float *ka, const float *kb, const float *kc, long total, int c)
 {
-    FOR_GRID(i, total) bn_dx_body(din, dresidual, dy, in, mean, ka, kb, kc, c, i);
+    FOR_GRID(i, total) bn_dx_body(din, dresidual, dy, mask, in, mean, ka, kb, kc, c, i);
 }
 
 template <typename T>
-__global__ void bn_dx_vec_kernel(T *din, T *dresidual, const T *dy, const T *in, const float *mean,
-                                 const float *ka, const float *kb, const float *kc, int m, int c, long lanes)
+__global__ void bn_dx_vec_kernel(T *din, T *dresidual, const T *dy, const uint8_t *mask, const T *in,
+                                 const float *mean, const float *ka, const float *kb, const float *kc, int m, int c,
+                                 long lanes)
 {
     const int groups = (int)vec_of<T>(c);
     const long l = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (l < groups * lanes)
-        bn_dx_vec_body(din, dresidual, dy, in, mean, ka, kb, kc, m, c, (int)(l % groups), l / groups, lanes);
+        bn_dx_vec_body(din, dresidual, dy, mask, in, mean, ka, kb, kc, m, c, (int)(l % groups), l / groups, lanes);
 }
 
+/* With the ReLU bitmask, out is not read, and dout is not written unless it is dresidual:
+ * the partial sums take the mask's cut in registers, and dx cuts dy again from the mask as it
+ * reads it (writing it to a dresidual of its own). Where dresidual is dout, the partial sums
+ * write the masked dout back, as without a mask, and dx reads it masked. */
 template <typename T>
-static void bn_bwd(T *din, T *dresidual, float *dgamma, float *dbeta, T *dout, const T *out, const T *in,
-                   const float *gamma, const float *mean, const float *invstd, int relu, int m, int c)
+static void bn_bwd(T *din, T *dresidual, float *dgamma, float *dbeta, T *dout, const T *out, const uint8_t *mask,
+                   const T *in, const float *gamma, const float *mean, const float *invstd, int relu, int m, int c)
 {
+    relu_mask_check<T>(mask, relu, c);
     int chunks = bn_chunks(m, c);
     float *ka = bn_coef(c, 0), *kb = bn_coef(c, 1), *kc = bn_coef(c, 2);
     long total = (long)m * c;
-    bn_partials(scratch, dout, out, in, mean, BN_GRADS, relu, m, c, chunks);
+    const int writeback = !mask || dresidual == dout;
+    bn_partials(scratch, dout, out, mask, in, mean, BN_GRADS, relu, writeback, m, c, chunks);
     DS_LAUNCH(bn_grad_final_kernel, bn_final_grid(c), bn_final_block, 0, ds_cuda_stream(), dgamma, dbeta, ka, kb, kc,
         scratch, gamma, invstd, m, c, chunks);
     launchCheck();
     /* dresidual = dout (after the ReLU mask) is written by the dx kernel, unless they are one
      * buffer */
     T *dres = dresidual != dout ? dresidual : NULL;
+    const uint8_t *dx_mask = writeback ? NULL : mask;
     if (vec_ok<T>(c, din, dres, dout, in))
-        DS_LAUNCH(bn_dx_vec_kernel, bn_vec_blocks<T>(m, c), THREADS, 0, ds_cuda_stream(), din, dres, dout, in, mean,
-            ka, kb, kc, m, c, ds_cuda_bn_lanes(m));
+        DS_LAUNCH(bn_dx_vec_kernel, bn_vec_blocks<T>(m, c), THREADS, 0, ds_cuda_stream(), din, dres, dout, dx_mask,
+            in, mean, ka, kb, kc, m, c, ds_cuda_bn_lanes(m));
     else
-        DS_LAUNCH(bn_dx_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), din, dres, dout, in,
-            mean, ka, kb, kc, total, c);
+        DS_LAUNCH(bn_dx_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), din, dres, dout,
+            dx_mask, in, mean, ka, kb, kc, total, c);
     launchCheck();
 }
 
 void ds_cuda_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout,
-                    const void *out, const void *in, const float *gamma, const float *mean,
+                    const void *out, const uint8_t *mask, const void *in, const float *gamma, const float *mean,
                     const float *invstd, int relu, int m, int c, ds_dtype t)
 {
     if (t == DS_BF16)
-        bn_bwd((bf16 *)din, (bf16 *)dresidual, dgamma, dbeta, (bf16 *)dout, (const bf16 *)out, (const bf16 *)in,
-               gamma, mean, invstd, relu, m, c);
+        bn_bwd((bf16 *)din, (bf16 *)dresidual, dgamma, dbeta, (bf16 *)dout, (const bf16 *)out, mask,
+               (const bf16 *)in, gamma, mean, invstd, relu, m, c);
     else
-        bn_bwd((float *)din, (float *)dresidual, dgamma, dbeta, (float *)dout, (const float *)out, (const float *)in,
-               gamma, mean, invstd, relu, m, c);
+        bn_bwd((float *)din, (float *)dresidual, dgamma, dbeta, (float *)dout, (const float *)out, mask,
+               (const float *)in, gamma, mean, invstd, relu, m, c);
 }
 
 /* ---- pooling ---- */
