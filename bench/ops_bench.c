@@ -195,9 +195,10 @@ static void bench_net(const char *net, unsigned which, int reps, double peak)
         void *bno = be->alloc(no * sa), *bnd = be->alloc(no * sa), *bndin = be->alloc(no * sa);
         int m = d.n * d.p * d.q;
         double tb[2];
-        TIME_BEST(tb[0], reps, be->bn_fwd_train(bno, mean, var, is, NULL, NULL, out, gam, bet, NULL, 1, m, d.k, 1e-5f, at));
+        TIME_BEST(tb[0], reps,
+                  be->bn_fwd_train(bno, NULL, mean, var, is, NULL, NULL, out, gam, bet, NULL, 1, m, d.k, 1e-5f, at));
         TIME_BEST(tb[1], reps, (memcpy(bnd, g, no * sa),
-                                be->bn_bwd(bndin, NULL, dg, db, bnd, bno, out, gam, mean, is, 1, m, d.k, at)));
+                                be->bn_bwd(bndin, NULL, dg, db, bnd, bno, NULL, out, gam, mean, is, 1, m, d.k, at)));
         bn_total += (tb[0] + tb[1]) * s->count;
         be->free(mean), be->free(var), be->free(is), be->free(gam), be->free(bet), be->free(dg);
         be->free(db), be->free(bno), be->free(bnd), be->free(bndin);

@@ -69,6 +69,17 @@ typedef struct {
 /* maxpool_fwd's argmax byte of a window with no element in the image */
 #define DS_POOL_NO_ARGMAX 0xff
 
+/* A training batch norm's ReLU bitmask (bn_fwd_train writes it, bn_bwd reads it): one byte
+ * per DS_RELU_MASK_BYTES bytes of the output, the 16 bytes a CUDA vector kernel stores at
+ * once, so each byte is one thread's. ds_relu_mask_bytes: its size for m rows of c channels
+ * in storage t, 0 where the layer can have none (c not a multiple of a byte's elements). */
+#define DS_RELU_MASK_BYTES 16
+static inline size_t ds_relu_mask_bytes(int m, int c, ds_dtype t)
+{
+    const int v = DS_RELU_MASK_BYTES / (t == DS_BF16 ? 2 : 4);
+    return c % v ? 0 : (size_t)m * c / v;
+}
+
 /* AUTO is a request only (bf16 on a GPU, fp32 on the CPU); a selected backend's precision
  * is one of the other three. */
 typedef enum { DS_PRECISION_FP32, DS_PRECISION_TF32, DS_PRECISION_BF16, DS_PRECISION_AUTO } ds_precision;
@@ -222,20 +233,31 @@ typedef struct ds_backend {
      * neither; NULL: none), the running statistics' sums over micro-batches, get
      * mean_sum += 1 * mean and var_sum += (float)(m / (m - 1.0)) * var (the unbiased
      * variance, m > 1), each the product rounded, then the sum: axpy's bits, without its
-     * launches. */
-    void (*bn_fwd_train)(void *out, float *mean, float *var, float *invstd, float *mean_sum, float *var_sum,
-                         const void *in, const float *gamma, const float *beta, const void *residual, int relu,
-                         int m, int c, float eps, ds_dtype t);
+     * launches.
+     * mask (NULL: none) is the ReLU's bitmask, for bn_bwd to read instead of out: one byte
+     * per DS_RELU_MASK_BYTES (16) bytes of out, V = 16 / (size of t) elements a byte (8 for
+     * bf16, 4 for float32): byte g covers elements [g V, g V + V) of the flat [m, c] tensor,
+     * bit k set when element g V + k as stored is > 0 (float32's `out > 0` on the stored
+     * value: NaN, -0, +0 and negatives give 0), ds_relu_mask_bytes in all. Given only with
+     * relu and c a multiple of V (the model's choice); the CUDA backend stops with an error
+     * on any other call, the CPU backend ignores it (its backward masks from out). */
+    void (*bn_fwd_train)(void *out, uint8_t *mask, float *mean, float *var, float *invstd, float *mean_sum,
+                         float *var_sum, const void *in, const float *gamma, const float *beta, const void *residual,
+                         int relu, int m, int c, float eps, ds_dtype t);
     /* Inference: running statistics. */
     void (*bn_fwd_infer)(void *out, const void *in, const float *gamma, const float *beta,
                          const float *running_mean, const float *running_var, const void *residual,
                          int relu, int m, int c, float eps, ds_dtype t);
     /* Backward of bn_fwd_train. `out` is the forward output (for the ReLU mask when relu);
-     * dout is overwritten with the gradient before the ReLU when relu (it is scratch).
-     * din = dx (overwritten); dresidual (if non-NULL) = gradient into the residual input
-     * (overwritten); dgamma, dbeta += (accumulated). */
+     * mask (NULL: none) the bitmask bn_fwd_train wrote with it, which a backend may read
+     * instead of out (the CUDA backend does; out is still given). din = dx (overwritten);
+     * dresidual (if non-NULL) = gradient into the residual input, dout masked by the ReLU
+     * (overwritten); dgamma, dbeta += (accumulated). Either din or dresidual may be dout.
+     * dout is scratch: when relu it may be overwritten with the gradient before the ReLU
+     * (the CPU backend does, and the CUDA backend without a mask), and where dresidual is
+     * dout it is that gradient; otherwise nothing may read it afterwards. */
     void (*bn_bwd)(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout,
-                   const void *out, const void *in, const float *gamma, const float *mean,
+                   const void *out, const uint8_t *mask, const void *in, const float *gamma, const float *mean,
                    const float *invstd, int relu, int m, int c, ds_dtype t);
 
     /* ---- pooling ---- */

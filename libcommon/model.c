@@ -303,6 +303,11 @@ static void *A(ds_model *m, int a) { return m->act + m->acts[a].off; }
 static float *Af(ds_model *m, int a) { return m->act + m->acts[a].off; }
 static float *P(ds_model *m, int t) { return m->params + m->tloc[t].off; }
 static float *G(ds_model *m, int t) { return m->reduction + m->tloc[t].off; }
+/* A training batch norm's ReLU bitmask, or NULL where the plan gave it none. */
+static uint8_t *relu_mask(ds_model *m, const ds_layer *L)
+{
+    return L->relu_mask == SIZE_MAX ? NULL : (uint8_t *)(m->act + L->relu_mask);
+}
 
 /* The weights a convolution reads: the bf16 copy in a bf16 run, else the parameters. */
 static void *W(ds_model *m, int t)
@@ -389,8 +394,8 @@ static int forward_queue(ds_model *m, int n, int training)
             float *mean = m->act + L->stats, *var = mean + c, *invstd = var + c;
             /* The batch's mean and unbiased variance are added into the reduction buffer: the
              * step averages them over micro-batches for the running statistics. */
-            be->bn_fwd_train(y, mean, var, invstd, G(m, L->rmean), G(m, L->rvar), x, P(m, L->weight),
-                             P(m, L->bias), res, L->relu, rows, c, DS_BN_EPS, in->t);
+            be->bn_fwd_train(y, relu_mask(m, L), mean, var, invstd, G(m, L->rmean), G(m, L->rvar), x,
+                             P(m, L->weight), P(m, L->bias), res, L->relu, rows, c, DS_BN_EPS, in->t);
             break;
         }
         case L_MAXPOOL: {
@@ -649,7 +654,7 @@ static void backward_queue(ds_model *m, int n, int reduce, int to_all)
         case L_BN: {
             float *mean = m->act + L->stats, *invstd = mean + 2 * in->c;
             void *dres = L->res < 0 ? NULL : L->res_acc ? scratch : dA(m, L->res);
-            be->bn_bwd(dx, dres, G(m, L->weight), G(m, L->bias), dy, A(m, L->out), A(m, L->in),
+            be->bn_bwd(dx, dres, G(m, L->weight), G(m, L->bias), dy, A(m, L->out), relu_mask(m, L), A(m, L->in),
                        P(m, L->weight), mean, invstd, L->relu, n * in->h * in->w, in->c, in->t);
             if (L->res_acc) be->add(dA(m, L->res), scratch, in_count, in->t);
             break;

@@ -2,6 +2,7 @@
  * memory plan (every tensor's place) and the gradient buckets. The run side is model.c. */
 #include "model_internal.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -315,6 +316,18 @@ int ds_model_plan_memory(ds_model *m)
         if (L->type != L_BN) continue;
         L->stats = off;
         off += align_up(3 * (size_t)m->acts[L->in].c);
+    }
+    /* A batch norm's ReLU bitmask, one byte per 16 bytes of its output, for its backward:
+     * training only, where the channels fill whole bytes (ds_relu_mask_bytes; every ResNet
+     * layer's do): what a backend may read instead of the output to mask the gradient. */
+    for (int l = 0; l < m->nlayers; l++) {
+        ds_layer *L = &m->layers[l];
+        const ds_act *a = &m->acts[L->out];
+        const size_t bytes = ds_relu_mask_bytes((int)(B * a->h * a->w), a->c, a->t);
+        L->relu_mask = SIZE_MAX;
+        if (L->type != L_BN || !L->relu || !m->cfg.training || !bytes) continue;
+        L->relu_mask = off;
+        off += align_up((bytes + 3) / 4);
     }
     /* A max pool's argmax, one byte an output, for its backward: training only. */
     for (int l = 0; l < m->nlayers && m->cfg.training; l++) {

@@ -39,6 +39,8 @@ typedef struct {
     size_t stats;          /* BN: activation offset of this micro-batch's mean, var, invstd [3, c] */
     size_t argmax;         /* max pool in training: activation offset of the bytes [n, p, q, c]
                               maxpool_fwd leaves for maxpool_bwd (each window's maximum's index) */
+    size_t relu_mask;      /* BN with ReLU in training: activation offset of the ReLU bitmask
+                              bn_fwd_train leaves for bn_bwd (backend.h); SIZE_MAX: none */
     int in_acc, res_acc;   /* backward: another consumer already wrote that input's gradient,
                               so this layer adds its part: a convolution's conv_bwd_data
                               accumulates, the others write to the scratch slot and add */

@@ -140,9 +140,10 @@ static float act_value(const void *x, long i, ds_dtype t)
     return t == DS_BF16 ? ds_bf16_value(((const ds_bf16 *)x)[i]) : ((const float *)x)[i];
 }
 
-static void cpu_bn_fwd_train(void *out, float *mean, float *var, float *invstd, float *mean_sum, float *var_sum,
-                             const void *in, const float *gamma, const float *beta, const void *residual, int relu,
-                             int m, int c, float eps, ds_dtype t)
+/* The ReLU bitmask (mask) is not written: this backend's backward masks from out itself. */
+static void cpu_bn_fwd_train(void *out, uint8_t *mask, float *mean, float *var, float *invstd, float *mean_sum,
+                             float *var_sum, const void *in, const float *gamma, const float *beta,
+                             const void *residual, int relu, int m, int c, float eps, ds_dtype t)
 {
     float sa[c];
     for (int c0 = 0; c0 < c; c0 += BN_CBLOCK) {
@@ -212,9 +213,11 @@ static void cpu_conv_fwd_bn_bf16(void *out, const void *in, const void *w, const
     conv_fwd_bn(ds_cpu_conv_fwd_bn_bf16, out, in, w, d, ws, bn);
 }
 
+/* The mask is not read: bn_sums masks dout from out in place, in the same pass as its sums,
+ * and dx then reads the masked dout (which is also what dresidual gets). */
 static void cpu_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout, const void *out,
-                       const void *in, const float *gamma, const float *mean, const float *invstd, int relu, int m,
-                       int c, ds_dtype t)
+                       const uint8_t *mask, const void *in, const float *gamma, const float *mean,
+                       const float *invstd, int relu, int m, int c, ds_dtype t)
 {
     // dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)), xhat = (x - mean) * invstd
     float ka[c], kb[c], kc[c];

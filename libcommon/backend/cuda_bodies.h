@@ -171,6 +171,10 @@ BODY void store_bytes(uint8_t *p, uint64_t u, int n)
 }
 #endif
 
+/* Element i's bit in the ReLU bitmask (backend.h) of vec elements a byte: byte i / vec, bit
+ * i % vec. */
+BODY int relu_bit(const uint8_t *mask, long i, int vec) { return mask[i / vec] >> (i % vec) & 1; }
+
 /* ---- the activations' bodies, per storage ---- */
 #define BODY_T float
 #define BODY_WIDEN(x) (x)

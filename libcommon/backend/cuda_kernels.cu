@@ -160,7 +160,8 @@ __global__ void bn_stats_kernel(double *partial, const T *in, float *mean, float
     __shared__ double s[2][BN_FINAL_ROWS][BN_CH];
     int ch, t;
     if (bn_scalar_share(c, &ch, &t))
-        bn_partial_body(partial, (T *)NULL, (const T *)NULL, in, NULL, BN_STATS, 0, m, c, chunks, ch, t);
+        bn_partial_body(partial, (T *)NULL, (const T *)NULL, (const uint8_t *)NULL, in, NULL, BN_STATS, 0, 0, m, c,
+                        chunks, ch, t);
     bn_stats_end(s, tickets, partial, in, mean, var, invstd, ka, mean_sum, var_sum, unbiased, gamma, eps, m, c,
                  chunks);
 }
@@ -173,7 +174,8 @@ __global__ void bn_stats_vec_kernel(double *partial, const T *in, float *mean, f
     __shared__ double s[2][BN_FINAL_ROWS][BN_CH];
     int g, t;
     if (bn_vec_share<T>(c, chunks, &g, &t))
-        bn_partial_vec_body(partial, (T *)NULL, (const T *)NULL, in, NULL, BN_STATS, 0, m, c, chunks, g, t);
+        bn_partial_vec_body(partial, (T *)NULL, (const T *)NULL, (const uint8_t *)NULL, in, NULL, BN_STATS, 0, 0, m,
+                            c, chunks, g, t);
     bn_stats_end(s, tickets, partial, in, mean, var, invstd, ka, mean_sum, var_sum, unbiased, gamma, eps, m, c,
                  chunks);
 }
@@ -189,28 +191,31 @@ __device__ __forceinline__ void bn_grads_end(double (*s)[BN_FINAL_ROWS][BN_CH], 
         bn_grad_final_body(dgamma, dbeta, ka, kb, kc, s[0][0][tid], s[1][0][tid], gamma, invstd, m, ch);
 }
 
+/* The ReLU's cut comes from mask where given (out is then NULL), else from out; the masked
+ * dout is written back where writeback (bn_bwd). */
 template <typename T>
-__global__ void bn_grads_kernel(double *partial, T *dout, const T *out, const T *in, const float *mean, int relu,
-                                float *dgamma, float *dbeta, float *ka, float *kb, float *kc, const float *gamma,
-                                const float *invstd, int m, int c, int chunks, unsigned *tickets)
+__global__ void bn_grads_kernel(double *partial, T *dout, const T *out, const uint8_t *mask, const T *in,
+                                const float *mean, int relu, int writeback, float *dgamma, float *dbeta, float *ka,
+                                float *kb, float *kc, const float *gamma, const float *invstd, int m, int c,
+                                int chunks, unsigned *tickets)
 {
     __shared__ double s[2][BN_FINAL_ROWS][BN_CH];
     int ch, t;
     if (bn_scalar_share(c, &ch, &t))
-        bn_partial_body(partial, dout, out, in, mean, BN_GRADS, relu, m, c, chunks, ch, t);
+        bn_partial_body(partial, dout, out, mask, in, mean, BN_GRADS, relu, writeback, m, c, chunks, ch, t);
     bn_grads_end(s, tickets, partial, dgamma, dbeta, ka, kb, kc, gamma, invstd, m, c, chunks);
 }
 
 template <typename T>
-__global__ void bn_grads_vec_kernel(double *partial, T *dout, const T *out, const T *in, const float *mean,
-                                    int relu, float *dgamma, float *dbeta, float *ka, float *kb, float *kc,
-                                    const float *gamma, const float *invstd, int m, int c, int chunks,
-                                    unsigned *tickets)
+__global__ void bn_grads_vec_kernel(double *partial, T *dout, const T *out, const uint8_t *mask, const T *in,
+                                    const float *mean, int relu, int writeback, float *dgamma, float *dbeta,
+                                    float *ka, float *kb, float *kc, const float *gamma, const float *invstd, int m,
+                                    int c, int chunks, unsigned *tickets)
 {
     __shared__ double s[2][BN_FINAL_ROWS][BN_CH];
     int g, t;
     if (bn_vec_share<T>(c, chunks, &g, &t))
-        bn_partial_vec_body(partial, dout, out, in, mean, BN_GRADS, relu, m, c, chunks, g, t);
+        bn_partial_vec_body(partial, dout, out, mask, in, mean, BN_GRADS, relu, writeback, m, c, chunks, g, t);
     bn_grads_end(s, tickets, partial, dgamma, dbeta, ka, kb, kc, gamma, invstd, m, c, chunks);
 }
 
@@ -239,13 +244,20 @@ __global__ void bn_apply_kernel(T *out, const T *in, const float *mean, const fl
 /* Thread l of the vector kernels of apply and dx: channel group l % groups in row lane
  * l / groups (ds_cuda_bn_lanes); the threads past groups x lanes have nothing to do. */
 template <typename T>
-__global__ void bn_apply_vec_kernel(T *out, const T *in, const float *mean, const float *a, const float *beta,
-                                    const T *residual, int relu, int m, int c, long lanes)
+__global__ void bn_apply_vec_kernel(T *out, uint8_t *mask, const T *in, const float *mean, const float *a,
+                                    const float *beta, const T *residual, int relu, int m, int c, long lanes)
 {
     const int groups = (int)vec_of<T>(c);
     const long l = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (l < groups * lanes)
-        bn_apply_vec_body(out, in, mean, a, beta, residual, relu, m, c, (int)(l % groups), l / groups, lanes);
+        bn_apply_vec_body(out, mask, in, mean, a, beta, residual, relu, m, c, (int)(l % groups), l / groups, lanes);
+}
+
+/* The ReLU bitmask after the scalar apply: a thread per byte, reading its elements of out */
+template <typename T>
+__global__ void relu_mask_kernel(uint8_t *mask, const T *out, long bytes)
+{
+    FOR_GRID(g, bytes) relu_mask_body(mask, out, g);
 }
 
 /* the blocks of a vector apply or dx over m rows of c channels: a thread each (not a
@@ -257,19 +269,40 @@ static unsigned bn_vec_blocks(int m, int c)
     return threads > 0 ? (unsigned)((threads + THREADS - 1) / THREADS) : 1;
 }
 
-/* out = relu?((in - mean) a + beta + residual?) over m rows of c channels */
+/* out = relu?((in - mean) a + beta + residual?) over m rows of c channels, and the ReLU
+ * bitmask when given one: by the vector apply as it stores out, else by a kernel of its own
+ * after the scalar apply (whose threads are elements: two could share a byte). */
 template <typename T>
-static void bn_apply(T *out, const T *in, const float *mean, const float *a, const float *beta, const T *residual,
-                     int relu, int m, int c)
+static void bn_apply(T *out, uint8_t *mask, const T *in, const float *mean, const float *a, const float *beta,
+                     const T *residual, int relu, int m, int c)
 {
     long total = (long)m * c;
-    if (vec_ok<T>(c, out, in, residual))
-        DS_LAUNCH(bn_apply_vec_kernel, bn_vec_blocks<T>(m, c), THREADS, 0, ds_cuda_stream(), out, in, mean, a, beta,
-            residual, relu, m, c, ds_cuda_bn_lanes(m));
-    else
+    if (vec_ok<T>(c, out, in, residual)) {
+        DS_LAUNCH(bn_apply_vec_kernel, bn_vec_blocks<T>(m, c), THREADS, 0, ds_cuda_stream(), out, mask, in, mean, a,
+            beta, residual, relu, m, c, ds_cuda_bn_lanes(m));
+    } else {
         DS_LAUNCH(bn_apply_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), out, in, mean, a,
             beta, residual, relu, total, c);
+        if (mask) {
+            launchCheck();
+            const long bytes = vec_of<T>(total);
+            DS_LAUNCH(relu_mask_kernel, ds_cuda_blocks(bytes, THREADS), THREADS, 0, ds_cuda_stream(), mask, out,
+                bytes);
+        }
+    }
     launchCheck();
+}
+
+/* A ReLU bitmask serves a ReLU over whole bytes' elements (backend.h): any other call is a
+ * mistake of the caller's, not a case to fall back from. */
+static_assert(DS_RELU_MASK_BYTES == DS_CUDA_VEC_BYTES, "a mask byte is one vector body's 16 bytes");
+template <typename T>
+static void relu_mask_check(const uint8_t *mask, int relu, int c)
+{
+    const int v = DS_RELU_MASK_BYTES / (int)sizeof(T);
+    if (mask && (!relu || c % v))
+        ds_die("batch norm: a ReLU bitmask needs the ReLU and a multiple of %d channels (relu %d, %d channels)", v,
+               relu, c);
 }
 
 static float *bn_coef(int c, int which)   /* coefficient arrays live past the partial sums */
@@ -278,9 +311,11 @@ static float *bn_coef(int c, int which)   /* coefficient arrays live past the pa
 }
 
 template <typename T>
-static void bn_fwd_train(T *out, float *mean, float *var, float *invstd, float *mean_sum, float *var_sum, const T *in,
-                         const float *gamma, const float *beta, const T *residual, int relu, int m, int c, float eps)
+static void bn_fwd_train(T *out, uint8_t *mask, float *mean, float *var, float *invstd, float *mean_sum,
+                         float *var_sum, const T *in, const float *gamma, const float *beta, const T *residual,
+                         int relu, int m, int c, float eps)
 {
+    relu_mask_check<T>(mask, relu, c);
     int chunks = bn_chunks(m, c);
     float *ka = bn_coef(c, 0);
     /* the running statistics' sums, added by the final (the model's two axpy before) */
@@ -292,18 +327,18 @@ static void bn_fwd_train(T *out, float *mean, float *var, float *invstd, float *
         DS_LAUNCH(bn_stats_kernel, bn_pass_grid<T>(c, chunks, 0), bn_pass_block(0), 0, ds_cuda_stream(), scratch, in,
             mean, var, invstd, ka, mean_sum, var_sum, unbiased, gamma, eps, m, c, chunks, bn_tickets);
     launchCheck();
-    bn_apply(out, in, mean, ka, beta, residual, relu, m, c);
+    bn_apply(out, mask, in, mean, ka, beta, residual, relu, m, c);
 }
 
-void ds_cuda_bn_fwd_train(void *out, float *mean, float *var, float *invstd, float *mean_sum, float *var_sum,
-                          const void *in, const float *gamma, const float *beta, const void *residual, int relu,
-                          int m, int c, float eps, ds_dtype t)
+void ds_cuda_bn_fwd_train(void *out, uint8_t *mask, float *mean, float *var, float *invstd, float *mean_sum,
+                          float *var_sum, const void *in, const float *gamma, const float *beta,
+                          const void *residual, int relu, int m, int c, float eps, ds_dtype t)
 {
     if (t == DS_BF16)
-        bn_fwd_train((bf16 *)out, mean, var, invstd, mean_sum, var_sum, (const bf16 *)in, gamma, beta,
+        bn_fwd_train((bf16 *)out, mask, mean, var, invstd, mean_sum, var_sum, (const bf16 *)in, gamma, beta,
                      (const bf16 *)residual, relu, m, c, eps);
     else
-        bn_fwd_train((float *)out, mean, var, invstd, mean_sum, var_sum, (const float *)in, gamma, beta,
+        bn_fwd_train((float *)out, mask, mean, var, invstd, mean_sum, var_sum, (const float *)in, gamma, beta,
                      (const float *)residual, relu, m, c, eps);
 }
 
@@ -315,7 +350,7 @@ static void bn_fwd_infer(T *out, const T *in, const float *gamma, const float *b
     DS_LAUNCH(bn_infer_coef_kernel, (c + THREADS - 1) / THREADS, THREADS, 0, ds_cuda_stream(), ka, gamma, running_var,
         c, eps);
     launchCheck();
-    bn_apply(out, in, running_mean, ka, beta, residual, relu, m, c);
+    bn_apply(out, (uint8_t *)NULL, in, running_mean, ka, beta, residual, relu, m, c);
 }
 
 void ds_cuda_bn_fwd_infer(void *out, const void *in, const float *gamma, const float *beta,
@@ -331,60 +366,70 @@ void ds_cuda_bn_fwd_infer(void *out, const void *in, const float *gamma, const f
 }
 
 /* dresidual (when not NULL) = dy is written from the dy this kernel reads anyway, instead of
- * a copy that reads it again. */
+ * a copy that reads it again; with mask, dy is masked as it is read. */
 template <typename T>
-__global__ void bn_dx_kernel(T *din, T *dresidual, const T *dy, const T *in, const float *mean,
-                             const float *ka, const float *kb, const float *kc, long total, int c)
+__global__ void bn_dx_kernel(T *din, T *dresidual, const T *dy, const uint8_t *mask, const T *in,
+                             const float *mean, const float *ka, const float *kb, const float *kc, long total, int c)
 {
-    FOR_GRID(i, total) bn_dx_body(din, dresidual, dy, in, mean, ka, kb, kc, c, i);
+    FOR_GRID(i, total) bn_dx_body(din, dresidual, dy, mask, in, mean, ka, kb, kc, c, i);
 }
 
 template <typename T>
-__global__ void bn_dx_vec_kernel(T *din, T *dresidual, const T *dy, const T *in, const float *mean,
-                                 const float *ka, const float *kb, const float *kc, int m, int c, long lanes)
+__global__ void bn_dx_vec_kernel(T *din, T *dresidual, const T *dy, const uint8_t *mask, const T *in,
+                                 const float *mean, const float *ka, const float *kb, const float *kc, int m, int c,
+                                 long lanes)
 {
     const int groups = (int)vec_of<T>(c);
     const long l = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (l < groups * lanes)
-        bn_dx_vec_body(din, dresidual, dy, in, mean, ka, kb, kc, m, c, (int)(l % groups), l / groups, lanes);
+        bn_dx_vec_body(din, dresidual, dy, mask, in, mean, ka, kb, kc, m, c, (int)(l % groups), l / groups, lanes);
 }
 
+/* With the ReLU bitmask, out is not read, and dout is not written unless it is dresidual:
+ * the partial sums take the mask's cut in registers, and dx cuts dy again from the mask as it
+ * reads it (writing it to a dresidual of its own). Where dresidual is dout, the partial sums
+ * write the masked dout back, as without a mask, and dx reads it masked. */
 template <typename T>
-static void bn_bwd(T *din, T *dresidual, float *dgamma, float *dbeta, T *dout, const T *out, const T *in,
-                   const float *gamma, const float *mean, const float *invstd, int relu, int m, int c)
+static void bn_bwd(T *din, T *dresidual, float *dgamma, float *dbeta, T *dout, const T *out, const uint8_t *mask,
+                   const T *in, const float *gamma, const float *mean, const float *invstd, int relu, int m, int c)
 {
+    relu_mask_check<T>(mask, relu, c);
     int chunks = bn_chunks(m, c);
     float *ka = bn_coef(c, 0), *kb = bn_coef(c, 1), *kc = bn_coef(c, 2);
     long total = (long)m * c;
+    const int writeback = !mask || dresidual == dout;
+    if (mask) out = NULL;   /* the ReLU's cut comes from the mask; out is not read */
     if (vec_ok<T>(c, dout, out, in))
         DS_LAUNCH(bn_grads_vec_kernel, bn_pass_grid<T>(c, chunks, 1), bn_pass_block(1), 0, ds_cuda_stream(), scratch,
-            dout, out, in, mean, relu, dgamma, dbeta, ka, kb, kc, gamma, invstd, m, c, chunks, bn_tickets);
+            dout, out, mask, in, mean, relu, writeback, dgamma, dbeta, ka, kb, kc, gamma, invstd, m, c, chunks,
+            bn_tickets);
     else
         DS_LAUNCH(bn_grads_kernel, bn_pass_grid<T>(c, chunks, 0), bn_pass_block(0), 0, ds_cuda_stream(), scratch, dout,
-            out, in, mean, relu, dgamma, dbeta, ka, kb, kc, gamma, invstd, m, c, chunks, bn_tickets);
+            out, mask, in, mean, relu, writeback, dgamma, dbeta, ka, kb, kc, gamma, invstd, m, c, chunks, bn_tickets);
     launchCheck();
     /* dresidual = dout (after the ReLU mask) is written by the dx kernel, unless they are one
      * buffer */
     T *dres = dresidual != dout ? dresidual : NULL;
+    const uint8_t *dx_mask = writeback ? NULL : mask;
     if (vec_ok<T>(c, din, dres, dout, in))
-        DS_LAUNCH(bn_dx_vec_kernel, bn_vec_blocks<T>(m, c), THREADS, 0, ds_cuda_stream(), din, dres, dout, in, mean,
-            ka, kb, kc, m, c, ds_cuda_bn_lanes(m));
+        DS_LAUNCH(bn_dx_vec_kernel, bn_vec_blocks<T>(m, c), THREADS, 0, ds_cuda_stream(), din, dres, dout, dx_mask,
+            in, mean, ka, kb, kc, m, c, ds_cuda_bn_lanes(m));
     else
-        DS_LAUNCH(bn_dx_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), din, dres, dout, in,
-            mean, ka, kb, kc, total, c);
+        DS_LAUNCH(bn_dx_kernel, ds_cuda_blocks(total, THREADS), THREADS, 0, ds_cuda_stream(), din, dres, dout,
+            dx_mask, in, mean, ka, kb, kc, total, c);
     launchCheck();
 }
 
 void ds_cuda_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout,
-                    const void *out, const void *in, const float *gamma, const float *mean,
+                    const void *out, const uint8_t *mask, const void *in, const float *gamma, const float *mean,
                     const float *invstd, int relu, int m, int c, ds_dtype t)
 {
     if (t == DS_BF16)
-        bn_bwd((bf16 *)din, (bf16 *)dresidual, dgamma, dbeta, (bf16 *)dout, (const bf16 *)out, (const bf16 *)in,
-               gamma, mean, invstd, relu, m, c);
+        bn_bwd((bf16 *)din, (bf16 *)dresidual, dgamma, dbeta, (bf16 *)dout, (const bf16 *)out, mask,
+               (const bf16 *)in, gamma, mean, invstd, relu, m, c);
     else
-        bn_bwd((float *)din, (float *)dresidual, dgamma, dbeta, (float *)dout, (const float *)out, (const float *)in,
-               gamma, mean, invstd, relu, m, c);
+        bn_bwd((float *)din, (float *)dresidual, dgamma, dbeta, (float *)dout, (const float *)out, mask,
+               (const float *)in, gamma, mean, invstd, relu, m, c);
 }
 
 /* ---- pooling ---- */

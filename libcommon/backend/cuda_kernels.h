@@ -71,14 +71,14 @@ static inline int ds_cuda_bn_chunks(int m, int c, int flush)
  * float as it is loaded, the arithmetic is the float32 kernels', and a bf16 result is
  * rounded once, by the CPU's rule (cpu_bf16.h: to nearest even, a denormal to a zero of its
  * sign), as it is stored. */
-void ds_cuda_bn_fwd_train(void *out, float *mean, float *var, float *invstd, float *mean_sum, float *var_sum,
-                          const void *in, const float *gamma, const float *beta, const void *residual, int relu,
-                          int m, int c, float eps, ds_dtype t);
+void ds_cuda_bn_fwd_train(void *out, uint8_t *mask, float *mean, float *var, float *invstd, float *mean_sum,
+                          float *var_sum, const void *in, const float *gamma, const float *beta,
+                          const void *residual, int relu, int m, int c, float eps, ds_dtype t);
 void ds_cuda_bn_fwd_infer(void *out, const void *in, const float *gamma, const float *beta,
                           const float *running_mean, const float *running_var, const void *residual,
                           int relu, int m, int c, float eps, ds_dtype t);
 void ds_cuda_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout,
-                    const void *out, const void *in, const float *gamma, const float *mean,
+                    const void *out, const uint8_t *mask, const void *in, const float *gamma, const float *mean,
                     const float *invstd, int relu, int m, int c, ds_dtype t);
 void ds_cuda_maxpool_fwd(void *out, uint8_t *argmax, const void *in, const ds_pool_desc *d);
 void ds_cuda_maxpool_bwd(void *din, const void *dout, const void *in, const void *out, const uint8_t *argmax,

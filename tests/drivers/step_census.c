@@ -327,9 +327,9 @@ static void bn_depth(int m, int c, int chunks)
     bn_shapes[n_bn_shapes++] = (bn_shape){m, c, chunks, bn_final_depth(chunks), 1};
 }
 
-static void spy_bn_fwd_train(void *out, float *mean, float *var, float *invstd, float *mean_sum, float *var_sum,
-                             const void *in, const float *gamma, const float *beta, const void *residual, int relu,
-                             int m, int c, float eps, ds_dtype t)
+static void spy_bn_fwd_train(void *out, uint8_t *mask, float *mean, float *var, float *invstd, float *mean_sum,
+                             float *var_sum, const void *in, const float *gamma, const float *beta,
+                             const void *residual, int relu, int m, int c, float eps, ds_dtype t)
 {
     int chunks = bn_chunks(m, c);
     uint64_t E = (uint64_t)m * c * es(t), C = (uint64_t)c * F32, P = partial_bytes(chunks, c);
@@ -339,26 +339,31 @@ static void spy_bn_fwd_train(void *out, float *mean, float *var, float *invstd, 
      * partials, in's row 0 (the shift) and gamma; write mean, var, invstd and the coefficient
      * a; read and write the running statistics' sums when given them */
     launch(K_BN_STATS, E + P + P + c * es(t) + C + 4 * C + (mean_sum ? 4 * C : 0));
-    /* bn_apply_kernel: reads in, the residual, mean, a and beta; writes out */
-    launch(K_BN_APPLY, E + (residual ? E : 0) + 3 * C + E);
+    /* bn_apply_kernel: reads in, the residual, mean, a and beta; writes out and, when given
+     * one, the ReLU bitmask (a byte per 16 bytes of out, by the vector kernel the plan's
+     * aligned tensors of whole bytes' channels take: no kernel of its own) */
+    launch(K_BN_APPLY, E + (residual ? E : 0) + 3 * C + E + (mask ? E / DS_RELU_MASK_BYTES : 0));
 }
 
 static void spy_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout, const void *out,
-                       const void *in, const float *gamma, const float *mean, const float *invstd, int relu, int m,
-                       int c, ds_dtype t)
+                       const uint8_t *mask, const void *in, const float *gamma, const float *mean,
+                       const float *invstd, int relu, int m, int c, ds_dtype t)
 {
     int chunks = bn_chunks(m, c);
     uint64_t E = (uint64_t)m * c * es(t), C = (uint64_t)c * F32, P = partial_bytes(chunks, c);
-    /* bn_grads_kernel: reads in, dout and the mean, and out for the ReLU mask; writes the
-     * partials and, with relu, dout where the mask cuts. Which elements those are depends on
-     * the data: counted as all of dout, since with about half of a ReLU's outputs zero nearly
-     * every 32-byte sector holds one (an upper bound). Its slices' last blocks read the
-     * partials, gamma, invstd, dgamma and dbeta; write dgamma, dbeta and the coefficients ka,
-     * kb, kc */
-    launch(K_BN_GRADS, 2 * E + C + (relu ? 2 * E : 0) + P + P + 4 * C + 5 * C);
-    /* bn_dx_kernel: reads dout, in, mean, ka, kb, kc; writes din and dresidual (= dout),
-     * unless dresidual is dout */
-    launch(K_BN_DX, 2 * E + 4 * C + E + (dresidual && dresidual != dout ? E : 0));
+    uint64_t M = mask ? E / DS_RELU_MASK_BYTES : 0;
+    /* cuda_kernels.cu bn_bwd: with the mask, dout is written back only where it is dresidual */
+    const int writeback = relu && (!mask || dresidual == dout), dx_mask = mask && !writeback;
+    /* bn_grads_kernel: reads in, dout and the mean, and with relu the ReLU bitmask, or without
+     * one out; writes the partials and, where it writes dout back, dout where the mask cuts.
+     * Which elements those are depends on the data: counted as all of dout, since with about
+     * half of a ReLU's outputs zero nearly every 32-byte sector holds one (an upper bound). Its
+     * slices' last blocks read the partials, gamma, invstd, dgamma and dbeta; write dgamma,
+     * dbeta and the coefficients ka, kb, kc */
+    launch(K_BN_GRADS, 2 * E + C + (relu ? (mask ? M : E) : 0) + (writeback ? E : 0) + P + P + 4 * C + 5 * C);
+    /* bn_dx_kernel: reads dout, in, mean, ka, kb, kc, and the mask where dout was not
+     * written back; writes din and dresidual (= the masked dout), unless dresidual is dout */
+    launch(K_BN_DX, 2 * E + 4 * C + E + (dresidual && dresidual != dout ? E : 0) + (dx_mask ? M : 0));
 }
 
 /* ---- pooling ---- */

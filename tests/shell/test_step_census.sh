@@ -5,7 +5,7 @@
 # fp32 and launches the same kernels but for the casts; batch norm's and the casts' bytes
 # and launches, and the elementwise launches, equal a count by hand from ResNet-20's layer
 # shapes (no kernel adds a gradient: the convolutions accumulate in cuDNN, the residual's gradient is
-# batch norm's masked dout itself, by the memory plan).
+# batch norm's masked dout itself, by the memory plan; every ReLU's batch norm has its bitmask).
 . "$(dirname "$0")/lib.sh"
 census="$BUILD_DIR/drivers/step_census"
 
@@ -63,11 +63,15 @@ for s in 16:32 8:64; do
     for b in 1 2; do bn+=("$m $c 1 0" "$m $c 1 1"); done
 done
 
-# One layer's bytes in storage of es bytes (cuda_kernels.cu), E = m c elements:
-#   forward: in read by the partial sums and by apply, the residual read, out written: 3 + res
-#   backward: in and dout read by the partial sums, out read and dout written back (ReLU mask),
-#             dout and in read and din written by dx: 5 + 2 relu (the residual's gradient is
-#             dout itself, the memory plan's alias: nothing copied)
+# One layer's bytes in storage of es bytes (cuda_kernels.cu), E = m c elements, and with a ReLU
+# its bitmask of M = E es / 16 bytes (the memory plan gives one to every ReLU's batch norm here):
+#   forward: in read by the partial sums and by apply, the residual read, out written: 3 + res,
+#             and the mask written: M
+#   backward: in and dout read by the partial sums, dout and in read and din written by dx: 5;
+#             with a ReLU the mask read by the partial sums (M), and then either dout written
+#             back there (1: the residual's gradient is dout itself, the memory plan's alias,
+#             nothing copied) or, with no residual, the mask read by dx instead (M):
+#   in all 8 + 2 res, and 3 - res masks with a ReLU
 #   the partial sums, [2][chunks][c] doubles, written and read (by each slice's last block)
 #             in each pass: 4 x 16 chunks c
 #   per channel: in's row 0 (the shift), and 26 float32 vectors read or written: 104 bytes
@@ -79,7 +83,8 @@ bn_bytes() {
     for l in "${bn[@]}"; do
         read -r m c relu res <<<"$l"
         g=$(((m + 255) / 256)); [ $g -gt 256 ] && g=256
-        total=$((total + es * m * c * (8 + 2 * relu + res) + 64 * 8 * g * c + c * (es + 104)))
+        total=$((total + es * m * c * (8 + 2 * res) + relu * (3 - res) * es * m * c / 16 + 64 * 8 * g * c +
+            c * (es + 104)))
     done
     echo $total
 }

@@ -169,10 +169,12 @@ static int use_vec(int c, ds_dtype t, int vec) { return vec ? vec > 0 : c % vec_
  * kernels' grid (ceil(c / BN_CH) slices, blocks of THREADS / per chunks) of THREADS threads,
  * thread i of block (bx, by) taking group bx per + i % per in chunk by (THREADS / per) + i /
  * per, per = BN_CH / the vector; else grid (ceil(c / BN_CH), chunks / BN_ROWS) of (BN_CH,
- * BN_ROWS) threads */
-static void emu_bn_partials_as(double *partial, void *dout, const void *out, const void *in, const float *center,
-                               int mode, int relu, int m, int c, int chunks, ds_dtype t, int vec)
+ * BN_ROWS) threads. With a mask, out is not read (NULL, as the kernels are given it). */
+static void emu_bn_partials_as(double *partial, void *dout, const void *out, const uint8_t *mask, const void *in,
+                               const float *center, int mode, int relu, int writeback, int m, int c, int chunks,
+                               ds_dtype t, int vec)
 {
+    if (mask) out = NULL;
     if (use_vec(c, t, vec)) {
         const int per = DS_CUDA_BN_CH / vec_width(t), rows = THREADS / per, groups = c / vec_width(t);
         for (int by = 0; by < (chunks + rows - 1) / rows; by++)
@@ -180,7 +182,8 @@ static void emu_bn_partials_as(double *partial, void *dout, const void *out, con
                 for (int i = 0; i < THREADS; i++) {
                     int g = bx * per + i % per, k = by * rows + i / per;
                     if (g < groups && k < chunks)
-                        BY_T(t, bn_partial_vec_body, partial, dout, out, in, center, mode, relu, m, c, chunks, g, k);
+                        BY_T(t, bn_partial_vec_body, partial, dout, out, mask, in, center, mode, relu, writeback, m, c,
+                             chunks, g, k);
                 }
         return;
     }
@@ -190,55 +193,63 @@ static void emu_bn_partials_as(double *partial, void *dout, const void *out, con
                 for (int tx = 0; tx < DS_CUDA_BN_CH; tx++) {
                     int ch = bx * DS_CUDA_BN_CH + tx, k = by * DS_CUDA_BN_ROWS + ty;
                     if (ch >= c) continue;
-                    BY_T(t, bn_partial_body, partial, dout, out, in, center, mode, relu, m, c, chunks, ch, k);
+                    BY_T(t, bn_partial_body, partial, dout, out, mask, in, center, mode, relu, writeback, m, c,
+                         chunks, ch, k);
                 }
 }
 
-static void emu_bn_partials(double *partial, void *dout, const void *out, const void *in, const float *center,
-                            int mode, int relu, int m, int c, int chunks, ds_dtype t)
+static void emu_bn_partials(double *partial, void *dout, const void *out, const uint8_t *mask, const void *in,
+                            const float *center, int mode, int relu, int writeback, int m, int c, int chunks,
+                            ds_dtype t)
 {
-    emu_bn_partials_as(partial, dout, out, in, center, mode, relu, m, c, chunks, t, 0);
+    emu_bn_partials_as(partial, dout, out, mask, in, center, mode, relu, writeback, m, c, chunks, t, 0);
 }
 
 /* bn_apply and bn_dx's vector kernels: thread l takes channel group l % groups in row lane
  * l / groups of `lanes` (the kernels' own count is ds_cuda_bn_lanes(m)) */
-static void emu_bn_apply_lanes(void *out, const void *in, const float *mean, const float *a, const float *beta,
-                               const void *residual, int relu, int m, int c, ds_dtype t, long lanes)
+static void emu_bn_apply_lanes(void *out, uint8_t *mask, const void *in, const float *mean, const float *a,
+                               const float *beta, const void *residual, int relu, int m, int c, ds_dtype t,
+                               long lanes)
 {
     long groups = c / vec_width(t);
     for (long l = 0; l < groups * lanes; l++)
-        BY_T(t, bn_apply_vec_body, out, in, mean, a, beta, residual, relu, m, c, (int)(l % groups), l / groups,
+        BY_T(t, bn_apply_vec_body, out, mask, in, mean, a, beta, residual, relu, m, c, (int)(l % groups), l / groups,
              lanes);
 }
 
-static void emu_bn_dx_lanes(void *din, void *dres, const void *dy, const void *in, const float *mean, const float *ka,
-                            const float *kb, const float *kc, int m, int c, ds_dtype t, long lanes)
+static void emu_bn_dx_lanes(void *din, void *dres, const void *dy, const uint8_t *mask, const void *in,
+                            const float *mean, const float *ka, const float *kb, const float *kc, int m, int c,
+                            ds_dtype t, long lanes)
 {
     long groups = c / vec_width(t);
     for (long l = 0; l < groups * lanes; l++)
-        BY_T(t, bn_dx_vec_body, din, dres, dy, in, mean, ka, kb, kc, m, c, (int)(l % groups), l / groups, lanes);
+        BY_T(t, bn_dx_vec_body, din, dres, dy, mask, in, mean, ka, kb, kc, m, c, (int)(l % groups), l / groups,
+             lanes);
 }
 
-/* bn_apply: the vector kernel's row lanes, else a grid-stride loop over elements */
-static void emu_bn_apply_as(void *out, const void *in, const float *mean, const float *a, const float *beta,
-                            const void *residual, int relu, int m, int c, ds_dtype t, int vec)
+/* bn_apply: the vector kernel's row lanes (the mask written with out), else a grid-stride
+ * loop over elements and, with a mask, relu_mask_kernel's over its bytes */
+static void emu_bn_apply_as(void *out, uint8_t *mask, const void *in, const float *mean, const float *a,
+                            const float *beta, const void *residual, int relu, int m, int c, ds_dtype t, int vec)
 {
     size_t n = (size_t)m * c;
     if (use_vec(c, t, vec)) {
-        emu_bn_apply_lanes(out, in, mean, a, beta, residual, relu, m, c, t, ds_cuda_bn_lanes(m));
+        emu_bn_apply_lanes(out, mask, in, mean, a, beta, residual, relu, m, c, t, ds_cuda_bn_lanes(m));
     } else {
         FOR_GRID(i, n) BY_T(t, bn_apply_body, out, in, mean, a, beta, residual, relu, c, i);
+        if (mask) FOR_GRID(g, n / vec_width(t)) BY_T(t, relu_mask_body, mask, out, g);
     }
 }
 
-static void emu_bn_dx_as(void *din, void *dres, const void *dy, const void *in, const float *mean, const float *ka,
-                         const float *kb, const float *kc, int m, int c, ds_dtype t, int vec)
+static void emu_bn_dx_as(void *din, void *dres, const void *dy, const uint8_t *mask, const void *in,
+                         const float *mean, const float *ka, const float *kb, const float *kc, int m, int c,
+                         ds_dtype t, int vec)
 {
     size_t n = (size_t)m * c;
     if (use_vec(c, t, vec)) {
-        emu_bn_dx_lanes(din, dres, dy, in, mean, ka, kb, kc, m, c, t, ds_cuda_bn_lanes(m));
+        emu_bn_dx_lanes(din, dres, dy, mask, in, mean, ka, kb, kc, m, c, t, ds_cuda_bn_lanes(m));
     } else {
-        FOR_GRID(i, n) BY_T(t, bn_dx_body, din, dres, dy, in, mean, ka, kb, kc, c, i);
+        FOR_GRID(i, n) BY_T(t, bn_dx_body, din, dres, dy, mask, in, mean, ka, kb, kc, c, i);
     }
 }
 
@@ -282,15 +293,15 @@ static void emu_bn_final_sums(double *s1, double *s2, const double *partial, int
 
 static int chunks_of(int m, int c) { return ds_cuda_bn_chunks(m, c, DS_BN_FLUSH); }
 
-static void emu_bn_fwd_train(void *out, float *mean, float *var, float *invstd, float *mean_sum, float *var_sum,
-                             const void *in, const float *gamma, const float *beta, const void *residual, int relu,
-                             int m, int c, float eps, ds_dtype t)
+static void emu_bn_fwd_train(void *out, uint8_t *mask, float *mean, float *var, float *invstd, float *mean_sum,
+                             float *var_sum, const void *in, const float *gamma, const float *beta,
+                             const void *residual, int relu, int m, int c, float eps, ds_dtype t)
 {
     const float unbiased = mean_sum ? (float)((double)m / (m - 1)) : 0;
     int chunks = chunks_of(m, c);
     double *partial = nans(2 * (size_t)chunks * c, sizeof(double));
     float *ka = nans(c, 4);
-    emu_bn_partials(partial, NULL, NULL, in, NULL, BN_STATS, 0, m, c, chunks, t);
+    emu_bn_partials(partial, NULL, NULL, NULL, in, NULL, BN_STATS, 0, 0, m, c, chunks, t);
     for (int bx = 0; bx < (c + DS_CUDA_BN_CH - 1) / DS_CUDA_BN_CH; bx++) {
         double s1[DS_CUDA_BN_FINAL_ROWS * DS_CUDA_BN_CH], s2[DS_CUDA_BN_FINAL_ROWS * DS_CUDA_BN_CH];
         emu_bn_final_sums(s1, s2, partial, c, chunks, bx);
@@ -301,7 +312,7 @@ static void emu_bn_fwd_train(void *out, float *mean, float *var, float *invstd, 
                      in, gamma, m, j, eps);
         }
     }
-    emu_bn_apply_as(out, in, mean, ka, beta, residual, relu, m, c, t, 0);
+    emu_bn_apply_as(out, mask, in, mean, ka, beta, residual, relu, m, c, t, 0);
     free(partial);
     free(ka);
 }
@@ -314,18 +325,21 @@ static void emu_bn_fwd_infer(void *out, const void *in, const float *gamma, cons
     for (int b = 0; b < (c + THREADS - 1) / THREADS; b++)
         for (int x = 0; x < THREADS; x++)
             if (b * THREADS + x < c) bn_infer_coef_body(ka, gamma, running_var, b * THREADS + x, eps);
-    emu_bn_apply_as(out, in, running_mean, ka, beta, residual, relu, m, c, t, 0);
+    emu_bn_apply_as(out, NULL, in, running_mean, ka, beta, residual, relu, m, c, t, 0);
     free(ka);
 }
 
-/* ds_cuda_bn_bwd; also returns the coefficients ka, kb, kc of the dx kernel */
-static void emu_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout, const void *out,
-                       const void *in, const float *gamma, const float *mean, const float *invstd, int relu, int m,
-                       int c, ds_dtype t, float *ka, float *kb, float *kc)
+/* ds_cuda_bn_bwd (vec as emu_bn_partials_as's); also returns the coefficients ka, kb, kc of
+ * the dx kernel */
+static void emu_bn_bwd_as(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout, const void *out,
+                          const uint8_t *mask, const void *in, const float *gamma, const float *mean,
+                          const float *invstd, int relu, int m, int c, ds_dtype t, float *ka, float *kb, float *kc,
+                          int vec)
 {
     int chunks = chunks_of(m, c);
     double *partial = nans(2 * (size_t)chunks * c, sizeof(double));
-    emu_bn_partials(partial, dout, out, in, mean, BN_GRADS, relu, m, c, chunks, t);
+    const int writeback = !mask || dresidual == dout;
+    emu_bn_partials_as(partial, dout, out, mask, in, mean, BN_GRADS, relu, writeback, m, c, chunks, t, vec);
     for (int bx = 0; bx < (c + DS_CUDA_BN_CH - 1) / DS_CUDA_BN_CH; bx++) {
         double s1[DS_CUDA_BN_FINAL_ROWS * DS_CUDA_BN_CH], s2[DS_CUDA_BN_FINAL_ROWS * DS_CUDA_BN_CH];
         emu_bn_final_sums(s1, s2, partial, c, chunks, bx);
@@ -335,8 +349,16 @@ static void emu_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, 
         }
     }
     void *dres = dresidual != dout ? dresidual : NULL;
-    emu_bn_dx_as(din, dres, dout, in, mean, ka, kb, kc, m, c, t, 0);
+    emu_bn_dx_as(din, dres, dout, writeback ? NULL : mask, in, mean, ka, kb, kc, m, c, t, vec);
     free(partial);
+}
+
+static void emu_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout, const void *out,
+                       const uint8_t *mask, const void *in, const float *gamma, const float *mean,
+                       const float *invstd, int relu, int m, int c, ds_dtype t, float *ka, float *kb, float *kc)
+{
+    emu_bn_bwd_as(din, dresidual, dgamma, dbeta, dout, out, mask, in, gamma, mean, invstd, relu, m, c, t, ka, kb, kc,
+                  0);
 }
 
 /* ds_cuda_to_bf16_runs: a launch per DS_CUDA_BF16_RUNS runs (none for runs of no values),
@@ -415,8 +437,8 @@ static void test_bn_fwd(int m, int c, ds_dtype t, int relu, int residual, int da
     /* the running statistics' sums, from the same start on both sides */
     float *ms_c = f32_randn(c, 0, 1), *vs_c = f32_randn(c, 1, 1), *ms_g = dup(ms_c, c * 4), *vs_g = dup(vs_c, c * 4);
     float *ms_want = dup(ms_c, c * 4), *vs_want = dup(vs_c, c * 4);
-    be->bn_fwd_train(out_c, mean_c, var_c, is_c, ms_c, vs_c, in, gamma, beta, res, relu, m, c, eps, t);
-    emu_bn_fwd_train(out_g, mean_g, var_g, is_g, ms_g, vs_g, in, gamma, beta, res, relu, m, c, eps, t);
+    be->bn_fwd_train(out_c, NULL, mean_c, var_c, is_c, ms_c, vs_c, in, gamma, beta, res, relu, m, c, eps, t);
+    emu_bn_fwd_train(out_g, NULL, mean_g, var_g, is_g, ms_g, vs_g, in, gamma, beta, res, relu, m, c, eps, t);
     /* the kernel's sums are axpy_body's of its own statistics, bitwise (the model's two axpy
      * launches before) */
     for (int j = 0; j < c; j++) {
@@ -463,7 +485,7 @@ static void test_bn_fwd(int m, int c, ds_dtype t, int relu, int residual, int da
         for (int j = 0; j < c; j++) ka[j] = (float)((double)gamma[j] * (1.0 / sqrt((double)var_g[j] + eps)));
         const ds_cpu_loops *L = ds_cpu_kernels_for(ds_cpu_isa_get())->loops;
         void *want = nans(n, es(t)), *got = nans(n, es(t));
-        emu_bn_apply_as(got, in, mean_g, ka, beta, res, relu, m, c, t, 0);
+        emu_bn_apply_as(got, NULL, in, mean_g, ka, beta, res, relu, m, c, t, 0);
         if (t == DS_BF16) L->bn_apply_bf16(want, in, mean_g, ka, beta, res, relu, 0, m, c);
         else L->bn_apply(want, in, mean_g, ka, beta, res, relu, 0, m, c);
         check_bits("out given the statistics", got, want, n, es(t));
@@ -514,8 +536,8 @@ static void test_bn_bwd(int m, int c, ds_dtype t, int relu, int dres, int exact)
     void *dres_c = dres == 1 ? nans(n, es(t)) : dres == 2 ? dout_c : NULL;
     void *dres_g = dres == 1 ? nans(n, es(t)) : dres == 2 ? dout_g : NULL;
     float *ka = nans(c, 4), *kb = nans(c, 4), *kc = nans(c, 4);
-    be->bn_bwd(din_c, dres_c, dg_c, db_c, dout_c, out, in, gamma, mean, invstd, relu, m, c, t);
-    emu_bn_bwd(din_g, dres_g, dg_g, db_g, dout_g, out, in, gamma, mean, invstd, relu, m, c, t, ka, kb, kc);
+    be->bn_bwd(din_c, dres_c, dg_c, db_c, dout_c, out, NULL, in, gamma, mean, invstd, relu, m, c, t);
+    emu_bn_bwd(din_g, dres_g, dg_g, db_g, dout_g, out, NULL, in, gamma, mean, invstd, relu, m, c, t, ka, kb, kc);
 
     check_bits("dout after the ReLU mask", dout_g, dout_c, n, es(t));
     if (dres == 1) check_bits("dresidual", dres_g, dres_c, n, es(t));
@@ -553,7 +575,7 @@ static void test_bn_bwd(int m, int c, ds_dtype t, int relu, int dres, int exact)
     if (dres != 2) {
         void *d2 = dup(dout, n * es(t));
         float *g2 = dup(dg0, c * 4), *b2 = dup(db0, c * 4);
-        emu_bn_bwd(d2, NULL, g2, b2, d2, out, in, gamma, mean, invstd, relu, m, c, t, ka, kb, kc);
+        emu_bn_bwd(d2, NULL, g2, b2, d2, out, NULL, in, gamma, mean, invstd, relu, m, c, t, ka, kb, kc);
         check_bits("din over dout", d2, din_g, n, es(t));
         free(d2), free(g2), free(b2);
     }
@@ -653,8 +675,8 @@ static void test_vec_bodies(int m, int c, ds_dtype t)
         for (int relu = 0; relu <= (mode == BN_GRADS); relu++) {
             double *p_s = nans(ps, 8), *p_v = nans(ps, 8);
             void *d_s = dup(dout, n * es(t)), *d_v = dup(dout, n * es(t));
-            emu_bn_partials_as(p_s, d_s, out, in, center, mode, relu, m, c, chunks, t, -1);
-            emu_bn_partials_as(p_v, d_v, out, in, center, mode, relu, m, c, chunks, t, 1);
+            emu_bn_partials_as(p_s, d_s, out, NULL, in, center, mode, relu, 1, m, c, chunks, t, -1);
+            emu_bn_partials_as(p_v, d_v, out, NULL, in, center, mode, relu, 1, m, c, chunks, t, 1);
             check_bits(mode == BN_STATS ? "statistics' partial sums" : relu ? "masked gradients' partial sums"
                                                                             : "gradients' partial sums",
                        p_v, p_s, ps, 8);
@@ -664,14 +686,14 @@ static void test_vec_bodies(int m, int c, ds_dtype t)
     for (int relu = 0; relu <= 1; relu++)
         for (int residual = 0; residual <= 1; residual++) {
             void *o_s = nans(n, es(t)), *o_v = nans(n, es(t));
-            emu_bn_apply_as(o_s, in, mean, a, beta, residual ? res : NULL, relu, m, c, t, -1);
-            emu_bn_apply_as(o_v, in, mean, a, beta, residual ? res : NULL, relu, m, c, t, 1);
+            emu_bn_apply_as(o_s, NULL, in, mean, a, beta, residual ? res : NULL, relu, m, c, t, -1);
+            emu_bn_apply_as(o_v, NULL, in, mean, a, beta, residual ? res : NULL, relu, m, c, t, 1);
             check_bits("apply", o_v, o_s, n, es(t));
             free(o_s), free(o_v);
         }
     void *x_s = nans(n, es(t)), *x_v = nans(n, es(t)), *r_s = nans(n, es(t)), *r_v = nans(n, es(t));
-    emu_bn_dx_as(x_s, r_s, dout, in, mean, a, kb, kc, m, c, t, -1);
-    emu_bn_dx_as(x_v, r_v, dout, in, mean, a, kb, kc, m, c, t, 1);
+    emu_bn_dx_as(x_s, r_s, dout, NULL, in, mean, a, kb, kc, m, c, t, -1);
+    emu_bn_dx_as(x_v, r_v, dout, NULL, in, mean, a, kb, kc, m, c, t, 1);
     check_bits("dx", x_v, x_s, n, es(t));
     check_bits("dresidual", r_v, r_s, n, es(t));
     /* any number of row lanes covers every row once: one lane walks them all, three leave
@@ -679,11 +701,11 @@ static void test_vec_bodies(int m, int c, ds_dtype t)
     const long lanes[] = {1, 3, m + 5};
     for (int k = 0; k < 3; k++) {
         void *o_v = nans(n, es(t)), *o_s = nans(n, es(t)), *d_v = nans(n, es(t)), *q_v = nans(n, es(t));
-        emu_bn_apply_as(o_s, in, mean, a, beta, res, 1, m, c, t, -1);
-        emu_bn_apply_lanes(o_v, in, mean, a, beta, res, 1, m, c, t, lanes[k]);
+        emu_bn_apply_as(o_s, NULL, in, mean, a, beta, res, 1, m, c, t, -1);
+        emu_bn_apply_lanes(o_v, NULL, in, mean, a, beta, res, 1, m, c, t, lanes[k]);
         check_bits(k == 0 ? "apply in one lane" : k == 1 ? "apply in three lanes" : "apply in more lanes than rows",
                    o_v, o_s, n, es(t));
-        emu_bn_dx_lanes(d_v, q_v, dout, in, mean, a, kb, kc, m, c, t, lanes[k]);
+        emu_bn_dx_lanes(d_v, q_v, dout, NULL, in, mean, a, kb, kc, m, c, t, lanes[k]);
         check_bits(k == 0 ? "dx in one lane" : k == 1 ? "dx in three lanes" : "dx in more lanes than rows", d_v, x_s,
                    n, es(t));
         check_bits("dresidual in lanes", q_v, r_s, n, es(t));
@@ -691,11 +713,147 @@ static void test_vec_bodies(int m, int c, ds_dtype t)
     }
     /* dx in place (din = dy), as bn_bwd calls it */
     void *ip = dup(dout, n * es(t));
-    emu_bn_dx_as(ip, NULL, ip, in, mean, a, kb, kc, m, c, t, 1);
+    emu_bn_dx_as(ip, NULL, ip, NULL, in, mean, a, kb, kc, m, c, t, 1);
     check_bits("dx in place", ip, x_s, n, es(t));
     free(ip);
     free(x_s), free(x_v), free(r_s), free(r_v);
     free(in), free(out), free(dout), free(res), free(center), free(mean), free(a), free(beta), free(kb), free(kc);
+    check_end();
+}
+
+/* ---------------------------------------------------------------- the ReLU bitmask */
+
+/* Every 5th element one of the values where a ReLU's mask decides: NaN (quiet and signalling,
+ * either sign), +-Inf, -0 and +0, the smallest denormals of either sign (a bf16 denormal
+ * widens to a float denormal: > 0, bit set) and a negative. */
+static void plant_edges(void *p, size_t n, ds_dtype t)
+{
+    static const uint32_t f32[] = {0x7fc00000, 0xffc00000, 0x7fa00000, 0x7f800000, 0xff800000,
+                                   0x80000000, 0,          1,          0x80000001, 0xbf800000};
+    static const uint16_t b16[] = {0x7fc0, 0xffc0, 0x7fa0, 0x7f80, 0xff80, 0x8000, 0, 1, 0x8001, 0xbf80};
+    for (size_t i = 0; i < n; i += 5) {
+        const uint32_t k = ds_rng_below(&rng, 10);
+        if (t == DS_BF16) ((uint16_t *)p)[i] = b16[k];
+        else memcpy((float *)p + i, &f32[k], 4);
+    }
+}
+
+/* The mask by its definition (backend.h), from n stored values: bit k of byte g is element
+ * g V + k > 0 as a float */
+static uint8_t *mask_of(const void *out, size_t n, ds_dtype t)
+{
+    const size_t v = (size_t)vec_width(t);
+    uint8_t *mask = calloc(n / v ? n / v : 1, 1);
+    for (size_t i = 0; i < n; i++) mask[i / v] |= (uint8_t)((act_get(out, i, t) > 0) << (i % v));
+    return mask;
+}
+
+/* The apply's mask: the vector kernel's (in any number of row lanes) and the scalar apply's
+ * own kernel give the same bytes, the definition's on the stored out. Channel 0 has a = 0 and
+ * beta = -0 (outputs -0 and +0 without a residual), channel 1 a = 0 and beta the smallest
+ * denormal (a float32 denormal out; bf16 rounds it to +0); in and the residual hold the
+ * planted edges. */
+static void test_relu_mask_apply(int m, int c, ds_dtype t)
+{
+    char name[96];
+    snprintf(name, sizeof name, "relu mask: apply %s m=%d c=%d", tname(t), m, c);
+    check_begin(name);
+    size_t n = (size_t)m * c, bytes = ds_relu_mask_bytes(m, c, t);
+    CHECK(bytes == n / vec_width(t), "ds_relu_mask_bytes %zu, want %zu", bytes, n / vec_width(t));
+    void *in = act_randn(n, 0.3, 1, t), *res = act_randn(n, 0, 1, t);
+    plant_edges(in, n, t), plant_edges(res, n, t);
+    float *mean = floats(c, -0.5, 0.5), *a = floats(c, 0.5, 2), *beta = floats(c, -1, 1);
+    a[0] = 0, beta[0] = -0.0f, a[1] = 0, beta[1] = 0x1p-149f;
+    for (int i = 0; i < m; i++)   /* finite there, or (x - mean) 0 is a NaN */
+        act_set(in, (size_t)i * c, i % 2 ? 1 : -1, t), act_set(in, (size_t)i * c + 1, 1, t);
+    for (int residual = 0; residual <= 1; residual++) {
+        const void *r = residual ? res : NULL;
+        void *o_s = nans(n, es(t)), *o_v = nans(n, es(t));
+        uint8_t *m_s = unwritten_bytes(bytes), *m_v = unwritten_bytes(bytes);
+        emu_bn_apply_as(o_s, m_s, in, mean, a, beta, r, 1, m, c, t, -1);
+        uint8_t *want = mask_of(o_s, n, t);
+        check_bits("the scalar apply's mask, by the definition", m_s, want, bytes, 1);
+        emu_bn_apply_as(o_v, m_v, in, mean, a, beta, r, 1, m, c, t, 1);
+        check_bits("the vector apply's out", o_v, o_s, n, es(t));
+        check_bits("the vector apply's mask", m_v, want, bytes, 1);
+        const long lanes[] = {1, 3, m + 5};
+        for (int k = 0; k < 3; k++) {
+            memset(m_v, 0xee, bytes);
+            emu_bn_apply_lanes(o_v, m_v, in, mean, a, beta, r, 1, m, c, t, lanes[k]);
+            check_bits(k == 0 ? "mask in one lane" : k == 1 ? "mask in three lanes" : "mask in more lanes than rows",
+                       m_v, want, bytes, 1);
+        }
+        if (!residual) {   /* the edges a = 0 makes: -0 and +0 both clear, a float32 denormal set */
+            int zeros = 0, denormal = 0;
+            for (int i = 0; i < m; i++) {
+                zeros += !(want[(size_t)i * c / vec_width(t)] & 1);
+                denormal += want[((size_t)i * c + 1) / vec_width(t)] >> 1 & 1;
+            }
+            CHECK(zeros == m, "channel 0 (+-0): %d of %d bits clear", zeros, m);
+            CHECK(denormal == (t == DS_F32 ? m : 0), "channel 1 (a denormal): %d of %d bits set", denormal, m);
+        }
+        free(o_s), free(o_v), free(m_s), free(m_v), free(want);
+    }
+    free(in), free(res), free(mean), free(a), free(beta);
+    check_end();
+}
+
+/* The backward reading the mask gives the bits of the backward reading out: din, dresidual,
+ * dgamma, dbeta, with the vector and the scalar kernels, dresidual none, a buffer of its own
+ * or dout itself (then dout must end masked), and din over dout. out holds the planted edges;
+ * the mask is its definition's. */
+static void test_relu_mask_bwd(int m, int c, ds_dtype t)
+{
+    char name[96];
+    snprintf(name, sizeof name, "relu mask: backward %s m=%d c=%d", tname(t), m, c);
+    check_begin(name);
+    size_t n = (size_t)m * c;
+    void *in = act_randn(n, 0.3, 1.5, t), *out = act_randn(n, 0, 1, t), *dout = act_randn(n, 0, 1, t);
+    plant_edges(out, n, t);
+    uint8_t *mask = mask_of(out, n, t);
+    float *gamma = f32_randn(c, 1, 0.5), *mean = f32_randn(c, 0.3, 0.1), *invstd = f32_randn(c, 1, 0.2);
+    float *dg0 = f32_randn(c, 0, 1), *db0 = f32_randn(c, 0, 1);
+    float *ka = nans(c, 4), *kb = nans(c, 4), *kc = nans(c, 4);
+    for (int dres = 0; dres <= 2; dres++) {
+        /* without the mask (the kernels' own choice of vector or scalar), then with it */
+        void *dout_w = dup(dout, n * es(t)), *din_w = nans(n, es(t));
+        void *dres_w = dres == 1 ? nans(n, es(t)) : dres == 2 ? dout_w : NULL;
+        float *dg_w = dup(dg0, c * 4), *db_w = dup(db0, c * 4);
+        emu_bn_bwd(din_w, dres_w, dg_w, db_w, dout_w, out, NULL, in, gamma, mean, invstd, 1, m, c, t, ka, kb, kc);
+        for (int vec = -1; vec <= 1; vec += 2) {
+            char what[96];
+            const char *how = vec > 0 ? "vector" : "scalar", *dn = dres == 0 ? "none" : dres == 1 ? "own" : "dout";
+            void *dout_g = dup(dout, n * es(t)), *din_g = nans(n, es(t));
+            void *dres_g = dres == 1 ? nans(n, es(t)) : dres == 2 ? dout_g : NULL;
+            float *dg_g = dup(dg0, c * 4), *db_g = dup(db0, c * 4);
+            emu_bn_bwd_as(din_g, dres_g, dg_g, db_g, dout_g, NULL, mask, in, gamma, mean, invstd, 1, m, c, t, ka, kb,
+                          kc, vec);
+            snprintf(what, sizeof what, "din (%s, dresidual %s)", how, dn);
+            check_bits(what, din_g, din_w, n, es(t));
+            snprintf(what, sizeof what, "dgamma (%s, dresidual %s)", how, dn);
+            check_bits(what, dg_g, dg_w, c, 4);
+            snprintf(what, sizeof what, "dbeta (%s, dresidual %s)", how, dn);
+            check_bits(what, db_g, db_w, c, 4);
+            snprintf(what, sizeof what, "dresidual (%s, %s)", how, dres == 2 ? "dout itself, masked" : "its own");
+            if (dres) check_bits(what, dres_g, dres_w, n, es(t));
+            snprintf(what, sizeof what, "dout left as given (%s)", how);
+            if (dres != 2) check_bits(what, dout_g, dout, n, es(t));
+            if (dres == 0) {   /* din over dout */
+                void *d2 = dup(dout, n * es(t));
+                float *g2 = dup(dg0, c * 4), *b2 = dup(db0, c * 4);
+                emu_bn_bwd_as(d2, NULL, g2, b2, d2, NULL, mask, in, gamma, mean, invstd, 1, m, c, t, ka, kb, kc, vec);
+                snprintf(what, sizeof what, "din over dout (%s)", how);
+                check_bits(what, d2, din_w, n, es(t));
+                free(d2), free(g2), free(b2);
+            }
+            free(dout_g), free(din_g), free(dg_g), free(db_g);
+            if (dres == 1) free(dres_g);
+        }
+        free(dout_w), free(din_w), free(dg_w), free(db_w);
+        if (dres == 1) free(dres_w);
+    }
+    free(in), free(out), free(dout), free(mask), free(gamma), free(mean), free(invstd), free(dg0), free(db0);
+    free(ka), free(kb), free(kc);
     check_end();
 }
 
@@ -1036,6 +1194,14 @@ int main(void)
         test_vec_bodies(2 * 7 * 7, 2048, t);
         test_vec_bodies(37, 16, t);
         test_vec_bodies(1, 8, t);
+        /* the ReLU bitmask: a layer1-like shape, short ones, one row of one byte */
+        test_relu_mask_apply(4 * 28 * 28, 64, t);
+        test_relu_mask_apply(37, 16, t);
+        test_relu_mask_apply(1, 8, t);
+        test_relu_mask_bwd(4 * 28 * 28, 64, t);
+        test_relu_mask_bwd(300, 24, t);
+        test_relu_mask_bwd(37, 16, t);
+        test_relu_mask_bwd(1, 8, t);
         test_vec_maxpool(pool(2, 56, 56, 64, 3, 2, 1, t), POOL_NORMAL);
         test_vec_maxpool(pool(3, 9, 9, 16, 3, 2, 1, t), POOL_TIES);
         test_vec_maxpool(pool(2, 8, 6, 8, 2, 2, 0, t), POOL_TIES);

@@ -324,9 +324,9 @@ static void test_bn(const ops_bn *t)
     const float *r = residual ? res : NULL;
     /* the running statistics' sums from rm, rv (any start will do) */
     float *ms = dup(rm, c), *vs = dup(rv, c);
-    C->bn_fwd_train(out, mean, var, is, ms, vs, in, gam, bet, r, relu, m, c, 1e-5f, DS_F32);
+    C->bn_fwd_train(out, NULL, mean, var, is, ms, vs, in, gam, bet, r, relu, m, c, 1e-5f, DS_F32);
     C->bn_fwd_infer(inf, in, gam, bet, rm, rv, r, relu, m, c, 1e-5f, DS_F32);
-    C->bn_bwd(din, residual ? dres : NULL, dg, db, dy, out, in, gam, mean, is, relu, m, c, DS_F32);
+    C->bn_bwd(din, residual ? dres : NULL, dg, db, dy, out, NULL, in, gam, mean, is, relu, m, c, DS_F32);
 
     float *g_in = to_dev(in, mc * 4), *g_res = to_dev(res, mc * 4), *g_gam = to_dev(gam, c * 4),
           *g_bet = to_dev(bet, c * 4), *g_dy = to_dev(dout, mc * 4), *g_rm = to_dev(rm, c * 4),
@@ -336,9 +336,10 @@ static void test_bn(const ops_bn *t)
           *g_dres = dev_alloc(mc * 4);
     const float *gr = residual ? g_res : NULL;
     float *g_ms = to_dev(rm, c * 4), *g_vs = to_dev(rv, c * 4);
-    G->bn_fwd_train(g_out, g_mean, g_var, g_is, g_ms, g_vs, g_in, g_gam, g_bet, gr, relu, m, c, 1e-5f, DS_F32);
+    G->bn_fwd_train(g_out, NULL, g_mean, g_var, g_is, g_ms, g_vs, g_in, g_gam, g_bet, gr, relu, m, c, 1e-5f, DS_F32);
     G->bn_fwd_infer(g_inf, g_in, g_gam, g_bet, g_rm, g_rv, gr, relu, m, c, 1e-5f, DS_F32);
-    G->bn_bwd(g_din, residual ? g_dres : NULL, g_dg, g_db, g_dy, g_out, g_in, g_gam, g_mean, g_is, relu, m, c, DS_F32);
+    G->bn_bwd(g_din, residual ? g_dres : NULL, g_dg, g_db, g_dy, g_out, NULL, g_in, g_gam, g_mean, g_is, relu, m, c,
+              DS_F32);
     cmp("bn_fwd_train out", g_out, out, mc);
     cmp("bn mean", g_mean, mean, c);
     cmp("bn var (biased)", g_var, var, c);
@@ -356,7 +357,7 @@ static void test_bn(const ops_bn *t)
     cmp("bn_bwd dbeta (accumulated)", g_db, db, c);
     if (residual) {   /* the memory plan's alias: the residual's gradient is dout itself */
         float *g_dy2 = to_dev(dout, mc * 4), *g_dg2 = to_dev(dg0, c * 4), *g_db2 = to_dev(db0, c * 4);
-        G->bn_bwd(g_din, g_dy2, g_dg2, g_db2, g_dy2, g_out, g_in, g_gam, g_mean, g_is, relu, m, c, DS_F32);
+        G->bn_bwd(g_din, g_dy2, g_dg2, g_db2, g_dy2, g_out, NULL, g_in, g_gam, g_mean, g_is, relu, m, c, DS_F32);
         cmp("bn_bwd din, dresidual == dout", g_din, din, mc);
         cmp("bn_bwd dresidual == dout", g_dy2, dres, mc);
         dev_free(g_dy2), dev_free(g_dg2), dev_free(g_db2);
@@ -712,9 +713,9 @@ static void test_bn_bf16(const ops_bn *t)
     memcpy(dy, dout, mc * 2);
     const bf16 *r = residual ? res : NULL;
     float *ms = dup(rm, c), *vs = dup(rv, c);
-    C->bn_fwd_train(out, mean, var, is, ms, vs, in, gam, bet, r, relu, m, c, 1e-5f, DS_BF16);
+    C->bn_fwd_train(out, NULL, mean, var, is, ms, vs, in, gam, bet, r, relu, m, c, 1e-5f, DS_BF16);
     C->bn_fwd_infer(inf, in, gam, bet, rm, rv, r, relu, m, c, 1e-5f, DS_BF16);
-    C->bn_bwd(din, residual ? dres : NULL, dg, db, dy, out, in, gam, mean, is, relu, m, c, DS_BF16);
+    C->bn_bwd(din, residual ? dres : NULL, dg, db, dy, out, NULL, in, gam, mean, is, relu, m, c, DS_BF16);
 
     void *g_in = to_dev(in, mc * 2), *g_res = to_dev(res, mc * 2), *g_dy = to_dev(dout, mc * 2);
     float *g_gam = to_dev(gam, c * 4), *g_bet = to_dev(bet, c * 4), *g_rm = to_dev(rm, c * 4),
@@ -724,9 +725,9 @@ static void test_bn_bf16(const ops_bn *t)
     float *g_mean = dev_alloc(c * 4), *g_var = dev_alloc(c * 4), *g_is = dev_alloc(c * 4);
     const void *gr = residual ? g_res : NULL;
     float *g_ms = to_dev(rm, c * 4), *g_vs = to_dev(rv, c * 4);
-    G->bn_fwd_train(g_out, g_mean, g_var, g_is, g_ms, g_vs, g_in, g_gam, g_bet, gr, relu, m, c, 1e-5f, DS_BF16);
+    G->bn_fwd_train(g_out, NULL, g_mean, g_var, g_is, g_ms, g_vs, g_in, g_gam, g_bet, gr, relu, m, c, 1e-5f, DS_BF16);
     G->bn_fwd_infer(g_inf, g_in, g_gam, g_bet, g_rm, g_rv, gr, relu, m, c, 1e-5f, DS_BF16);
-    G->bn_bwd(g_din, residual ? g_dres : NULL, g_dg, g_db, g_dy, g_out, g_in, g_gam, g_mean, g_is, relu, m, c,
+    G->bn_bwd(g_din, residual ? g_dres : NULL, g_dg, g_db, g_dy, g_out, NULL, g_in, g_gam, g_mean, g_is, relu, m, c,
               DS_BF16);
     cmp_as("bn_fwd_train out", g_out, out, mc, DS_BF16, TOL_BF16);
     cmp_as("bn mean", g_mean, mean, c, DS_F32, TOL_F32);
@@ -745,7 +746,7 @@ static void test_bn_bf16(const ops_bn *t)
     if (residual) {   /* the memory plan's alias: the residual's gradient is dout itself */
         void *g_dy2 = to_dev(dout, mc * 2);
         float *g_dg2 = to_dev(dg0, c * 4), *g_db2 = to_dev(db0, c * 4);
-        G->bn_bwd(g_din, g_dy2, g_dg2, g_db2, g_dy2, g_out, g_in, g_gam, g_mean, g_is, relu, m, c, DS_BF16);
+        G->bn_bwd(g_din, g_dy2, g_dg2, g_db2, g_dy2, g_out, NULL, g_in, g_gam, g_mean, g_is, relu, m, c, DS_BF16);
         cmp_as("bn_bwd din, dresidual == dout", g_din, din, mc, DS_BF16, TOL_BF16);
         cmp_as("bn_bwd dresidual == dout", g_dy2, dres, mc, DS_BF16, TOL_BF16);
         dev_free(g_dy2), dev_free(g_dg2), dev_free(g_db2);
@@ -756,6 +757,87 @@ static void test_bn_bf16(const ops_bn *t)
     for (size_t i = 0; i < sizeof gs / sizeof *gs; i++) dev_free(gs[i]);
     void *hs[] = {in, res, dout, gam, bet, rm, rv, dg0, db0, out, inf, din, dres, dy, mean, var, is, dg, db};
     for (size_t i = 0; i < sizeof hs / sizeof *hs; i++) free(hs[i]);
+}
+
+/* The ReLU bitmask (backend.h) on the device, in storage dt: bn_fwd_train leaves the
+ * definition's bytes of the out it stores, and bn_bwd reading them gives the bits of bn_bwd
+ * reading out (din, dresidual, dgamma, dbeta; dresidual of its own, and dout itself, which
+ * then ends masked). The residual holds NaN and +-Inf every 7th element, so out does too (and
+ * zeros from -Inf). With tensors off alignment (dev_offset) the scalar kernels run, and the
+ * mask's own kernel after the apply. */
+static void test_bn_mask(const ops_bn *t, ds_dtype dt)
+{
+    const int m = t->m, c = t->c;
+    const size_t es = ds_dtype_size(dt), mc = (size_t)m * c, bytes = ds_relu_mask_bytes(m, c, dt);
+    if (!t->relu || !bytes) return;
+    char name[128];
+    snprintf(name, sizeof name, "cuda batch norm's ReLU bitmask, %s m=%d c=%d%s%s", ds_dtype_name(dt), m, c,
+             t->residual ? " +residual" : "", offset_words());
+    check_begin(name);
+    const float lo = (float)(t->offset - 2 * t->spread), hi = (float)(t->offset + 2 * t->spread);
+    void *in = host_rand_as(mc, lo, hi, dt), *res = host_rand_as(mc, -1, 1, dt), *dout = host_rand_as(mc, -1, 1, dt);
+    static const float edge[3] = {NAN, INFINITY, -INFINITY};
+    for (size_t i = 0; i < mc; i += 7) {
+        const float e = edge[i / 7 % 3];
+        if (dt == DS_BF16) ((bf16 *)res)[i] = bf16_round(e);
+        else ((float *)res)[i] = e;
+    }
+    float *gam = host_rand(c, 0.5f, 1.5f), *bet = host_rand(c, -0.5f, 0.5f), *dg0 = host_rand(c, -1, 1),
+          *db0 = host_rand(c, -1, 1);
+    void *g_in = to_dev(in, mc * es), *g_res = t->residual ? to_dev(res, mc * es) : NULL;
+    float *g_gam = to_dev(gam, c * 4), *g_bet = to_dev(bet, c * 4), *g_mean = dev_alloc(c * 4),
+          *g_var = dev_alloc(c * 4), *g_is = dev_alloc(c * 4);
+    void *g_out = dev_alloc(mc * es), *g_out2 = dev_alloc(mc * es);
+    uint8_t *g_mask = dev_alloc(bytes);
+    G->bn_fwd_train(g_out, NULL, g_mean, g_var, g_is, NULL, NULL, g_in, g_gam, g_bet, g_res, 1, m, c, 1e-5f, dt);
+    G->bn_fwd_train(g_out2, g_mask, g_mean, g_var, g_is, NULL, NULL, g_in, g_gam, g_bet, g_res, 1, m, c, 1e-5f, dt);
+    void *out = xmalloc(mc * es);
+    uint8_t *mask = xmalloc(bytes), *want = calloc(bytes, 1);
+    G->download(out, g_out, mc * es);
+    G->download(mask, g_mask, bytes);
+    float *outf = widen(out, mc, dt);
+    for (size_t i = 0; i < mc; i++) want[i / (mc / bytes)] |= (uint8_t)((outf[i] > 0) << (i % (mc / bytes)));
+    CHECK(same_bits(g_out2, out, mc, dt), "bn_fwd_train's out with the mask: not the bits of out without it");
+    size_t bad = 0, first = 0;
+    for (size_t g = 0; g < bytes; g++)
+        if (mask[g] != want[g]) first = bad++ ? first : g;
+    CHECK(!bad, "%zu of %zu mask bytes are not out's; first [%zu] 0x%02x, want 0x%02x", bad, bytes, first,
+          bad ? mask[first] : 0, bad ? want[first] : 0);
+    /* the backward without the mask, then with it; dresidual: 0 none, 1 its own, 2 dout */
+    for (int dres = 0; dres <= (t->residual ? 2 : 0); dres++) {
+        void *d[2], *dr[2], *dn[2];
+        float *dg[2], *db[2];
+        for (int k = 0; k < 2; k++) {
+            d[k] = to_dev(dout, mc * es), dn[k] = dev_alloc(mc * es), dg[k] = to_dev(dg0, c * 4),
+            db[k] = to_dev(db0, c * 4);
+            dr[k] = dres == 1 ? dev_alloc(mc * es) : dres == 2 ? d[k] : NULL;
+            G->bn_bwd(dn[k], dr[k], dg[k], db[k], d[k], g_out, k ? g_mask : NULL, g_in, g_gam, g_mean, g_is, 1, m, c,
+                      dt);
+        }
+        void *h = xmalloc(mc * es);
+        const char *how = dres == 0 ? "" : dres == 1 ? ", dresidual its own" : ", dresidual == dout";
+        G->download(h, dn[0], mc * es);
+        CHECK(same_bits(dn[1], h, mc, dt), "bn_bwd's din with the mask%s: not the bits without it", how);
+        if (dres) {
+            G->download(h, dr[0], mc * es);
+            CHECK(same_bits(dr[1], h, mc, dt), "bn_bwd's dresidual with the mask%s: not the bits without it", how);
+        }
+        G->download(h, dg[0], c * 4);
+        CHECK(same_bits(dg[1], h, c, DS_F32), "bn_bwd's dgamma with the mask%s: not the bits without it", how);
+        G->download(h, db[0], c * 4);
+        CHECK(same_bits(db[1], h, c, DS_F32), "bn_bwd's dbeta with the mask%s: not the bits without it", how);
+        free(h);
+        for (int k = 0; k < 2; k++) {
+            dev_free(d[k]), dev_free(dn[k]), dev_free(dg[k]), dev_free(db[k]);
+            if (dres == 1) dev_free(dr[k]);
+        }
+    }
+    case_end();
+    void *gs[] = {g_in, g_res, g_gam, g_bet, g_mean, g_var, g_is, g_out, g_out2, g_mask};
+    for (size_t i = 0; i < sizeof gs / sizeof *gs; i++)
+        if (gs[i]) dev_free(gs[i]);
+    free(in), free(res), free(dout), free(gam), free(bet), free(dg0), free(db0), free(out), free(mask), free(want);
+    free(outf);
 }
 
 /* Max pool on bf16 activations; the global average pool from bf16 activations to float32
@@ -1059,13 +1141,14 @@ int main(int argc, char **argv)
     test_cuda_members();
     test_convs();
     for (size_t i = 0; i < OPS_COUNT(ops_bns); i++)
-        if (ops_bns[i].use & OPS_GPU) test_bn(&ops_bns[i]);
+        if (ops_bns[i].use & OPS_GPU) test_bn(&ops_bns[i]), test_bn_mask(&ops_bns[i], DS_F32);
     for (size_t i = 0; i < OPS_COUNT(ops_pools); i++)
         if (ops_pools[i].use & OPS_GPU) test_pool(&ops_pools[i]);
     /* again one float off 16-byte alignment: the channel counts the vector path takes */
     dev_offset = 4;
     for (size_t i = 0; i < OPS_COUNT(ops_bns); i++)
-        if ((ops_bns[i].use & OPS_GPU) && ops_bns[i].c % 4 == 0) test_bn(&ops_bns[i]);
+        if ((ops_bns[i].use & OPS_GPU) && ops_bns[i].c % 4 == 0)
+            test_bn(&ops_bns[i]), test_bn_mask(&ops_bns[i], DS_F32);
     for (size_t i = 0; i < OPS_COUNT(ops_pools); i++)
         if ((ops_pools[i].use & OPS_GPU) && ops_pools[i].c % 4 == 0) test_pool(&ops_pools[i]);
     dev_offset = 0;
@@ -1093,12 +1176,13 @@ int main(int argc, char **argv)
     C = &ds_backend_cpu_bf16;
     test_convs_bf16();
     for (size_t i = 0; i < OPS_COUNT(ops_bns); i++)
-        if (ops_bns[i].use & OPS_GPU_BF16_IO) test_bn_bf16(&ops_bns[i]);
+        if (ops_bns[i].use & OPS_GPU_BF16_IO) test_bn_bf16(&ops_bns[i]), test_bn_mask(&ops_bns[i], DS_BF16);
     for (size_t i = 0; i < OPS_COUNT(ops_pools); i++)
         if (ops_pools[i].use & OPS_GPU_BF16_IO) test_pool_bf16(&ops_pools[i]);
     dev_offset = 4;
     for (size_t i = 0; i < OPS_COUNT(ops_bns); i++)
-        if ((ops_bns[i].use & OPS_GPU_BF16_IO) && ops_bns[i].c % 8 == 0) test_bn_bf16(&ops_bns[i]);
+        if ((ops_bns[i].use & OPS_GPU_BF16_IO) && ops_bns[i].c % 8 == 0)
+            test_bn_bf16(&ops_bns[i]), test_bn_mask(&ops_bns[i], DS_BF16);
     for (size_t i = 0; i < OPS_COUNT(ops_pools); i++)
         if ((ops_pools[i].use & OPS_GPU_BF16_IO) && ops_pools[i].c % 8 == 0) test_pool_bf16(&ops_pools[i]);
     dev_offset = 0;

@@ -422,8 +422,8 @@ static void test_ops_bf16_storage(int m, int c)
     float *outf = malloc(n * sizeof *outf), *dinf = malloc(n * sizeof *dinf), *dresf = malloc(n * sizeof *dresf);
     float st[5 * c], stf[5 * c];  /* mean, var, invstd, dgamma, dbeta */
     memset(st, 0, sizeof st), memset(stf, 0, sizeof stf);
-    be->bn_fwd_train(out, st, st + c, st + 2 * c, NULL, NULL, x, gamma, beta, r, 1, m, c, 1e-5f, DS_BF16);
-    be->bn_fwd_train(outf, stf, stf + c, stf + 2 * c, NULL, NULL, xf, gamma, beta, rf, 1, m, c, 1e-5f, DS_F32);
+    be->bn_fwd_train(out, NULL, st, st + c, st + 2 * c, NULL, NULL, x, gamma, beta, r, 1, m, c, 1e-5f, DS_BF16);
+    be->bn_fwd_train(outf, NULL, stf, stf + c, stf + 2 * c, NULL, NULL, xf, gamma, beta, rf, 1, m, c, 1e-5f, DS_F32);
     CHECK(memcmp(st, stf, 3 * c * sizeof *st) == 0, "the statistics differ from float32's on the same values");
     size_t off = off16("bn forward", out, outf, n);
     CHECK(off == 0, "bn forward: %zu of %zu elements are not float32's rounded", off, n);
@@ -436,8 +436,8 @@ static void test_ops_bf16_storage(int m, int c)
     ds_bf16 *g1 = malloc(n * sizeof *g1);
     memcpy(g1, g, n * sizeof *g1);
     float *g1f = dup_f(gf, n);
-    be->bn_bwd(din, dres, st + 3 * c, st + 4 * c, g1, out, x, gamma, st, st + 2 * c, 1, m, c, DS_BF16);
-    be->bn_bwd(dinf, dresf, stf + 3 * c, stf + 4 * c, g1f, outf, xf, gamma, stf, stf + 2 * c, 1, m, c, DS_F32);
+    be->bn_bwd(din, dres, st + 3 * c, st + 4 * c, g1, out, NULL, x, gamma, st, st + 2 * c, 1, m, c, DS_BF16);
+    be->bn_bwd(dinf, dresf, stf + 3 * c, stf + 4 * c, g1f, outf, NULL, xf, gamma, stf, stf + 2 * c, 1, m, c, DS_F32);
     CHECK(memcmp(st + 3 * c, stf + 3 * c, 2 * c * sizeof *st) == 0, "dgamma, dbeta differ from float32's");
     off = off16("bn d input", din, dinf, n) + off16("bn d residual", dres, dresf, n);
     CHECK(off == 0, "bn backward: %zu elements are not float32's rounded", off);
@@ -546,7 +546,7 @@ static void test_bn(int m, int c, int residual, int relu, double offset, double 
     for (int j = 0; j < c; j++) gamma[j] += 1;
     float *out = malloc(n * sizeof *out), *mean = malloc(c * sizeof *mean),
           *var = malloc(c * sizeof *var), *invstd = malloc(c * sizeof *invstd);
-    be->bn_fwd_train(out, mean, var, invstd, NULL, NULL, in, gamma, beta, res, relu, m, c, eps, DS_F32);
+    be->bn_fwd_train(out, NULL, mean, var, invstd, NULL, NULL, in, gamma, beta, res, relu, m, c, eps, DS_F32);
 
     bn_ctx b = {m, c, relu, dup_d(in, n), dup_d(gamma, c), dup_d(beta, c),
                 res ? dup_d(res, n) : NULL, dup_d(g, n), eps};
@@ -570,7 +570,7 @@ static void test_bn(int m, int c, int residual, int relu, double offset, double 
     {
         float *ms = randn(c, 1), *vs = randn(c, 1), *ms_want = dup_f(ms, c), *vs_want = dup_f(vs, c);
         float *out_s = malloc(n * sizeof *out_s), *st = malloc(3 * c * sizeof *st);
-        be->bn_fwd_train(out_s, st, st + c, st + 2 * c, ms, vs, in, gamma, beta, res, relu, m, c, eps, DS_F32);
+        be->bn_fwd_train(out_s, NULL, st, st + c, st + 2 * c, ms, vs, in, gamma, beta, res, relu, m, c, eps, DS_F32);
         be->axpy(ms_want, 1.0f, mean, (size_t)c);
         be->axpy(vs_want, (float)((double)m / (m - 1)), var, (size_t)c);
         CHECK(!memcmp(ms, ms_want, c * sizeof *ms), "mean_sum: not axpy's bits");
@@ -585,7 +585,7 @@ static void test_bn(int m, int c, int residual, int relu, double offset, double 
         float *din = malloc(n * sizeof *din), *dres = residual ? malloc(n * sizeof *dres) : NULL;
         float *dgamma = randn(c, 1), *dbeta = randn(c, 1);
         float *dg0 = dup_f(dgamma, c), *db0 = dup_f(dbeta, c), *dout = dup_f(g, n);
-        be->bn_bwd(din, dres, dgamma, dbeta, dout, out, in, gamma, mean, invstd, relu, m, c, DS_F32);
+        be->bn_bwd(din, dres, dgamma, dbeta, dout, out, NULL, in, gamma, mean, invstd, relu, m, c, DS_F32);
         double *want = malloc(n * sizeof *want), *got = calloc(n, sizeof *got);
         fd_grad(want, b.in, n, bn_loss, &b);
         for (size_t i = 0; i < n; i++) got[i] = din[i];
@@ -1278,9 +1278,9 @@ static void run_ops_bf16_storage(results *res, const ds_conv_desc *cs, size_t nc
             *o2 = malloc(n * sizeof *o2), *po = malloc(np * sizeof *po);
     float *gm = randn(c, 1), *bt = randn(c, 1), *st = take(res, 5 * c);
     memset(st, 0, 5 * c * sizeof *st);
-    be->bn_fwd_train(o, st, st + c, st + 2 * c, NULL, NULL, x, gm, bt, rs, 1, m, c, 1e-5f, DS_BF16);
+    be->bn_fwd_train(o, NULL, st, st + c, st + 2 * c, NULL, NULL, x, gm, bt, rs, 1, m, c, 1e-5f, DS_BF16);
     widen(take(res, n), o, n);
-    be->bn_bwd(o2, rs, st + 3 * c, st + 4 * c, g, o, x, gm, st, st + 2 * c, 1, m, c, DS_BF16);
+    be->bn_bwd(o2, rs, st + 3 * c, st + 4 * c, g, o, NULL, x, gm, st, st + 2 * c, 1, m, c, DS_BF16);
     widen(take(res, n), o2, n), widen(take(res, n), rs, n);
     be->bn_fwd_infer(o, x, gm, bt, st, st + c, NULL, 1, m, c, 1e-5f, DS_BF16);
     widen(take(res, n), o, n);
@@ -1363,9 +1363,9 @@ static float *run_ops(int threads, size_t *len)
         float *x = randn((size_t)m * c, t->spread), *gm = randn(c, 1), *bt = randn(c, 1),
               *g = randn((size_t)m * c, 1), *rs = t->residual ? randn((size_t)m * c, 1) : NULL;
         float *out = take(&res, (size_t)m * c), *st = take(&res, 5 * c);
-        be->bn_fwd_train(out, st, st + c, st + 2 * c, NULL, NULL, x, gm, bt, rs, t->relu, m, c, 1e-5f, DS_F32);
-        be->bn_bwd(take(&res, (size_t)m * c), rs ? take(&res, (size_t)m * c) : NULL, st + 3 * c, st + 4 * c, g, out, x,
-                   gm, st, st + 2 * c, t->relu, m, c, DS_F32);
+        be->bn_fwd_train(out, NULL, st, st + c, st + 2 * c, NULL, NULL, x, gm, bt, rs, t->relu, m, c, 1e-5f, DS_F32);
+        be->bn_bwd(take(&res, (size_t)m * c), rs ? take(&res, (size_t)m * c) : NULL, st + 3 * c, st + 4 * c, g, out,
+                   NULL, x, gm, st, st + 2 * c, t->relu, m, c, DS_F32);
         be->bn_fwd_infer(take(&res, (size_t)m * c), x, gm, bt, st, st + c, rs, t->relu, m, c, 1e-5f, DS_F32);
         for (size_t j = 0; j < OPS_COUNT(ops_pools); j++) {
             const ops_pool *pt = &ops_pools[j];
