@@ -3,7 +3,7 @@
  * bodies are plain C here, rounded as on the device (cuda_bodies.h), so this is what the
  * kernels compute, thread by thread, in the kernels' order.
  *
- * Each emu_* function below is its ds_cuda_* twin in cuda_kernels.cu: the same grid, blocks
+ * Each replay_* function below is its ds_cuda_* twin in cuda_kernels.cu: the same grid, blocks
  * and threads, walked in order (a grid-stride loop's thread (block, x) takes i = block
  * THREADS + x, then i + the grid's size, ...), with the block reductions' shared-memory trees
  * replayed level by level. Outputs start as NaN, so an element no thread writes fails.
@@ -170,7 +170,7 @@ static int use_vec(int c, ds_dtype t, int vec) { return vec ? vec > 0 : c % vec_
  * thread i of block (bx, by) taking group bx per + i % per in chunk by (THREADS / per) + i /
  * per, per = BN_CH / the vector; else grid (ceil(c / BN_CH), chunks / BN_ROWS) of (BN_CH,
  * BN_ROWS) threads. With a mask, out is not read (NULL, as the kernels are given it). */
-static void emu_bn_partials_as(double *partial, void *dout, const void *out, const uint8_t *mask, const void *in,
+static void replay_bn_partials_as(double *partial, void *dout, const void *out, const uint8_t *mask, const void *in,
                                const float *center, int mode, int relu, int writeback, int m, int c, int chunks,
                                ds_dtype t, int vec)
 {
@@ -198,16 +198,16 @@ static void emu_bn_partials_as(double *partial, void *dout, const void *out, con
                 }
 }
 
-static void emu_bn_partials(double *partial, void *dout, const void *out, const uint8_t *mask, const void *in,
+static void replay_bn_partials(double *partial, void *dout, const void *out, const uint8_t *mask, const void *in,
                             const float *center, int mode, int relu, int writeback, int m, int c, int chunks,
                             ds_dtype t)
 {
-    emu_bn_partials_as(partial, dout, out, mask, in, center, mode, relu, writeback, m, c, chunks, t, 0);
+    replay_bn_partials_as(partial, dout, out, mask, in, center, mode, relu, writeback, m, c, chunks, t, 0);
 }
 
 /* bn_apply and bn_dx's vector kernels: thread l takes channel group l % groups in row lane
  * l / groups of `lanes` (the kernels' own count is ds_cuda_bn_lanes(m)) */
-static void emu_bn_apply_lanes(void *out, uint8_t *mask, const void *in, const float *mean, const float *a,
+static void replay_bn_apply_lanes(void *out, uint8_t *mask, const void *in, const float *mean, const float *a,
                                const float *beta, const void *residual, int relu, int m, int c, ds_dtype t,
                                long lanes)
 {
@@ -217,7 +217,7 @@ static void emu_bn_apply_lanes(void *out, uint8_t *mask, const void *in, const f
              lanes);
 }
 
-static void emu_bn_dx_lanes(void *din, void *dres, const void *dy, const uint8_t *mask, const void *in,
+static void replay_bn_dx_lanes(void *din, void *dres, const void *dy, const uint8_t *mask, const void *in,
                             const float *mean, const float *ka, const float *kb, const float *kc, int m, int c,
                             ds_dtype t, long lanes)
 {
@@ -229,31 +229,31 @@ static void emu_bn_dx_lanes(void *din, void *dres, const void *dy, const uint8_t
 
 /* bn_apply: the vector kernel's row lanes (the mask written with out), else a grid-stride
  * loop over elements and, with a mask, relu_mask_kernel's over its bytes */
-static void emu_bn_apply_as(void *out, uint8_t *mask, const void *in, const float *mean, const float *a,
+static void replay_bn_apply_as(void *out, uint8_t *mask, const void *in, const float *mean, const float *a,
                             const float *beta, const void *residual, int relu, int m, int c, ds_dtype t, int vec)
 {
     size_t n = (size_t)m * c;
     if (use_vec(c, t, vec)) {
-        emu_bn_apply_lanes(out, mask, in, mean, a, beta, residual, relu, m, c, t, ds_cuda_bn_lanes(m));
+        replay_bn_apply_lanes(out, mask, in, mean, a, beta, residual, relu, m, c, t, ds_cuda_bn_lanes(m));
     } else {
         FOR_GRID(i, n) BY_T(t, bn_apply_body, out, in, mean, a, beta, residual, relu, c, i);
         if (mask) FOR_GRID(g, n / vec_width(t)) BY_T(t, relu_mask_body, mask, out, g);
     }
 }
 
-static void emu_bn_dx_as(void *din, void *dres, const void *dy, const uint8_t *mask, const void *in,
+static void replay_bn_dx_as(void *din, void *dres, const void *dy, const uint8_t *mask, const void *in,
                          const float *mean, const float *ka, const float *kb, const float *kc, int m, int c,
                          ds_dtype t, int vec)
 {
     size_t n = (size_t)m * c;
     if (use_vec(c, t, vec)) {
-        emu_bn_dx_lanes(din, dres, dy, mask, in, mean, ka, kb, kc, m, c, t, ds_cuda_bn_lanes(m));
+        replay_bn_dx_lanes(din, dres, dy, mask, in, mean, ka, kb, kc, m, c, t, ds_cuda_bn_lanes(m));
     } else {
         FOR_GRID(i, n) BY_T(t, bn_dx_body, din, dres, dy, mask, in, mean, ka, kb, kc, c, i);
     }
 }
 
-static void emu_maxpool_fwd_as(void *out, uint8_t *argmax, const void *in, ds_pool_desc d, int vec)
+static void replay_maxpool_fwd_as(void *out, uint8_t *argmax, const void *in, ds_pool_desc d, int vec)
 {
     size_t n = (size_t)d.n * d.p * d.q * d.c;
     if (use_vec(d.c, d.t, vec)) {
@@ -263,7 +263,7 @@ static void emu_maxpool_fwd_as(void *out, uint8_t *argmax, const void *in, ds_po
     }
 }
 
-static void emu_maxpool_bwd_as(void *din, const void *dout, const uint8_t *argmax, ds_pool_desc d, int vec)
+static void replay_maxpool_bwd_as(void *din, const void *dout, const uint8_t *argmax, ds_pool_desc d, int vec)
 {
     size_t n = (size_t)d.n * d.h * d.w * d.c;
     if (use_vec(d.c, d.t, vec)) {
@@ -277,7 +277,7 @@ static void emu_maxpool_bwd_as(void *din, const void *dout, const uint8_t *argma
  * (lane, w0) taking rows w0, w0 + THREADS / BN_CH, ... of the BN_FINAL_ROWS, then the tree
  * level by level (the kernel's __syncthreads between levels: within a level, rows w < s read
  * rows >= s, which no thread of the level writes). Leaves the channels' sums in row 0. */
-static void emu_bn_final_sums(double *s1, double *s2, const double *partial, int c, int chunks, int bx)
+static void replay_bn_final_sums(double *s1, double *s2, const double *partial, int c, int chunks, int bx)
 {
     const int rows = THREADS / DS_CUDA_BN_CH;
     for (int w0 = 0; w0 < rows; w0++)
@@ -293,7 +293,7 @@ static void emu_bn_final_sums(double *s1, double *s2, const double *partial, int
 
 static int chunks_of(int m, int c) { return ds_cuda_bn_chunks(m, c, DS_BN_FLUSH); }
 
-static void emu_bn_fwd_train(void *out, uint8_t *mask, float *mean, float *var, float *invstd, float *mean_sum,
+static void replay_bn_fwd_train(void *out, uint8_t *mask, float *mean, float *var, float *invstd, float *mean_sum,
                              float *var_sum, const void *in, const float *gamma, const float *beta,
                              const void *residual, int relu, int m, int c, float eps, ds_dtype t)
 {
@@ -301,10 +301,10 @@ static void emu_bn_fwd_train(void *out, uint8_t *mask, float *mean, float *var, 
     int chunks = chunks_of(m, c);
     double *partial = nans(2 * (size_t)chunks * c, sizeof(double));
     float *ka = nans(c, 4);
-    emu_bn_partials(partial, NULL, NULL, NULL, in, NULL, BN_STATS, 0, 0, m, c, chunks, t);
+    replay_bn_partials(partial, NULL, NULL, NULL, in, NULL, BN_STATS, 0, 0, m, c, chunks, t);
     for (int bx = 0; bx < (c + DS_CUDA_BN_CH - 1) / DS_CUDA_BN_CH; bx++) {
         double s1[DS_CUDA_BN_FINAL_ROWS * DS_CUDA_BN_CH], s2[DS_CUDA_BN_FINAL_ROWS * DS_CUDA_BN_CH];
-        emu_bn_final_sums(s1, s2, partial, c, chunks, bx);
+        replay_bn_final_sums(s1, s2, partial, c, chunks, bx);
         for (int lane = 0; lane < DS_CUDA_BN_CH; lane++) {
             int j = bx * DS_CUDA_BN_CH + lane;
             if (j < c)
@@ -312,12 +312,12 @@ static void emu_bn_fwd_train(void *out, uint8_t *mask, float *mean, float *var, 
                      in, gamma, m, j, eps);
         }
     }
-    emu_bn_apply_as(out, mask, in, mean, ka, beta, residual, relu, m, c, t, 0);
+    replay_bn_apply_as(out, mask, in, mean, ka, beta, residual, relu, m, c, t, 0);
     free(partial);
     free(ka);
 }
 
-static void emu_bn_fwd_infer(void *out, const void *in, const float *gamma, const float *beta,
+static void replay_bn_fwd_infer(void *out, const void *in, const float *gamma, const float *beta,
                              const float *running_mean, const float *running_var, const void *residual, int relu,
                              int m, int c, float eps, ds_dtype t)
 {
@@ -325,13 +325,13 @@ static void emu_bn_fwd_infer(void *out, const void *in, const float *gamma, cons
     for (int b = 0; b < (c + THREADS - 1) / THREADS; b++)
         for (int x = 0; x < THREADS; x++)
             if (b * THREADS + x < c) bn_infer_coef_body(ka, gamma, running_var, b * THREADS + x, eps);
-    emu_bn_apply_as(out, NULL, in, running_mean, ka, beta, residual, relu, m, c, t, 0);
+    replay_bn_apply_as(out, NULL, in, running_mean, ka, beta, residual, relu, m, c, t, 0);
     free(ka);
 }
 
-/* ds_cuda_bn_bwd (vec as emu_bn_partials_as's); also returns the coefficients ka, kb, kc of
+/* ds_cuda_bn_bwd (vec as replay_bn_partials_as's); also returns the coefficients ka, kb, kc of
  * the dx kernel */
-static void emu_bn_bwd_as(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout, const void *out,
+static void replay_bn_bwd_as(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout, const void *out,
                           const uint8_t *mask, const void *in, const float *gamma, const float *mean,
                           const float *invstd, int relu, int m, int c, ds_dtype t, float *ka, float *kb, float *kc,
                           int vec)
@@ -339,31 +339,31 @@ static void emu_bn_bwd_as(void *din, void *dresidual, float *dgamma, float *dbet
     int chunks = chunks_of(m, c);
     double *partial = nans(2 * (size_t)chunks * c, sizeof(double));
     const int writeback = !mask || dresidual == dout;
-    emu_bn_partials_as(partial, dout, out, mask, in, mean, BN_GRADS, relu, writeback, m, c, chunks, t, vec);
+    replay_bn_partials_as(partial, dout, out, mask, in, mean, BN_GRADS, relu, writeback, m, c, chunks, t, vec);
     for (int bx = 0; bx < (c + DS_CUDA_BN_CH - 1) / DS_CUDA_BN_CH; bx++) {
         double s1[DS_CUDA_BN_FINAL_ROWS * DS_CUDA_BN_CH], s2[DS_CUDA_BN_FINAL_ROWS * DS_CUDA_BN_CH];
-        emu_bn_final_sums(s1, s2, partial, c, chunks, bx);
+        replay_bn_final_sums(s1, s2, partial, c, chunks, bx);
         for (int lane = 0; lane < DS_CUDA_BN_CH; lane++) {
             int k = bx * DS_CUDA_BN_CH + lane;
             if (k < c) bn_grad_final_body(dgamma, dbeta, ka, kb, kc, s1[lane], s2[lane], gamma, invstd, m, k);
         }
     }
     void *dres = dresidual != dout ? dresidual : NULL;
-    emu_bn_dx_as(din, dres, dout, writeback ? NULL : mask, in, mean, ka, kb, kc, m, c, t, vec);
+    replay_bn_dx_as(din, dres, dout, writeback ? NULL : mask, in, mean, ka, kb, kc, m, c, t, vec);
     free(partial);
 }
 
-static void emu_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout, const void *out,
+static void replay_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, void *dout, const void *out,
                        const uint8_t *mask, const void *in, const float *gamma, const float *mean,
                        const float *invstd, int relu, int m, int c, ds_dtype t, float *ka, float *kb, float *kc)
 {
-    emu_bn_bwd_as(din, dresidual, dgamma, dbeta, dout, out, mask, in, gamma, mean, invstd, relu, m, c, t, ka, kb, kc,
+    replay_bn_bwd_as(din, dresidual, dgamma, dbeta, dout, out, mask, in, gamma, mean, invstd, relu, m, c, t, ka, kb, kc,
                   0);
 }
 
 /* ds_cuda_to_bf16_runs: a launch per DS_CUDA_BF16_RUNS runs (none for runs of no values),
  * each a grid-stride loop over its runs' values. */
-static void emu_to_bf16_runs(void *dst, const float *src, const ds_bf16_run *runs, int nruns)
+static void replay_to_bf16_runs(void *dst, const float *src, const ds_bf16_run *runs, int nruns)
 {
     bf16_runs r;
     for (int a = 0; a < nruns;) {
@@ -391,7 +391,7 @@ static void test_to_bf16_runs(int nruns)
     float *src = f32_randn(nsrc ? nsrc : 1, 0, 2);
     ds_bf16 *d_c = nans(ndst ? ndst : 1, 2), *d_g = nans(ndst ? ndst : 1, 2);
     be->to_bf16(d_c, src, runs, nruns);
-    emu_to_bf16_runs(d_g, src, runs, nruns);
+    replay_to_bf16_runs(d_g, src, runs, nruns);
     check_bits("runs, and the gaps kept", d_g, d_c, ndst, 2);
     size_t values = 0, written = 0;   /* the values are finite, the gaps NaN */
     for (int k = 0; k < nruns; k++) values += runs[k].n;
@@ -438,7 +438,7 @@ static void test_bn_fwd(int m, int c, ds_dtype t, int relu, int residual, int da
     float *ms_c = f32_randn(c, 0, 1), *vs_c = f32_randn(c, 1, 1), *ms_g = dup(ms_c, c * 4), *vs_g = dup(vs_c, c * 4);
     float *ms_want = dup(ms_c, c * 4), *vs_want = dup(vs_c, c * 4);
     be->bn_fwd_train(out_c, NULL, mean_c, var_c, is_c, ms_c, vs_c, in, gamma, beta, res, relu, m, c, eps, t);
-    emu_bn_fwd_train(out_g, NULL, mean_g, var_g, is_g, ms_g, vs_g, in, gamma, beta, res, relu, m, c, eps, t);
+    replay_bn_fwd_train(out_g, NULL, mean_g, var_g, is_g, ms_g, vs_g, in, gamma, beta, res, relu, m, c, eps, t);
     /* the kernel's sums are axpy_body's of its own statistics, bitwise (the model's two axpy
      * launches before) */
     for (int j = 0; j < c; j++) {
@@ -485,7 +485,7 @@ static void test_bn_fwd(int m, int c, ds_dtype t, int relu, int residual, int da
         for (int j = 0; j < c; j++) ka[j] = (float)((double)gamma[j] * (1.0 / sqrt((double)var_g[j] + eps)));
         const ds_cpu_loops *L = ds_cpu_kernels_for(ds_cpu_isa_get())->loops;
         void *want = nans(n, es(t)), *got = nans(n, es(t));
-        emu_bn_apply_as(got, NULL, in, mean_g, ka, beta, res, relu, m, c, t, 0);
+        replay_bn_apply_as(got, NULL, in, mean_g, ka, beta, res, relu, m, c, t, 0);
         if (t == DS_BF16) L->bn_apply_bf16(want, in, mean_g, ka, beta, res, relu, 0, m, c);
         else L->bn_apply(want, in, mean_g, ka, beta, res, relu, 0, m, c);
         check_bits("out given the statistics", got, want, n, es(t));
@@ -508,7 +508,7 @@ static void test_bn_infer(int m, int c, ds_dtype t, int relu, int residual)
     for (int j = 0; j < c; j++) rvar[j] = rvar[j] * rvar[j];
     void *out_c = nans(n, es(t)), *out_g = nans(n, es(t));
     be->bn_fwd_infer(out_c, in, gamma, beta, rmean, rvar, res, relu, m, c, 1e-5f, t);
-    emu_bn_fwd_infer(out_g, in, gamma, beta, rmean, rvar, res, relu, m, c, 1e-5f, t);
+    replay_bn_fwd_infer(out_g, in, gamma, beta, rmean, rvar, res, relu, m, c, 1e-5f, t);
     check_bits("out", out_g, out_c, n, es(t));
     free(in), free(res), free(gamma), free(beta), free(rmean), free(rvar), free(out_c), free(out_g);
     check_end();
@@ -537,7 +537,7 @@ static void test_bn_bwd(int m, int c, ds_dtype t, int relu, int dres, int exact)
     void *dres_g = dres == 1 ? nans(n, es(t)) : dres == 2 ? dout_g : NULL;
     float *ka = nans(c, 4), *kb = nans(c, 4), *kc = nans(c, 4);
     be->bn_bwd(din_c, dres_c, dg_c, db_c, dout_c, out, NULL, in, gamma, mean, invstd, relu, m, c, t);
-    emu_bn_bwd(din_g, dres_g, dg_g, db_g, dout_g, out, NULL, in, gamma, mean, invstd, relu, m, c, t, ka, kb, kc);
+    replay_bn_bwd(din_g, dres_g, dg_g, db_g, dout_g, out, NULL, in, gamma, mean, invstd, relu, m, c, t, ka, kb, kc);
 
     check_bits("dout after the ReLU mask", dout_g, dout_c, n, es(t));
     if (dres == 1) check_bits("dresidual", dres_g, dres_c, n, es(t));
@@ -575,7 +575,7 @@ static void test_bn_bwd(int m, int c, ds_dtype t, int relu, int dres, int exact)
     if (dres != 2) {
         void *d2 = dup(dout, n * es(t));
         float *g2 = dup(dg0, c * 4), *b2 = dup(db0, c * 4);
-        emu_bn_bwd(d2, NULL, g2, b2, d2, out, NULL, in, gamma, mean, invstd, relu, m, c, t, ka, kb, kc);
+        replay_bn_bwd(d2, NULL, g2, b2, d2, out, NULL, in, gamma, mean, invstd, relu, m, c, t, ka, kb, kc);
         check_bits("din over dout", d2, din_g, n, es(t));
         free(d2), free(g2), free(b2);
     }
@@ -639,11 +639,11 @@ static void test_maxpool(ds_pool_desc d, int kind)
     void *out_c = nans(no, es(d.t)), *out_g = nans(no, es(d.t)), *din_c = nans(ni, es(d.t)), *din_g = nans(ni, es(d.t));
     uint8_t *arg_c = unwritten_bytes(no), *arg_g = unwritten_bytes(no);
     be->maxpool_fwd(out_c, arg_c, in, &d);
-    emu_maxpool_fwd_as(out_g, arg_g, in, d, 0);
+    replay_maxpool_fwd_as(out_g, arg_g, in, d, 0);
     check_bits("out", out_g, out_c, no, es(d.t));
     check_bits("argmax", arg_g, arg_c, no, 1);
     be->maxpool_bwd(din_c, dout, in, out_c, arg_c, &d);
-    emu_maxpool_bwd_as(din_g, dout, arg_g, d, 0);
+    replay_maxpool_bwd_as(din_g, dout, arg_g, d, 0);
     check_bits("din", din_g, din_c, ni, es(d.t));
     free(in), free(dout), free(out_c), free(out_g), free(din_c), free(din_g), free(arg_c), free(arg_g);
     check_end();
@@ -675,8 +675,8 @@ static void test_vec_bodies(int m, int c, ds_dtype t)
         for (int relu = 0; relu <= (mode == BN_GRADS); relu++) {
             double *p_s = nans(ps, 8), *p_v = nans(ps, 8);
             void *d_s = dup(dout, n * es(t)), *d_v = dup(dout, n * es(t));
-            emu_bn_partials_as(p_s, d_s, out, NULL, in, center, mode, relu, 1, m, c, chunks, t, -1);
-            emu_bn_partials_as(p_v, d_v, out, NULL, in, center, mode, relu, 1, m, c, chunks, t, 1);
+            replay_bn_partials_as(p_s, d_s, out, NULL, in, center, mode, relu, 1, m, c, chunks, t, -1);
+            replay_bn_partials_as(p_v, d_v, out, NULL, in, center, mode, relu, 1, m, c, chunks, t, 1);
             check_bits(mode == BN_STATS ? "statistics' partial sums" : relu ? "masked gradients' partial sums"
                                                                             : "gradients' partial sums",
                        p_v, p_s, ps, 8);
@@ -686,14 +686,14 @@ static void test_vec_bodies(int m, int c, ds_dtype t)
     for (int relu = 0; relu <= 1; relu++)
         for (int residual = 0; residual <= 1; residual++) {
             void *o_s = nans(n, es(t)), *o_v = nans(n, es(t));
-            emu_bn_apply_as(o_s, NULL, in, mean, a, beta, residual ? res : NULL, relu, m, c, t, -1);
-            emu_bn_apply_as(o_v, NULL, in, mean, a, beta, residual ? res : NULL, relu, m, c, t, 1);
+            replay_bn_apply_as(o_s, NULL, in, mean, a, beta, residual ? res : NULL, relu, m, c, t, -1);
+            replay_bn_apply_as(o_v, NULL, in, mean, a, beta, residual ? res : NULL, relu, m, c, t, 1);
             check_bits("apply", o_v, o_s, n, es(t));
             free(o_s), free(o_v);
         }
     void *x_s = nans(n, es(t)), *x_v = nans(n, es(t)), *r_s = nans(n, es(t)), *r_v = nans(n, es(t));
-    emu_bn_dx_as(x_s, r_s, dout, NULL, in, mean, a, kb, kc, m, c, t, -1);
-    emu_bn_dx_as(x_v, r_v, dout, NULL, in, mean, a, kb, kc, m, c, t, 1);
+    replay_bn_dx_as(x_s, r_s, dout, NULL, in, mean, a, kb, kc, m, c, t, -1);
+    replay_bn_dx_as(x_v, r_v, dout, NULL, in, mean, a, kb, kc, m, c, t, 1);
     check_bits("dx", x_v, x_s, n, es(t));
     check_bits("dresidual", r_v, r_s, n, es(t));
     /* any number of row lanes covers every row once: one lane walks them all, three leave
@@ -701,11 +701,11 @@ static void test_vec_bodies(int m, int c, ds_dtype t)
     const long lanes[] = {1, 3, m + 5};
     for (int k = 0; k < 3; k++) {
         void *o_v = nans(n, es(t)), *o_s = nans(n, es(t)), *d_v = nans(n, es(t)), *q_v = nans(n, es(t));
-        emu_bn_apply_as(o_s, NULL, in, mean, a, beta, res, 1, m, c, t, -1);
-        emu_bn_apply_lanes(o_v, NULL, in, mean, a, beta, res, 1, m, c, t, lanes[k]);
+        replay_bn_apply_as(o_s, NULL, in, mean, a, beta, res, 1, m, c, t, -1);
+        replay_bn_apply_lanes(o_v, NULL, in, mean, a, beta, res, 1, m, c, t, lanes[k]);
         check_bits(k == 0 ? "apply in one lane" : k == 1 ? "apply in three lanes" : "apply in more lanes than rows",
                    o_v, o_s, n, es(t));
-        emu_bn_dx_lanes(d_v, q_v, dout, NULL, in, mean, a, kb, kc, m, c, t, lanes[k]);
+        replay_bn_dx_lanes(d_v, q_v, dout, NULL, in, mean, a, kb, kc, m, c, t, lanes[k]);
         check_bits(k == 0 ? "dx in one lane" : k == 1 ? "dx in three lanes" : "dx in more lanes than rows", d_v, x_s,
                    n, es(t));
         check_bits("dresidual in lanes", q_v, r_s, n, es(t));
@@ -713,7 +713,7 @@ static void test_vec_bodies(int m, int c, ds_dtype t)
     }
     /* dx in place (din = dy), as bn_bwd calls it */
     void *ip = dup(dout, n * es(t));
-    emu_bn_dx_as(ip, NULL, ip, NULL, in, mean, a, kb, kc, m, c, t, 1);
+    replay_bn_dx_as(ip, NULL, ip, NULL, in, mean, a, kb, kc, m, c, t, 1);
     check_bits("dx in place", ip, x_s, n, es(t));
     free(ip);
     free(x_s), free(x_v), free(r_s), free(r_v);
@@ -770,16 +770,16 @@ static void test_relu_mask_apply(int m, int c, ds_dtype t)
         const void *r = residual ? res : NULL;
         void *o_s = nans(n, es(t)), *o_v = nans(n, es(t));
         uint8_t *m_s = unwritten_bytes(bytes), *m_v = unwritten_bytes(bytes);
-        emu_bn_apply_as(o_s, m_s, in, mean, a, beta, r, 1, m, c, t, -1);
+        replay_bn_apply_as(o_s, m_s, in, mean, a, beta, r, 1, m, c, t, -1);
         uint8_t *want = mask_of(o_s, n, t);
         check_bits("the scalar apply's mask, by the definition", m_s, want, bytes, 1);
-        emu_bn_apply_as(o_v, m_v, in, mean, a, beta, r, 1, m, c, t, 1);
+        replay_bn_apply_as(o_v, m_v, in, mean, a, beta, r, 1, m, c, t, 1);
         check_bits("the vector apply's out", o_v, o_s, n, es(t));
         check_bits("the vector apply's mask", m_v, want, bytes, 1);
         const long lanes[] = {1, 3, m + 5};
         for (int k = 0; k < 3; k++) {
             memset(m_v, 0xee, bytes);
-            emu_bn_apply_lanes(o_v, m_v, in, mean, a, beta, r, 1, m, c, t, lanes[k]);
+            replay_bn_apply_lanes(o_v, m_v, in, mean, a, beta, r, 1, m, c, t, lanes[k]);
             check_bits(k == 0 ? "mask in one lane" : k == 1 ? "mask in three lanes" : "mask in more lanes than rows",
                        m_v, want, bytes, 1);
         }
@@ -819,14 +819,14 @@ static void test_relu_mask_bwd(int m, int c, ds_dtype t)
         void *dout_w = dup(dout, n * es(t)), *din_w = nans(n, es(t));
         void *dres_w = dres == 1 ? nans(n, es(t)) : dres == 2 ? dout_w : NULL;
         float *dg_w = dup(dg0, c * 4), *db_w = dup(db0, c * 4);
-        emu_bn_bwd(din_w, dres_w, dg_w, db_w, dout_w, out, NULL, in, gamma, mean, invstd, 1, m, c, t, ka, kb, kc);
+        replay_bn_bwd(din_w, dres_w, dg_w, db_w, dout_w, out, NULL, in, gamma, mean, invstd, 1, m, c, t, ka, kb, kc);
         for (int vec = -1; vec <= 1; vec += 2) {
             char what[96];
             const char *how = vec > 0 ? "vector" : "scalar", *dn = dres == 0 ? "none" : dres == 1 ? "own" : "dout";
             void *dout_g = dup(dout, n * es(t)), *din_g = nans(n, es(t));
             void *dres_g = dres == 1 ? nans(n, es(t)) : dres == 2 ? dout_g : NULL;
             float *dg_g = dup(dg0, c * 4), *db_g = dup(db0, c * 4);
-            emu_bn_bwd_as(din_g, dres_g, dg_g, db_g, dout_g, NULL, mask, in, gamma, mean, invstd, 1, m, c, t, ka, kb,
+            replay_bn_bwd_as(din_g, dres_g, dg_g, db_g, dout_g, NULL, mask, in, gamma, mean, invstd, 1, m, c, t, ka, kb,
                           kc, vec);
             snprintf(what, sizeof what, "din (%s, dresidual %s)", how, dn);
             check_bits(what, din_g, din_w, n, es(t));
@@ -841,7 +841,8 @@ static void test_relu_mask_bwd(int m, int c, ds_dtype t)
             if (dres == 0) {   /* din over dout */
                 void *d2 = dup(dout, n * es(t));
                 float *g2 = dup(dg0, c * 4), *b2 = dup(db0, c * 4);
-                emu_bn_bwd_as(d2, NULL, g2, b2, d2, NULL, mask, in, gamma, mean, invstd, 1, m, c, t, ka, kb, kc, vec);
+                replay_bn_bwd_as(d2, NULL, g2, b2, d2, NULL, mask, in, gamma, mean, invstd, 1, m, c, t, ka, kb, kc,
+                                 vec);
                 snprintf(what, sizeof what, "din over dout (%s)", how);
                 check_bits(what, d2, din_w, n, es(t));
                 free(d2), free(g2), free(b2);
@@ -868,14 +869,14 @@ static void test_vec_maxpool(ds_pool_desc d, int kind)
     void *g_s = nans(ni, es(d.t)), *g_v = nans(ni, es(d.t)), *o_s = nans(no, es(d.t)), *o_v = nans(no, es(d.t));
     /* the vector argmax one byte off its alignment (on the device: byte loads and stores) */
     uint8_t *a_s = unwritten_bytes(no), *a_v = unwritten_bytes(no + 1);
-    emu_maxpool_fwd_as(o_s, a_s, in, d, -1);
-    emu_maxpool_fwd_as(o_v, a_v + 1, in, d, 1);
+    replay_maxpool_fwd_as(o_s, a_s, in, d, -1);
+    replay_maxpool_fwd_as(o_v, a_v + 1, in, d, 1);
     check_bits("out", o_v, o_s, no, es(d.t));
     check_bits("argmax", a_v + 1, a_s, no, 1);
-    emu_maxpool_bwd_as(g_s, dout, a_s, d, -1);
-    emu_maxpool_bwd_as(g_v, dout, a_v + 1, d, 1);
+    replay_maxpool_bwd_as(g_s, dout, a_s, d, -1);
+    replay_maxpool_bwd_as(g_v, dout, a_v + 1, d, 1);
     check_bits("din", g_v, g_s, ni, es(d.t));
-    emu_maxpool_fwd_as(o_v, NULL, in, d, 1);   /* inference: no argmax */
+    replay_maxpool_fwd_as(o_v, NULL, in, d, 1);   /* inference: no argmax */
     check_bits("out without argmax", o_v, o_s, no, es(d.t));
     free(in), free(dout), free(g_s), free(g_v), free(o_s), free(o_v), free(a_s), free(a_v);
     check_end();
@@ -945,7 +946,7 @@ static double tree_add(double *buf)
 }
 
 /* softmax_xent_kernel: one block of THREADS per sample */
-static void emu_softmax_xent(float *loss, float *dlogits, const float *logits, const int32_t *labels, int n, int c,
+static void replay_softmax_xent(float *loss, float *dlogits, const float *logits, const int32_t *labels, int n, int c,
                              float smoothing, float scale)
 {
     for (int i = 0; i < n; i++) {
@@ -990,7 +991,7 @@ static void test_softmax(int n, int c, float smoothing, float scale)
     if (n > 2) labels[1] = -1, labels[2] = c;   /* padding samples */
     float *loss_c = nans(n, 4), *loss_g = nans(n, 4), *dz_c = nans((size_t)n * c, 4), *dz_g = nans((size_t)n * c, 4);
     be->softmax_xent(loss_c, dz_c, z, labels, n, c, smoothing, scale);
-    emu_softmax_xent(loss_g, dz_g, z, labels, n, c, smoothing, scale);
+    replay_softmax_xent(loss_g, dz_g, z, labels, n, c, smoothing, scale);
     double *bl = malloc(n * sizeof *bl), *bd = malloc((size_t)n * c * sizeof *bd);
     for (int i = 0; i < n; i++) {
         const float *zi = z + (size_t)i * c;
@@ -1067,7 +1068,7 @@ static void test_elementwise(size_t n)
     FOR_GRID(i, n) narrow_body_bf16(h_g, x, i);
     check_bits("to_bf16", h_g, h_c, n, 2);
     free(h_g), h_g = nans(n, 2);
-    emu_to_bf16_runs(h_g, x, &(ds_bf16_run){0, 0, n}, 1);
+    replay_to_bf16_runs(h_g, x, &(ds_bf16_run){0, 0, n}, 1);
     check_bits("to_bf16, one run", h_g, h_c, n, 2);
     /* from_bf16: the exact value, or the float sum with what is there */
     float *f_g = nans(n, 4), *f_c = calloc(n, 4), *acc = f32_randn(n, 0, 1), *acc_g = dup(acc, n * 4);
