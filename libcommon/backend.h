@@ -119,6 +119,8 @@ typedef struct {
     size_t dst_off, src_off, n;
 } ds_bf16_run;
 
+struct ds_comm_reduce_record;   /* comm.h */
+
 typedef struct ds_backend {
     const char *name;        /* "cpu", "cuda" */
     int host_memory;         /* 1: its pointers are host memory, readable by the caller */
@@ -344,6 +346,11 @@ typedef struct ds_backend {
      * --deterministic, each chunk on the rank that owns it): W ranks give bitwise what
      * --accum W gives in one, and to_all = 0 is available. 0: the library's order (NCCL). */
     int ordered_reduce;
+    /* What the reduction's queue has seen (comm.h: the buckets queued, the events of the
+     * latest round's first being queued and begun), which --verbose sets beside backward's
+     * own to show the reduction overlapping it; NULL where the library reduces inside its
+     * streams (NCCL) and nothing is seen from the host. */
+    void (*reduce_stats)(struct ds_comm_reduce_record *rec);
 
     /* The set of kernels computing (the CPU's "avx512", "avx2+fma", "plain": cpu_isa.h), for
      * start-up lines; NULL where the backend has no such choice. */

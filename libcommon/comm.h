@@ -57,8 +57,9 @@ void ds_comm_reduce_wait(void);
  * latest round (the sums queued since the last wait) the events (ds_event_seq) of its first
  * sum being queued and being begun by the worker, and when that began (ds_now()); 0: not yet.
  * Set beside backward's own events, they tell whether the reduction was handed over, and
- * began, while backward was still computing (test_dstrain_mpi.sh, --verbose). */
-typedef struct {
+ * began, while backward was still computing (test_dstrain_mpi.sh, --verbose): the host
+ * backends' reduce_stats (backend.h). */
+typedef struct ds_comm_reduce_record {
     uint64_t queued;
     uint64_t first_queued_event, first_begun_event;
     double first_begun_time;

@@ -115,17 +115,17 @@ static int build_bn_layer(ds_model *m, int tensors, int in, int res, int relu)
 }
 
 /* One residual block; returns its output activation or -1 when the input is too small. */
-static int build_block(ds_model *m, const ds_arch *A, const char *pre, int x, int planes, int stride)
+static int build_block(ds_model *m, const ds_arch *arch, const char *pre, int x, int planes, int stride)
 {
     char name[64];
-    int cin = m->acts[x].c, cout = A->bottleneck ? planes * 4 : planes, t = x, b = -1;
+    int cin = m->acts[x].c, cout = arch->bottleneck ? planes * 4 : planes, t = x, b = -1;
     /* conv1..convN, each followed by its BN (+ReLU); the last BN waits for the residual.
      * Bottleneck (v1.5: the stride on the 3x3): 1x1, 3x3, 1x1 to 4x planes; basic: 3x3, 3x3. */
     typedef struct { int k, r, stride, pad; } conv_spec;
     const conv_spec bottleneck[] = {{planes, 1, 1, 0}, {planes, 3, stride, 1}, {cout, 1, 1, 0}},
                     basic[] = {{planes, 3, stride, 1}, {cout, 3, 1, 1}};
-    const conv_spec *spec = A->bottleneck ? bottleneck : basic;
-    const int n = A->bottleneck ? 3 : 2;
+    const conv_spec *spec = arch->bottleneck ? bottleneck : basic;
+    const int n = arch->bottleneck ? 3 : 2;
     for (int i = 0; i < n; i++) {
         snprintf(name, sizeof name, "%s.conv%d", pre, i + 1);
         if ((t = build_conv(m, name, t, spec[i].k, spec[i].r, spec[i].stride, spec[i].pad)) < 0) return -1;
@@ -143,14 +143,14 @@ static int build_block(ds_model *m, const ds_arch *A, const char *pre, int x, in
     return build_bn_layer(m, b, t, res, 1);
 }
 
-int ds_model_build_network(ds_model *m, const ds_arch *A)
+int ds_model_build_network(ds_model *m, const ds_arch *arch)
 {
     int x = add_act(m, m->cfg.height, m->cfg.width, 3);
-    int stem = A->cifar ? 16 : 64;
-    x = A->cifar ? build_conv(m, "conv1", x, stem, 3, 1, 1) : build_conv(m, "conv1", x, stem, 7, 2, 3);
+    int stem = arch->cifar ? 16 : 64;
+    x = arch->cifar ? build_conv(m, "conv1", x, stem, 3, 1, 1) : build_conv(m, "conv1", x, stem, 7, 2, 3);
     if (x < 0) return -1;
     x = build_bn_layer(m, build_bn_tensors(m, "bn1", stem), x, -1, 1);
-    if (!A->cifar) {
+    if (!arch->cifar) {
         ds_act a = m->acts[x];
         int p = (a.h + 2 - 3) / 2 + 1, q = (a.w + 2 - 3) / 2 + 1;
         if (a.h < 2 || a.w < 2) return -1;
@@ -161,11 +161,11 @@ int ds_model_build_network(ds_model *m, const ds_arch *A)
                                  .pad = 1, .p = p, .q = q};
         x = out;
     }
-    for (int s = 0; s < A->nstages; s++) {
-        for (int b = 0; b < A->blocks[s]; b++) {
+    for (int s = 0; s < arch->nstages; s++) {
+        for (int b = 0; b < arch->blocks[s]; b++) {
             char pre[32];
             snprintf(pre, sizeof pre, "layer%d.%d", s + 1, b);
-            x = build_block(m, A, pre, x, stem << s, b == 0 && s > 0 ? 2 : 1);
+            x = build_block(m, arch, pre, x, stem << s, b == 0 && s > 0 ? 2 : 1);
             if (x < 0) return -1;
         }
     }

@@ -185,9 +185,55 @@ static inline ds_pool_desc ds_model_pool_desc(const ds_model *m, const ds_layer 
     return d;
 }
 
-/* Builds m's layer list and tensors for architecture A at m->cfg's input size (m->acts[0]
+/* The model's memory by name (model.h's layout): activation a in its storage acts[a].t,
+ * act_f32 for the float32 ones (features, logits); tensor t's parameters and gradients. */
+static inline void *act(ds_model *m, int a) { return m->act + m->acts[a].off; }
+static inline float *act_f32(ds_model *m, int a) { return m->act + m->acts[a].off; }
+static inline float *param(ds_model *m, int t) { return m->params + m->tloc[t].off; }
+static inline float *grad(ds_model *m, int t) { return m->reduction + m->tloc[t].off; }
+/* A training batch norm's ReLU bitmask, or NULL where the plan gave it none. */
+static inline uint8_t *relu_mask(ds_model *m, const ds_layer *L)
+{
+    return L->relu_mask == SIZE_MAX ? NULL : (uint8_t *)(m->act + L->relu_mask);
+}
+
+/* The weights a convolution reads: the bf16 copy in a bf16 run, else the parameters. */
+static inline void *conv_weights(ds_model *m, int t)
+{
+    return m->weights16 ? (void *)((char *)m->weights16 + m->tloc[t].off16 * ds_dtype_size(DS_BF16)) : param(m, t);
+}
+
+/* Gradient buffer of activation a (the storage of a). */
+static inline void *act_grad(ds_model *m, int a)
+{
+    int s = m->acts[a].grad_slot;
+    if (s == -2) return m->act + m->dlogits_off;
+    return m->act + m->grads_off + (size_t)s * m->slot_floats;
+}
+
+/* model.c: the walks through the layers, and the bf16 weight copy they read. */
+/* Forward's ops on the first n images; -1 (with a message) when batch norm cannot train on
+ * so few values. */
+int ds_model_forward_queue(ds_model *m, int n, int training);
+/* Backward's ops through the layers, from the dlogits the loss wrote; reduce: each bucket
+ * started as it completes, to_all as given. */
+void ds_model_backward_queue(ds_model *m, int n, int reduce, int to_all);
+/* The bf16 copy of the convolution weights, made when they changed (once per step). */
+void ds_model_weights16_update(ds_model *m);
+
+/* model_step.c: the loss, the losses read late, the SGD step and the recorded step. */
+/* The loss of the last forward's logits against labels, and the dlogits backward starts
+ * from; late: queued into the step's slot, 0 returned. */
+double ds_model_loss_and_dlogits(ds_model *m, const int32_t *labels, int n, float smoothing, float scale, int late);
+/* The slot of the step being filled (opened if none is); NULL with a message when none can
+ * take another backward. */
+ds_late_step *ds_model_late_step(ds_model *m);
+void ds_model_late_free(ds_model *m);
+void ds_model_step_graphs_free(ds_model *m);
+
+/* Builds m's layer list and tensors for architecture arch at m->cfg's input size (m->acts[0]
  * the input); -1 when the input is too small for the network. */
-int ds_model_build_network(ds_model *m, const ds_arch *A);
+int ds_model_build_network(ds_model *m, const ds_arch *arch);
 /* Places parameters, buffers, activations and the workspace (asking the backend for each
  * convolution's); -1 with a message when a layer cannot be planned. */
 int ds_model_plan_memory(ds_model *m);

@@ -41,17 +41,25 @@ typedef struct {
     int said_first;          /* the first progress line (before --log-every's) is out */
 } run;
 
+/* The reduction queue's record (comm.h), or zeros where the backend reduces out of the
+ * host's sight (NCCL). */
+static ds_comm_reduce_record reduce_record(const run *r)
+{
+    ds_comm_reduce_record rec = {0};
+    if (r->be->reduce_stats) r->be->reduce_stats(&rec);
+    return rec;
+}
+
 /* The step's last backward has handed its buckets (gradients + BN statistics) to the
  * backend's reduction as it went; waits for their sums (the loss is summed over the ranks
- * when it is read: finish_step). Where the host reduction ran them, --verbose says in what order the first
- * bucket was queued, backward began its last layer, and comm's thread began that bucket
- * (process-wide event numbers), and how long before that layer the thread began (negative:
- * only after it; bench/overlap_bench.sh reads these). */
+ * when it is read: finish_step). Where the host reduction ran them, --verbose says in what
+ * order the first bucket was queued, backward began its last layer, and comm's thread
+ * began that bucket (process-wide event numbers), and how long before that layer the
+ * thread began (negative: only after it; bench/overlap_bench.sh reads these). */
 static void reduce_step(run *r, int64_t g, uint64_t queued0)
 {
     ds_model_reduce_wait(r->m);
-    ds_comm_reduce_record rec;
-    ds_comm_reduce_stats(&rec);
+    ds_comm_reduce_record rec = reduce_record(r);
     if (rec.queued > queued0)
         ds_debug("step %lld: %llu gradient buckets reduced; events: first queued #%llu, backward's last layer "
                  "#%llu, first begun #%llu (%.3f ms before that layer)",
@@ -457,7 +465,7 @@ static int train_loop(run *r)
          * (model.h); rank 0's next micro-batch adds on top only once the sums are in, and the
          * other ranks start each one from zero. */
         int each_micro = lc->world > 1 && lc->accum > 1 && r->be->ordered_reduce;
-        ds_comm_reduce_record rec0;
+        ds_comm_reduce_record rec0 = {0};
         while ((rc = ds_loader_next(r->train_loader, &b)) == 1) {
             if (b->micro == 0) {
                 ds_comm_set_where("step %lld", (long long)g + 1);
@@ -466,7 +474,7 @@ static int train_loop(run *r)
                     return -1;
                 }
                 if (lc->accum > 1) ds_model_zero_reduction(m);   /* ds_model_train_step's own otherwise */
-                ds_comm_reduce_stats(&rec0);
+                rec0 = reduce_record(r);
             } else if (each_micro) {
                 ds_model_reduce_wait(m);
                 if (lc->rank != 0) ds_model_zero_reduction(m);

@@ -587,6 +587,7 @@ static const char *cpu_reduction(void) { return "ordered"; }
     .reduce_start = ds_comm_reduce_start, \
     .reduce_wait = ds_comm_reduce_wait, \
     .ordered_reduce = 1, \
+    .reduce_stats = ds_comm_reduce_stats, \
     .kernel_set = cpu_kernel_set, \
     .reduction = cpu_reduction,
 

@@ -397,6 +397,8 @@ static const ops_member ops_members[] = {
     OPS_MEMBER(reduce_start, OPS_FAMILY_HOST, "test_model's gradient buckets; test_dstrain_mpi.sh; test_emu_train's np 2"),
     OPS_MEMBER(reduce_wait, OPS_FAMILY_HOST, "test_model's gradient buckets; test_dstrain_mpi.sh; test_emu_train's np 2"),
     OPS_MEMBER(ordered_reduce, OPS_FAMILY_NONE, NULL),
+    OPS_MEMBER_NOT_CUDA(reduce_stats, OPS_FAMILY_HOST, "test_dstrain_mpi.sh (--verbose's account of the overlap)",
+                        "NCCL reduces inside its streams: the host sees no queue"),
     OPS_MEMBER_NOT_CUDA(kernel_set, OPS_FAMILY_HOST, "test_cpu_kernels.sh (the start-up line and the checkpoint's /kernels)",
                         "the CPU's kernel sets only"),
     OPS_MEMBER(reduction, OPS_FAMILY_HOST, "test_emu_deterministic.sh (the start-up line and checkpoint)"),
