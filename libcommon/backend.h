@@ -74,9 +74,11 @@ typedef struct {
  * once, so each byte is one thread's. ds_relu_mask_bytes: its size for m rows of c channels
  * in storage t, 0 where the layer can have none (c not a multiple of a byte's elements). */
 #define DS_RELU_MASK_BYTES 16
+/* The elements one mask byte covers in storage t (8 bf16, 4 float32). */
+static inline int ds_relu_mask_elems(ds_dtype t) { return DS_RELU_MASK_BYTES / (t == DS_BF16 ? 2 : 4); }
 static inline size_t ds_relu_mask_bytes(int m, int c, ds_dtype t)
 {
-    const int v = DS_RELU_MASK_BYTES / (t == DS_BF16 ? 2 : 4);
+    const int v = ds_relu_mask_elems(t);
     return c % v ? 0 : (size_t)m * c / v;
 }
 
@@ -127,6 +129,10 @@ typedef struct ds_backend {
     /* What the selected backend computes with (set when it is selected). */
     ds_precision precision;
     int deterministic;
+    /* 1: bn_fwd_train writes and bn_bwd reads a ReLU bitmask (ds_relu_mask_bytes) when given
+     * one, and the memory plan holds one for each training ReLU; 0: the backend masks from
+     * the output and the plan holds none. */
+    int relu_mask;
 
     /* ---- memory ---- */
     /* zeroed; NULL on failure. The zeroing is compute-stream work (on a device, queued):
@@ -241,8 +247,9 @@ typedef struct ds_backend {
      * bf16, 4 for float32): byte g covers elements [g V, g V + V) of the flat [m, c] tensor,
      * bit k set when element g V + k as stored is > 0 (float32's `out > 0` on the stored
      * value: NaN, -0, +0 and negatives give 0), ds_relu_mask_bytes in all. Given only with
-     * relu and c a multiple of V (the model's choice); the CUDA backend stops with an error
-     * on any other call, the CPU backend ignores it (its backward masks from out). */
+     * relu and c a multiple of V, and by the model only to a backend with relu_mask set; the
+     * CUDA backend stops with an error on any other call, the CPU backend ignores it (its
+     * backward masks from out). */
     void (*bn_fwd_train)(void *out, uint8_t *mask, float *mean, float *var, float *invstd, float *mean_sum,
                          float *var_sum, const void *in, const float *gamma, const float *beta, const void *residual,
                          int relu, int m, int c, float eps, ds_dtype t);

@@ -319,13 +319,14 @@ int ds_model_plan_memory(ds_model *m)
     }
     /* A batch norm's ReLU bitmask, one byte per 16 bytes of its output, for its backward:
      * training only, where the channels fill whole bytes (ds_relu_mask_bytes; every ResNet
-     * layer's do): what a backend may read instead of the output to mask the gradient. */
+     * layer's do), and only for a backend that reads it instead of the output to mask the
+     * gradient (relu_mask: the CPU's backward masks from the output). */
     for (int l = 0; l < m->nlayers; l++) {
         ds_layer *L = &m->layers[l];
         const ds_act *a = &m->acts[L->out];
         const size_t bytes = ds_relu_mask_bytes((int)(B * a->h * a->w), a->c, a->t);
         L->relu_mask = SIZE_MAX;
-        if (L->type != L_BN || !L->relu || !m->cfg.training || !bytes) continue;
+        if (L->type != L_BN || !L->relu || !m->cfg.training || !m->be->relu_mask || !bytes) continue;
         L->relu_mask = off;
         off += align_up((bytes + 3) / 4);
     }

@@ -509,6 +509,7 @@ static ds_backend cuda_backend = {
     .host_memory = 0,
     .precision = DS_PRECISION_BF16,   /* both set by ds_cuda_select */
     .deterministic = 0,
+    .relu_mask = 1,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .upload = cuda_upload,

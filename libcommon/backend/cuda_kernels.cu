@@ -299,7 +299,7 @@ static_assert(DS_RELU_MASK_BYTES == DS_CUDA_VEC_BYTES, "a mask byte is one vecto
 template <typename T>
 static void relu_mask_check(const uint8_t *mask, int relu, int c)
 {
-    const int v = DS_RELU_MASK_BYTES / (int)sizeof(T);
+    const int v = ds_relu_mask_elems(sizeof(T) == 2 ? DS_BF16 : DS_F32);
     if (mask && (!relu || c % v))
         ds_die("batch norm: a ReLU bitmask needs the ReLU and a multiple of %d channels (relu %d, %d channels)", v,
                relu, c);

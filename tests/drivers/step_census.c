@@ -471,6 +471,7 @@ static void spy_to_bf16(void *dst, const float *src, const ds_bf16_run *runs, in
 static ds_backend spy = {
     .name = "spy",
     .host_memory = 0,
+    .relu_mask = 1,   /* the CUDA backend's */
     .alloc = spy_alloc,
     .free = spy_free,
     .upload = spy_upload,

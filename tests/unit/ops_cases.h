@@ -347,6 +347,7 @@ static const ops_member ops_members[] = {
     OPS_MEMBER(host_memory, OPS_FAMILY_NONE, NULL),
     OPS_MEMBER(precision, OPS_FAMILY_NONE, NULL),
     OPS_MEMBER(deterministic, OPS_FAMILY_NONE, NULL),
+    OPS_MEMBER(relu_mask, OPS_FAMILY_NONE, NULL),
     OPS_MEMBER(alloc, OPS_FAMILY_HOST, "every case; test_ops backend selection (aligned, zeroed)"),
     OPS_MEMBER(free, OPS_FAMILY_HOST, "every case"),
     OPS_MEMBER(upload, OPS_FAMILY_HOST, "every test_cuda_ops case; upload's source reused at once"),

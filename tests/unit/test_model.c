@@ -317,6 +317,48 @@ static void test_step_allocates_nothing(void)
 
 /* Backward must not depend on what earlier passes left in the activation and gradient
  * buffers: two identical passes give identical gradients, bit for bit. */
+/* A ReLU bitmask is planned only for a backend that reads it (backend.h's relu_mask): the
+ * CPU's plan holds none, and a CPU backend told it reads them plans one per training ReLU
+ * (and computes the same bits: the CPU masks from the output either way). */
+static void test_relu_mask_plan(void)
+{
+    check_begin("relu_mask_plan");
+    ds_backend masked = ds_backend_cpu;
+    masked.relu_mask = 1;
+    ds_model_config cfg = {.arch = "resnet20", .num_classes = 10, .max_batch = 8, .height = 32, .width = 32,
+                           .training = 1};
+    ds_model *plain = ds_model_create(&ds_backend_cpu, &cfg), *with = ds_model_create(&masked, &cfg);
+    CHECK(plain && with, "create");
+    if (plain && with) {
+        /* resnet20's 19 ReLUs: 7 of 16 channels at 32x32, 6 of 32 at 16x16, 6 of 64 at 8x8;
+         * a byte per 4 float32 elements, each mask a multiple of 256 bytes */
+        size_t want = ds_relu_mask_bytes(8 * 32 * 32, 16, DS_F32) * 7 + ds_relu_mask_bytes(8 * 16 * 16, 32, DS_F32) * 6 +
+                      ds_relu_mask_bytes(8 * 8 * 8, 64, DS_F32) * 6;
+        size_t got = ds_model_memory_plan(with).activations - ds_model_memory_plan(plain).activations;
+        CHECK(got == want, "the masks take %zu bytes, want %zu", got, want);
+        int32_t labels[8] = {1, 4, 0, 2, 9, 3, 3, 7};
+        size_t count = 0;
+        float *g[2];
+        ds_model *ms[2] = {plain, with};
+        for (int k = 0; k < 2; k++) {
+            ds_model_init(ms[k], 5);
+            fill_input(ms[k], 8, 32);
+            ds_model_zero_reduction(ms[k]);
+            ds_model_forward(ms[k], 8, 1);
+            ds_model_backward(ms[k], labels, 8, 1.0f / 8, 0);
+            float *red = ds_model_reduction(ms[k], &count);
+            g[k] = malloc(count * 4);
+            ds_backend_cpu.download(g[k], red, count * 4);
+        }
+        CHECK(!memcmp(g[0], g[1], count * 4), "the gradients differ with the masks planned");
+        free(g[0]);
+        free(g[1]);
+    }
+    ds_model_free(plain);
+    ds_model_free(with);
+    check_end();
+}
+
 static void test_backward_repeatable(const char *arch, int n, int hw)
 {
     char name[64];
@@ -864,6 +906,7 @@ int main(void)
     count_allocations();
     test_param_counts();
     test_memory_plan();
+    test_relu_mask_plan();
     test_refusals();
     test_init();
     test_step_allocates_nothing();
