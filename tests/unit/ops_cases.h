@@ -1,17 +1,24 @@
 /* ops_cases.h: the op cases of every backend test, written once (ggml's test-backend-ops is
- * the model). Three programs walk them:
+ * the model). Four programs walk them:
  *   - test_ops: the CPU backends against plain double loops (and finite differences on the
  *     smallest), bf16 against exact sums of rounded products, and the bitwise promises
  *     (threads, kernel sets: --bits);
  *   - test_cuda_ops: the CUDA backend against the CPU backend, in fp32, tf32 and bf16
  *     arithmetic and bf16 storage (on the emulated device in every make check, on a GPU
  *     when one is there);
+ *   - test_cuda_bodies: the CUDA kernels' bodies replayed on the CPU, thread by thread over
+ *     their grids, against the CPU backend, with no GPU (every make test); the convolutions
+ *     are cuDNN's, so it takes no convolution rows;
  *   - bench/ops_bench: the network rows, timed.
  * A row's `use` names the walks that take it, so a shape is written once however many walks
- * take it. A new op gets its rows here and a member row in ops_members below; test_ops's
- * every_backend_op_has_a_case fails while a member of ds_backend has no row there, or an
- * op's family has no case, and test_cuda_ops's cuda_backend_op_has_a_case while the CUDA
- * table lacks a member its row does not excuse, or the family has no row for the GPU walks.
+ * take it. A few fields are read by test_cuda_bodies only (`bodies`: its tests that take the
+ * row; `data`, `dres`, `scale`, `n`, ...): each is 0 in the ordinary case, so the other
+ * walks' rows need not name them. A new op gets its rows here and a member row in
+ * ops_members below; test_ops's every_backend_op_has_a_case fails while a member of
+ * ds_backend has no row there, or an op's family has no case, and test_cuda_ops's
+ * cuda_backend_op_has_a_case while the CUDA table lacks a member its row does not excuse, or
+ * the family has no row for the GPU walks; test_cuda_bodies fails while a family whose
+ * kernels have bodies has no OPS_BODIES row.
  * The whole path of a new op: docs/DESIGN.md §4.9. */
 #ifndef DS_OPS_CASES_H
 #define DS_OPS_CASES_H
@@ -39,6 +46,8 @@ enum {
     OPS_F32_IN = 1 << 11,      /* under bf16 storage the input stays float32 (the stem) */
     /* test_ops, again */
     OPS_FUSED = 1 << 12,       /* conv_fwd_bn against conv_fwd then bn_fwd_infer, bitwise, every CPU backend */
+    /* test_cuda_bodies */
+    OPS_BODIES = 1 << 13,      /* the CUDA kernels' bodies replayed on the CPU against the CPU backend */
 };
 
 /* A convolution: run at n x h x w x c, k filters r x s, stride, pad. The device walk plans it
@@ -190,51 +199,162 @@ typedef struct {
     int m, c, residual, relu;
     double offset, spread;
     unsigned use;
+    /* test_cuda_bodies only */
+    unsigned bodies;  /* its tests that take the row (OPS_BN_TRAIN, ...) */
+    int data;         /* their data (OPS_BN_NORMAL: the offset and spread above) */
+    int dres;         /* bn_bwd's dresidual there (OPS_DRES_NONE; `residual` is the forward's) */
 } ops_bn;
 
+#define OPS_BN(m_, c_, residual_, relu_, offset_, spread_) \
+    .m = m_, .c = c_, .residual = residual_, .relu = relu_, .offset = offset_, .spread = spread_
+
+/* test_cuda_bodies's tests of a batch-norm row (its `bodies`) */
+enum {
+    OPS_BN_TRAIN = 1 << 0,       /* bn_fwd_train: statistics, running sums, out */
+    OPS_BN_BWD = 1 << 1,         /* bn_bwd: dgamma, dbeta, din, dresidual */
+    OPS_BN_INFER = 1 << 2,       /* bn_fwd_infer */
+    OPS_BN_VEC = 1 << 3,         /* the vector bodies give the scalar ones' bits: partial sums, apply, dx */
+    OPS_BN_MASK_APPLY = 1 << 4,  /* the ReLU bitmask the apply writes, against its definition */
+    OPS_BN_MASK_BWD = 1 << 5,    /* the backward reading the bitmask gives the bits of the one reading out */
+};
+
+/* A batch-norm row's data in test_cuda_bodies (its `data`) */
+enum {
+    OPS_BN_NORMAL,     /* offset + spread * N(0, 1) forward, N(0.3, 1.5) backward: the statistics
+                          and gradients within a bound computed from the data */
+    OPS_BN_EXACT,      /* small integers (and quarters backward: dy integers, x and the mean
+                          quarters): every sum exact in any order, the whole op bitwise */
+    OPS_BN_FULL_RUNS,  /* forward only: -1, 0, 1 and every 16th or 17th row 2560: exact in the
+                          CPU's float runs and in the kernels', but 3 large rows make a 49-row
+                          chunk's sum of squares pass 2^24, so a chunk summed in float instead
+                          of in double runs would round */
+};
+
+/* bn_bwd's dresidual in test_cuda_bodies (a row's `dres`) */
+enum {
+    OPS_DRES_NONE,  /* NULL: no residual */
+    OPS_DRES_OWN,   /* a buffer of its own */
+    OPS_DRES_DOUT,  /* dout itself (no copy: dout must end masked) */
+};
+
 static const ops_bn ops_bns[] = {
-    {24, 5, 0, 0, 0, 1, OPS_REF | OPS_GPU},
-    {24, 5, 1, 1, 0, 1, OPS_REF | OPS_GPU},
-    {30, 4, 0, 1, 0, 1, OPS_REF | OPS_GPU},
-    {17, 3, 1, 0, 0, 1, OPS_REF | OPS_GPU},
-    {4096, 70, 1, 1, 0, 1, OPS_REF | OPS_GPU},
-    {6, 300, 1, 1, 0, 1, OPS_REF | OPS_GPU},       /* more channels than one reduction pass takes */
-    {2000, 8, 0, 0, 10, 0.1, OPS_REF | OPS_GPU},   /* mean/std up to 800 */
-    {300, 48, 1, 1, 3.5, 0.9, OPS_GPU | OPS_GPU_BF16_IO},
-    {1000, 70, 0, 0, 3.5, 0.9, OPS_GPU},
-    {97, 8, 0, 1, 3.5, 0.9, OPS_GPU | OPS_GPU_BF16_IO},
+    {OPS_BN(24, 5, 0, 0, 0, 1), .use = OPS_REF | OPS_GPU},
+    {OPS_BN(24, 5, 1, 1, 0, 1), .use = OPS_REF | OPS_GPU},
+    {OPS_BN(30, 4, 0, 1, 0, 1), .use = OPS_REF | OPS_GPU},
+    {OPS_BN(17, 3, 1, 0, 0, 1), .use = OPS_REF | OPS_GPU},
+    {OPS_BN(4096, 70, 1, 1, 0, 1), .use = OPS_REF | OPS_GPU},
+    {OPS_BN(6, 300, 1, 1, 0, 1), .use = OPS_REF | OPS_GPU},      /* more channels than one reduction pass takes */
+    {OPS_BN(2000, 8, 0, 0, 10, 0.1), .use = OPS_REF | OPS_GPU},  /* mean/std up to 800 */
+    {OPS_BN(300, 48, 1, 1, 3.5, 0.9), .use = OPS_GPU | OPS_GPU_BF16_IO},
+    {OPS_BN(1000, 70, 0, 0, 3.5, 0.9), .use = OPS_GPU},
+    {OPS_BN(97, 8, 0, 1, 3.5, 0.9), .use = OPS_GPU | OPS_GPU_BF16_IO},
     /* bf16 channel counts the vector width (8) does not divide: the scalar kernels on the
      * device, 12 half a vector past one, 70 odd (vec_ok must refuse both) */
-    {300, 12, 1, 1, 3.5, 0.9, OPS_GPU_BF16_IO},
-    {200, 70, 1, 0, 3.5, 0.9, OPS_GPU_BF16_IO},
+    {OPS_BN(300, 12, 1, 1, 3.5, 0.9), .use = OPS_GPU_BF16_IO},
+    {OPS_BN(200, 70, 1, 0, 3.5, 0.9), .use = OPS_GPU_BF16_IO},
     /* bf16 storage in test_ops: m = 2 images of 12 rows (pooled 3x3/2 there too) */
-    {2 * 12 * 10, 70, 1, 1, 0, 2, OPS_BF16_IO},
-    {2 * 12 * 3, 300, 1, 1, 0, 2, OPS_BF16_IO},
+    {OPS_BN(2 * 12 * 10, 70, 1, 1, 0, 2), .use = OPS_BF16_IO},
+    {OPS_BN(2 * 12 * 3, 300, 1, 1, 0, 2), .use = OPS_BF16_IO},
     /* the bitwise runs: 6 images of 12 x 12 */
-    {6 * 12 * 12, 64, 1, 1, 0, 2, OPS_BITS},
+    {OPS_BN(6 * 12 * 12, 64, 1, 1, 0, 2), .use = OPS_BITS},
+    /* the kernels' bodies, in float32 and bf16 storage. ResNet-like: layer1 at batch 8 (784
+     * chunks), layer3 at batch 4, layer4 at batch 8 (the CPU's 16 chunks), the stem at batch
+     * 2 (2048 chunks, the most) */
+    {.m = 8 * 56 * 56, .c = 64, .relu = 1, .offset = 0.5, .spread = 2, .dres = OPS_DRES_OWN, .use = OPS_BODIES,
+     .bodies = OPS_BN_TRAIN | OPS_BN_BWD},
+    {.m = 4 * 14 * 14, .c = 256, .residual = 1, .relu = 1, .offset = 0.5, .spread = 2, .use = OPS_BODIES,
+     .bodies = OPS_BN_TRAIN},
+    {.m = 4 * 14 * 14, .c = 256, .dres = OPS_DRES_DOUT, .use = OPS_BODIES, .bodies = OPS_BN_BWD},
+    {.m = 8 * 7 * 7, .c = 2048, .residual = 1, .relu = 1, .offset = 0.5, .spread = 2, .dres = OPS_DRES_OWN,
+     .use = OPS_BODIES, .bodies = OPS_BN_TRAIN | OPS_BN_BWD},
+    {.m = 2 * 224 * 224, .c = 64, .relu = 1, .offset = 0.1, .spread = 1, .use = OPS_BODIES,
+     .bodies = OPS_BN_TRAIN | OPS_BN_BWD},
+    /* edges: c not a multiple of 32, m not a multiple of the chunks, m below the chunk count
+     * (empty chunks), one row; |mean| >> std */
+    {.m = 300, .c = 100, .residual = 1, .spread = 1, .use = OPS_BODIES, .bodies = OPS_BN_TRAIN},
+    {.m = 300, .c = 100, .relu = 1, .dres = OPS_DRES_OWN, .use = OPS_BODIES, .bodies = OPS_BN_BWD},
+    {.m = 7, .c = 33, .residual = 1, .relu = 1, .spread = 1, .dres = OPS_DRES_OWN, .use = OPS_BODIES,
+     .bodies = OPS_BN_TRAIN | OPS_BN_BWD},
+    {.m = 1, .c = 3, .spread = 1, .use = OPS_BODIES, .bodies = OPS_BN_TRAIN | OPS_BN_BWD},
+    {.m = 1000, .c = 5, .offset = 300, .spread = 0.1, .use = OPS_BODIES, .bodies = OPS_BN_TRAIN},
+    /* exact sums: the whole op bitwise */
+    {.m = 2 * 28 * 28, .c = 96, .residual = 1, .relu = 1, .data = OPS_BN_EXACT, .dres = OPS_DRES_OWN,
+     .use = OPS_BODIES, .bodies = OPS_BN_TRAIN | OPS_BN_BWD},
+    {.m = 333, .c = 37, .data = OPS_BN_EXACT, .use = OPS_BODIES, .bodies = OPS_BN_TRAIN | OPS_BN_BWD},
+    {.m = 2 * 224 * 224, .c = 8, .data = OPS_BN_FULL_RUNS, .use = OPS_BODIES, .bodies = OPS_BN_TRAIN},
+    {.m = 4 * 28 * 28, .c = 128, .residual = 1, .relu = 1, .use = OPS_BODIES, .bodies = OPS_BN_INFER},
+    {.m = 5, .c = 33, .use = OPS_BODIES, .bodies = OPS_BN_INFER},
+    /* the vector bodies: shapes of ResNet-50 (many chunks, one row per chunk) and short ones;
+     * the ReLU bitmask: a layer1-like shape, short ones, one row of one byte */
+    {.m = 8 * 28 * 28, .c = 64, .use = OPS_BODIES, .bodies = OPS_BN_VEC},
+    {.m = 2 * 7 * 7, .c = 2048, .use = OPS_BODIES, .bodies = OPS_BN_VEC},
+    {.m = 37, .c = 16, .use = OPS_BODIES, .bodies = OPS_BN_VEC | OPS_BN_MASK_APPLY | OPS_BN_MASK_BWD},
+    {.m = 1, .c = 8, .use = OPS_BODIES, .bodies = OPS_BN_VEC | OPS_BN_MASK_APPLY | OPS_BN_MASK_BWD},
+    {.m = 4 * 28 * 28, .c = 64, .use = OPS_BODIES, .bodies = OPS_BN_MASK_APPLY | OPS_BN_MASK_BWD},
+    {.m = 300, .c = 24, .use = OPS_BODIES, .bodies = OPS_BN_MASK_BWD},
 };
 
 /* Max pooling k x k / stride, pad, over n x h x w x c; the average pool over each image. */
 typedef struct {
     int n, h, w, c, k, stride, pad;
     unsigned use;
+    /* test_cuda_bodies only */
+    unsigned bodies;  /* its tests that take the row (OPS_POOL_MAX, ...) */
+    int data;         /* their data (OPS_POOL_NORMAL: N(0, 1)) */
 } ops_pool;
 
-static const ops_pool ops_pools[] = {
-    {2, 9, 9, 3, 3, 2, 1, OPS_REF | OPS_GPU},
-    {1, 8, 7, 4, 2, 2, 0, OPS_REF | OPS_GPU},
-    {2, 5, 5, 2, 3, 1, 1, OPS_REF | OPS_GPU},
-    {3, 10, 10, 7, 3, 2, 1, OPS_REF | OPS_GPU},
-    {3, 13, 11, 8, 3, 2, 1, OPS_GPU | OPS_GPU_BF16_IO},
-    {4, 7, 7, 40, 3, 2, 1, OPS_GPU | OPS_GPU_BF16_IO},
-    {3, 9, 9, 12, 3, 2, 1, OPS_GPU_BF16_IO},   /* bf16 past the vector width: the scalar kernels */
-    {2, 7, 7, 70, 3, 2, 1, OPS_GPU_BF16_IO},
-    /* bf16 channels not a multiple of 8: the scalar kernels (float32's vector one at 12) */
-    {2, 9, 9, 12, 3, 2, 1, OPS_GPU | OPS_GPU_BF16_IO},
-    {3, 7, 6, 3, 3, 2, 1, OPS_GPU | OPS_GPU_BF16_IO},
-    {6, 12, 12, 64, 3, 2, 1, OPS_BITS},
+#define OPS_POOL(n_, h_, w_, c_, k_, stride_, pad_) \
+    .n = n_, .h = h_, .w = w_, .c = c_, .k = k_, .stride = stride_, .pad = pad_
+
+/* test_cuda_bodies's tests of a pool row (its `bodies`) */
+enum {
+    OPS_POOL_MAX = 1 << 0,      /* maxpool forward (out, argmax) and backward */
+    OPS_POOL_MAX_VEC = 1 << 1,  /* maxpool's vector bodies give the scalar ones' bits */
+    OPS_POOL_AVG = 1 << 2,      /* the average pool over each image's h x w (the window unused) */
 };
 
+/* A pool row's data in test_cuda_bodies (its `data`) */
+enum {
+    OPS_POOL_NORMAL,   /* N(0, 1) */
+    OPS_POOL_TIES,     /* integers in [-2, 2]: many ties, the first maximum must win */
+    OPS_POOL_NAN_INF,  /* N(0, 1) with NaN, -NaN and -inf among them (a NaN or a -inf first in a
+                          window: the argmax is the backward's first maximum, not the forward's
+                          maximum) */
+};
+
+static const ops_pool ops_pools[] = {
+    {OPS_POOL(2, 9, 9, 3, 3, 2, 1), .use = OPS_REF | OPS_GPU},
+    {OPS_POOL(1, 8, 7, 4, 2, 2, 0), .use = OPS_REF | OPS_GPU},
+    {OPS_POOL(2, 5, 5, 2, 3, 1, 1), .use = OPS_REF | OPS_GPU},
+    {OPS_POOL(3, 10, 10, 7, 3, 2, 1), .use = OPS_REF | OPS_GPU},
+    {OPS_POOL(3, 13, 11, 8, 3, 2, 1), .use = OPS_GPU | OPS_GPU_BF16_IO},
+    {OPS_POOL(4, 7, 7, 40, 3, 2, 1), .use = OPS_GPU | OPS_GPU_BF16_IO},
+    {OPS_POOL(3, 9, 9, 12, 3, 2, 1), .use = OPS_GPU_BF16_IO},   /* bf16 past the vector width: the scalar kernels */
+    {OPS_POOL(2, 7, 7, 70, 3, 2, 1), .use = OPS_GPU_BF16_IO},
+    /* bf16 channels not a multiple of 8: the scalar kernels (float32's vector one at 12);
+     * the kernels' bodies on the first with NaN and -inf */
+    {OPS_POOL(2, 9, 9, 12, 3, 2, 1), .use = OPS_GPU | OPS_GPU_BF16_IO | OPS_BODIES, .bodies = OPS_POOL_MAX,
+     .data = OPS_POOL_NAN_INF},
+    {OPS_POOL(3, 7, 6, 3, 3, 2, 1), .use = OPS_GPU | OPS_GPU_BF16_IO},
+    {OPS_POOL(6, 12, 12, 64, 3, 2, 1), .use = OPS_BITS},
+    /* the kernels' bodies, in float32 and bf16 storage: the stem's pool, odd sizes, windows of
+     * 2 and of 1 row's stride, ties, NaN and -inf; the average pool over ResNet-50's last 7 x 7
+     * and over 5 rows of an odd channel count */
+    {OPS_POOL(2, 56, 56, 64, 3, 2, 1), .use = OPS_BODIES, .bodies = OPS_POOL_MAX | OPS_POOL_MAX_VEC},
+    {OPS_POOL(2, 7, 5, 3, 3, 2, 1), .use = OPS_BODIES, .bodies = OPS_POOL_MAX, .data = OPS_POOL_TIES},
+    {OPS_POOL(3, 9, 9, 33, 2, 2, 0), .use = OPS_BODIES, .bodies = OPS_POOL_MAX, .data = OPS_POOL_TIES},
+    {OPS_POOL(1, 6, 8, 5, 3, 1, 1), .use = OPS_BODIES, .bodies = OPS_POOL_MAX, .data = OPS_POOL_TIES},
+    {OPS_POOL(3, 9, 9, 16, 3, 2, 1), .use = OPS_BODIES, .bodies = OPS_POOL_MAX | OPS_POOL_MAX_VEC,
+     .data = OPS_POOL_TIES},
+    {OPS_POOL(2, 8, 7, 16, 3, 2, 1), .use = OPS_BODIES, .bodies = OPS_POOL_MAX, .data = OPS_POOL_NAN_INF},
+    {OPS_POOL(2, 8, 7, 5, 3, 2, 1), .use = OPS_BODIES, .bodies = OPS_POOL_MAX, .data = OPS_POOL_NAN_INF},
+    {OPS_POOL(2, 8, 6, 8, 2, 2, 0), .use = OPS_BODIES, .bodies = OPS_POOL_MAX_VEC, .data = OPS_POOL_TIES},
+    {OPS_POOL(3, 9, 7, 16, 3, 2, 1), .use = OPS_BODIES, .bodies = OPS_POOL_MAX_VEC, .data = OPS_POOL_NAN_INF},
+    {.n = 8, .h = 7, .w = 7, .c = 2048, .use = OPS_BODIES, .bodies = OPS_POOL_AVG},
+    {.n = 3, .h = 5, .w = 1, .c = 33, .use = OPS_BODIES, .bodies = OPS_POOL_AVG},
+};
+
+/* The row's descriptor in storage `type` (a row with a window: OPS_POOL_AVG's alone have none). */
 static inline ds_pool_desc ops_pool_desc(const ops_pool *t, ds_dtype type)
 {
     ds_pool_desc d = {t->n, t->h, t->w, t->c, t->k, t->stride, t->pad, 0, 0, type};
@@ -243,27 +363,37 @@ static inline ds_pool_desc ops_pool_desc(const ops_pool *t, ds_dtype type)
     return d;
 }
 
-/* The fully connected layer: n rows of i inputs to o outputs. */
+/* The fully connected layer: n rows of i inputs to o outputs (test_cuda_bodies: the bias
+ * kernels, added to the product and summed into db). */
 typedef struct {
     int n, i, o;
     unsigned use;
 } ops_linear;
 
+#define OPS_LINEAR(n_, i_, o_) .n = n_, .i = i_, .o = o_
+
 static const ops_linear ops_linears[] = {
-    {5, 9, 7, OPS_REF | OPS_GPU},
-    {3, 140, 260, OPS_REF | OPS_GPU},
-    {5, 70, 33, OPS_GPU},
-    {40, 300, 600, OPS_BITS},
+    {OPS_LINEAR(5, 9, 7), .use = OPS_REF | OPS_GPU},
+    {OPS_LINEAR(3, 140, 260), .use = OPS_REF | OPS_GPU},
+    {OPS_LINEAR(5, 70, 33), .use = OPS_GPU},
+    {OPS_LINEAR(40, 300, 600), .use = OPS_BITS},
+    /* the kernels' bodies: 1000 outputs (ImageNet's classes) at batch 8, a short odd one */
+    {OPS_LINEAR(8, 64, 1000), .use = OPS_BODIES},
+    {OPS_LINEAR(3, 5, 33), .use = OPS_BODIES},
 };
 
 /* Softmax cross-entropy over n rows of c classes, label smoothing; a label of -1 (padding)
- * every `pad_every` rows from the fourth (0: none). */
+ * every `pad_every` rows from the fourth (0: none). test_cuda_bodies pads rows 1 and 2 of its
+ * rows (-1 and c) where there are more than 2, whatever `pad_every`. */
 typedef struct {
     int n, c;
     float smoothing;
     int pad_every;
     unsigned use;
+    float scale;  /* test_cuda_bodies only: the gradient's scale (0: 1 / n, the batch's mean) */
 } ops_xent;
+
+#define OPS_XENT(n_, c_, smoothing_, pad_every_) .n = n_, .c = c_, .smoothing = smoothing_, .pad_every = pad_every_
 
 /* 1: row r of the case is a padding sample (label -1) */
 static inline int ops_xent_padding(const ops_xent *t, int r)
@@ -272,30 +402,61 @@ static inline int ops_xent_padding(const ops_xent *t, int r)
 }
 
 static const ops_xent ops_xents[] = {
-    {7, 11, 0, 4, OPS_REF | OPS_GPU},
-    {7, 11, 0.1f, 4, OPS_REF | OPS_GPU},
-    {6, 1000, 0, 3, OPS_GPU},
-    {6, 1000, 0.1f, 3, OPS_GPU},
-    {40, 600, 0.1f, 7, OPS_BITS},
+    {OPS_XENT(7, 11, 0, 4), .use = OPS_REF | OPS_GPU},
+    {OPS_XENT(7, 11, 0.1f, 4), .use = OPS_REF | OPS_GPU},
+    {OPS_XENT(6, 1000, 0, 3), .use = OPS_GPU},
+    {OPS_XENT(6, 1000, 0.1f, 3), .use = OPS_GPU},
+    {OPS_XENT(40, 600, 0.1f, 7), .use = OPS_BITS},
+    /* the kernels' bodies: ImageNet's 1000 classes at batch 8, odd counts, a scale of 1, one class */
+    {.n = 8, .c = 1000, .smoothing = 0.1f, .use = OPS_BODIES},
+    {.n = 5, .c = 300, .use = OPS_BODIES},
+    {.n = 4, .c = 10, .smoothing = 0.1f, .scale = 1, .use = OPS_BODIES},
+    {.n = 1, .c = 1, .scale = 1, .use = OPS_BODIES},
 };
 
-/* One SGD step's rule: momentum, weight decay, Nesterov, the first step (the buffer set). */
+/* One SGD step's rule: momentum, weight decay, Nesterov, the first step (the buffer set). The
+ * elementwise ops (scale, axpy, add, to_bf16: their family is walked with these rows) take
+ * rows of their own in test_cuda_bodies, the rule left 0. */
 typedef struct {
     float lr, momentum, wd;
     int nesterov, first;
     unsigned use;
+    /* test_cuda_bodies only */
+    unsigned bodies;  /* its tests that take the row (OPS_SGD_STEP, ...) */
+    size_t n;         /* the length of the vectors the step and the elementwise ops run on */
+    int bf16_runs;    /* OPS_SGD_TO_BF16: how many runs, laid out as the model's weight copy */
 } ops_sgd;
 
+#define OPS_SGD(lr_, momentum_, wd_, nesterov_, first_) \
+    .lr = lr_, .momentum = momentum_, .wd = wd_, .nesterov = nesterov_, .first = first_
+
+/* test_cuda_bodies's tests of an SGD row (its `bodies`) */
+enum {
+    OPS_SGD_STEP = 1 << 0,         /* sgd_step by the row's rule on n values */
+    OPS_SGD_ELEMENTWISE = 1 << 1,  /* scale, axpy, add (float32, bf16), to_bf16 and back, on n values */
+    OPS_SGD_TO_BF16 = 1 << 2,      /* to_bf16 over bf16_runs runs (gaps kept, runs of no values) */
+};
+
 static const ops_sgd ops_sgds[] = {
-    {0.1f, 0.9f, 0, 0, 0, OPS_REF},
-    {0.1f, 0.9f, 1e-4f, 1, 0, OPS_REF},
-    {0.1f, 0.9f, 5e-4f, 0, 0, OPS_REF},
-    {0.1f, 0, 1e-4f, 0, 0, OPS_REF},
+    {OPS_SGD(0.1f, 0.9f, 0, 0, 0), .use = OPS_REF},
+    {OPS_SGD(0.1f, 0.9f, 1e-4f, 1, 0), .use = OPS_REF | OPS_BODIES, .bodies = OPS_SGD_STEP, .n = 100003},
+    {OPS_SGD(0.1f, 0.9f, 5e-4f, 0, 0), .use = OPS_REF},
+    {OPS_SGD(0.1f, 0, 1e-4f, 0, 0), .use = OPS_REF | OPS_BODIES, .bodies = OPS_SGD_STEP, .n = 1000},
     /* one sequence on one tensor: the first step, then each rule */
-    {0.1f, 0.9f, 1e-4f, 0, 1, OPS_GPU | OPS_BITS},
-    {0.1f, 0.9f, 5e-4f, 1, 0, OPS_GPU | OPS_BITS},
-    {0.05f, 0.9f, 0, 0, 0, OPS_GPU},
-    {0.01f, 0, 1e-4f, 0, 0, OPS_GPU},
+    {OPS_SGD(0.1f, 0.9f, 1e-4f, 0, 1), .use = OPS_GPU | OPS_BITS},
+    {OPS_SGD(0.1f, 0.9f, 5e-4f, 1, 0), .use = OPS_GPU | OPS_BITS},
+    {OPS_SGD(0.05f, 0.9f, 0, 0, 0), .use = OPS_GPU},
+    {OPS_SGD(0.01f, 0, 1e-4f, 0, 0), .use = OPS_GPU},
+    /* the kernels' bodies (and two rows above): the rules at odd lengths; the elementwise ops;
+     * to_bf16 over one run, resnet50's convolutions' runs (one launch), three launches' */
+    {OPS_SGD(0.1f, 0.9f, 1e-4f, 0, 0), .use = OPS_BODIES, .bodies = OPS_SGD_STEP, .n = 100003},
+    {OPS_SGD(0.1f, 0.9f, 0, 0, 1), .use = OPS_BODIES, .bodies = OPS_SGD_STEP, .n = 1000},
+    {OPS_SGD(0.1f, 0, 0, 0, 0), .use = OPS_BODIES, .bodies = OPS_SGD_STEP, .n = 777},
+    {.n = 100003, .use = OPS_BODIES, .bodies = OPS_SGD_ELEMENTWISE},
+    {.n = 17, .use = OPS_BODIES, .bodies = OPS_SGD_ELEMENTWISE},
+    {.bf16_runs = 1, .use = OPS_BODIES, .bodies = OPS_SGD_TO_BF16},
+    {.bf16_runs = 53, .use = OPS_BODIES, .bodies = OPS_SGD_TO_BF16},
+    {.bf16_runs = 150, .use = OPS_BODIES, .bodies = OPS_SGD_TO_BF16},
 };
 
 /* The input ops: n images of H x W bytes to ch x cw crops (normalize_u8) and boxes resized to
@@ -303,13 +464,19 @@ static const ops_sgd ops_sgds[] = {
 typedef struct {
     int n, H, W, ch, cw;
     unsigned use;
+    int no_flip;  /* test_cuda_bodies only: no flips (NULL); 0: every other sample flipped */
 } ops_input;
 
+#define OPS_INPUT(n_, H_, W_, ch_, cw_) .n = n_, .H = H_, .W = W_, .ch = ch_, .cw = cw_
+
 static const ops_input ops_inputs[] = {
-    {4, 20, 17, 12, 9, OPS_GPU},
-    {5, 21, 26, 12, 9, OPS_GPU},
-    {4, 256, 256, 224, 224, OPS_GPU},   /* RandomResizedCrop at ImageNet sizes */
-    {4, 20, 18, 16, 16, OPS_BITS},
+    {OPS_INPUT(4, 20, 17, 12, 9), .use = OPS_GPU},
+    {OPS_INPUT(5, 21, 26, 12, 9), .use = OPS_GPU},
+    {OPS_INPUT(4, 256, 256, 224, 224), .use = OPS_GPU},   /* RandomResizedCrop at ImageNet sizes */
+    {OPS_INPUT(4, 20, 18, 16, 16), .use = OPS_BITS},
+    /* the kernels' bodies: 32 x 32 crops, odd sizes without flips */
+    {OPS_INPUT(4, 40, 36, 32, 32), .use = OPS_BODIES},
+    {OPS_INPUT(3, 17, 23, 9, 11), .use = OPS_BODIES, .no_flip = 1},
 };
 
 /* The families of cases, and the members of ds_backend that are not ops. */

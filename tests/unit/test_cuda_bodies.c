@@ -8,6 +8,9 @@
  * THREADS + x, then i + the grid's size, ...), with the block reductions' shared-memory trees
  * replayed level by level. Outputs start as NaN, so an element no thread writes fails.
  *
+ * The cases are the op table's rows marked OPS_BODIES (ops_cases.h), each row's `bodies`
+ * naming the tests below that take it; main walks them.
+ *
  * Bitwise, where the operation order is the CPU's: BN apply and dx given the same
  * statistics, BN inference, pooling, bias, SGD, scale, axpy, add, the casts, the input ops;
  * and whole BN ops on data whose sums are exact in any order (small integers and quarters:
@@ -27,6 +30,7 @@
 #include "backend/cpu_loops.h"
 #include "backend/cuda_bodies.h"
 #include "cpu_isa.h"
+#include "ops_cases.h"
 #include "rng.h"
 
 #include <math.h>
@@ -405,26 +409,19 @@ static void test_to_bf16_runs(int nruns)
 
 static const char *tname(ds_dtype t) { return t == DS_BF16 ? "bf16" : "f32"; }
 
-/* The data of a training forward: */
-enum {
-    NORMAL,      /* normal(offset, spread): statistics within their bound */
-    SMALL_INTS,  /* integers in [-100, 100]: every sum exact in any order, the whole op bitwise */
-    FULL_RUNS    /* -1, 0, 1 and every 16th or 17th row 2560: exact in the CPU's float runs and in the
-                    kernels', but 3 large rows make a 49-row chunk's sum of squares pass 2^24, so
-                    a chunk summed in float instead of in double runs would round */
-};
-
+/* data: a row's (ops_cases.h): OPS_BN_NORMAL, OPS_BN_EXACT (integers in [-100, 100]),
+ * OPS_BN_FULL_RUNS */
 static void test_bn_fwd(int m, int c, ds_dtype t, int relu, int residual, int data, double offset, double spread)
 {
     char name[160];
-    int exact = data != NORMAL;
+    int exact = data != OPS_BN_NORMAL;
     snprintf(name, sizeof name, "bn_fwd_train %s m=%d c=%d chunks=%d relu=%d res=%d offset=%g%s", tname(t), m, c,
-             chunks_of(m, c), relu, residual, offset, data == SMALL_INTS ? " small ints" : exact ? " full runs" : "");
+             chunks_of(m, c), relu, residual, offset, data == OPS_BN_EXACT ? " small ints" : exact ? " full runs" : "");
     check_begin(name);
     size_t n = (size_t)m * c;
     const float eps = 1e-5f;
-    void *in = data == SMALL_INTS ? act_exact(n, -100, 100, 1, t) : act_randn(n, offset, spread, t);
-    if (data == FULL_RUNS)   /* rows 0, 16, 32 of every 49 large; row 0 (the shift) 0 */
+    void *in = data == OPS_BN_EXACT ? act_exact(n, -100, 100, 1, t) : act_randn(n, offset, spread, t);
+    if (data == OPS_BN_FULL_RUNS)   /* rows 0, 16, 32 of every 49 large; row 0 (the shift) 0 */
         for (size_t i = 0; i < n; i++) {
             long r = (long)(i / c) % 49;
             act_set(in, i, i < (size_t)c ? 0 : r == 0 || r == 16 || r == 32 ? 2560 : (int)ds_rng_below(&rng, 3) - 1, t);
@@ -588,23 +585,12 @@ static void test_bn_bwd(int m, int c, ds_dtype t, int relu, int dres, int exact)
 
 /* ---------------------------------------------------------------- pooling */
 
-static ds_pool_desc pool(int n, int h, int w, int c, int k, int stride, int pad, ds_dtype t)
-{
-    ds_pool_desc d = {.n = n, .h = h, .w = w, .c = c, .k = k, .stride = stride, .pad = pad, .t = t};
-    d.p = (h + 2 * pad - k) / stride + 1;
-    d.q = (w + 2 * pad - k) / stride + 1;
-    return d;
-}
-
-/* Pooling's data: few values (many ties: the first maximum must win), normal, or normal with
- * NaN and -inf among them (a NaN or a -inf first in a window: the argmax is the backward's
- * first maximum, not the forward's maximum). */
-enum { POOL_NORMAL, POOL_TIES, POOL_NAN_INF };
-
+/* Pooling's data, a row's kind (ops_cases.h): normal, few values (many ties: the first
+ * maximum must win), or normal with NaN and -inf among them. */
 static void *pool_data(size_t n, int kind, ds_dtype t)
 {
-    void *in = kind == POOL_TIES ? act_exact(n, -2, 2, 1, t) : act_randn(n, 0, 1, t);
-    if (kind == POOL_NAN_INF)
+    void *in = kind == OPS_POOL_TIES ? act_exact(n, -2, 2, 1, t) : act_randn(n, 0, 1, t);
+    if (kind == OPS_POOL_NAN_INF)
         for (size_t i = 0; i < n; i++) {
             const uint32_t u = ds_rng_below(&rng, 8);
             if (u == 0) act_set(in, i, NAN, t);
@@ -624,7 +610,7 @@ static uint8_t *unwritten_bytes(size_t n)
 
 static const char *pool_kind_name(int kind)
 {
-    return kind == POOL_TIES ? " ties" : kind == POOL_NAN_INF ? " NaN and -inf" : "";
+    return kind == OPS_POOL_TIES ? " ties" : kind == OPS_POOL_NAN_INF ? " NaN and -inf" : "";
 }
 
 /* The forward's outputs and argmax and the backward's gradient, against the CPU's */
@@ -1019,17 +1005,16 @@ static void test_softmax(int n, int c, float smoothing, float scale)
 
 /* ---------------------------------------------------------------- optimizer, elementwise */
 
-static void test_sgd(size_t n, float momentum, float wd, int nesterov, int first)
+static void test_sgd(size_t n, float lr, float momentum, float wd, int nesterov, int first)
 {
-    char name[96];
-    snprintf(name, sizeof name, "sgd n=%zu momentum=%g wd=%g nesterov=%d first=%d", n, momentum, wd, nesterov,
-             first);
+    char name[112];
+    snprintf(name, sizeof name, "sgd n=%zu lr=%g momentum=%g wd=%g nesterov=%d first=%d", n, lr, momentum, wd,
+             nesterov, first);
     check_begin(name);
     float *w = f32_randn(n, 0, 1), *buf = f32_randn(n, 0, 0.1), *g = f32_randn(n, 0, 0.1);
     float *w_g = dup(w, n * 4), *b_g = dup(buf, n * 4);
-    const float lr = 0.1f;
     be->sgd_step(w, buf, g, n, &lr, momentum, wd, nesterov, first);
-    FOR_GRID(i, n) sgd_body(w_g, b_g, g, i, 0.1f, momentum, wd, nesterov, first);
+    FOR_GRID(i, n) sgd_body(w_g, b_g, g, i, lr, momentum, wd, nesterov, first);
     check_bits("w", w_g, w, n, 4);
     check_bits("momentum buffer", b_g, buf, n, 4);
     free(w), free(buf), free(g), free(w_g), free(b_g);
@@ -1144,87 +1129,83 @@ static void test_bn_scratch_capacity(void)
     check_end();
 }
 
+/* The op table's rows for this walk (ops_cases.h): a row marked OPS_BODIES names its tests
+ * here in `bodies`, and a row naming tests is marked (else it would be skipped without a
+ * word); every op family whose kernels have bodies has rows (the convolutions are cuDNN's). */
+static void test_bodies_rows(void)
+{
+    check_begin("op table: every bodies row names a test, every family with bodies has rows");
+    for (size_t i = 0; i < OPS_COUNT(ops_bns); i++)
+        CHECK(!(ops_bns[i].use & OPS_BODIES) == !ops_bns[i].bodies, "ops_bns[%zu]: use %#x, bodies %#x", i,
+              ops_bns[i].use, ops_bns[i].bodies);
+    for (size_t i = 0; i < OPS_COUNT(ops_pools); i++)
+        CHECK(!(ops_pools[i].use & OPS_BODIES) == !ops_pools[i].bodies, "ops_pools[%zu]: use %#x, bodies %#x", i,
+              ops_pools[i].use, ops_pools[i].bodies);
+    for (size_t i = 0; i < OPS_COUNT(ops_sgds); i++)
+        CHECK(!(ops_sgds[i].use & OPS_BODIES) == !ops_sgds[i].bodies, "ops_sgds[%zu]: use %#x, bodies %#x", i,
+              ops_sgds[i].use, ops_sgds[i].bodies);
+    for (size_t i = 0; i < OPS_COUNT(ops_members); i++) {
+        const ops_member *m = &ops_members[i];
+        if (m->family == OPS_FAMILY_NONE || m->family == OPS_FAMILY_HOST || m->family == OPS_FAMILY_GRAPH ||
+            m->family == OPS_FAMILY_CONV)
+            continue;
+        CHECK(ops_family_use(m->family) & OPS_BODIES, "%s: its family has no row for test_cuda_bodies", m->member);
+    }
+    check_end();
+}
+
+/* A batch-norm or pool row's tests (its `bodies`), in storage t */
+static void walk_bn(const ops_bn *r, ds_dtype t)
+{
+    if (r->bodies & OPS_BN_TRAIN) test_bn_fwd(r->m, r->c, t, r->relu, r->residual, r->data, r->offset, r->spread);
+    if (r->bodies & OPS_BN_BWD) test_bn_bwd(r->m, r->c, t, r->relu, r->dres, r->data == OPS_BN_EXACT);
+    if (r->bodies & OPS_BN_INFER) test_bn_infer(r->m, r->c, t, r->relu, r->residual);
+    if (r->bodies & OPS_BN_VEC) test_vec_bodies(r->m, r->c, t);
+    if (r->bodies & OPS_BN_MASK_APPLY) test_relu_mask_apply(r->m, r->c, t);
+    if (r->bodies & OPS_BN_MASK_BWD) test_relu_mask_bwd(r->m, r->c, t);
+}
+
+static void walk_pool(const ops_pool *r, ds_dtype t)
+{
+    if (r->bodies & OPS_POOL_MAX) test_maxpool(ops_pool_desc(r, t), r->data);
+    if (r->bodies & OPS_POOL_MAX_VEC) test_vec_maxpool(ops_pool_desc(r, t), r->data);
+    if (r->bodies & OPS_POOL_AVG) test_avgpool(r->n, r->h * r->w, r->c, t);
+}
+
+/* An SGD row's tests: the step, or the elementwise ops (their family is walked with these rows) */
+static void walk_sgd(const ops_sgd *r)
+{
+    if (r->bodies & OPS_SGD_STEP) test_sgd(r->n, r->lr, r->momentum, r->wd, r->nesterov, r->first);
+    if (r->bodies & OPS_SGD_ELEMENTWISE) test_elementwise(r->n);
+    if (r->bodies & OPS_SGD_TO_BF16) test_to_bf16_runs(r->bf16_runs);
+}
+
 int main(void)
 {
     ds_rng_init(&rng, 7, DS_RNG_DATA, 11);
     test_bn_scratch_capacity();
+    test_bodies_rows();
+    /* the bodies with a bf16 twin in both storage types; the others are float32's */
     static const ds_dtype types[2] = {DS_F32, DS_BF16};
     for (int k = 0; k < 2; k++) {
-        ds_dtype t = types[k];
-        /* ResNet-like: layer1 at batch 8 (784 chunks), layer3 at batch 4, layer4 at batch 8
-         * (the CPU's 16 chunks), and the stem at batch 2 (2048 chunks, the most) */
-        test_bn_fwd(8 * 56 * 56, 64, t, 1, 0, NORMAL, 0.5, 2);
-        test_bn_fwd(4 * 14 * 14, 256, t, 1, 1, NORMAL, 0.5, 2);
-        test_bn_fwd(8 * 7 * 7, 2048, t, 1, 1, NORMAL, 0.5, 2);
-        test_bn_fwd(2 * 224 * 224, 64, t, 1, 0, NORMAL, 0.1, 1);
-        test_bn_bwd(8 * 56 * 56, 64, t, 1, 1, 0);
-        test_bn_bwd(4 * 14 * 14, 256, t, 0, 2, 0);
-        test_bn_bwd(8 * 7 * 7, 2048, t, 1, 1, 0);
-        test_bn_bwd(2 * 224 * 224, 64, t, 1, 0, 0);
-        /* edges: c not a multiple of 32, m not a multiple of the chunks, m below the chunk
-         * count (empty chunks), one row; |mean| >> std */
-        test_bn_fwd(300, 100, t, 0, 1, NORMAL, 0, 1);
-        test_bn_fwd(7, 33, t, 1, 1, NORMAL, 0, 1);
-        test_bn_fwd(1, 3, t, 0, 0, NORMAL, 0, 1);
-        test_bn_fwd(1000, 5, t, 0, 0, NORMAL, 300, 0.1);
-        test_bn_bwd(300, 100, t, 1, 1, 0);
-        test_bn_bwd(7, 33, t, 1, 1, 0);
-        test_bn_bwd(1, 3, t, 0, 0, 0);
-        /* exact sums: the whole op bitwise */
-        test_bn_fwd(2 * 28 * 28, 96, t, 1, 1, SMALL_INTS, 0, 0);
-        test_bn_fwd(333, 37, t, 0, 0, SMALL_INTS, 0, 0);
-        test_bn_fwd(2 * 224 * 224, 8, t, 0, 0, FULL_RUNS, 0, 0);
-        test_bn_bwd(2 * 28 * 28, 96, t, 1, 1, 1);
-        test_bn_bwd(333, 37, t, 0, 0, 1);
-        test_bn_infer(4 * 28 * 28, 128, t, 1, 1);
-        test_bn_infer(5, 33, t, 0, 0);
-        /* the stem's pool, odd sizes, windows of 2 and of 1 row's stride, ties */
-        test_maxpool(pool(2, 56, 56, 64, 3, 2, 1, t), POOL_NORMAL);
-        test_maxpool(pool(2, 7, 5, 3, 3, 2, 1, t), POOL_TIES);
-        test_maxpool(pool(3, 9, 9, 33, 2, 2, 0, t), POOL_TIES);
-        test_maxpool(pool(1, 6, 8, 5, 3, 1, 1, t), POOL_TIES);
-        test_maxpool(pool(3, 9, 9, 16, 3, 2, 1, t), POOL_TIES);
-        test_maxpool(pool(2, 9, 9, 12, 3, 2, 1, t), POOL_NAN_INF);
-        test_maxpool(pool(2, 8, 7, 16, 3, 2, 1, t), POOL_NAN_INF);
-        test_maxpool(pool(2, 8, 7, 5, 3, 2, 1, t), POOL_NAN_INF);
-        test_avgpool(8, 49, 2048, t);
-        test_avgpool(3, 5, 33, t);
-        /* the vector bodies: shapes of ResNet-50 (many chunks, one row per chunk), short ones,
-         * and the pools */
-        test_vec_bodies(8 * 28 * 28, 64, t);
-        test_vec_bodies(2 * 7 * 7, 2048, t);
-        test_vec_bodies(37, 16, t);
-        test_vec_bodies(1, 8, t);
-        /* the ReLU bitmask: a layer1-like shape, short ones, one row of one byte */
-        test_relu_mask_apply(4 * 28 * 28, 64, t);
-        test_relu_mask_apply(37, 16, t);
-        test_relu_mask_apply(1, 8, t);
-        test_relu_mask_bwd(4 * 28 * 28, 64, t);
-        test_relu_mask_bwd(300, 24, t);
-        test_relu_mask_bwd(37, 16, t);
-        test_relu_mask_bwd(1, 8, t);
-        test_vec_maxpool(pool(2, 56, 56, 64, 3, 2, 1, t), POOL_NORMAL);
-        test_vec_maxpool(pool(3, 9, 9, 16, 3, 2, 1, t), POOL_TIES);
-        test_vec_maxpool(pool(2, 8, 6, 8, 2, 2, 0, t), POOL_TIES);
-        test_vec_maxpool(pool(3, 9, 7, 16, 3, 2, 1, t), POOL_NAN_INF);
+        for (size_t i = 0; i < OPS_COUNT(ops_bns); i++)
+            if (ops_bns[i].use & OPS_BODIES) walk_bn(&ops_bns[i], types[k]);
+        for (size_t i = 0; i < OPS_COUNT(ops_pools); i++)
+            if (ops_pools[i].use & OPS_BODIES) walk_pool(&ops_pools[i], types[k]);
     }
-    test_bias(8, 64, 1000);
-    test_bias(3, 5, 33);
-    test_softmax(8, 1000, 0.1f, 1.0f / 8);
-    test_softmax(5, 300, 0, 1.0f / 5);
-    test_softmax(4, 10, 0.1f, 1);
-    test_softmax(1, 1, 0, 1);
-    test_sgd(100003, 0.9f, 1e-4f, 0, 0);
-    test_sgd(100003, 0.9f, 1e-4f, 1, 0);
-    test_sgd(1000, 0.9f, 0, 0, 1);
-    test_sgd(1000, 0, 1e-4f, 0, 0);
-    test_sgd(777, 0, 0, 0, 0);
-    test_elementwise(100003);
-    test_elementwise(17);
-    test_to_bf16_runs(1);
-    test_to_bf16_runs(53);    /* resnet50's convolutions: one launch */
-    test_to_bf16_runs(150);   /* three launches */
-    test_input(4, 40, 36, 32, 32, 1);
-    test_input(3, 17, 23, 9, 11, 0);
+    for (size_t i = 0; i < OPS_COUNT(ops_linears); i++) {
+        const ops_linear *r = &ops_linears[i];
+        if (r->use & OPS_BODIES) test_bias(r->n, r->i, r->o);
+    }
+    for (size_t i = 0; i < OPS_COUNT(ops_xents); i++) {
+        const ops_xent *r = &ops_xents[i];
+        if (r->use & OPS_BODIES) test_softmax(r->n, r->c, r->smoothing, r->scale ? r->scale : 1.0f / r->n);
+    }
+    for (size_t i = 0; i < OPS_COUNT(ops_sgds); i++)
+        if (ops_sgds[i].use & OPS_BODIES) walk_sgd(&ops_sgds[i]);
+    for (size_t i = 0; i < OPS_COUNT(ops_inputs); i++) {
+        const ops_input *r = &ops_inputs[i];
+        if (r->use & OPS_BODIES) test_input(r->n, r->H, r->W, r->ch, r->cw, !r->no_flip);
+    }
     return check_exit();
 }
