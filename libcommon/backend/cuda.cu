@@ -560,6 +560,7 @@ static ds_backend cuda_backend = {
     .reduce_start = cuda_reduce_start,
     .reduce_wait = cuda_reduce_wait,
     .ordered_reduce = 0,   /* 1 under --deterministic (ds_cuda_select) */
+    .reduce_stats = NULL,   /* NCCL reduces inside its streams */
     .kernel_set = NULL,
     .reduction = cuda_reduction,
 };
