@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #if defined(__linux__) && defined(__x86_64__)
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -90,6 +93,44 @@ int ds_cpu_isa_has(ds_cpu_isa isa, unsigned features)
 
 const char *ds_cpu_isa_name(ds_cpu_isa isa) { return valid(isa) ? sets[isa].name : "unknown"; }
 
+/* Exact rows a vendor's cores run slower than an exact row below them, measured: the
+ * default passes over them there (DS_CPU_KERNELS still asks for them; the bits are the same
+ * either way). */
+static const struct {
+    const char *vendor;  /* cpuid's vendor string */
+    ds_cpu_isa slower;
+} passed_over[] = {
+    /* Emerald Rapids: VDPBF16PS trained ResNet-50 and ResNet-20 in bf16 slower than the
+     * avx512 row's FMA form of the same rule (bench/ENGINE.md, Kernel sets by vendor) */
+    {"GenuineIntel", DS_CPU_AVX512BF16},
+};
+
+static int passed_over_by(const char *vendor, ds_cpu_isa isa)
+{
+    for (size_t i = 0; i < sizeof passed_over / sizeof *passed_over; i++)
+        if (passed_over[i].slower == isa && vendor && !strcmp(vendor, passed_over[i].vendor)) return 1;
+    return 0;
+}
+
+ds_cpu_isa ds_cpu_isa_default(const char *vendor, unsigned features)
+{
+    for (int l = DS_CPU_LEVELS - 1; l > 0; l--)
+        if (sets[l].exact && (sets[l].features & ~features) == 0 && !passed_over_by(vendor, (ds_cpu_isa)l))
+            return (ds_cpu_isa)l;
+    return DS_CPU_PLAIN;
+}
+
+/* cpuid's vendor string ("GenuineIntel", "AuthenticAMD"), or "" where there is none. */
+static void cpu_vendor(char out[13])
+{
+    memset(out, 0, 13);
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return;
+    memcpy(out, &b, 4), memcpy(out + 4, &d, 4), memcpy(out + 8, &c, 4);
+#endif
+}
+
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static ds_cpu_isa chosen = DS_CPU_PLAIN;
 static char problem[256];  /* why DS_CPU_KERNELS cannot be used; empty when it can */
@@ -109,11 +150,13 @@ static void name_list(char *buf, size_t cap, int only_supported)
 
 static void decide(void)
 {
-    for (int l = DS_CPU_LEVELS - 1; l >= 0; l--)
-        if (ds_cpu_isa_exact((ds_cpu_isa)l) && ds_cpu_isa_supported((ds_cpu_isa)l)) {
-            chosen = (ds_cpu_isa)l;
-            break;
-        }
+    /* the exact rows' features only: AMX's would ask Linux for the tiles */
+    unsigned features = 0;
+    for (unsigned f = 1; f < DS_CPU_F_AMX_BF16; f <<= 1)
+        if (cpu_has((ds_cpu_feature)f)) features |= f;
+    char vendor[13];
+    cpu_vendor(vendor);
+    chosen = ds_cpu_isa_default(vendor, features);
     const char *want = getenv("DS_CPU_KERNELS");
     if (!want || !*want) return;
     char have[64], every[64];

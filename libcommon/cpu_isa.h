@@ -6,8 +6,9 @@
  * module that has such kernels picks its version from the level chosen here:
  *   - DS_CPU_KERNELS=plain|avx2|avx512|avx512bf16|amx in the environment forces one (it must be one
  *     the CPU and the operating system support);
- *   - otherwise the best the CPU supports (cpuid, with the OS's XSAVE state checked) of the
- *     exact levels: every level but amx.
+ *   - otherwise the fastest the CPU supports (cpuid, with the OS's XSAVE state checked) of
+ *     the exact levels (every level but amx): the highest, but where its vendor's cores were
+ *     measured slower on it than on a lower one (ds_cpu_isa_default).
  * Every exact level computes bitwise the same results (backend/cpu_sgemm.h and cpu_bf16.h
  * state the rules), so the level changes speed, never numbers. amx is the one that does not:
  * its bf16 products are AMX's own sums, within a bound of the exact rule's (cpu_bf16.h), so it
@@ -57,6 +58,11 @@ int ds_cpu_isa_init(void);
  * process here with the same message (ds_die). */
 ds_cpu_isa ds_cpu_isa_get(void);
 
+/* The level used when DS_CPU_KERNELS is unset, for a CPU of this vendor (cpuid's string) with
+ * these features (DS_CPU_F_*): the highest exact level it has, but for one its vendor's cores
+ * run slower than a lower one (cpu_isa.c's measured table: on Intel's, avx512 before
+ * avx512bf16). */
+ds_cpu_isa ds_cpu_isa_default(const char *vendor, unsigned features);
 /* Whether this CPU (and its OS) can run the level's kernels. For amx this also asks Linux for
  * the tile state (arch_prctl), once for the process: without the grant the first tile
  * instruction would kill it. */

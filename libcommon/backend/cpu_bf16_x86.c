@@ -115,39 +115,205 @@ __attribute__((target("avx2"))) void ds_bf16_interleave_avx2(ds_bf16 *dst, const
 /* A pair of bf16 read as one 32-bit element (the native kernel's broadcast operand). */
 typedef int32_t __attribute__((may_alias)) bg_pair;
 
-#define BG_NAME ds_bgemm_avx512
-#define BG_TARGET __attribute__((target("avx512f,avx2,fma")))
-#define BG_NATIVE 0
-#include "cpu_bf16_avx512.inc"
-#undef BG_NAME
-#undef BG_TARGET
-#undef BG_NATIVE
-
 #define BG_NAME ds_bgemm_avx512bf16
 #define BG_TARGET __attribute__((target("avx512f,avx512bf16,avx2,fma")))
-#define BG_NATIVE 1
 #include "cpu_bf16_avx512.inc"
 #undef BG_NAME
 #undef BG_TARGET
-#undef BG_NATIVE
 
-/* ---- AVX2 + FMA: tiles of MR rows by NV 8-column vectors (16 registers) ----
- * AVX2 has no broadcast from a general register, so a pair of A taken apart in the tile
- * costs a move and a shuffle per half and row, as many operations as the FMAs they feed.
- * Instead a block of A's rows is widened to float32 first (each element to its own 32-bit
- * lane, a pass of loads and shifts into a buffer that stays in L1), and the tile broadcasts a
- * row's element from there, a plain load. A step of the reduction (one pair row) takes the
- * odd elements first, then the even ones: B's NV vectors of that half as float32 (masked, or
- * shifted up), then each row's element of that half, NV FMAs. One half at a time keeps
- * MR x NV accumulators, NV vectors of B and one of A in the registers (6 x 2 at most); each
- * accumulator still takes a pair's odd product, then its even one. */
+/* ---- the FMA forms: A widened to float32 a block of rows at a time ----
+ * A row of A as float32 (each element in its own 32-bit lane) lets a tile broadcast one
+ * element by a plain load, where a pair taken apart in the tile costs a move, a mask or shift
+ * and a broadcast per half and row: as many operations as the FMAs they feed. So the FMA
+ * forms widen a block of A's rows first, a pass of loads and shifts into a buffer that stays
+ * in L1, and walk C's columns over it. A step of the reduction (one pair row) takes the odd
+ * elements first, then the even ones: B's vectors of that half as float32 (masked, or
+ * shifted up), then each row's element of that half, NV FMAs. Each accumulator still takes a
+ * pair's odd product, then its even one: VDPBF16PS's order, so the bits are its own. */
 
-#define AVX2 __attribute__((target("avx2,fma")))
-
-/* Floats of the widened block of A: about AW_L1; on the stack up to AW_MAX, on the heap past
- * it (a block has at least 12 rows, however long the reduction). */
+/* Floats of a widened block of A: about AW_L1; on the stack up to AW_MAX, on the heap past
+ * it (a block has at least a whole tile's rows, however long the reduction). */
 #define AW_MAX 12288
 #define AW_L1 6144
+
+/* The elements a block of `rows` rows of A spans: from its first row's start to its last
+ * row's last segment's end. */
+static long span(long rows, long sai, long seg_a, long nseg, long kseg)
+{
+    return (rows - 1) * sai + (nseg - 1) * seg_a + kseg;
+}
+
+/* How A is widened: blocks of `rows` rows (at least `tile`, a multiple of it, about AW_L1
+ * floats), each either the span the rows cover, A's layout kept (rows that overlap, as a
+ * convolution's pixels in its padded image do, are widened once; rows one after another, in
+ * one pass), or each row's segments packed (rows far apart), whichever is less to widen;
+ * widened row i at i ldw, segment g at g seg_w. */
+typedef struct {
+    long rows, ldw, seg_w, floats;
+    int spans;
+} widening;
+
+static widening widening_of(long m, long nseg, long kseg, long sai, long seg_a, long tile)
+{
+    const long kd = nseg * kseg;
+    long rb = AW_L1 / kd / tile * tile, rs = sai > 0 ? (AW_L1 - span(1, sai, seg_a, nseg, kseg)) / sai + 1 : 0;
+    if (rb < tile) rb = tile;
+    if (rs < tile) rs = tile;
+    widening w = {.spans = sai >= 0 && seg_a >= 0 && span(rs, sai, seg_a, nseg, kseg) <= rs * kd};
+    w.rows = w.spans ? rs : rb;
+    if (w.rows > m) w.rows = m;
+    w.ldw = w.spans ? sai : kd;
+    w.seg_w = w.spans ? seg_a : kseg;
+    w.floats = w.spans ? span(w.rows, sai, seg_a, nseg, kseg) : w.rows * kd;
+    return w;
+}
+
+typedef void widen_fn(float *dst, const ds_bf16 *src, long n);
+
+/* `rows` rows of A from a, widened into W as w lays them out. */
+static inline __attribute__((always_inline)) void widen_block(widen_fn *widen, const widening *w, float *W,
+                                                              const ds_bf16 *a, long rows, long sai, long seg_a,
+                                                              long nseg, long kseg)
+{
+    if (w->spans) {
+        widen(W, a, span(rows, sai, seg_a, nseg, kseg));
+        return;
+    }
+    for (long i = 0; i < rows; i++)
+        for (long g = 0; g < nseg; g++) widen(W + i * w->ldw + g * kseg, a + i * sai + g * seg_a, kseg);
+}
+
+/* ---- AVX-512F: tiles of MR rows by NV 16-column vectors (32 registers) ----
+ * One half at a time keeps MR x NV accumulators (24 at most) and NV vectors of B in the
+ * registers; a row's element comes by an embedded broadcast ({1to16}) of the FMA. */
+
+#define AVX512 __attribute__((target("avx512f,avx2,fma")))
+
+/* B's pair-row half for the columns of vector j (16 pairs): odd elements masked, even ones
+ * shifted up. */
+static inline AVX512 __attribute__((always_inline)) __m512 b_half512(const ds_bf16 *b, int j, int last_vec,
+                                                                     __mmask16 last, int odd)
+{
+    const __m512i v = last_vec ? _mm512_maskz_loadu_epi32(last, b + 32 * j) : _mm512_loadu_si512(b + 32 * j);
+    return _mm512_castsi512_ps(odd ? _mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u))
+                                   : _mm512_slli_epi32(v, 16));
+}
+
+/* One MR x (16 NV) tile of C over the widened rows W (ldw floats apart, segment g at
+ * g seg_w). */
+static inline AVX512 __attribute__((always_inline)) void avx512_bf16_tile(const int MR, const int NV, const float *W,
+                                                                          long ldw, long seg_w, const ds_bf16 *B,
+                                                                          long ldb, long seg_b, long nseg, long kseg,
+                                                                          float *C, long ldc, __mmask16 last, int acc)
+{
+    __m512 c[16][4];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; j++) c[i][j] = _mm512_setzero_ps();
+    for (long g = 0; g < nseg; g++) {
+        const float *ws = W + g * seg_w;
+        const ds_bf16 *bs = B + g * seg_b;
+        for (long t = 0; t < kseg / 2; t++) {
+            const ds_bf16 *b = bs + t * ldb;
+            const float *w = ws + 2 * t;
+#pragma GCC unroll 2
+            for (int half = 1; half >= 0; half--) {  /* the odd elements, then the even */
+                __m512 bv[4];
+#pragma GCC unroll 4
+                for (int j = 0; j < NV; j++) bv[j] = b_half512(b, j, j == NV - 1, last, half);
+#pragma GCC unroll 16
+                for (int i = 0; i < MR; i++) {
+                    const __m512 av = _mm512_set1_ps(w[i * ldw + half]);
+#pragma GCC unroll 4
+                    for (int j = 0; j < NV; j++) c[i][j] = _mm512_fmadd_ps(av, bv[j], c[i][j]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; j++) {
+            float *cp = C + i * ldc + 16 * j;
+            const __mmask16 k = j == NV - 1 ? last : 0xffff;
+            __m512 v = c[i][j];
+            if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, cp), v);  /* DAZ, FTZ: ftz(daz(C) + S) */
+            _mm512_mask_storeu_ps(cp, k, v);
+        }
+}
+
+#define AVX512_CASE(mr, nv) \
+    case mr: avx512_bf16_tile(mr, nv, W, ldw, seg_w, B, ldb, seg_b, nseg, kseg, C, ldc, last, acc); break;
+#define AVX512_TILES(nv, cases)                                                                               \
+    static AVX512 void avx512_bf16_nv##nv(int mr, const float *W, long ldw, long seg_w, const ds_bf16 *B,     \
+                                          long ldb, long seg_b, long nseg, long kseg, float *C, long ldc,     \
+                                          __mmask16 last, int acc)                                            \
+    {                                                                                                         \
+        switch (mr) { cases }                                                                                 \
+    }
+AVX512_TILES(1, AVX512_CASE(1, 1) AVX512_CASE(2, 1) AVX512_CASE(3, 1) AVX512_CASE(4, 1) AVX512_CASE(5, 1)
+                AVX512_CASE(6, 1) AVX512_CASE(7, 1) AVX512_CASE(8, 1) AVX512_CASE(9, 1) AVX512_CASE(10, 1)
+                AVX512_CASE(11, 1) AVX512_CASE(12, 1) AVX512_CASE(13, 1) AVX512_CASE(14, 1) AVX512_CASE(15, 1)
+                AVX512_CASE(16, 1))
+AVX512_TILES(2, AVX512_CASE(1, 2) AVX512_CASE(2, 2) AVX512_CASE(3, 2) AVX512_CASE(4, 2) AVX512_CASE(5, 2)
+                AVX512_CASE(6, 2) AVX512_CASE(7, 2) AVX512_CASE(8, 2) AVX512_CASE(9, 2) AVX512_CASE(10, 2)
+                AVX512_CASE(11, 2) AVX512_CASE(12, 2))
+AVX512_TILES(3, AVX512_CASE(1, 3) AVX512_CASE(2, 3) AVX512_CASE(3, 3) AVX512_CASE(4, 3) AVX512_CASE(5, 3)
+                AVX512_CASE(6, 3) AVX512_CASE(7, 3) AVX512_CASE(8, 3))
+AVX512_TILES(4, AVX512_CASE(1, 4) AVX512_CASE(2, 4) AVX512_CASE(3, 4) AVX512_CASE(4, 4) AVX512_CASE(5, 4)
+                AVX512_CASE(6, 4))
+#undef AVX512_TILES
+#undef AVX512_CASE
+
+/* n bf16 as float32. */
+static AVX512 void avx512_widen(float *dst, const ds_bf16 *src, long n)
+{
+    long p = 0;
+    for (; p + 16 <= n; p += 16)
+        _mm512_storeu_si512(dst + p, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + p))), 16));
+    for (; p < n; p++) dst[p] = ds_bf16_value(src[p]);
+}
+
+/* Blocks of A's rows widened in turn (widening_of, tiles of 16 rows: a whole tile of any
+ * height). In a block, C walked 64 columns at a time in tiles of MR x NV <= 24 accumulators,
+ * heights balanced as cpu_sgemm_avx512.c balances them. */
+AVX512 void ds_bgemm_avx512(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
+                            const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
+{
+    typedef void tile_fn(int, const float *, long, long, const ds_bf16 *, long, long, long, long, float *, long,
+                         __mmask16, int);
+    static tile_fn *const fn_of[5] = {0, avx512_bf16_nv1, avx512_bf16_nv2, avx512_bf16_nv3, avx512_bf16_nv4};
+    static const int mr_of[5] = {0, 16, 12, 8, 6};
+    if (m <= 0 || n <= 0 || nseg * kseg <= 0) return;
+    const widening wd = widening_of(m, nseg, kseg, sai, seg_a, 16);
+    float stack[AW_MAX], *W = wd.floats <= AW_MAX ? stack : ds_xmalloc((size_t)wd.floats * sizeof *W);
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040);  /* FTZ, DAZ: what VDPBF16PS does whatever MXCSR says */
+    for (long b0 = 0; b0 < m; b0 += wd.rows) {
+        const long rows = m - b0 < wd.rows ? m - b0 : wd.rows;
+        widen_block(avx512_widen, &wd, W, A + b0 * sai, rows, sai, seg_a, nseg, kseg);
+        for (int n0 = 0; n0 < n; n0 += 64) {
+            const int cols = n - n0 < 64 ? n - n0 : 64, nv = (cols + 15) / 16, MR = mr_of[nv];
+            const __mmask16 last = (__mmask16)(0xffffu >> (16 * nv - cols));
+            const long tiles = (rows + MR - 1) / MR, h = rows / tiles, taller = rows % tiles;
+            for (long t = 0, i0 = 0; t < tiles; t++) {
+                const int mr = (int)(h + (t < taller));
+                fn_of[nv](mr, W + i0 * wd.ldw, wd.ldw, wd.seg_w, B + 2 * n0, ldb, seg_b, nseg, kseg,
+                          C + (b0 + i0) * ldc + n0, ldc, last, accumulate);
+                i0 += mr;
+            }
+        }
+    }
+    _mm_setcsr(csr);
+    if (W != stack) free(W);
+}
+
+/* ---- AVX2 + FMA: tiles of MR rows by NV 8-column vectors (16 registers) ----
+ * One half at a time keeps MR x NV accumulators, NV vectors of B and one of A in the
+ * registers (6 x 2 at most). */
+
+#define AVX2 __attribute__((target("avx2,fma")))
 
 /* B's pair-row half for the columns of vector j: odd elements masked, even ones shifted up. */
 static inline AVX2 __attribute__((always_inline)) __m256 b_half(const ds_bf16 *b, int j, int last_vec, int full,
@@ -238,44 +404,22 @@ static AVX2 void avx2_widen(float *dst, const ds_bf16 *src, long n)
     for (; p < n; p++) dst[p] = ds_bf16_value(src[p]);
 }
 
-/* The elements a block of `rows` rows of A spans: from its first row's start to its last
- * row's last segment's end. */
-static long span(long rows, long sai, long seg_a, long nseg, long kseg)
-{
-    return (rows - 1) * sai + (nseg - 1) * seg_a + kseg;
-}
-
-/* Blocks of A's rows widened in turn, at least 12 rows (a whole tile of either height) and
- * about AW_L1 floats: either the span the rows cover, A's layout kept (rows that overlap, as a
- * convolution's pixels in its padded image do, are widened once), or each row's segments
- * packed (rows far apart), whichever is less to widen. In a block, C walked 64 columns at a
- * time, each row tile serving the panel's 16-column tiles one after another; heights balanced
- * as cpu_sgemm_avx2.c balances them. */
+/* Blocks of A's rows widened in turn (widening_of, tiles of 12 rows: a whole tile of either
+ * height). In a block, C walked 64 columns at a time, each row tile serving the panel's
+ * 16-column tiles one after another; heights balanced as cpu_sgemm_avx2.c balances them. */
 AVX2 void ds_bgemm_avx2(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
                         const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
 {
     static const int32_t lane_mask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-    const long kd = nseg * kseg;
-    if (m <= 0 || n <= 0 || kd <= 0) return;
-    long rb = AW_L1 / kd / 12 * 12, rs = sai > 0 ? (AW_L1 - span(1, sai, seg_a, nseg, kseg)) / sai + 1 : 0;
-    if (rb < 12) rb = 12;
-    if (rs < 12) rs = 12;
-    const int spans = sai >= 0 && seg_a >= 0 && span(rs, sai, seg_a, nseg, kseg) < rs * kd;
-    if (spans) rb = rs;
-    if (rb > m) rb = m;
-    const long ldw = spans ? sai : kd, seg_w = spans ? seg_a : kseg;
-    const long floats = spans ? span(rb, sai, seg_a, nseg, kseg) : rb * kd;
-    float stack[AW_MAX], *W = floats <= AW_MAX ? stack : ds_xmalloc((size_t)floats * sizeof *W);
+    if (m <= 0 || n <= 0 || nseg * kseg <= 0) return;
+    const widening wd = widening_of(m, nseg, kseg, sai, seg_a, 12);
+    const long ldw = wd.ldw, seg_w = wd.seg_w;
+    float stack[AW_MAX], *W = wd.floats <= AW_MAX ? stack : ds_xmalloc((size_t)wd.floats * sizeof *W);
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | 0x8040);  /* FTZ, DAZ */
-    for (long b0 = 0; b0 < m; b0 += rb) {
-        const long rows = m - b0 < rb ? m - b0 : rb;
-        const ds_bf16 *a = A + b0 * sai;
-        if (spans)
-            avx2_widen(W, a, span(rows, sai, seg_a, nseg, kseg));
-        else
-            for (long i = 0; i < rows; i++)
-                for (long g = 0; g < nseg; g++) avx2_widen(W + i * kd + g * kseg, a + i * sai + g * seg_a, kseg);
+    for (long b0 = 0; b0 < m; b0 += wd.rows) {
+        const long rows = m - b0 < wd.rows ? m - b0 : wd.rows;
+        widen_block(avx2_widen, &wd, W, A + b0 * sai, rows, sai, seg_a, nseg, kseg);
         for (int n0 = 0; n0 < n; n0 += 64) {
             const int cols = n - n0 < 64 ? n - n0 : 64, MR = cols <= 8 ? 12 : 6;
             const long tiles = (rows + MR - 1) / MR, h = rows / tiles, taller = rows % tiles;

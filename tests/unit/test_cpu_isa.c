@@ -85,6 +85,34 @@ static void test_features(void)
     check_end();
 }
 
+/* The default by vendor and features: the highest exact level, but avx512 before
+ * avx512bf16 on Intel's cores (cpu_isa.c's measured table); amx never (not exact). */
+static void test_default(void)
+{
+    check_begin("default_by_vendor_and_features");
+    const unsigned f2 = DS_CPU_F_AVX2, f512 = f2 | DS_CPU_F_AVX512F, fbf = f512 | DS_CPU_F_AVX512BF16,
+                   famx = fbf | DS_CPU_F_AMX_BF16;
+    static const char *const vendors[] = {"AuthenticAMD", "GenuineIntel", ""};
+    for (int v = 0; v < 3; v++) {
+        const char *who = vendors[v];
+        const int intel = !strcmp(who, "GenuineIntel");
+        CHECK(ds_cpu_isa_default(who, 0) == DS_CPU_PLAIN, "%s, no features: %s", who,
+              ds_cpu_isa_name(ds_cpu_isa_default(who, 0)));
+        CHECK(ds_cpu_isa_default(who, f2) == DS_CPU_AVX2, "%s, avx2: %s", who, ds_cpu_isa_name(ds_cpu_isa_default(who, f2)));
+        CHECK(ds_cpu_isa_default(who, f512) == DS_CPU_AVX512, "%s, avx512f: %s", who,
+              ds_cpu_isa_name(ds_cpu_isa_default(who, f512)));
+        const ds_cpu_isa want = intel ? DS_CPU_AVX512 : DS_CPU_AVX512BF16;
+        CHECK(ds_cpu_isa_default(who, fbf) == want, "%s, avx512bf16: %s, want %s", who,
+              ds_cpu_isa_name(ds_cpu_isa_default(who, fbf)), ds_cpu_isa_name(want));
+        CHECK(ds_cpu_isa_default(who, famx) == want, "%s, amx: %s, want %s", who,
+              ds_cpu_isa_name(ds_cpu_isa_default(who, famx)), ds_cpu_isa_name(want));
+        /* a feature missing below: the level that needs it is not taken */
+        CHECK(ds_cpu_isa_default(who, DS_CPU_F_AVX512F) == DS_CPU_PLAIN, "%s, avx512f without avx2: %s", who,
+              ds_cpu_isa_name(ds_cpu_isa_default(who, DS_CPU_F_AVX512F)));
+    }
+    check_end();
+}
+
 int main(void)
 {
     for (int l = 0; l < DS_CPU_LEVELS; l++)
@@ -93,5 +121,6 @@ int main(void)
                ds_cpu_isa_supported((ds_cpu_isa)l) ? "supported here" : "not this CPU");
     test_rows_whole();
     test_features();
+    test_default();
     return check_exit();
 }
