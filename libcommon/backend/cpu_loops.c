@@ -8,8 +8,12 @@
 #endif
 #include <string.h>
 
+/* LOOPS_BN_NV: bn_sums' 16-float vectors a slice (cpu_loops.inc), as many as the vector
+ * registers hold four times over: the baseline's 16 xmm hold 4 vectors, AVX2's 16 ymm 8,
+ * AVX-512's 32 zmm 32. */
 #define LOOPS ds_cpu_loops_plain
 #define LOOPS_TARGET
+#define LOOPS_BN_NV 1
 #include "cpu_loops.inc"
 #undef LOOPS
 #undef LOOPS_TARGET
@@ -17,12 +21,14 @@
 #if defined(__x86_64__) || defined(__i386__)
 #define LOOPS ds_cpu_loops_avx2
 #define LOOPS_TARGET __attribute__((target("avx2,fma")))
+#define LOOPS_BN_NV 2
 #include "cpu_loops.inc"
 #undef LOOPS
 #undef LOOPS_TARGET
 
 #define LOOPS ds_cpu_loops_avx512
 #define LOOPS_TARGET __attribute__((target("avx512f,avx2,fma")))
+#define LOOPS_BN_NV 4
 #include "cpu_loops.inc"
 #undef LOOPS
 #undef LOOPS_TARGET
@@ -31,6 +37,7 @@
 #define LOOPS ds_cpu_loops_avx512bf16
 #define LOOPS_TARGET __attribute__((target("avx512f,avx512bf16,avx2,fma")))
 #define LOOPS_NATIVE_BF16 1
+#define LOOPS_BN_NV 4
 #include "cpu_loops.inc"
 #undef LOOPS
 #undef LOOPS_TARGET

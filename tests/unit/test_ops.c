@@ -682,37 +682,46 @@ static float wide_value(void)
 
 /* Batch norm's sums (cpu_loops.h bn_sums, bn_sums_bf16) in their stated order, bit for bit:
  * per channel, float sums over runs of DS_BN_FLUSH rows from r0, each added to the double
- * total; the ReLU mask applied in place. The widths with their own loop (16, 32, 64
- * channels) and one without (48), of this CPU's kernel set (test_cpu_kernels.sh runs this
+ * total; the ReLU mask applied in place (p written back with it; masks of +-0, denormals,
+ * +-Inf and NaN among them). Widths of whole 16-channel
+ * vectors (16 to 112: one slice, and a slice of four vectors with 1 or 3 left over) and two
+ * that are not (24, 48 is one); the forward's statistics (q = p, qv = pu), the backward's
+ * sums with and without the mask; of this CPU's kernel set (test_cpu_kernels.sh runs this
  * under every set). */
 static void test_bn_sums_order(void)
 {
     const ds_cpu_loops *L = ds_cpu_kernels_for(ds_cpu_isa_get())->loops;
-    const int widths[] = {16, 32, 48, 64}, c0 = 8;
+    const int widths[] = {16, 24, 32, 48, 64, 80, 112}, c0 = 8;
+    const char *modes[] = {"backward", "backward with relu", "statistics"};
     const long r0 = 3, r1 = 203;
-    check_begin("bn_sums in the stated order (16, 32, 48, 64 channels; fp32, bf16; with and without relu)");
-    for (int wi = 0; wi < 4; wi++)
+    /* masks on the edge of > 0: +0, -0, the least denormals, +-Inf, NaNs */
+    const ds_bf16 edges[8] = {0x0000, 0x8000, 0x0001, 0x8001, 0x7f80, 0xff80, 0x7fc0, 0xffc1};
+    check_begin("bn_sums in the stated order (16 to 112 channels; fp32, bf16; statistics, backward with and without relu)");
+    for (int wi = 0; wi < (int)(sizeof widths / sizeof *widths); wi++)
         for (int t = 0; t < 2; t++)
-            for (int relu = 0; relu < 2; relu++) {
-                const int cb = widths[wi], c = cb + 2 * c0;
+            for (int mode = 0; mode < 3; mode++) {
+                const int cb = widths[wi], c = cb + 2 * c0, relu = mode == 1, stats = mode == 2;
                 const long n = r1 * c;
-                float p[n], q[n], mask[n], pu[cb], qv[cb], pr[n];
+                float p[n], q[n], mask[n], pu[cb], qv[cb], pr[n], want[n];
                 ds_bf16 p16[n], q16[n], mask16[n];
                 for (long i = 0; i < n; i++) {
                     p16[i] = ds_bf16_round(wide_value()), q16[i] = ds_bf16_round(wide_value());
                     mask16[i] = ds_bf16_round(ds_rng_float(&rng) - 0.5f);
+                    if (i % 7 == 0) mask16[i] = edges[i / 7 % 8];
+                    if (stats) q16[i] = p16[i];
                     p[i] = ds_bf16_value(p16[i]), q[i] = ds_bf16_value(q16[i]), mask[i] = ds_bf16_value(mask16[i]);
                 }
-                for (int j = 0; j < cb; j++) pu[j] = wide_value(), qv[j] = wide_value();
+                for (int j = 0; j < cb; j++) pu[j] = wide_value(), qv[j] = stats ? pu[j] : wide_value();
                 double da[cb], db[cb], ra[cb], rb[cb];
+                memcpy(want, p, sizeof want);
                 for (int j = 0; j < cb; j++) {
                     da[j] = db[j] = ra[j] = rb[j] = 0;
                     for (long i0 = r0; i0 < r1; i0 += DS_BN_FLUSH) {
                         float fa = 0, fb = 0;
                         for (long i = i0; i < r1 && i < i0 + DS_BN_FLUSH; i++) {
                             const long at = i * c + c0 + j;
-                            const float x = relu && !(mask[at] > 0) ? 0 : p[at];
-                            const float u = x - pu[j], v = q[at] - qv[j];
+                            if (relu && !(mask[at] > 0)) want[at] = 0;
+                            const float u = want[at] - pu[j], v = (stats ? want[at] : q[at]) - qv[j];
                             fa += u;
                             fb += u * v;
                         }
@@ -720,12 +729,18 @@ static void test_bn_sums_order(void)
                     }
                 }
                 memcpy(pr, p, sizeof pr);
-                if (t) L->bn_sums_bf16(da, db, p16, pu, q16, qv, relu ? mask16 : NULL, r0, r1, c, c0, cb);
-                else L->bn_sums(da, db, pr, pu, q, qv, relu ? mask : NULL, r0, r1, c, c0, cb);
+                if (t) {
+                    L->bn_sums_bf16(da, db, p16, pu, stats ? p16 : q16, qv, relu ? mask16 : NULL, r0, r1, c, c0, cb);
+                    for (long i = 0; i < n; i++) pr[i] = ds_bf16_value(p16[i]);
+                } else {
+                    L->bn_sums(da, db, pr, pu, stats ? pr : q, stats ? pu : qv, relu ? mask : NULL, r0, r1, c, c0, cb);
+                }
                 int off = 0;
                 for (int j = 0; j < cb; j++) off += memcmp(&da[j], &ra[j], 8) != 0 || memcmp(&db[j], &rb[j], 8) != 0;
-                CHECK(off == 0, "bn_sums %s, %d channels, relu %d: %d of %d channels not summed in the stated order",
-                      t ? "bf16" : "fp32", cb, relu, off, cb);
+                CHECK(off == 0, "bn_sums %s, %d channels, %s: %d of %d channels not summed in the stated order",
+                      t ? "bf16" : "fp32", cb, modes[mode], off, cb);
+                CHECK(!memcmp(pr, want, sizeof want), "bn_sums %s, %d channels, %s: p is not written back masked, "
+                      "and only there", t ? "bf16" : "fp32", cb, modes[mode]);
             }
     check_end();
 }
