@@ -185,6 +185,31 @@ static void pack_weights(ds_bf16 *dst, const void *w, const ds_conv_desc *d, int
 {
     const int R = d->r, S = d->s, C = d->c, K = d->k;
     const long cp = even(C), ld = pack_ld(K), pairs = rsc_p(d) / 2;
+    if (d->w_t == DS_BF16 && flipped) {
+        /* A pair row is two rows of w side by side (channels cc and cc + 1 of one flipped
+         * (r, s), each K long): interleaved. */
+#pragma omp parallel for schedule(static) num_threads(ds_cpu_conv_threads())
+        for (long t = 0; t < pairs; t++) {
+            const long p = 2 * t, r = p / (S * cp), s = p / cp % S, cc = p % cp;
+            const ds_bf16 *w16 = w, *src[2];
+            for (int e = 0; e < 2; e++)
+                src[e] = cc + e >= C ? NULL : w16 + ((cc + e) * R + (R - 1 - r)) * S * (long)K + (S - 1 - s) * (long)K;
+            ds_bf16_interleave(dst + t * ld, src[0], src[1], (size_t)K);
+        }
+        return;
+    }
+    if (d->w_t == DS_BF16 && C % 2 == 0) {
+        /* B's pair (t, j) is pair t of w's row j (r*s*c long): a transpose of 32-bit pairs,
+         * a block of 16 pairs (a cache line of each row of w) at a time. */
+        const char *w8 = w;
+#pragma omp parallel for schedule(static) num_threads(ds_cpu_conv_threads())
+        for (long t0 = 0; t0 < pairs; t0 += 16) {
+            const long t1 = t0 + 16 < pairs ? t0 + 16 : pairs;
+            for (int j = 0; j < K; j++)
+                for (long t = t0; t < t1; t++) memcpy(dst + t * ld + 2 * j, w8 + (j * pairs + t) * 4, 4);
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static) num_threads(ds_cpu_conv_threads())
     for (long t = 0; t < pairs; t++)
         for (int e = 0; e < 2; e++) {
