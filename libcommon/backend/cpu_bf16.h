@@ -119,6 +119,7 @@ void ds_bf16_round_n_avx512(ds_bf16 *dst, const float *src, size_t n);
 void ds_bf16_round_n_avx512bf16(ds_bf16 *dst, const float *src, size_t n);
 void ds_bf16_round_n_avx2(ds_bf16 *dst, const float *src, size_t n);
 void ds_bf16_interleave_avx2(ds_bf16 *dst, const ds_bf16 *a, const ds_bf16 *b, size_t n);
+void ds_bf16_interleave_avx512(ds_bf16 *dst, const ds_bf16 *a, const ds_bf16 *b, size_t n);
 #endif
 
 #endif

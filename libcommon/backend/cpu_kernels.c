@@ -1,5 +1,5 @@
-/* cpu_kernels: see cpu_kernels.h. The interleave has a plain and an AVX2 version only, which
- * the wider sets run; past avx512 only the bf16 products and rounding have instructions of
+/* cpu_kernels: see cpu_kernels.h. The interleave has a plain, an AVX2 and an AVX-512
+ * version; past avx512 only the bf16 products and rounding have instructions of
  * their own (avx512bf16: VDPBF16PS and VCVTNEPS2BF16; amx: TDPBF16PS), the rest is avx512's. */
 #include "cpu_kernels.h"
 
@@ -19,19 +19,19 @@ static const ds_cpu_kernels sets[DS_CPU_LEVELS] = {
                        .bgemm = ds_bgemm_avx512,
                        .loops = &ds_cpu_loops_avx512,
                        .bf16_round_n = ds_bf16_round_n_avx512,
-                       .bf16_interleave = ds_bf16_interleave_avx2},
+                       .bf16_interleave = ds_bf16_interleave_avx512},
     [DS_CPU_AVX512BF16] = {.sgemm = ds_sgemm_avx512,
                            .bgemm = ds_bgemm_avx512bf16,
                            .loops = &ds_cpu_loops_avx512bf16,
                            .bf16_round_n = ds_bf16_round_n_avx512bf16,
-                           .bf16_interleave = ds_bf16_interleave_avx2},
+                           .bf16_interleave = ds_bf16_interleave_avx512},
 #endif
 #if defined(__x86_64__) && defined(__linux__)
     [DS_CPU_AMX] = {.sgemm = ds_sgemm_avx512,
                     .bgemm = ds_bgemm_amx,
                     .loops = &ds_cpu_loops_avx512bf16,
                     .bf16_round_n = ds_bf16_round_n_avx512bf16,
-                    .bf16_interleave = ds_bf16_interleave_avx2},
+                    .bf16_interleave = ds_bf16_interleave_avx512},
 #endif
 };
 

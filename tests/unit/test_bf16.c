@@ -16,6 +16,7 @@
 #include "cpu_isa.h"
 #include "rng.h"
 #include "backend/cpu_bf16.h"
+#include "backend/cpu_kernels.h"
 
 #include <float.h>
 #include <math.h>
@@ -585,6 +586,39 @@ static void test_transpose(void)
     check_end();
 }
 
+/* interleave: dst[2i] = a[i], dst[2i + 1] = b[i] (zeros for a NULL side), of every kernel set
+ * this CPU runs, at lengths around each vector width, from any element offset; nothing
+ * written past 2n. */
+static void test_interleave(void)
+{
+    check_begin("bf16_interleave: every kernel set, lengths 0 to 40, either side NULL");
+    ds_bf16 a[48], b[48], dst[100];
+    for (int e = 0; e < 48; e++) a[e] = (ds_bf16)(e * 31 + 5), b[e] = (ds_bf16)(0x8000 | (e * 17 + 3));
+    int bad = 0;
+    for (int l = 0; l < DS_CPU_LEVELS; l++) {
+        if (!ds_cpu_isa_supported((ds_cpu_isa)l)) continue;
+        void (*interleave)(ds_bf16 *, const ds_bf16 *, const ds_bf16 *, size_t) =
+            ds_cpu_kernels_for((ds_cpu_isa)l)->bf16_interleave;
+        for (size_t n = 0; n <= 40; n++)
+            for (int off = 0; off < 3; off++)
+                for (int sides = 0; sides < 4; sides++) {
+                    const ds_bf16 *pa = sides & 1 ? NULL : a + off, *pb = sides & 2 ? NULL : b + off;
+                    memset(dst, 0xee, sizeof dst);
+                    interleave(dst + off, pa, pb, n);
+                    for (size_t i = 0; i < 100; i++) {
+                        const size_t at = i - (size_t)off;
+                        const ds_bf16 want = i < (size_t)off || at >= 2 * n ? 0xeeee
+                                             : at % 2 ? (pb ? pb[at / 2] : 0) : (pa ? pa[at / 2] : 0);
+                        if (dst[i] != want && bad++ < 3)
+                            printf("  %s: n %zu, offset %d, sides %d: element %zu is 0x%04x, want 0x%04x\n",
+                                   ds_cpu_isa_name((ds_cpu_isa)l), n, off, sides, i, dst[i], want);
+                    }
+                }
+    }
+    CHECK(!bad, "%d elements wrong", bad);
+    check_end();
+}
+
 int main(void)
 {
     ds_rng_init(&rng, 7, DS_RNG_DATA, 13);
@@ -595,6 +629,7 @@ int main(void)
     test_rounding();
     test_pack_pairs();
     test_transpose();
+    test_interleave();
     test_rule_is_the_instruction();
     test_levels_agree();
     test_amx();
