@@ -8,9 +8,10 @@
 #endif
 #include <string.h>
 
-/* LOOPS_BN_NV: bn_sums' 16-float vectors a slice (cpu_loops.inc), as many as the vector
- * registers hold four times over: the baseline's 16 xmm hold 4 vectors, AVX2's 16 ymm 8,
- * AVX-512's 32 zmm 32. */
+/* LOOPS_BN_NV: how many 16-channel vectors bn_sums takes in one slice (cpu_loops.inc). Each
+ * keeps four 16-float vectors (two shifts, two sums): NV 1 fills the baseline's 16 xmm
+ * registers, NV 2 AVX2's 16 ymm, NV 4 half of AVX-512's 32 zmm (the shifts are only read, so
+ * where registers run short they come from L1). */
 #define LOOPS ds_cpu_loops_plain
 #define LOOPS_TARGET
 #define LOOPS_BN_NV 1
