@@ -18,6 +18,7 @@
 #include "cpu_loops.inc"
 #undef LOOPS
 #undef LOOPS_TARGET
+#undef LOOPS_BN_NV
 
 #if defined(__x86_64__) || defined(__i386__)
 #define LOOPS ds_cpu_loops_avx2
@@ -26,6 +27,7 @@
 #include "cpu_loops.inc"
 #undef LOOPS
 #undef LOOPS_TARGET
+#undef LOOPS_BN_NV
 
 #define LOOPS ds_cpu_loops_avx512
 #define LOOPS_TARGET __attribute__((target("avx512f,avx2,fma")))
@@ -33,6 +35,7 @@
 #include "cpu_loops.inc"
 #undef LOOPS
 #undef LOOPS_TARGET
+#undef LOOPS_BN_NV
 
 /* avx512's loops again, those on bf16 activations rounding with VCVTNEPS2BF16 */
 #define LOOPS ds_cpu_loops_avx512bf16
@@ -42,5 +45,6 @@
 #include "cpu_loops.inc"
 #undef LOOPS
 #undef LOOPS_TARGET
+#undef LOOPS_BN_NV
 #undef LOOPS_NATIVE_BF16
 #endif

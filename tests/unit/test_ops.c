@@ -683,11 +683,11 @@ static float wide_value(void)
 /* Batch norm's sums (cpu_loops.h bn_sums, bn_sums_bf16) in their stated order, bit for bit:
  * per channel, float sums over runs of DS_BN_FLUSH rows from r0, each added to the double
  * total; the ReLU mask applied in place (p written back with it; masks of +-0, denormals,
- * +-Inf and NaN among them). Widths of whole 16-channel
- * vectors (16 to 112: one slice, and a slice of four vectors with 1 or 3 left over) and two
- * that are not (24, 48 is one); the forward's statistics (q = p, qv = pu), the backward's
- * sums with and without the mask; of this CPU's kernel set (test_cpu_kernels.sh runs this
- * under every set). */
+ * +-Inf and NaN among them). Widths of whole 16-channel vectors (16 to 112: one slice, and
+ * a full slice with 1 or 3 vectors left over) and one that is not (24); the forward's
+ * statistics (the same array and shift as p and pu, as batch norm's forward passes them), the
+ * backward's sums with and without the mask; of this CPU's kernel set (test_cpu_kernels.sh
+ * runs this under every set). */
 static void test_bn_sums_order(void)
 {
     const ds_cpu_loops *L = ds_cpu_kernels_for(ds_cpu_isa_get())->loops;
@@ -730,7 +730,8 @@ static void test_bn_sums_order(void)
                 }
                 memcpy(pr, p, sizeof pr);
                 if (t) {
-                    L->bn_sums_bf16(da, db, p16, pu, stats ? p16 : q16, qv, relu ? mask16 : NULL, r0, r1, c, c0, cb);
+                    L->bn_sums_bf16(da, db, p16, pu, stats ? p16 : q16, stats ? pu : qv, relu ? mask16 : NULL, r0, r1, c,
+                                    c0, cb);
                     for (long i = 0; i < n; i++) pr[i] = ds_bf16_value(p16[i]);
                 } else {
                     L->bn_sums(da, db, pr, pu, stats ? pr : q, stats ? pu : qv, relu ? mask : NULL, r0, r1, c, c0, cb);
