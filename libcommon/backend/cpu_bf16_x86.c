@@ -193,6 +193,10 @@ static inline __attribute__((always_inline)) void widen_block(widen_fn *widen, c
         widen(W, a, span(rows, sai, seg_a, nseg, kseg));
         return;
     }
+    if (seg_a == kseg) {  /* a row's segments one run, as W's are: one pass a row */
+        for (long i = 0; i < rows; i++) widen(W + i * w->ldw, a + i * sai, nseg * kseg);
+        return;
+    }
     for (long i = 0; i < rows; i++)
         for (long g = 0; g < nseg; g++) widen(W + i * w->ldw + g * kseg, a + i * sai + g * seg_a, kseg);
 }
@@ -280,13 +284,22 @@ AVX512_TILES(4, AVX512_CASE(1, 4) AVX512_CASE(2, 4) AVX512_CASE(3, 4) AVX512_CAS
 #undef AVX512_TILES
 #undef AVX512_CASE
 
-/* n bf16 as float32. */
+/* 16 bf16 as float32. */
+static inline AVX512 __attribute__((always_inline)) void avx512_widen16(float *dst, const ds_bf16 *src)
+{
+    _mm512_storeu_si512(dst, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)src)), 16));
+}
+
+/* n bf16 as float32; a tail past the last whole vector is the last 16 elements again (a
+ * masked 16-bit load needs AVX512-BW), so a run of 28 takes two vectors, not one and 12
+ * scalars. */
 static AVX512 void avx512_widen(float *dst, const ds_bf16 *src, long n)
 {
     long p = 0;
-    for (; p + 16 <= n; p += 16)
-        _mm512_storeu_si512(dst + p, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + p))), 16));
-    for (; p < n; p++) dst[p] = ds_bf16_value(src[p]);
+    for (; p + 16 <= n; p += 16) avx512_widen16(dst + p, src + p);
+    if (p < n && n >= 16) avx512_widen16(dst + n - 16, src + n - 16);
+    else
+        for (; p < n; p++) dst[p] = ds_bf16_value(src[p]);
 }
 
 /* Blocks of A's rows widened in turn (widening_of, tiles of 16 rows: a whole tile of any
@@ -408,14 +421,19 @@ AVX2_TILES(avx2_bf16_tiles_full, 1)
 #undef AVX2_TILES
 #undef AVX2_CASE
 
-/* n bf16 as float32. */
+static inline AVX2 __attribute__((always_inline)) void avx2_widen8(float *dst, const ds_bf16 *src)
+{
+    _mm256_storeu_si256((__m256i *)dst, _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)src)), 16));
+}
+
+/* n bf16 as float32, a tail as avx512_widen's: the last 8 elements again. */
 static AVX2 void avx2_widen(float *dst, const ds_bf16 *src, long n)
 {
     long p = 0;
-    for (; p + 8 <= n; p += 8)
-        _mm256_storeu_si256((__m256i *)(dst + p),
-                            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + p))), 16));
-    for (; p < n; p++) dst[p] = ds_bf16_value(src[p]);
+    for (; p + 8 <= n; p += 8) avx2_widen8(dst + p, src + p);
+    if (p < n && n >= 8) avx2_widen8(dst + n - 8, src + n - 8);
+    else
+        for (; p < n; p++) dst[p] = ds_bf16_value(src[p]);
 }
 
 /* Blocks of A's rows widened in turn (widening_of, tiles of 12 rows: a whole tile of either
