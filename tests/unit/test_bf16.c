@@ -248,7 +248,12 @@ static void every_shape(shape_fn *fn, unsigned classes, int *bad, const char **w
                         {32, 32, 1, 32, 32, 0, 64, 0, 32, 0},
                         {48, 64, 2, 64, 130, 64, 128, 32 * 128, 64, 1},
                         {33, 33, 3, 34, 110, 34, 70, 17 * 70, 35, 0},
-                        {16, 16, 1, 2048, 2048, 0, 32, 0, 16, 1}};
+                        {16, 16, 1, 2048, 2048, 0, 32, 0, 16, 1},
+                        // tall: several row tiles at every width
+                        {70, 12, 1, 64, 64, 0, 24, 0, 12, 1},
+                        {50, 30, 2, 20, 50, 20, 60, 10 * 60, 30, 0},
+                        {45, 40, 3, 18, 60, 18, 80, 9 * 80, 41, 1},
+                        {40, 140, 2, 24, 48, 24, 280, 12 * 280, 140, 1}};
         for (size_t i = 0; i < sizeof segs / sizeof *segs && !*bad; i++) fn(&segs[i], cls, bad, why);
         for (int t = 0; t < 150 && !*bad; t++) {
             shape s = {1 + (long)ds_rng_below(&rng, 40), 1 + (int)ds_rng_below(&rng, 150),
