@@ -57,6 +57,9 @@ static long wblock_tiles(const ds_conv_desc *d)
  * the block, so that the transforms' 16 streams do not fall in one of L1's sets. */
 static long pos_stride(long t, int ch) { return ds_round16(t * ch) + 16; }
 
+/* Output channels backward-weight's last pass (the groups' sum and G^T dU G) takes at a time. */
+#define WINO_KB 64
+
 static int weight_groups(const ds_conv_desc *d)
 {
     long blocks = (tiles_of(d) + wblock_tiles(d) - 1) / wblock_tiles(d), per = 16 * ds_round16((long)d->c * d->k);
@@ -255,27 +258,33 @@ void ds_cpu_wino_bwd_weight(float *dw, const float *dout, const float *in, const
                 ds_sgemm_small(C, K, tn, V + x * vs, 1, C, D + x * ds, K, pg + x * ds_round16(ck), K, b != b0);
         }
     }
-    // dU = the groups' partials added in group order, then dw += G^T dU G.
+    // dU = the groups' partials added in group order, then dw += G^T dU G: for each input
+    // channel, output channels WINO_KB at a time, the same operations on each element in
+    // turn, the partials read along their rows (k) rather than a cache line an element.
 #pragma omp parallel for schedule(static) num_threads(ds_cpu_conv_threads())
-    for (int k = 0; k < K; k++)
-        for (int c = 0; c < C; c++) {
-            float u[4][4], t[3][4];
+    for (int c = 0; c < C; c++)
+        for (int k0 = 0; k0 < K; k0 += WINO_KB) {
+            const int kn = K - k0 < WINO_KB ? K - k0 : WINO_KB;
+            float u[16][WINO_KB], t[3][4][WINO_KB];
             for (int x = 0; x < 16; x++) {
-                const long at = x * ds_round16(ck) + (long)c * K + k;
-                float s = part[at];
-                for (int g = 1; g < groups; g++) s += part[g * part_stride + at];
-                u[x / 4][x % 4] = s;
+                const float *p0 = part + x * ds_round16(ck) + (long)c * K + k0;
+                for (int j = 0; j < kn; j++) u[x][j] = p0[j];
+                for (int g = 1; g < groups; g++)
+                    for (int j = 0; j < kn; j++) u[x][j] += p0[g * part_stride + j];
             }
-            for (int j = 0; j < 4; j++) {  // G^T dU: the rows
-                t[0][j] = u[0][j] + (u[1][j] + u[2][j]) * 0.5f;
-                t[1][j] = (u[1][j] - u[2][j]) * 0.5f;
-                t[2][j] = (u[1][j] + u[2][j]) * 0.5f + u[3][j];
-            }
-            float *o = dw + (long)k * 9 * C + c;
-            for (int r = 0; r < 3; r++) {  // (G^T dU) G: the columns
-                o[(r * 3 + 0) * C] += t[r][0] + (t[r][1] + t[r][2]) * 0.5f;
-                o[(r * 3 + 1) * C] += (t[r][1] - t[r][2]) * 0.5f;
-                o[(r * 3 + 2) * C] += (t[r][1] + t[r][2]) * 0.5f + t[r][3];
+            for (int i = 0; i < 4; i++)  // G^T dU: the rows
+                for (int j = 0; j < kn; j++) {
+                    t[0][i][j] = u[i][j] + (u[4 + i][j] + u[8 + i][j]) * 0.5f;
+                    t[1][i][j] = (u[4 + i][j] - u[8 + i][j]) * 0.5f;
+                    t[2][i][j] = (u[4 + i][j] + u[8 + i][j]) * 0.5f + u[12 + i][j];
+                }
+            for (int j = 0; j < kn; j++) {  // (G^T dU) G: the columns
+                float *o = dw + (long)(k0 + j) * 9 * C + c;
+                for (int r = 0; r < 3; r++) {
+                    o[(r * 3 + 0) * C] += t[r][0][j] + (t[r][1][j] + t[r][2][j]) * 0.5f;
+                    o[(r * 3 + 1) * C] += (t[r][1][j] - t[r][2][j]) * 0.5f;
+                    o[(r * 3 + 2) * C] += (t[r][1][j] + t[r][2][j]) * 0.5f + t[r][3][j];
+                }
             }
         }
 }
