@@ -101,6 +101,9 @@ static const ops_conv ops_convs[] = {
     {OPS_CONV(2, 15, 14, 64, 64, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS | OPS_GPU | OPS_FUSED},
     {OPS_CONV(1, 17, 19, 70, 66, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS | OPS_ACC | OPS_FUSED},
     {OPS_CONV(24, 14, 14, 64, 72, 3, 3, 1, 1), .use = OPS_BITS},
+    /* two blocks, so backward-weight's two groups summed (in order) before G^T dU G, against
+     * the reference; 72 output channels, 64 and 8 in that pass */
+    {OPS_CONV(4, 14, 14, 64, 72, 3, 3, 1, 1), .use = OPS_REF},
     {OPS_CONV(1, 14, 15, 520, 64, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS},
     {OPS_CONV(3, 8, 8, 64, 64, 3, 3, 1, 1), .use = OPS_REF | OPS_BITS},
     /* bf16: implicit (rows of 14 or more), gathered (1x1, small outputs), the stem's odd
