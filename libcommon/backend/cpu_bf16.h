@@ -99,15 +99,31 @@ void ds_bgemm_seg(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sa
 void ds_bgemm_seg_isa(ds_cpu_isa isa, long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
                       const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate);
 
+/* D (m, n), rows ldd apart, = A * B by the rule, each element rounded to bf16 as
+ * ds_bf16_round_n rounds it: the bits of ds_bgemm_seg into a float32 C, then ds_bf16_round_n.
+ * A level whose kernel rounds its sums as it stores them (ds_bgemm16_kernel) writes no float32
+ * C; the others, and a reduction blocked as above, sum in `scratch` (m x n float32, rows n
+ * apart) first. */
+void ds_bgemm_seg16(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a, const ds_bf16 *B,
+                    long ldb, long seg_b, ds_bf16 *D, long ldd, float *scratch);
+void ds_bgemm_seg16_isa(ds_cpu_isa isa, long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai,
+                        long seg_a, const ds_bf16 *B, long ldb, long seg_b, ds_bf16 *D, long ldd, float *scratch);
+
 /* The per-level kernels (no blocking of their own), which backend/cpu_kernels.c puts in its
- * rows, and the driver over any of them (the tests run it over their model of the AMX tiles). */
+ * rows, and the driver over any of them (the tests run it over their model of the AMX tiles).
+ * A ds_bgemm16_kernel is the same product with its result, S or (accumulate) C + S, rounded
+ * into D instead of stored into C (which it then only reads). */
 typedef void ds_bgemm_kernel(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
                              const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate);
+typedef void ds_bgemm16_kernel(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
+                               const ds_bf16 *B, long ldb, long seg_b, const float *C, long ldc, int accumulate,
+                               ds_bf16 *D, long ldd);
 void ds_bgemm_seg_with(ds_bgemm_kernel *kernel, long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai,
                        long seg_a, const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate);
 ds_bgemm_kernel ds_bgemm_plain;  /* the rule one fmaf at a time: the reference of the others */
 #if defined(__x86_64__) || defined(__i386__)
 ds_bgemm_kernel ds_bgemm_avx2, ds_bgemm_avx512, ds_bgemm_avx512bf16;
+ds_bgemm16_kernel ds_bgemm16_avx512, ds_bgemm16_avx512bf16;
 #endif
 #if defined(__x86_64__) && defined(__linux__)
 ds_bgemm_kernel ds_bgemm_amx;

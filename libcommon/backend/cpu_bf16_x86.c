@@ -129,10 +129,25 @@ __attribute__((target("avx512f,avx2"))) void ds_bf16_interleave_avx512(ds_bf16 *
 /* A pair of bf16 read as one 32-bit element (the native kernel's broadcast operand). */
 typedef int32_t __attribute__((may_alias)) bg_pair;
 
+/* The columns of mask k (its low bits: a tile's columns) of 16 bf16 h, stored at p: a whole
+ * vector at once, a tail through a buffer (a masked 16-bit store needs AVX512-BW). */
+static inline __attribute__((target("avx512f"), always_inline)) void store16(ds_bf16 *p, __m256i h, __mmask16 k)
+{
+    if (k == 0xffff) {
+        _mm256_storeu_si256((__m256i *)p, h);
+        return;
+    }
+    ds_bf16 tail[16];
+    _mm256_storeu_si256((__m256i *)tail, h);
+    memcpy(p, tail, (size_t)__builtin_popcount(k) * sizeof *p);
+}
+
 #define BG_NAME ds_bgemm_avx512bf16
+#define BG16_NAME ds_bgemm16_avx512bf16
 #define BG_TARGET __attribute__((target("avx512f,avx512bf16,avx2,fma")))
 #include "cpu_bf16_avx512.inc"
 #undef BG_NAME
+#undef BG16_NAME
 #undef BG_TARGET
 
 /* ---- the FMA forms: A widened to float32 a block of rows at a time ----
@@ -222,7 +237,8 @@ static inline AVX512 __attribute__((always_inline)) __m512 b_half512(const ds_bf
 static inline AVX512 __attribute__((always_inline)) void avx512_bf16_tile(const int MR, const int NV, const float *W,
                                                                           long ldw, long seg_w, const ds_bf16 *B,
                                                                           long ldb, long seg_b, long nseg, long kseg,
-                                                                          float *C, long ldc, __mmask16 last, int acc)
+                                                                          float *C, long ldc, __mmask16 last, int acc,
+                                                                          ds_bf16 *D, long ldd)
 {
     __m512 c[16][4];
 #pragma GCC unroll 16
@@ -253,20 +269,20 @@ static inline AVX512 __attribute__((always_inline)) void avx512_bf16_tile(const 
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
         for (int j = 0; j < NV; j++) {
-            float *cp = C + i * ldc + 16 * j;
             const __mmask16 k = j == NV - 1 ? last : 0xffff;
             __m512 v = c[i][j];
-            if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, cp), v);  /* DAZ, FTZ: ftz(daz(C) + S) */
-            _mm512_mask_storeu_ps(cp, k, v);
+            if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, C + i * ldc + 16 * j), v);  /* DAZ, FTZ: ftz(daz(C) + S) */
+            if (D) store16(D + i * ldd + 16 * j, _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_hi(_mm512_castps_si512(v)), 16)), k);
+            else _mm512_mask_storeu_ps(C + i * ldc + 16 * j, k, v);
         }
 }
 
 #define AVX512_CASE(mr, nv) \
-    case mr: avx512_bf16_tile(mr, nv, W, ldw, seg_w, B, ldb, seg_b, nseg, kseg, C, ldc, last, acc); break;
+    case mr: avx512_bf16_tile(mr, nv, W, ldw, seg_w, B, ldb, seg_b, nseg, kseg, C, ldc, last, acc, D, ldd); break;
 #define AVX512_TILES(nv, cases)                                                                               \
     static AVX512 void avx512_bf16_nv##nv(int mr, const float *W, long ldw, long seg_w, const ds_bf16 *B,     \
                                           long ldb, long seg_b, long nseg, long kseg, float *C, long ldc,     \
-                                          __mmask16 last, int acc)                                            \
+                                          __mmask16 last, int acc, ds_bf16 *D, long ldd)                      \
     {                                                                                                         \
         switch (mr) { cases }                                                                                 \
     }
@@ -305,11 +321,12 @@ static AVX512 void avx512_widen(float *dst, const ds_bf16 *src, long n)
 /* Blocks of A's rows widened in turn (widening_of, tiles of 16 rows: a whole tile of any
  * height). In a block, C walked 64 columns at a time in tiles of MR x NV <= 24 accumulators,
  * heights balanced as cpu_sgemm_avx512.c balances them. */
-AVX512 void ds_bgemm_avx512(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
-                            const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
+static AVX512 void avx512_bgemm_run(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
+                                    const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate,
+                                    ds_bf16 *D, long ldd)
 {
     typedef void tile_fn(int, const float *, long, long, const ds_bf16 *, long, long, long, long, float *, long,
-                         __mmask16, int);
+                         __mmask16, int, ds_bf16 *, long);
     static tile_fn *const fn_of[5] = {0, avx512_bf16_nv1, avx512_bf16_nv2, avx512_bf16_nv3, avx512_bf16_nv4};
     static const int mr_of[5] = {0, 16, 12, 8, 6};
     if (m <= 0 || n <= 0 || nseg * kseg <= 0) return;
@@ -327,13 +344,28 @@ AVX512 void ds_bgemm_avx512(long m, int n, long nseg, long kseg, const ds_bf16 *
             for (long t = 0, i0 = 0; t < tiles; t++) {
                 const int mr = (int)(h + (t < taller));
                 fn_of[nv](mr, W + i0 * wd.ldw, wd.ldw, wd.seg_w, B + 2 * n0, ldb, seg_b, nseg, kseg,
-                          C + (b0 + i0) * ldc + n0, ldc, last, accumulate);
+                          C ? C + (b0 + i0) * ldc + n0 : NULL, ldc, last, accumulate,
+                          D ? D + (b0 + i0) * ldd + n0 : NULL, ldd);
                 i0 += mr;
             }
         }
     }
     _mm_setcsr(csr);
     if (W != stack) free(W);
+}
+
+AVX512 void ds_bgemm_avx512(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
+                            const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
+{
+    avx512_bgemm_run(m, n, nseg, kseg, A, sai, seg_a, B, ldb, seg_b, C, ldc, accumulate, NULL, 0);
+}
+
+/* The same with the sums rounded as round_n_avx512 rounds them, into D. */
+AVX512 void ds_bgemm16_avx512(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
+                              const ds_bf16 *B, long ldb, long seg_b, const float *C, long ldc, int accumulate,
+                              ds_bf16 *D, long ldd)
+{
+    avx512_bgemm_run(m, n, nseg, kseg, A, sai, seg_a, B, ldb, seg_b, (float *)C, ldc, accumulate, D, ldd);
 }
 
 /* ---- AVX2 + FMA: tiles of MR rows by NV 8-column vectors (16 registers) ----

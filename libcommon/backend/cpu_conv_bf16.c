@@ -74,23 +74,16 @@ static const ds_bf16 *all16(ds_bf16 *dst, const void *src, long count, ds_dtype 
 
 /* rows x cols float32 sums at f (rows ldf apart) stored into dst (storage t, rows ldd apart):
  * copied, or rounded once. */
-static void store_rows(void *dst, long ldd, const float *f, long ldf, long rows, long cols, ds_dtype t)
-{
-    if (ldd == cols && ldf == cols) {  /* contiguous (few channels, or all of them): one pass */
-        ldd = ldf = cols *= rows;
-        rows = 1;
-    }
-    for (long i = 0; i < rows; i++) {
-        if (t == DS_BF16) ds_bf16_round_n((ds_bf16 *)dst + i * ldd, f + i * ldf, (size_t)cols);
-        else memcpy((float *)dst + i * ldd, f + i * ldf, (size_t)cols * sizeof *f);
-    }
-}
-
 /* A bf16 output (else float32). */
 static int out16(const ds_conv_desc *d) { return d->out_t == DS_BF16; }
 
+/* A bf16 output with no batch norm after it: the products round their sums into it as they
+ * store them (ds_bgemm_seg16, the tile as its scratch); the others sum into the tile (or a
+ * float32 output) and output_block finishes them. */
+static int rounds_as_stored(const ds_conv_desc *d, const ds_cpu_conv_bn *bn) { return out16(d) && !bn; }
+
 /* A bf16 output's block from its float32 sums f (rows x cols, ldf apart) with conv_fwd_bn's
- * batch norm (cpu_loops' bn_tile_bf16: each sum rounded as store_rows rounds it, then
+ * batch norm (cpu_loops' bn_tile_bf16: each sum rounded as ds_bf16_round_n rounds it, then
  * normalised as bn_apply_bf16 normalises it): out (pixel m0, channel k0) and the residual at
  * the same place, rows d->k apart. */
 static void store_rows_bn(ds_bf16 *out, long m0, int k0, const float *f, long ldf, long rows, int cols,
@@ -103,19 +96,15 @@ static void store_rows_bn(ds_bf16 *out, long m0, int k0, const float *f, long ld
                     bn->beta + k0, bn->relu, rows, cols);
 }
 
-/* A block of the output done: rows x cols from pixel m0, channel k0, summed into the tile f
- * (ldf apart) for a bf16 output, in place for a float32 one; rounded into place, then bn
- * applied when there is one. */
+/* A block of the output done (one that is not rounded as stored): rows x cols from pixel m0,
+ * channel k0, summed into the tile f (ldf apart) for a bf16 output, in place for a float32
+ * one; bn applied when there is one. */
 static void output_block(void *out, long m0, int k0, const float *f, long ldf, long rows, int cols,
                          const ds_conv_desc *d, const ds_cpu_conv_bn *bn)
 {
-    if (!out16(d)) {
-        if (bn) ds_cpu_conv_bn_f32(out, m0, k0, rows, cols, d, bn);
-    } else if (bn) {
-        store_rows_bn(out, m0, k0, f, ldf, rows, cols, d, bn);
-    } else {
-        store_rows((ds_bf16 *)out + m0 * d->k + k0, d->k, f, ldf, rows, cols, DS_BF16);
-    }
+    if (!bn) return;
+    if (out16(d)) store_rows_bn(out, m0, k0, f, ldf, rows, cols, d, bn);
+    else ds_cpu_conv_bn_f32(out, m0, k0, rows, cols, d, bn);
 }
 
 /* ---- forward (and stride-1 backward-data) ---- */
@@ -300,9 +289,16 @@ static void fwd_packed(void *out, const void *in, const ds_bf16 *in16, const ds_
                     const long first = ((long)n * d->p + p0) * d->q;  /* the block's first pixel */
                     float *o = out16(d) ? tile : (float *)out + first * d->k + k0;
                     const long ldo = out16(d) ? kb : d->k;
-                    for (int p = p0; p < p1; p++)
-                        ds_bgemm_seg(d->q, kb, d->r, sc, src + (long)p * d->stride * wpc, (long)d->stride * cp, wpc,
-                                     wp + 2 * k0, ld, sc / 2 * ld, o + (long)(p - p0) * d->q * ldo, ldo, 0);
+                    for (int p = p0; p < p1; p++) {
+                        const ds_bf16 *a = src + (long)p * d->stride * wpc;
+                        const long at = (long)(p - p0) * d->q;  /* the row's first pixel in the block */
+                        if (rounds_as_stored(d, bn))
+                            ds_bgemm_seg16(d->q, kb, d->r, sc, a, (long)d->stride * cp, wpc, wp + 2 * k0, ld,
+                                           sc / 2 * ld, (ds_bf16 *)out + (first + at) * d->k + k0, d->k, tile);
+                        else
+                            ds_bgemm_seg(d->q, kb, d->r, sc, a, (long)d->stride * cp, wpc, wp + 2 * k0, ld,
+                                         sc / 2 * ld, o + at * ldo, ldo, 0);
+                    }
                     output_block(out, first, k0, tile, kb, (long)(p1 - p0) * d->q, kb, d, bn);
                 }
             }
@@ -326,7 +322,10 @@ static void fwd_packed(void *out, const void *in, const ds_bf16 *in16, const ds_
         // A float32 output is written in place; a bf16 one OUT_COLS channels at a time.
         for (long k0 = 0; k0 < d->k; k0 += cols) {
             const int kb = (int)(d->k - k0 < cols ? d->k - k0 : cols);
-            if (out16(d))
+            if (rounds_as_stored(d, bn))
+                ds_bgemm_seg16(mr, kb, 1, kd, a, kd, 0, wp + 2 * k0, ld, 0, (ds_bf16 *)out + m0 * d->k + k0, d->k,
+                               tile);
+            else if (out16(d))
                 ds_bgemm_seg(mr, kb, 1, kd, a, kd, 0, wp + 2 * k0, ld, 0, tile, kb, 0);
             else
                 ds_bgemm_seg(mr, kb, 1, kd, a, kd, 0, wp + 2 * k0, ld, 0, (float *)out + m0 * d->k + k0, d->k, 0);

@@ -24,6 +24,7 @@
 typedef struct {
     ds_sgemm_kernel *sgemm;  /* cpu_sgemm_kernels.h: C (+)= A B in float32, no blocking */
     ds_bgemm_kernel *bgemm;  /* cpu_bf16.h: C (+)= A B on bf16 operands, no blocking */
+    ds_bgemm16_kernel *bgemm16;  /* the same rounded to bf16 as it is stored; NULL: bgemm, then the rounding */
     const ds_cpu_loops *loops;
     void (*bf16_round_n)(ds_bf16 *dst, const float *src, size_t n);  /* ds_bf16_round_n */
     void (*bf16_interleave)(ds_bf16 *dst, const ds_bf16 *a, const ds_bf16 *b, size_t n);  /* ds_bf16_interleave */
