@@ -406,6 +406,9 @@ static void bwd_data_strided(void *din, const ds_bf16 *g16, const void *w, const
  *     group order.
  * Either way no sum depends on which thread computes it. */
 #define BWW_ROWS 1024
+#define BWW_LDA (BWW_ROWS + 32)  /* A's rows in a chunk: not a power of two, which would map the
+                                  * transpose's stores, rows 2 KiB apart, to two of L1's sets */
+#define BWW_PIECE 128            /* pixels of a chunk a task lays out */
 #define BWW_PACK (4L << 20)
 #define BWW_SMALL 65536
 #define BWW_GROUPS 16
@@ -554,10 +557,10 @@ static void bwd_weight_implicit(float *T, const ds_bf16 *g16, const ds_bf16 *in1
 static int bww_transpose_input(const ds_conv_desc *d) { return d->c < d->k; }
 static int bww_wa(const ds_conv_desc *d) { return bww_transpose_input(d) ? d->c : d->k; }
 static int bww_wb(const ds_conv_desc *d) { return bww_transpose_input(d) ? d->k : d->c; }
-/* A chunk's operands: A (wa, BWW_ROWS), then B's BWW_ROWS / 2 pair rows. */
+/* A chunk's operands: A (wa, BWW_ROWS), rows BWW_LDA apart, then B's BWW_ROWS / 2 pair rows. */
 static long bww_chunk(const ds_conv_desc *d)
 {
-    return round32((long)bww_wa(d) * BWW_ROWS) + round32(BWW_ROWS / 2 * pack_ld(bww_wb(d)));
+    return round32((long)bww_wa(d) * BWW_LDA) + round32(BWW_ROWS / 2 * pack_ld(bww_wb(d)));
 }
 static long bww_chunks(const ds_conv_desc *d)
 {
@@ -570,6 +573,12 @@ static long chunk_pixels(const ds_conv_desc *d, long ch)
     return m < BWW_ROWS ? m : BWW_ROWS;
 }
 
+/* The cache lines of n bf16 at each of p and q, asked for ahead of their use. */
+static void prefetch_rows(const ds_bf16 *p, const ds_bf16 *q, long n)
+{
+    for (long j = 0; j < n; j += 32) __builtin_prefetch(p + j), __builtin_prefetch(q + j);
+}
+
 /* Output pixel px's row of the input (the strided pixel's, for a stride > 1). */
 static const ds_bf16 *bww_in_row(const ds_bf16 *x16, const ds_conv_desc *d, long px)
 {
@@ -578,23 +587,29 @@ static const ds_bf16 *bww_in_row(const ds_bf16 *x16, const ds_conv_desc *d, long
     return x16 + ((n * d->h + p * d->stride) * d->w + q * d->stride) * d->c;
 }
 
-/* Pixels [i0, i0 + 32) of chunk ch into its operands at a: A's columns, B's pair rows. */
+/* Pixels [i0, i0 + BWW_PIECE) of chunk ch into its operands at a: A's columns, B's pair rows. */
 static void chunk_part(ds_bf16 *a, const ds_bf16 *g16, const ds_bf16 *x16, const ds_conv_desc *d, long ch, long i0)
 {
     const int tin = bww_transpose_input(d), wa = bww_wa(d), wb = bww_wb(d);
     const long mr = chunk_pixels(d, ch), kd = even(mr), px = ch * BWW_ROWS, ldb = pack_ld(wb);
     if (i0 >= kd) return;
-    const long i1 = i0 + 32 < kd ? i0 + 32 : kd;
-    ds_bf16 *b = a + round32((long)wa * BWW_ROWS);
-    const ds_bf16 *ga[32], *xa[32];
+    const long i1 = i0 + BWW_PIECE < kd ? i0 + BWW_PIECE : kd;
+    ds_bf16 *b = a + round32((long)wa * BWW_LDA);
+    const ds_bf16 *ga[BWW_PIECE], *xa[BWW_PIECE];
     for (long i = i0; i < i1; i++) {
         ga[i - i0] = i < mr ? g16 + (px + i) * d->k : NULL;
         xa[i - i0] = i < mr ? bww_in_row(x16, d, px + i) : NULL;
     }
     const ds_bf16 *const *ta = tin ? xa : ga, *const *tb = tin ? ga : xa;
-    transpose(a + i0, kd, i1 - i0, ta, wa, (mr < i1 ? mr : i1) - i0);
-    for (long t = i0 / 2; t < i1 / 2; t++)  /* pixels 2t, 2t+1 side by side */
+    transpose(a + i0, BWW_LDA, i1 - i0, ta, wa, (mr < i1 ? mr : i1) - i0);
+    // The pairs' rows are asked for about 8 KiB ahead (the prefetchers alone left the
+    // interleave at half the memory's speed).
+    const long ahead = 4096 / wb > 1 ? 4096 / wb : 1, last = (mr < i1 ? mr : i1) - i0;
+    for (long t = i0 / 2; t < i1 / 2; t++) {  /* pixels 2t, 2t+1 side by side */
+        const long e = 2 * (t + ahead) - i0;
+        if (e + 1 < last) prefetch_rows(tb[e], tb[e + 1], wb);
         ds_bf16_interleave(b + t * ldb, tb[2 * t - i0], tb[2 * t + 1 - i0], (size_t)wb);
+    }
 }
 
 /* Rows [i0, i1) and columns [j0, j1) of T (wa, wb) (+)= chunk ch's product (operands at a). */
@@ -603,8 +618,8 @@ static void chunk_tile(float *T, const ds_bf16 *a, const ds_conv_desc *d, long c
 {
     const int wa = bww_wa(d), wb = bww_wb(d);
     const long kd = even(chunk_pixels(d, ch));
-    ds_bgemm_seg(i1 - i0, (int)(j1 - j0), 1, kd, a + i0 * kd, kd, 0, a + round32((long)wa * BWW_ROWS) + 2 * j0,
-                 pack_ld(wb), 0, T + i0 * wb + j0, wb, acc);
+    ds_bgemm_seg(i1 - i0, (int)(j1 - j0), 1, kd, a + i0 * BWW_LDA, BWW_LDA, 0,
+                 a + round32((long)wa * BWW_LDA) + 2 * j0, pack_ld(wb), 0, T + i0 * wb + j0, wb, acc);
 }
 
 static void bwd_weight_chunks(float *T, const ds_bf16 *g16, const ds_bf16 *x16, const ds_conv_desc *d,
@@ -619,9 +634,9 @@ static void bwd_weight_chunks(float *T, const ds_bf16 *g16, const ds_bf16 *x16, 
     for (long u0 = 0; u0 < units; u0 += chunks) {
         const long nc = units - u0 < chunks ? units - u0 : chunks;
 #pragma omp for schedule(dynamic)
-        for (long it = 0; it < nc * (BWW_ROWS / 32); it++)
-            chunk_part(pack + it / (BWW_ROWS / 32) * per, g16, x16, d, u0 + it / (BWW_ROWS / 32),
-                       it % (BWW_ROWS / 32) * 32);
+        for (long it = 0; it < nc * (BWW_ROWS / BWW_PIECE); it++)
+            chunk_part(pack + it / (BWW_ROWS / BWW_PIECE) * per, g16, x16, d, u0 + it / (BWW_ROWS / BWW_PIECE),
+                       it % (BWW_ROWS / BWW_PIECE) * BWW_PIECE);
 #pragma omp for schedule(dynamic)
         for (long t = 0; t < tiles; t++) {
             const long i0 = t / cb * h, j0 = t % cb * tw;
@@ -650,7 +665,7 @@ static void bwd_weight_groups(float *T, long t_stride, int groups, const ds_bf16
                 for (long e = 0; e < d->p + z_rows(d); e++) image_part(a, sai, z, g16, x16, d, u, e);
                 for (int r = 0; r < d->r; r++) image_tile(Tg, a, sai, z, d, 0, d->k, r, 0, sc, u != u0);
             } else {
-                for (long i0 = 0; i0 < BWW_ROWS; i0 += 32) chunk_part(a, g16, x16, d, u, i0);
+                for (long i0 = 0; i0 < BWW_ROWS; i0 += BWW_PIECE) chunk_part(a, g16, x16, d, u, i0);
                 chunk_tile(Tg, a, d, u, 0, bww_wa(d), 0, bww_wb(d), u != u0);
             }
         }
