@@ -30,6 +30,9 @@
 
 #include <omp.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 static long even(long x) { return (x + 1) & ~1L; }
 static long round32(long x) { return (x + 31) / 32 * 32; }  /* bf16 elements: 64 bytes */
@@ -189,12 +192,30 @@ static void pack_weights(ds_bf16 *dst, const void *w, const ds_conv_desc *d, int
     }
     if (d->w_t == DS_BF16 && C % 2 == 0) {
         /* B's pair (t, j) is pair t of w's row j (r*s*c long): a transpose of 32-bit pairs,
-         * a block of 16 pairs (a cache line of each row of w) at a time. */
+         * a block of 16 pairs (a cache line of each row of w) at a time, 4 x 4 in registers. */
         const char *w8 = w;
 #pragma omp parallel for schedule(static) num_threads(ds_cpu_conv_threads())
         for (long t0 = 0; t0 < pairs; t0 += 16) {
             const long t1 = t0 + 16 < pairs ? t0 + 16 : pairs;
-            for (int j = 0; j < K; j++)
+            int j = 0;
+#if defined(__SSE2__)
+            for (; j + 4 <= K; j += 4) {
+                long t = t0;
+                for (; t + 4 <= t1; t += 4) {
+                    __m128i r[4];
+                    for (int e = 0; e < 4; e++) r[e] = _mm_loadu_si128((const __m128i *)(w8 + ((j + e) * pairs + t) * 4));
+                    const __m128i lo01 = _mm_unpacklo_epi32(r[0], r[1]), hi01 = _mm_unpackhi_epi32(r[0], r[1]),
+                                  lo23 = _mm_unpacklo_epi32(r[2], r[3]), hi23 = _mm_unpackhi_epi32(r[2], r[3]);
+                    _mm_storeu_si128((__m128i *)(dst + t * ld + 2 * j), _mm_unpacklo_epi64(lo01, lo23));
+                    _mm_storeu_si128((__m128i *)(dst + (t + 1) * ld + 2 * j), _mm_unpackhi_epi64(lo01, lo23));
+                    _mm_storeu_si128((__m128i *)(dst + (t + 2) * ld + 2 * j), _mm_unpacklo_epi64(hi01, hi23));
+                    _mm_storeu_si128((__m128i *)(dst + (t + 3) * ld + 2 * j), _mm_unpackhi_epi64(hi01, hi23));
+                }
+                for (; t < t1; t++)
+                    for (int e = 0; e < 4; e++) memcpy(dst + t * ld + 2 * (j + e), w8 + ((j + e) * pairs + t) * 4, 4);
+            }
+#endif
+            for (; j < K; j++)
                 for (long t = t0; t < t1; t++) memcpy(dst + t * ld + 2 * j, w8 + (j * pairs + t) * 4, 4);
         }
         return;
