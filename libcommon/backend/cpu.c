@@ -495,14 +495,18 @@ static void cpu_resized_crop_u8(float *out, const uint8_t *in, int n, int H, int
 /* ---- convolutions: cpu_conv.c (fp32), cpu_conv_bf16.c (bf16 products) ----
  * An accumulating backward-data (the second consumer of an input) computes its result whole
  * in the workspace, after what the convolution itself asks for, and adds it to din with the
- * add op: bitwise what computing it elsewhere and calling add gives. */
+ * add op: bitwise what computing it elsewhere and calling add gives; or, where the product
+ * rounds its sums into a bf16 din as it stores them, adds them there itself (bwd_data_add),
+ * the same bits without the whole result's pass through the workspace. */
 typedef struct {
     size_t (*workspace)(const ds_conv_desc *d);
     void (*bwd_data)(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws);
+    int (*bwd_data_add)(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws);
 } conv_impl;
 
-static const conv_impl conv_fp32 = {ds_cpu_conv_workspace, ds_cpu_conv_bwd_data};
-static const conv_impl conv_bf16 = {ds_cpu_conv_workspace_bf16, ds_cpu_conv_bwd_data_bf16};
+static const conv_impl conv_fp32 = {ds_cpu_conv_workspace, ds_cpu_conv_bwd_data, NULL};
+static const conv_impl conv_bf16 = {ds_cpu_conv_workspace_bf16, ds_cpu_conv_bwd_data_bf16,
+                                    ds_cpu_conv_bwd_data_add_bf16};
 
 static size_t round64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
@@ -520,6 +524,7 @@ static void conv_bwd_data(const conv_impl *c, void *din, const void *dout, const
         c->bwd_data(din, dout, w, d, ws);
         return;
     }
+    if (c->bwd_data_add && c->bwd_data_add(din, dout, w, d, ws)) return;
     void *part = (char *)ws + round64(c->workspace(d));
     c->bwd_data(part, dout, w, d, ws);
     cpu_add(din, part, (size_t)d->n * d->h * d->w * d->c, d->in_t);

@@ -153,14 +153,28 @@ void ds_bgemm_seg(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sa
 }
 
 /* ds_bgemm_seg_with's blocks with the last one rounded into D as it is stored; or, on a level
- * whose kernel cannot, the float32 sums in scratch rounded afterwards. */
+ * whose kernel cannot, the float32 sums in scratch rounded afterwards (and added to D by the
+ * level's add loop, a row at a time through a buffer of bf16). */
 void ds_bgemm_seg16_isa(ds_cpu_isa isa, long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai,
-                        long seg_a, const ds_bf16 *B, long ldb, long seg_b, ds_bf16 *D, long ldd, float *scratch)
+                        long seg_a, const ds_bf16 *B, long ldb, long seg_b, ds_bf16 *D, long ldd, int add,
+                        float *scratch)
 {
     const ds_cpu_kernels *k = ds_cpu_kernels_for(isa);
     if (!k->bgemm16) {
         ds_bgemm_seg_with(k->bgemm, m, n, nseg, kseg, A, sai, seg_a, B, ldb, seg_b, scratch, n, 0);
-        for (long i = 0; i < m; i++) k->bf16_round_n(D + i * ldd, scratch + i * n, (size_t)n);
+        for (long i = 0; i < m; i++) {
+            if (!add) {
+                k->bf16_round_n(D + i * ldd, scratch + i * n, (size_t)n);
+                continue;
+            }
+            enum { PIECE = 256 };
+            ds_bf16 piece[PIECE];
+            for (int j0 = 0; j0 < n; j0 += PIECE) {
+                const int nj = n - j0 < PIECE ? n - j0 : PIECE;
+                k->bf16_round_n(piece, scratch + i * n + j0, (size_t)nj);
+                k->loops->add_bf16(D + i * ldd + j0, piece, 0, (size_t)nj);
+            }
+        }
         return;
     }
     if (nseg == 1 && kseg > BGEMM_KC_MAX) {
@@ -170,16 +184,16 @@ void ds_bgemm_seg16_isa(ds_cpu_isa isa, long m, int n, long nseg, long kseg, con
                 const long kb = kseg - k0 < BGEMM_KC ? kseg - k0 : BGEMM_KC;
                 const ds_bf16 *a = A + k0, *b = B + k0 / 2 * ldb + 2 * n0;
                 if (k0 + kb < kseg) k->bgemm(m, nb, 1, kb, a, sai, 0, b, ldb, 0, scratch + n0, n, k0 > 0);
-                else k->bgemm16(m, nb, 1, kb, a, sai, 0, b, ldb, 0, scratch + n0, n, 1, D + n0, ldd);
+                else k->bgemm16(m, nb, 1, kb, a, sai, 0, b, ldb, 0, scratch + n0, n, 1, D + n0, ldd, add);
             }
         }
         return;
     }
-    k->bgemm16(m, n, nseg, kseg, A, sai, seg_a, B, ldb, seg_b, NULL, 0, 0, D, ldd);
+    k->bgemm16(m, n, nseg, kseg, A, sai, seg_a, B, ldb, seg_b, NULL, 0, 0, D, ldd, add);
 }
 
 void ds_bgemm_seg16(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a, const ds_bf16 *B,
-                    long ldb, long seg_b, ds_bf16 *D, long ldd, float *scratch)
+                    long ldb, long seg_b, ds_bf16 *D, long ldd, int add, float *scratch)
 {
-    ds_bgemm_seg16_isa(ds_cpu_isa_get(), m, n, nseg, kseg, A, sai, seg_a, B, ldb, seg_b, D, ldd, scratch);
+    ds_bgemm_seg16_isa(ds_cpu_isa_get(), m, n, nseg, kseg, A, sai, seg_a, B, ldb, seg_b, D, ldd, add, scratch);
 }

@@ -100,24 +100,27 @@ void ds_bgemm_seg_isa(ds_cpu_isa isa, long m, int n, long nseg, long kseg, const
                       const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate);
 
 /* D (m, n), rows ldd apart, = A * B by the rule, each element rounded to bf16 as
- * ds_bf16_round_n rounds it: the bits of ds_bgemm_seg into a float32 C, then ds_bf16_round_n.
- * A level whose kernel rounds its sums as it stores them (ds_bgemm16_kernel) writes no float32
- * C; the others, and a reduction blocked as above, sum in `scratch` (m x n float32, rows n
- * apart) first. */
+ * ds_bf16_round_n rounds it: the bits of ds_bgemm_seg into a float32 C, then ds_bf16_round_n;
+ * with add, D += that rounded product, each sum rounded (the bits of the add op, cpu_loops'
+ * add_bf16, on D and the rounded product). A level whose kernel rounds its sums as it stores
+ * them (ds_bgemm16_kernel) writes no float32 C; the others, and a reduction blocked as above,
+ * sum in `scratch` (m x n float32, rows n apart) first. */
 void ds_bgemm_seg16(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a, const ds_bf16 *B,
-                    long ldb, long seg_b, ds_bf16 *D, long ldd, float *scratch);
+                    long ldb, long seg_b, ds_bf16 *D, long ldd, int add, float *scratch);
 void ds_bgemm_seg16_isa(ds_cpu_isa isa, long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai,
-                        long seg_a, const ds_bf16 *B, long ldb, long seg_b, ds_bf16 *D, long ldd, float *scratch);
+                        long seg_a, const ds_bf16 *B, long ldb, long seg_b, ds_bf16 *D, long ldd, int add,
+                        float *scratch);
 
 /* The per-level kernels (no blocking of their own), which backend/cpu_kernels.c puts in its
  * rows, and the driver over any of them (the tests run it over their model of the AMX tiles).
  * A ds_bgemm16_kernel is the same product with its result, S or (accumulate) C + S, rounded
- * into D instead of stored into C (which it then only reads). */
+ * into D instead of stored into C (which it then only reads); with add, that rounded result is
+ * added to D's element and the sum rounded again. */
 typedef void ds_bgemm_kernel(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
                              const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate);
 typedef void ds_bgemm16_kernel(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
                                const ds_bf16 *B, long ldb, long seg_b, const float *C, long ldc, int accumulate,
-                               ds_bf16 *D, long ldd);
+                               ds_bf16 *D, long ldd, int add);
 void ds_bgemm_seg_with(ds_bgemm_kernel *kernel, long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai,
                        long seg_a, const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate);
 ds_bgemm_kernel ds_bgemm_plain;  /* the rule one fmaf at a time: the reference of the others */

@@ -142,6 +142,19 @@ static inline __attribute__((target("avx512f"), always_inline)) void store16(ds_
     memcpy(p, tail, (size_t)__builtin_popcount(k) * sizeof *p);
 }
 
+/* 16 bf16 at p (the columns of mask k; the others zero) and their float32 values. */
+static inline __attribute__((target("avx512f"), always_inline)) __m256i load16(const ds_bf16 *p, __mmask16 k)
+{
+    if (k == 0xffff) return _mm256_loadu_si256((const __m256i *)p);
+    ds_bf16 tail[16] = {0};
+    memcpy(tail, p, (size_t)__builtin_popcount(k) * sizeof *p);
+    return _mm256_loadu_si256((const __m256i *)tail);
+}
+static inline __attribute__((target("avx512f"), always_inline)) __m512 widen16(__m256i h)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 #define BG_NAME ds_bgemm_avx512bf16
 #define BG16_NAME ds_bgemm16_avx512bf16
 #define BG_TARGET __attribute__((target("avx512f,avx512bf16,avx2,fma")))
@@ -238,7 +251,7 @@ static inline AVX512 __attribute__((always_inline)) void avx512_bf16_tile(const 
                                                                           long ldw, long seg_w, const ds_bf16 *B,
                                                                           long ldb, long seg_b, long nseg, long kseg,
                                                                           float *C, long ldc, __mmask16 last, int acc,
-                                                                          ds_bf16 *D, long ldd)
+                                                                          ds_bf16 *D, long ldd, int add)
 {
     __m512 c[16][4];
 #pragma GCC unroll 16
@@ -272,17 +285,24 @@ static inline AVX512 __attribute__((always_inline)) void avx512_bf16_tile(const 
             const __mmask16 k = j == NV - 1 ? last : 0xffff;
             __m512 v = c[i][j];
             if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, C + i * ldc + 16 * j), v);  /* DAZ, FTZ: ftz(daz(C) + S) */
-            if (D) store16(D + i * ldd + 16 * j, _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_hi(_mm512_castps_si512(v)), 16)), k);
+            if (D) {
+                ds_bf16 *dp = D + i * ldd + 16 * j;
+                __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_hi(_mm512_castps_si512(v)), 16));
+                if (add)
+                    h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(
+                        round_hi(_mm512_castps_si512(_mm512_add_ps(widen16(load16(dp, k)), widen16(h)))), 16));
+                store16(dp, h, k);
+            }
             else _mm512_mask_storeu_ps(C + i * ldc + 16 * j, k, v);
         }
 }
 
 #define AVX512_CASE(mr, nv) \
-    case mr: avx512_bf16_tile(mr, nv, W, ldw, seg_w, B, ldb, seg_b, nseg, kseg, C, ldc, last, acc, D, ldd); break;
+    case mr: avx512_bf16_tile(mr, nv, W, ldw, seg_w, B, ldb, seg_b, nseg, kseg, C, ldc, last, acc, D, ldd, add); break;
 #define AVX512_TILES(nv, cases)                                                                               \
     static AVX512 void avx512_bf16_nv##nv(int mr, const float *W, long ldw, long seg_w, const ds_bf16 *B,     \
                                           long ldb, long seg_b, long nseg, long kseg, float *C, long ldc,     \
-                                          __mmask16 last, int acc, ds_bf16 *D, long ldd)                      \
+                                          __mmask16 last, int acc, ds_bf16 *D, long ldd, int add)             \
     {                                                                                                         \
         switch (mr) { cases }                                                                                 \
     }
@@ -323,10 +343,10 @@ static AVX512 void avx512_widen(float *dst, const ds_bf16 *src, long n)
  * heights balanced as cpu_sgemm_avx512.c balances them. */
 static AVX512 void avx512_bgemm_run(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
                                     const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate,
-                                    ds_bf16 *D, long ldd)
+                                    ds_bf16 *D, long ldd, int add)
 {
     typedef void tile_fn(int, const float *, long, long, const ds_bf16 *, long, long, long, long, float *, long,
-                         __mmask16, int, ds_bf16 *, long);
+                         __mmask16, int, ds_bf16 *, long, int);
     static tile_fn *const fn_of[5] = {0, avx512_bf16_nv1, avx512_bf16_nv2, avx512_bf16_nv3, avx512_bf16_nv4};
     static const int mr_of[5] = {0, 16, 12, 8, 6};
     if (m <= 0 || n <= 0 || nseg * kseg <= 0) return;
@@ -345,7 +365,7 @@ static AVX512 void avx512_bgemm_run(long m, int n, long nseg, long kseg, const d
                 const int mr = (int)(h + (t < taller));
                 fn_of[nv](mr, W + i0 * wd.ldw, wd.ldw, wd.seg_w, B + 2 * n0, ldb, seg_b, nseg, kseg,
                           C ? C + (b0 + i0) * ldc + n0 : NULL, ldc, last, accumulate,
-                          D ? D + (b0 + i0) * ldd + n0 : NULL, ldd);
+                          D ? D + (b0 + i0) * ldd + n0 : NULL, ldd, add);
                 i0 += mr;
             }
         }
@@ -357,15 +377,15 @@ static AVX512 void avx512_bgemm_run(long m, int n, long nseg, long kseg, const d
 AVX512 void ds_bgemm_avx512(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
                             const ds_bf16 *B, long ldb, long seg_b, float *C, long ldc, int accumulate)
 {
-    avx512_bgemm_run(m, n, nseg, kseg, A, sai, seg_a, B, ldb, seg_b, C, ldc, accumulate, NULL, 0);
+    avx512_bgemm_run(m, n, nseg, kseg, A, sai, seg_a, B, ldb, seg_b, C, ldc, accumulate, NULL, 0, 0);
 }
 
-/* The same with the sums rounded as round_n_avx512 rounds them, into D. */
+/* The same with the sums rounded as round_n_avx512 rounds them, into D (added to it: add). */
 AVX512 void ds_bgemm16_avx512(long m, int n, long nseg, long kseg, const ds_bf16 *A, long sai, long seg_a,
                               const ds_bf16 *B, long ldb, long seg_b, const float *C, long ldc, int accumulate,
-                              ds_bf16 *D, long ldd)
+                              ds_bf16 *D, long ldd, int add)
 {
-    avx512_bgemm_run(m, n, nseg, kseg, A, sai, seg_a, B, ldb, seg_b, (float *)C, ldc, accumulate, D, ldd);
+    avx512_bgemm_run(m, n, nseg, kseg, A, sai, seg_a, B, ldb, seg_b, (float *)C, ldc, accumulate, D, ldd, add);
 }
 
 /* ---- AVX2 + FMA: tiles of MR rows by NV 8-column vectors (16 registers) ----

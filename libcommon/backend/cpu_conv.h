@@ -36,6 +36,11 @@ void ds_cpu_conv_bn_f32(float *out, long m0, int k0, long rows, int cols, const 
 size_t ds_cpu_conv_workspace_bf16(const ds_conv_desc *d);
 void ds_cpu_conv_fwd_bf16(void *out, const void *in, const void *w, const ds_conv_desc *d, void *ws);
 void ds_cpu_conv_bwd_data_bf16(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws);
+/* din += backward-data's result, bitwise as computing it elsewhere and adding it with the add
+ * op would: 1 where this shape's product rounds its sums into a bf16 din as it stores them
+ * (a stride-1 backward-data, the forward of the flipped weights), which then adds them there;
+ * 0, touching nothing, for the others. */
+int ds_cpu_conv_bwd_data_add_bf16(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws);
 void ds_cpu_conv_bwd_weight_bf16(float *dw, const void *dout, const void *in, const ds_conv_desc *d, void *ws);
 /* bf16 backward-weight's pack, in bf16 elements: how many images or chunks of pixels a big
  * gradient's threads lay out at once (4M by default; elements <= 0 restores it); returns the

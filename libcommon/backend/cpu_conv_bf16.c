@@ -288,9 +288,10 @@ static void im2col(ds_bf16 *col, const ds_bf16 *in, const ds_conv_desc *d, long 
 }
 
 /* out = conv(in, weights packed by pack_weights) for d's shape (storages d->in_t, d->out_t);
- * in16 is the input as bf16 when fwd_reads_all(d); slots fwd_slot(d) apart. */
+ * in16 is the input as bf16 when fwd_reads_all(d); slots fwd_slot(d) apart. add (an output
+ * rounded as stored only): out += that result, as the add op would add it. */
 static void fwd_packed(void *out, const void *in, const ds_bf16 *in16, const ds_bf16 *wp, const ds_conv_desc *d,
-                       ds_bf16 *slots, const ds_cpu_conv_bn *bn)
+                       ds_bf16 *slots, const ds_cpu_conv_bn *bn, int add)
 {
     const long ld = pack_ld(d->k), cp = even(d->c), slot = fwd_slot(d);
     if (implicit(d)) {
@@ -315,7 +316,8 @@ static void fwd_packed(void *out, const void *in, const ds_bf16 *in16, const ds_
                         const long at = (long)(p - p0) * d->q;  /* the row's first pixel in the block */
                         if (rounds_as_stored(d, bn))
                             ds_bgemm_seg16(d->q, kb, d->r, sc, a, (long)d->stride * cp, wpc, wp + 2 * k0, ld,
-                                           sc / 2 * ld, (ds_bf16 *)out + (first + at) * d->k + k0, d->k, tile);
+                                           sc / 2 * ld, (ds_bf16 *)out + (first + at) * d->k + k0, d->k, add,
+                                           tile);
                         else
                             ds_bgemm_seg(d->q, kb, d->r, sc, a, (long)d->stride * cp, wpc, wp + 2 * k0, ld,
                                          sc / 2 * ld, o + at * ldo, ldo, 0);
@@ -345,7 +347,7 @@ static void fwd_packed(void *out, const void *in, const ds_bf16 *in16, const ds_
             const int kb = (int)(d->k - k0 < cols ? d->k - k0 : cols);
             if (rounds_as_stored(d, bn))
                 ds_bgemm_seg16(mr, kb, 1, kd, a, kd, 0, wp + 2 * k0, ld, 0, (ds_bf16 *)out + m0 * d->k + k0, d->k,
-                               tile);
+                               add, tile);
             else if (out16(d))
                 ds_bgemm_seg(mr, kb, 1, kd, a, kd, 0, wp + 2 * k0, ld, 0, tile, kb, 0);
             else
@@ -755,7 +757,7 @@ void ds_cpu_conv_fwd_bn_bf16(void *out, const void *in, const void *w, const ds_
     ds_bf16 *wp = ws, *in16 = wp + p.weights, *slots = in16 + p.in16 + p.g16;
     pack_weights(wp, w, d, 0);
     const ds_bf16 *x16 = fwd_reads_all(d) ? all16(in16, in, in_count(d), d->in_t) : NULL;
-    fwd_packed(out, in, x16, wp, d, slots, bn);
+    fwd_packed(out, in, x16, wp, d, slots, bn, 0);
 }
 
 void ds_cpu_conv_bwd_data_bf16(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws)
@@ -769,7 +771,19 @@ void ds_cpu_conv_bwd_data_bf16(void *din, const void *dout, const void *w, const
     }
     pack_weights(wp, w, &t, 1);
     const ds_bf16 *dy16 = fwd_reads_all(&t) ? all16(g16, dout, out_count(d), d->out_t) : NULL;
-    fwd_packed(din, dout, dy16, wp, &t, slots, NULL);
+    fwd_packed(din, dout, dy16, wp, &t, slots, NULL, 0);
+}
+
+int ds_cpu_conv_bwd_data_add_bf16(void *din, const void *dout, const void *w, const ds_conv_desc *d, void *ws)
+{
+    ds_conv_desc t;
+    if (d->in_t != DS_BF16 || !ds_cpu_conv_flipped(d, &t)) return 0;
+    ws_plan p = plan(d);
+    ds_bf16 *wp = ws, *g16 = wp + p.weights + p.in16, *slots = g16 + p.g16;
+    pack_weights(wp, w, &t, 1);
+    const ds_bf16 *dy16 = fwd_reads_all(&t) ? all16(g16, dout, out_count(d), d->out_t) : NULL;
+    fwd_packed(din, dout, dy16, wp, &t, slots, NULL, 1);
+    return 1;
 }
 
 void ds_cpu_conv_bwd_weight_bf16(float *dw, const void *dout, const void *in, const ds_conv_desc *d, void *ws)

@@ -270,34 +270,42 @@ static void every_shape(shape_fn *fn, unsigned classes, int *bad, const char **w
 }
 
 /* The same shape rounded as it is stored (ds_bgemm_seg16): every level's bf16 D is the rule's
- * float32 sums rounded by the rule (round_rule), D's slack and gaps untouched. */
+ * float32 sums rounded by the rule (round_rule), D's slack and gaps untouched; with add, D's
+ * element plus that rounded sum, rounded again. */
 static void run_shape16(const shape *s, int cls, int *bad, const char **why)
 {
     shape s0 = *s;
     s0.acc = 0;
     const size_t na = a_len(&s0), nb = b_len(&s0), nc = c_len(&s0);
-    ds_bf16 *A = random_bf16(na, cls), *B = random_bf16(nb, cls);
+    ds_bf16 *A = random_bf16(na, cls), *B = random_bf16(nb, cls), *D0 = random_bf16(nc + 16, cls);
     float *sums = random_c(nc, cls), *scratch = malloc((size_t)(s0.m * s0.n) * sizeof *scratch);
     uint16_t *want = malloc((nc + 16) * sizeof *want), *got = malloc((nc + 16) * sizeof *got);
     rule(&s0, A, B, sums);
-    for (size_t e = 0; e < nc + 16; e++) want[e] = 0xeeee;
-    for (long i = 0; i < s0.m; i++)
-        for (int j = 0; j < s0.n; j++) want[i * s0.ldc + j] = round_rule(sums[i * s0.ldc + j]);
-    for (int l = 0; l < DS_CPU_LEVELS && !*bad; l++) {
-        if (!ds_cpu_isa_exact((ds_cpu_isa)l) || !ds_cpu_isa_supported((ds_cpu_isa)l)) continue;
-        for (size_t e = 0; e < nc + 16; e++) got[e] = 0xeeee;
-        ds_bgemm_seg16_isa((ds_cpu_isa)l, s0.m, s0.n, s0.nseg, s0.kseg, A, s0.sai, s0.seg_a, B, s0.ldb, s0.seg_b, got,
-                           s0.ldc, scratch);
-        if (memcmp(got, want, (nc + 16) * sizeof *got)) {
-            size_t first = 0;
-            while (got[first] == want[first]) first++;
-            fprintf(stderr, "  %s (rounded): class %d m %ld n %d nseg %ld kseg %ld: element %zu%s 0x%04x want 0x%04x\n",
-                    ds_cpu_isa_name((ds_cpu_isa)l), cls, s0.m, s0.n, s0.nseg, s0.kseg, first,
-                    first >= nc ? " (past D!)" : "", got[first], want[first]);
-            *bad = 1, *why = "a level's rounded product differs from the rule's sums rounded";
+    for (int add = 0; add < 2; add++) {
+        for (size_t e = 0; e < nc + 16; e++) want[e] = add ? D0[e] : 0xeeee;
+        for (long i = 0; i < s0.m; i++)
+            for (int j = 0; j < s0.n; j++) {
+                const long e = i * s0.ldc + j;
+                const uint16_t r = round_rule(sums[e]);
+                want[e] = add ? round_rule(ds_bf16_value(D0[e]) + ds_bf16_value(r)) : r;
+            }
+        for (int l = 0; l < DS_CPU_LEVELS && !*bad; l++) {
+            if (!ds_cpu_isa_exact((ds_cpu_isa)l) || !ds_cpu_isa_supported((ds_cpu_isa)l)) continue;
+            for (size_t e = 0; e < nc + 16; e++) got[e] = add ? D0[e] : 0xeeee;
+            ds_bgemm_seg16_isa((ds_cpu_isa)l, s0.m, s0.n, s0.nseg, s0.kseg, A, s0.sai, s0.seg_a, B, s0.ldb,
+                               s0.seg_b, got, s0.ldc, add, scratch);
+            if (memcmp(got, want, (nc + 16) * sizeof *got)) {
+                size_t first = 0;
+                while (got[first] == want[first]) first++;
+                fprintf(stderr,
+                        "  %s (rounded, add %d): class %d m %ld n %d nseg %ld kseg %ld: element %zu%s 0x%04x want 0x%04x\n",
+                        ds_cpu_isa_name((ds_cpu_isa)l), add, cls, s0.m, s0.n, s0.nseg, s0.kseg, first,
+                        first >= nc ? " (past D!)" : "", got[first], want[first]);
+                *bad = 1, *why = "a level's rounded product differs from the rule's sums rounded (and added)";
+            }
         }
     }
-    free(A), free(B), free(sums), free(scratch), free(want), free(got);
+    free(A), free(B), free(D0), free(sums), free(scratch), free(want), free(got);
 }
 
 static void test_levels_agree(void)
@@ -312,7 +320,7 @@ static void test_levels_agree(void)
 
 static void test_levels_agree_rounded(void)
 {
-    check_begin("bgemm rounded as stored: every level gives the rule's bits");
+    check_begin("bgemm rounded as stored, or added to a bf16 D: every level gives the rule's bits");
     int bad = 0;
     const char *why = "";
     every_shape(run_shape16, 0x7, &bad, &why);
