@@ -3,8 +3,9 @@
  * they are, float32 ones are rounded to bf16 as they are read (the weights as they are packed,
  * activations in one pass into the workspace or chunk by chunk); the sums are float32 by
  * cpu_bf16.h's rule, so every kernel set gives the same bits (the VDPBF16PS kernels and their
- * emulations), and a bf16 result is those float32 sums rounded once (through a float32 tile
- * in the thread's slot). dw is always float32.
+ * emulations), and a bf16 result is those float32 sums rounded once (as the product stores
+ * them, or, on a set whose kernel cannot and under conv_fwd_bn's batch norm, through a float32
+ * tile in the thread's slot). dw is always float32.
  *
  * The products are those of cpu_conv.c with bf16 operands, whose reduction runs in pairs:
  *   - Forward, windows of more than one pixel on rows of 14 or more: implicit GEMM. One
@@ -117,9 +118,10 @@ static int implicit(const ds_conv_desc *d) { return !(d->r == 1 && d->s == 1) &&
 static int direct(const ds_conv_desc *d) { return is_pointwise(d) && d->c % 2 == 0; }
 static long rsc_p(const ds_conv_desc *d) { return (long)d->r * d->s * even(d->c); }
 
-/* A bf16 output is summed into a float32 tile first: chunks of at most OUT_ROWS pixels,
- * OUT_COLS output channels at a time (implicit: OUT_TILE floats, 64 channels of whole output
- * rows), so the tile is still in L2 when it is rounded. */
+/* A bf16 output goes in chunks of at most OUT_ROWS pixels, OUT_COLS output channels at a time
+ * (implicit: OUT_TILE floats, 64 channels of whole output rows), the size of the float32 tile
+ * it is summed into where it is not rounded as stored, so the tile is still in L2 when it is
+ * rounded or normalised. */
 #define OUT_ROWS 512
 #define OUT_COLS 256
 #define OUT_TILE 16384
