@@ -308,22 +308,13 @@ static void run_shape16(const shape *s, int cls, int *bad, const char **why)
     free(A), free(B), free(D0), free(sums), free(scratch), free(want), free(got);
 }
 
-static void test_levels_agree(void)
+/* One check: fn on every shape of the first three classes. */
+static void levels_agree(const char *name, shape_fn *fn)
 {
-    check_begin("bgemm: every level gives the rule's bits");
+    check_begin(name);
     int bad = 0;
     const char *why = "";
-    every_shape(run_shape, 0x7, &bad, &why);
-    CHECK(!bad, "%s", why);
-    check_end();
-}
-
-static void test_levels_agree_rounded(void)
-{
-    check_begin("bgemm rounded as stored, or added to a bf16 D: every level gives the rule's bits");
-    int bad = 0;
-    const char *why = "";
-    every_shape(run_shape16, 0x7, &bad, &why);
+    every_shape(fn, 0x7, &bad, &why);
     CHECK(!bad, "%s", why);
     check_end();
 }
@@ -685,8 +676,8 @@ int main(void)
     test_transpose();
     test_interleave();
     test_rule_is_the_instruction();
-    test_levels_agree();
-    test_levels_agree_rounded();
+    levels_agree("bgemm: every level gives the rule's bits", run_shape);
+    levels_agree("bgemm rounded as stored, or added to a bf16 D: every level gives the rule's bits", run_shape16);
     test_amx();
     return check_exit();
 }
