@@ -34,6 +34,12 @@ static inline __attribute__((target("avx512f"), always_inline)) __m512i round_hi
     return _mm512_mask_mov_epi32(r, tiny, _mm512_and_si512(u, sign));
 }
 
+/* 16 float32 rounded (round_hi), as 16 bf16. */
+static inline __attribute__((target("avx512f"), always_inline)) __m256i round16(__m512 v)
+{
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_hi(_mm512_castps_si512(v)), 16));
+}
+
 static inline __attribute__((target("avx512f"), always_inline)) __mmask16 head(size_t left)
 {
     return left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
@@ -43,7 +49,7 @@ __attribute__((target("avx512f"))) void ds_bf16_round_n_avx512(ds_bf16 *dst, con
 {
     for (size_t i = 0; i < n; i += 16) {
         const __mmask16 k = head(n - i);
-        const __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_hi(_mm512_maskz_loadu_epi32(k, src + i)), 16));
+        const __m256i h = round16(_mm512_maskz_loadu_ps(k, src + i));
         if (k == 0xffff) {
             _mm256_storeu_si256((__m256i *)(dst + i), h);
         } else {  /* the tail: a masked 16-bit store needs AVX512-BW */
@@ -142,7 +148,7 @@ static inline __attribute__((target("avx512f"), always_inline)) void store16(ds_
     memcpy(p, tail, (size_t)__builtin_popcount(k) * sizeof *p);
 }
 
-/* 16 bf16 at p (the columns of mask k; the others zero) and their float32 values. */
+/* 16 bf16 at p: the columns of mask k, the others zero; widen16: their float32 values. */
 static inline __attribute__((target("avx512f"), always_inline)) __m256i load16(const ds_bf16 *p, __mmask16 k)
 {
     if (k == 0xffff) return _mm256_loadu_si256((const __m256i *)p);
@@ -287,13 +293,12 @@ static inline AVX512 __attribute__((always_inline)) void avx512_bf16_tile(const 
             if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, C + i * ldc + 16 * j), v);  /* DAZ, FTZ: ftz(daz(C) + S) */
             if (D) {
                 ds_bf16 *dp = D + i * ldd + 16 * j;
-                __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_hi(_mm512_castps_si512(v)), 16));
-                if (add)
-                    h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(
-                        round_hi(_mm512_castps_si512(_mm512_add_ps(widen16(load16(dp, k)), widen16(h)))), 16));
+                __m256i h = round16(v);
+                if (add) h = round16(_mm512_add_ps(widen16(load16(dp, k)), widen16(h)));
                 store16(dp, h, k);
+            } else {
+                _mm512_mask_storeu_ps(C + i * ldc + 16 * j, k, v);
             }
-            else _mm512_mask_storeu_ps(C + i * ldc + 16 * j, k, v);
         }
 }
 
