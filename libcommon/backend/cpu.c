@@ -252,46 +252,54 @@ static void cpu_bn_bwd(void *din, void *dresidual, float *dgamma, float *dbeta, 
 }
 
 /* ---- pooling ----
- * One source for both storages: POOL_T, POOL_LD and POOL_ST below (cpu_pool.inc). The
+ * One source for both storages: POOL_T, POOL_LD and POOL_ST below (cpu_pool.inc; max
+ * pooling's, cpu_maxpool.inc, in each kernel set's loops). The
  * maximum of bf16 values is one of them (exact); the backward adds each window's gradient to
  * its maximum in window order, a bf16 sum rounded at each add; average pooling sums in
  * float32 and stores float32 features. */
 #define POOL_T float
 #define POOL_LD(x) (x)
-#define POOL_BITS(x) ds_float_bits(x)
 #define POOL_ST(v) (v)
 #define POOL_FN(name) name
 #include "cpu_pool.inc"
 #undef POOL_T
 #undef POOL_LD
-#undef POOL_BITS
 #undef POOL_ST
 #undef POOL_FN
 
 #define POOL_T ds_bf16
 #define POOL_LD(x) ds_bf16_value(x)
-#define POOL_BITS(x) ((uint32_t)(x) << 16)
 #define POOL_ST(v) ds_bf16_from(v)
 #define POOL_FN(name) name##_bf16
 #include "cpu_pool.inc"
 #undef POOL_T
 #undef POOL_LD
-#undef POOL_BITS
 #undef POOL_ST
 #undef POOL_FN
 
+/* Max pooling: the kernel set's loops (cpu_maxpool.inc), a row of an image a task forward,
+ * an image a task backward (its windows overlap). */
 static void cpu_maxpool_fwd(void *out, uint8_t *argmax, const void *in, const ds_pool_desc *d)
 {
-    if (d->t == DS_BF16) maxpool_fwd_bf16(out, argmax, in, d);
-    else maxpool_fwd(out, argmax, in, d);
+    const ds_cpu_loops *L = loops();
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int n = 0; n < d->n; n++)
+        for (int p = 0; p < d->p; p++) {
+            if (d->t == DS_BF16) L->maxpool_fwd_row_bf16(out, argmax, in, d, n, p);
+            else L->maxpool_fwd_row(out, argmax, in, d, n, p);
+        }
 }
 
 static void cpu_maxpool_bwd(void *din, const void *dout, const void *in, const void *out, const uint8_t *argmax,
                             const ds_pool_desc *d)
 {
-    (void)argmax;
-    if (d->t == DS_BF16) maxpool_bwd_bf16(din, dout, in, out, d);
-    else maxpool_bwd(din, dout, in, out, d);
+    (void)out, (void)argmax;
+    const ds_cpu_loops *L = loops();
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < d->n; n++) {
+        if (d->t == DS_BF16) L->maxpool_bwd_image_bf16(din, dout, in, d, n);
+        else L->maxpool_bwd_image(din, dout, in, d, n);
+    }
 }
 
 static void cpu_avgpool_fwd(float *out, const void *in, int n, int hw, int c, ds_dtype in_t)

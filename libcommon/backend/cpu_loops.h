@@ -1,5 +1,5 @@
-/* cpu_loops: the row loops of the CPU backend's batch norm, SGD step, resized crop and
- * Winograd transforms, compiled once per
+/* cpu_loops: the row loops of the CPU backend's batch norm, SGD step, resized crop, Winograd
+ * transforms and max pooling, compiled once per
  * instruction set from one source (cpu_loops.inc); a level's row in cpu_kernels.c says which
  * it runs.
  *
@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "cpu_bf16.h"
 #include "cpu_isa.h"
 
@@ -74,6 +75,14 @@ typedef struct {
     void (*wino_in)(float *v, long st, const float *const p[16], int ch);
     void (*wino_out)(float *const o[4], const float *m, long st, int ch);
     void (*wino_dout)(float *v, long st, const float *const p[4], int ch);
+    /* Max pooling (cpu_maxpool.inc), float32 and bf16 activations: output row p of image n
+     * with its argmax (or NULL); image n's din from its dout, the maxima found again in in */
+    void (*maxpool_fwd_row)(float *out, uint8_t *argmax, const float *in, const ds_pool_desc *d, int n, int p);
+    void (*maxpool_bwd_image)(float *din, const float *dout, const float *in, const ds_pool_desc *d, int n);
+    void (*maxpool_fwd_row_bf16)(ds_bf16 *out, uint8_t *argmax, const ds_bf16 *in, const ds_pool_desc *d, int n,
+                                 int p);
+    void (*maxpool_bwd_image_bf16)(ds_bf16 *din, const ds_bf16 *dout, const ds_bf16 *in, const ds_pool_desc *d,
+                                   int n);
 } ds_cpu_loops;
 
 /* The loops of each instruction set (cpu_loops.c), for backend/cpu_kernels.c's rows. */
