@@ -140,14 +140,16 @@ static long fwd_cap(const ds_conv_desc *d)
     return ds_round16(rows < m ? rows : m > 0 ? m : 1);
 }
 
-/* The chunks a forward takes: at most fwd_cap, as many as whole rounds of the threads. The
- * thread count may differ from the planning's; each output element is one product over the
- * whole reduction, so the chunking never changes the sums. */
+/* The chunks a forward takes: at most fwd_cap, as many as whole rounds of the threads, all of
+ * one size but the last (not rounded to 16 pixels: resnet50's 784 pixels at 7x7 would then go
+ * in chunks of 208, 208, 208 and 160, and one thread wait a tenth of the layer for the other).
+ * The thread count may differ from the planning's; each output element is one product over
+ * the whole reduction, so the chunking never changes the sums. */
 static long fwd_rows(const ds_conv_desc *d)
 {
     const long m = (long)d->n * d->p * d->q, cap = fwd_cap(d);
     const long threads = ds_cpu_conv_threads(), chunks = (m + cap - 1) / cap;
-    const long rounds = (chunks + threads - 1) / threads, bal = ds_round16((m + rounds * threads - 1) / (rounds * threads));
+    const long rounds = (chunks + threads - 1) / threads, bal = (m + rounds * threads - 1) / (rounds * threads);
     return bal < cap ? bal : cap;
 }
 
