@@ -1,14 +1,16 @@
 /* ops_bench: times the CPU backend's convolutions (and batch norm) on the shapes of
- * resnet20 at 32x32 batch 128 and resnet50 at 224x224 batch 16 (the network rows of the op
- * table, tests/unit/ops_cases.h), and prints GFLOP/s next to the machine's measured FMA peak.
+ * resnet20 at 32x32 batch 128, resnet18 and resnet50 at 224x224 batch 16 (the network rows of
+ * the op table, tests/unit/ops_cases.h), and prints GFLOP/s next to the machine's measured
+ * peak for the precision: float32 FMAs, or under bf16 the products' instruction (VDPBF16PS,
+ * two multiply-adds a lane, on a set that has it; else the FMA forms, one FMA each).
  *
- *   ops_bench [--precision fp32|bf16] [resnet20|resnet50|all] [repeats]
+ *   ops_bench [--precision fp32|bf16] [resnet20|resnet18|resnet50|all] [repeats]
  *   ops_bench step ARCH BATCH SIZE [steps]    whole training steps of the engine (model.c):
  *                                             forward, backward, SGD; images/s
  *   ops_bench infer ARCH BATCH SIZE [steps]   inference forward passes
  *   ops_bench gemm [repeats]                  the GEMM kernels of the kernel set (float32 and
  *                                             bf16) on one thread, on convolution shapes:
- *                                             GFLOP/s and the share of one thread's FMA peak
+ *                                             GFLOP/s and the share of one thread's peak
  *   ops_bench input [repeats]                 the input ops on 64 images of 256x256 to 224:
  *                                             normalize_u8 (a crop) and resized_crop_u8
  *                                             (RandomResizedCrop boxes, scale 0.08-1, ratio
@@ -17,8 +19,8 @@
  *
  * Each line: the shape, how many times the network uses it, and for forward, backward-data
  * and backward-weight the best time of `repeats` runs in ms and its GFLOP/s (2 flops per
- * multiply-add). The totals weight each shape by its count: the convolution time of one
- * training step. */
+ * multiply-add); the stem's backward-data is not run (the network's input takes no gradient).
+ * The totals weight each shape by its count: the convolution time of one training step. */
 #include "backend.h"
 #include "backend/cpu_bf16.h"
 #include "backend/cpu_sgemm.h"
@@ -77,6 +79,12 @@ static double bench_now(void)
     }
 PEAK_LOOP(peak_avx512, __m512, _mm512_set1_ps, _mm512_fmadd_ps, 16, __attribute__((target("avx512f"))))
 PEAK_LOOP(peak_avx2, __m256, _mm256_set1_ps, _mm256_fmadd_ps, 8, __attribute__((target("avx2,fma"))))
+
+/* VDPBF16PS's rate the same way: the accumulators' bits read as bf16 pairs, each instruction
+ * 16 lanes of two multiply-adds into a float32 sum, so LANES 32 counts its flops as the FMA
+ * loops count theirs. */
+#define DPBF16(acc, x, y) _mm512_dpbf16_ps(acc, (__m512bh)(x), (__m512bh)(y))
+PEAK_LOOP(peak_avx512bf16, __m512, _mm512_set1_ps, DPBF16, 32, __attribute__((target("avx512f,avx512bf16"))))
 #endif
 
 /* The plain kernels' rate: scalar fmaf chains, as cpu_sgemm.c's plain loop runs them. */
@@ -99,15 +107,18 @@ static double peak_plain(long iters)
 
 /* Summed over the threads, each timing its own loop: a thread that starts late or is
  * briefly descheduled by a hypervisor does not halve the figure, as timing them together
- * did. */
-static double measure_peak(void)
+ * did. bf16: the rate of the products' instruction where the kernel set has VDPBF16PS, else
+ * the FMA peak (the FMA forms take one FMA per multiply-add). */
+static double measure_peak(int bf16)
 {
     const ds_cpu_isa isa = ds_cpu_isa_get();
     double total = 0;
 #pragma omp parallel reduction(+ : total)
     {
 #if defined(__x86_64__) || defined(__i386__)
-        if (ds_cpu_isa_has(isa, DS_CPU_F_AVX512F))
+        if (bf16 && ds_cpu_isa_has(isa, DS_CPU_F_AVX512BF16))
+            total += peak_avx512bf16(20000000);
+        else if (ds_cpu_isa_has(isa, DS_CPU_F_AVX512F))
             total += peak_avx512(20000000);
         else if (ds_cpu_isa_has(isa, DS_CPU_F_AVX2))
             total += peak_avx2(20000000);
@@ -153,7 +164,7 @@ static void *rand_as(size_t n, ds_dtype t, ds_rng *r)
 /* The CPU backend of --precision. */
 static const ds_backend *be_run = &ds_backend_cpu;
 
-/* The op table's rows of one network (ops_cases.h: OPS_RESNET20, OPS_RESNET50). */
+/* The op table's rows of one network (ops_cases.h: OPS_RESNET20, OPS_RESNET18, OPS_RESNET50). */
 static void bench_net(const char *net, unsigned which, int reps, double peak)
 {
     const ds_backend *be = be_run;
@@ -172,6 +183,7 @@ static void bench_net(const char *net, unsigned which, int reps, double peak)
         const ds_dtype at = be->precision == DS_PRECISION_BF16 ? DS_BF16 : DS_F32;
         ds_conv_desc d = ops_conv_desc(s, 0);
         d.in_t = s->c == 3 ? DS_F32 : at, d.out_t = d.w_t = at;
+        d.no_dx = s->c == 3;  /* the network's input */
         size_t ni = (size_t)d.n * d.h * d.w * d.c, no = (size_t)d.n * d.p * d.q * d.k,
                nw = (size_t)d.k * d.r * d.s * d.c, sa = ds_dtype_size(at);
         void *in = rand_as(ni, d.in_t, &r), *w = rand_as(nw, at, &r), *g = rand_as(no, at, &r);
@@ -181,12 +193,13 @@ static void bench_net(const char *net, unsigned which, int reps, double peak)
         if (!out || !din || !dw || !ws) ds_die("out of memory");
         double flops = 2.0 * no * d.r * d.s * d.c, t[3];
         TIME_BEST(t[0], reps, be->conv_fwd(out, in, w, &d, ws));
-        TIME_BEST(t[1], reps, be->conv_bwd_data(din, g, w, &d, 0, ws));
+        t[1] = 0;
+        if (!d.no_dx) TIME_BEST(t[1], reps, be->conv_bwd_data(din, g, w, &d, 0, ws));
         TIME_BEST(t[2], reps, be->conv_bwd_weight(dw, g, in, &d, ws));
         printf("%-26s %5d | %8.3f %6.1f | %8.3f %6.1f | %8.3f %6.1f\n", s->name, s->count, t[0] * 1e3,
-               flops / t[0] / 1e9, t[1] * 1e3, flops / t[1] / 1e9, t[2] * 1e3, flops / t[2] / 1e9);
+               flops / t[0] / 1e9, t[1] * 1e3, t[1] > 0 ? flops / t[1] / 1e9 : 0, t[2] * 1e3, flops / t[2] / 1e9);
         for (int k = 0; k < 3; k++) tot[k] += t[k] * s->count;
-        flops_all += 3 * flops * s->count;
+        flops_all += (d.no_dx ? 2 : 3) * flops * s->count;
 
         // batch norm + ReLU on this conv's output, forward and backward (count times)
         float *mean = be->alloc(d.k * 4), *var = be->alloc(d.k * 4), *is = be->alloc(d.k * 4),
@@ -207,8 +220,8 @@ static void bench_net(const char *net, unsigned which, int reps, double peak)
     double all = tot[0] + tot[1] + tot[2];
     printf("%-26s       | %8.2f        | %8.2f        | %8.2f\n", "total per step (ms)", tot[0] * 1e3,
            tot[1] * 1e3, tot[2] * 1e3);
-    printf("convolutions: %.1f ms per training step, %.1f GFLOP/s = %.0f%% of the %.0f GFLOP/s peak\n",
-           all * 1e3, flops_all / all / 1e9, 100 * flops_all / all / 1e9 / peak, peak);
+    printf("convolutions: %.1f ms per training step (%.1f GFLOP), %.1f GFLOP/s = %.0f%% of the %.0f GFLOP/s peak\n",
+           all * 1e3, flops_all / 1e9, flops_all / all / 1e9, 100 * flops_all / all / 1e9 / peak, peak);
     printf("batch norm + relu (fwd + bwd, after every conv): %.1f ms per step\n", bn_total * 1e3);
     printf("=> conv + bn bound: %.0f images/s (batch %d)\n", batch / (all + bn_total), batch);
 }
@@ -300,16 +313,16 @@ static int bench_input(int reps)
 /* The kernel set's GEMMs (cpu_sgemm.h, cpu_bf16.h) on one thread, on the products the
  * convolutions hand them: a 3x3 convolution's implicit GEMM (the rows are a padded image's
  * pixels, c apart; the segments its three window rows, a padded row apart) and a 1x1's, over a
- * chunk of 512 pixels of a 16x16 image; best of `reps` runs of about 0.1 s each. The rate
- * against one thread's FMA peak (bf16's VDPBF16PS does twice the FMA's multiply-adds). */
+ * chunk of 512 pixels of a 16x16 image; best of `reps` runs of about 0.1 s each. Each rate
+ * against one thread's peak for its precision (measure_peak). */
 static int bench_gemm(int reps)
 {
     static const struct { int r, c, k; } shapes[] = {{3, 16, 16}, {3, 32, 32}, {3, 64, 64}, {1, 64, 64}, {1, 256, 64}, {1, 64, 256}};
     const ds_cpu_isa isa = ds_cpu_isa_get();
     omp_set_num_threads(1);
-    const double peak = measure_peak();
-    printf("gemm kernels of the %s set, one thread (FMA peak %.1f GFLOP/s), best of %d:\n", ds_cpu_isa_name(isa), peak,
-           reps);
+    const double peak = measure_peak(0), peak16 = measure_peak(1);
+    printf("gemm kernels of the %s set, one thread (peak: fp32 %.1f GFLOP/s, bf16 %.1f), best of %d:\n",
+           ds_cpu_isa_name(isa), peak, peak16, reps);
     ds_rng rng;
     ds_rng_init(&rng, 1, DS_RNG_DATA, 2);
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
@@ -341,7 +354,7 @@ static int bench_gemm(int reps)
         char shape[64];
         snprintf(shape, sizeof shape, "%dx%d %d->%d (m %ld, %ld x %ld)", r, r, c, n, m, nseg, kseg);
         printf("  %-30s fp32 %6.1f GFLOP/s (%3.0f%%)  bf16 %6.1f GFLOP/s (%3.0f%%)\n", shape, flop / best[0] / 1e9,
-               100 * flop / best[0] / 1e9 / peak, flop / best[1] / 1e9, 100 * flop / best[1] / 1e9 / peak);
+               100 * flop / best[0] / 1e9 / peak, flop / best[1] / 1e9, 100 * flop / best[1] / 1e9 / peak16);
         ds_backend_cpu.free(Af), ds_backend_cpu.free(Bf), ds_backend_cpu.free(C);
         ds_backend_cpu.free(A16), ds_backend_cpu.free(B16);
     }
@@ -372,12 +385,22 @@ int main(int argc, char **argv)
     if (reps < 1) reps = 1;
     if (!strcmp(which, "input")) return bench_input(reps < 5 ? 5 : reps);
     if (!strcmp(which, "gemm")) return bench_gemm(reps);
-    double peak = measure_peak();
-    printf("peak fp32 FMA: %.0f GFLOP/s on %d threads (cpu kernels: %s; convolutions in %s)\n", peak,
-           omp_get_max_threads(), ds_cpu_isa_name(ds_cpu_isa_get()), ds_precision_name(be_run->precision));
-    if (!strcmp(which, "resnet20") || !strcmp(which, "all"))
-        bench_net("resnet20 32x32 batch 128", OPS_RESNET20, reps, peak);
-    if (!strcmp(which, "resnet50") || !strcmp(which, "all"))
-        bench_net("resnet50 224x224 batch 16", OPS_RESNET50, reps, peak);
+    const int bf16 = be_run->precision == DS_PRECISION_BF16, native = ds_cpu_isa_has(ds_cpu_isa_get(), DS_CPU_F_AVX512BF16);
+    const double peak = measure_peak(bf16);
+    printf("peak %s: %.0f GFLOP/s on %d threads (cpu kernels: %s; convolutions in %s)\n",
+           !bf16 ? "fp32 FMA" : native ? "bf16 VDPBF16PS" : "bf16 by FMAs", peak, omp_get_max_threads(),
+           ds_cpu_isa_name(ds_cpu_isa_get()), ds_precision_name(be_run->precision));
+    static const struct { const char *arg, *name; unsigned use; } nets[] = {
+        {"resnet20", "resnet20 32x32 batch 128", OPS_RESNET20},
+        {"resnet18", "resnet18 224x224 batch 16", OPS_RESNET18},
+        {"resnet50", "resnet50 224x224 batch 16", OPS_RESNET50},
+    };
+    int ran = 0;
+    for (size_t i = 0; i < sizeof nets / sizeof *nets; i++)
+        if (!strcmp(which, nets[i].arg) || !strcmp(which, "all")) bench_net(nets[i].name, nets[i].use, reps, peak), ran = 1;
+    if (!ran) {
+        fprintf(stderr, "ops_bench: unknown network '%s' (resnet20, resnet18, resnet50 or all)\n", which);
+        return 2;
+    }
     return 0;
 }

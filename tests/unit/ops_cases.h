@@ -48,6 +48,8 @@ enum {
     OPS_FUSED = 1 << 12,       /* conv_fwd_bn against conv_fwd then bn_fwd_infer, bitwise, every CPU backend */
     /* test_cuda_bodies */
     OPS_BODIES = 1 << 13,      /* the CUDA kernels' bodies replayed on the CPU against the CPU backend */
+    /* bench/ops_bench, again */
+    OPS_RESNET18 = 1 << 14,    /* a layer of resnet18 at 224x224, batch 16 */
 };
 
 /* A convolution: run at n x h x w x c, k filters r x s, stride, pad. The device walk plans it
@@ -158,7 +160,7 @@ static const ops_conv ops_convs[] = {
     OPS_LAYER("s3 3x3/2 32->64", 128, 16, 16, 32, 64, 3, 2, 1, 1, OPS_RESNET20),
     OPS_LAYER("s3 proj 1x1/2 32->64", 128, 16, 16, 32, 64, 1, 2, 0, 1, OPS_RESNET20),
     OPS_LAYER("s3 3x3 64->64", 128, 8, 8, 64, 64, 3, 1, 1, 5, OPS_RESNET20),
-    OPS_LAYER("stem 7x7/2 3->64", 16, 224, 224, 3, 64, 7, 2, 3, 1, OPS_RESNET50),
+    OPS_LAYER("stem 7x7/2 3->64", 16, 224, 224, 3, 64, 7, 2, 3, 1, OPS_RESNET50 | OPS_RESNET18),
     OPS_LAYER("l1 1x1 64->64", 16, 56, 56, 64, 64, 1, 1, 0, 1, OPS_RESNET50),
     OPS_LAYER("l1 3x3 64->64", 16, 56, 56, 64, 64, 3, 1, 1, 3, OPS_RESNET50),
     OPS_LAYER("l1 1x1 64->256", 16, 56, 56, 64, 256, 1, 1, 0, 4, OPS_RESNET50),
@@ -181,6 +183,16 @@ static const ops_conv ops_convs[] = {
     OPS_LAYER("l4 1x1 512->2048", 16, 7, 7, 512, 2048, 1, 1, 0, 3, OPS_RESNET50),
     OPS_LAYER("l4 1x1 2048->512", 16, 7, 7, 2048, 512, 1, 1, 0, 2, OPS_RESNET50),
     OPS_LAYER("l4 3x3 512->512", 16, 7, 7, 512, 512, 3, 1, 1, 2, OPS_RESNET50),
+    OPS_LAYER("l1 3x3 64->64", 16, 56, 56, 64, 64, 3, 1, 1, 4, OPS_RESNET18),
+    OPS_LAYER("l2 3x3/2 64->128", 16, 56, 56, 64, 128, 3, 2, 1, 1, OPS_RESNET18),
+    OPS_LAYER("l2 proj 1x1/2 64->128", 16, 56, 56, 64, 128, 1, 2, 0, 1, OPS_RESNET18),
+    OPS_LAYER("l2 3x3 128->128", 16, 28, 28, 128, 128, 3, 1, 1, 3, OPS_RESNET18),
+    OPS_LAYER("l3 3x3/2 128->256", 16, 28, 28, 128, 256, 3, 2, 1, 1, OPS_RESNET18),
+    OPS_LAYER("l3 proj 1x1/2 128->256", 16, 28, 28, 128, 256, 1, 2, 0, 1, OPS_RESNET18),
+    OPS_LAYER("l3 3x3 256->256", 16, 14, 14, 256, 256, 3, 1, 1, 3, OPS_RESNET18),
+    OPS_LAYER("l4 3x3/2 256->512", 16, 14, 14, 256, 512, 3, 2, 1, 1, OPS_RESNET18),
+    OPS_LAYER("l4 proj 1x1/2 256->512", 16, 14, 14, 256, 512, 1, 2, 0, 1, OPS_RESNET18),
+    OPS_LAYER("l4 3x3 512->512", 16, 7, 7, 512, 512, 3, 1, 1, 3, OPS_RESNET18),
 };
 
 /* The row's descriptor at the size it runs at (planned: at its planned size), float32 storage. */
