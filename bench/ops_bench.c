@@ -385,22 +385,23 @@ int main(int argc, char **argv)
     if (reps < 1) reps = 1;
     if (!strcmp(which, "input")) return bench_input(reps < 5 ? 5 : reps);
     if (!strcmp(which, "gemm")) return bench_gemm(reps);
-    const int bf16 = be_run->precision == DS_PRECISION_BF16, native = ds_cpu_isa_has(ds_cpu_isa_get(), DS_CPU_F_AVX512BF16);
-    const double peak = measure_peak(bf16);
-    printf("peak %s: %.0f GFLOP/s on %d threads (cpu kernels: %s; convolutions in %s)\n",
-           !bf16 ? "fp32 FMA" : native ? "bf16 VDPBF16PS" : "bf16 by FMAs", peak, omp_get_max_threads(),
-           ds_cpu_isa_name(ds_cpu_isa_get()), ds_precision_name(be_run->precision));
     static const struct { const char *arg, *name; unsigned use; } nets[] = {
         {"resnet20", "resnet20 32x32 batch 128", OPS_RESNET20},
         {"resnet18", "resnet18 224x224 batch 16", OPS_RESNET18},
         {"resnet50", "resnet50 224x224 batch 16", OPS_RESNET50},
     };
-    int ran = 0;
-    for (size_t i = 0; i < sizeof nets / sizeof *nets; i++)
-        if (!strcmp(which, nets[i].arg) || !strcmp(which, "all")) bench_net(nets[i].name, nets[i].use, reps, peak), ran = 1;
-    if (!ran) {
+    int known = !strcmp(which, "all");
+    for (size_t i = 0; i < sizeof nets / sizeof *nets; i++) known |= !strcmp(which, nets[i].arg);
+    if (!known) {
         fprintf(stderr, "ops_bench: unknown network '%s' (resnet20, resnet18, resnet50 or all)\n", which);
         return 2;
     }
+    const int bf16 = be_run->precision == DS_PRECISION_BF16, native = ds_cpu_isa_has(ds_cpu_isa_get(), DS_CPU_F_AVX512BF16);
+    const double peak = measure_peak(bf16);
+    printf("peak %s: %.0f GFLOP/s on %d threads (cpu kernels: %s; convolutions in %s)\n",
+           !bf16 ? "fp32 FMA" : native ? "bf16 VDPBF16PS" : "bf16 by FMAs", peak, omp_get_max_threads(),
+           ds_cpu_isa_name(ds_cpu_isa_get()), ds_precision_name(be_run->precision));
+    for (size_t i = 0; i < sizeof nets / sizeof *nets; i++)
+        if (!strcmp(which, nets[i].arg) || !strcmp(which, "all")) bench_net(nets[i].name, nets[i].use, reps, peak);
     return 0;
 }
