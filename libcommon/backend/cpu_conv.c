@@ -115,12 +115,13 @@ static long chunk_count(const ds_conv_desc *d)
 
 /* Rows per chunk where every output element is one GEMM call over the whole reduction
  * (forward, backward-data), so the chunking does not change the sums: at most chunk_rows,
- * but as many chunks as a whole number of rounds of the threads, equal in size (resnet50's
- * 784 rows of 7x7 outputs as 4 x 196, not 256 + 256 + 256 + 16 with one thread idle). */
+ * but as many chunks as a whole number of rounds of the threads, equal in size, not rounded
+ * up to 16 (resnet50's 784 rows of 7x7 outputs as 4 x 196, not 256 + 256 + 256 + 16 with one
+ * thread idle, nor 208 + 208 + 208 + 160). */
 static long balanced_rows(const ds_conv_desc *d)
 {
     long m = (long)d->n * d->p * d->q, threads = ds_cpu_conv_threads();
-    long rounds = (chunk_count(d) + threads - 1) / threads, rows = ds_round16((m + rounds * threads - 1) / (rounds * threads));
+    long rounds = (chunk_count(d) + threads - 1) / threads, rows = (m + rounds * threads - 1) / (rounds * threads);
     return rows < chunk_rows(d) ? rows : chunk_rows(d);
 }
 
