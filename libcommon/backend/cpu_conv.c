@@ -121,6 +121,7 @@ static long chunk_count(const ds_conv_desc *d)
 static long balanced_rows(const ds_conv_desc *d)
 {
     long m = (long)d->n * d->p * d->q, threads = ds_cpu_conv_threads();
+    if (m == 0) return 1;  /* no pixels: no chunk, whatever its size */
     long rounds = (chunk_count(d) + threads - 1) / threads, rows = (m + rounds * threads - 1) / (rounds * threads);
     return rows < chunk_rows(d) ? rows : chunk_rows(d);
 }

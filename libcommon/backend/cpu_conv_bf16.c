@@ -148,6 +148,7 @@ static long fwd_cap(const ds_conv_desc *d)
 static long fwd_rows(const ds_conv_desc *d)
 {
     const long m = (long)d->n * d->p * d->q, cap = fwd_cap(d);
+    if (m == 0) return 1;  /* no pixels: no chunk, whatever its size */
     const long threads = ds_cpu_conv_threads(), chunks = (m + cap - 1) / cap;
     const long rounds = (chunks + threads - 1) / threads, bal = (m + rounds * threads - 1) / (rounds * threads);
     return bal < cap ? bal : cap;

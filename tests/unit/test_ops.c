@@ -337,6 +337,31 @@ static void *randn_as(size_t n, double scale, ds_dtype t)
 /* Backward-data with accumulate = 1 (din +=, an input with two consumers) against the model's
  * former way, the result computed apart (accumulate = 0) and added by the add op: the same
  * bits, on backend cb with every tensor stored in t. */
+/* A batch of no images through every convolution op of both CPU backends, on the paths that
+ * cut the pixels into chunks (gathered windows, 1x1, strided, 7x7 at 7x7): each returns and
+ * leaves dw as it was (the chunking once divided by the zero chunks of no pixels). */
+static void test_conv_no_images(void)
+{
+    check_begin("conv on a batch of no images, fp32 and bf16: returns, dw untouched");
+    static const ops_conv shapes[] = {{OPS_CONV(0, 7, 7, 64, 64, 3, 3, 1, 1)}, {OPS_CONV(0, 7, 7, 64, 96, 1, 1, 1, 0)},
+                                      {OPS_CONV(0, 14, 14, 16, 32, 3, 3, 2, 1)}, {OPS_CONV(0, 12, 12, 3, 8, 7, 7, 2, 3)}};
+    const ds_backend *bes[] = {&ds_backend_cpu, &ds_backend_cpu_bf16};
+    for (size_t b = 0; b < 2; b++)
+        for (size_t i = 0; i < OPS_COUNT(shapes); i++) {
+            ds_conv_desc d = ops_conv_desc(&shapes[i], 0);
+            const size_t nw = (size_t)d.k * d.r * d.s * d.c;
+            float x[1] = {0}, *w = randn(nw, 1), *dw = randn(nw, 1), *dw0 = dup_f(dw, nw);
+            void *ws = bes[b]->alloc(bes[b]->conv_workspace(&d) + 1);
+            CHECK(ws != NULL, "workspace allocation");
+            bes[b]->conv_fwd(x, x, w, &d, ws);
+            bes[b]->conv_bwd_data(x, x, w, &d, 0, ws);
+            bes[b]->conv_bwd_weight(dw, x, x, &d, ws);
+            CHECK(!memcmp(dw, dw0, nw * sizeof *dw), "%s backend, shape %zu: dw changed", b ? "bf16" : "fp32", i);
+            bes[b]->free(ws), free(w), free(dw), free(dw0);
+        }
+    check_end();
+}
+
 static void test_conv_accumulate(const ds_backend *cb, ds_conv_desc d, ds_dtype t)
 {
     char name[192];
@@ -1628,6 +1653,7 @@ int main(int argc, char **argv)
     test_resized_crop();
     test_resized_crop_wide();
     test_thread_independence();
+    test_conv_no_images();
     test_select();
     test_every_member_has_a_row();
     return check_exit();
