@@ -196,8 +196,10 @@ static void bench_net(const char *net, unsigned which, int reps, double peak)
         t[1] = 0;
         if (!d.no_dx) TIME_BEST(t[1], reps, be->conv_bwd_data(din, g, w, &d, 0, ws));
         TIME_BEST(t[2], reps, be->conv_bwd_weight(dw, g, in, &d, ws));
-        printf("%-26s %5d | %8.3f %6.1f | %8.3f %6.1f | %8.3f %6.1f\n", s->name, s->count, t[0] * 1e3,
-               flops / t[0] / 1e9, t[1] * 1e3, t[1] > 0 ? flops / t[1] / 1e9 : 0, t[2] * 1e3, flops / t[2] / 1e9);
+        char bwd_data[32] = "       -      -";  /* not run: the network's input takes no gradient */
+        if (!d.no_dx) snprintf(bwd_data, sizeof bwd_data, "%8.3f %6.1f", t[1] * 1e3, flops / t[1] / 1e9);
+        printf("%-26s %5d | %8.3f %6.1f | %s | %8.3f %6.1f\n", s->name, s->count, t[0] * 1e3, flops / t[0] / 1e9,
+               bwd_data, t[2] * 1e3, flops / t[2] / 1e9);
         for (int k = 0; k < 3; k++) tot[k] += t[k] * s->count;
         flops_all += (d.no_dx ? 2 : 3) * flops * s->count;
 
